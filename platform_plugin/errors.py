@@ -1,0 +1,45 @@
+"""Error values shared by every layer.
+
+A `Problem` is a finding, not an exception: rank-table validation, settings resolution and
+`platform-run doctor` all produce lists of them, so the same object feeds an error message, a
+doctor row and a test assertion. Exceptions carry problems when a caller must stop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding with a stable `code` (tests and docs key on it, never on the message)."""
+
+    code: str  # e.g. "RT_RANK_GAP", "ENV_CONFLICT"
+    message: str  # what is wrong AND what to do about it
+    path: str = ""  # JSON path ("server_list[1].device[3].rank_id") or a variable name
+    severity: str = "error"  # "error" | "warning"
+
+    def __str__(self) -> str:
+        where = f" at {self.path}" if self.path else ""
+        return f"[{self.code}]{where}: {self.message}"
+
+
+class PlatformPluginError(Exception):
+    """Base of every error this package raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(PlatformPluginError):
+    """Bad input (rank table, variables, options, files): nothing was started. Exit code 2."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem] | str, *, code: str = "CONFIG"):
+        if isinstance(problems, str):
+            problems = [Problem(code, problems)]
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def errors_only(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]

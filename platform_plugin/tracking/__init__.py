@@ -1,0 +1,1 @@
+"""Per-rank tracking. (issue #4 builds this out; see docs/internals.md)"""

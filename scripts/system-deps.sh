@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Debian packages the test suite needs: chromium (headless browser for the MLflow UI test).
+set -euo pipefail
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+echo "installing Debian packages: ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
