@@ -1,0 +1,101 @@
+"""Parse + validate a 1024-rank (128-server) HCCL table: platform_plugin vs a plain baseline.
+
+Baseline: `json.loads` plus the minimal loop a launcher script does by hand (find this rank's
+device, count ranks) — what the plugin's full rule set costs on top of reading the file.
+Goal: plugin parse + validate <= 20 ms. Writes docs/benchmarks.md section `ranktable`.
+Run: .venv/bin/python bench/ranktable.py
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from foundation_helpers import table_dict  # noqa: E402
+from platform_plugin import ranktable  # noqa: E402
+
+GOAL_MS = 20.0
+REPEAT = 200
+SECTION = "ranktable"
+
+
+def baseline(path: str) -> int:
+    with open(path, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    size = 0
+    for server in doc["server_list"]:
+        for device in server["device"]:
+            size += 1
+            if device["rank_id"] == "1000":
+                _ = int(device["device_id"])
+    return size
+
+
+def plugin(path: str) -> int:
+    table, problems = ranktable.check_file(path)
+    assert table is not None and not problems, problems
+    return table.rank_size
+
+
+def timed(func, path: str) -> list[float]:
+    func(path)  # warm caches
+    samples = []
+    for _ in range(REPEAT):
+        start = time.perf_counter()
+        func(path)
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as folder:
+        path = str(Path(folder) / "hccl_128s_1024p.json")
+        Path(path).write_text(json.dumps(table_dict(servers=128, cards=8), indent=4))
+        size_kb = Path(path).stat().st_size / 1024
+        assert plugin(path) == baseline(path) == 1024
+        base, plug = timed(baseline, path), timed(plugin, path)
+    med_b, med_p = statistics.median(base), statistics.median(plug)
+    p95_p = sorted(plug)[int(0.95 * len(plug)) - 1]
+    verdict = "meets" if med_p <= GOAL_MS else "MISSES"
+    lines = [
+        f"1024 ranks / 128 servers, {size_kb:.0f} KiB file, {REPEAT} runs each, median (p95):",
+        "",
+        "| what | median ms | p95 ms |",
+        "|---|---|---|",
+        f"| baseline: json.load + hand loop | {med_b:.2f} | {sorted(base)[int(0.95 * REPEAT) - 1]:.2f} |",
+        f"| platform_plugin: parse + validate (all rules) | {med_p:.2f} | {p95_p:.2f} |",
+        "",
+        f"ratio plugin / baseline: {med_p / med_b:.1f}x; goal <= {GOAL_MS:.0f} ms: {verdict}.",
+    ]
+    print("\n".join(lines))
+    write_section(lines)
+    return 0 if med_p <= GOAL_MS else 1
+
+
+def write_section(lines: list[str]) -> None:
+    doc = REPO / "docs" / "benchmarks.md"
+    start, end = f"<!-- bench:{SECTION}:start -->", f"<!-- bench:{SECTION}:end -->"
+    body = "\n".join([start, f"## {SECTION}", "",
+                      f"Command: `.venv/bin/python bench/ranktable.py` — "
+                      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+                      "2-core VM shared with other test runs.", "", *lines, end])
+    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n"  # re-read now
+    if start in text and end in text:
+        text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _m: body, text,
+                      flags=re.S)
+    else:
+        text = text.rstrip() + "\n\n" + body + "\n"
+    doc.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

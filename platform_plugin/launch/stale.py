@@ -1,0 +1,102 @@
+"""Ranks of an earlier job that still hold this job's devices (an interrupted cell, a killed
+kernel whose ranks lived on): found through /proc/<pid>/environ of this user's processes."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from ..errors import ConfigError, Problem
+
+
+@dataclass(frozen=True)
+class StaleRank:
+    pid: int
+    job_id: str
+    device_id: str
+    rank_id: str
+    cmdline: str
+
+
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        raw = fh.read()
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents: a kernel in the debug env holds DEVICE_ID itself."""
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            pid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
+def find_stale(device_ids: set[int], server_id: str) -> list[StaleRank]:
+    """Processes of this user, launched as ranks (JOB_ID + DEVICE_ID set), on these devices."""
+    uid, skip, found = os.getuid(), _ancestors(), []
+    wanted = {str(d) for d in device_ids}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        pid = int(entry)
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            env = _environ(pid)
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue  # gone, or not readable
+        if "JOB_ID" not in env or env.get("DEVICE_ID") not in wanted:
+            continue
+        if env.get("PLATFORM_SERVER_ID", server_id) != server_id:
+            continue
+        found.append(StaleRank(pid, env["JOB_ID"], env["DEVICE_ID"], env.get("RANK_ID", "?"),
+                               cmdline[:120]))
+    return found
+
+
+def refuse_or_kill(device_ids: set[int], server_id: str, *, kill: bool) -> list[StaleRank]:
+    """Raise LAUNCH_STALE_RANKS listing the pids, or (kill=True) SIGKILL them and return them."""
+    stale = find_stale(device_ids, server_id)
+    if not stale:
+        return []
+    if not kill:
+        rows = "; ".join(f"pid {s.pid} (job {s.job_id}, rank {s.rank_id}, device {s.device_id}: "
+                         f"{s.cmdline})" for s in stale)
+        raise ConfigError([Problem(
+            "LAUNCH_STALE_RANKS",
+            f"ranks of an earlier job still hold devices of this job: {rows}. Stop them "
+            f"(kill {' '.join(str(s.pid) for s in stale)}) or launch with --kill-stale",
+            "DEVICE_ID")])
+    for s in stale:
+        try:
+            os.killpg(os.getpgid(s.pid), signal.SIGKILL)
+        except OSError:
+            try:
+                os.kill(s.pid, signal.SIGKILL)
+            except OSError:
+                pass
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{s.pid}/environ")
+                                              and _alive(s.pid) for s in stale):
+        time.sleep(0.05)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")
+    except OSError:
+        return False

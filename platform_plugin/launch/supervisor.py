@@ -1,0 +1,251 @@
+"""Start every process of a plan, pump their output, stop them all at the first failure.
+
+One loop in the caller's thread does everything (no reader threads): it selects on the rank
+pipes, feeds the output, polls exits and checks the deadlines. Stopping is a phase of the same
+loop, so output written while ranks shut down still reaches the logs and the display.
+A KeyboardInterrupt (Ctrl-C, kernel interrupt, the CLI's SIGTERM) starts the stop; a second
+one skips the grace period.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+
+from .output import Output
+from .plan import LaunchPlan, RankSpec
+from .procs import Lifeline, group_members, signal_group, spawn
+from .result import JobResult, RankFailure, describe_exit
+
+POLL_S = 0.05
+CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
+READ_SIZE = 1 << 20
+PIPE_SIZE = 1 << 20  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
+
+
+@dataclass
+class _Proc:
+    spec: RankSpec
+    popen: object
+    started: float
+    ended: float | None = None
+    eof: bool = False
+    ended_while_stopping: bool = False
+    failure_order: int | None = None
+
+
+@dataclass
+class _Stop:
+    status: str
+    reason: str
+    kill_at: float
+    killed: bool = False
+
+
+class Supervisor:
+    def __init__(self, plan: LaunchPlan, output: Output, observers=(), *,
+                 timeout: float | None = None, silence_timeout: float | None = None,
+                 grace: float = 3.0):
+        self.plan, self.output, self.observers = plan, output, list(observers)
+        self.timeout, self.silence_timeout, self.grace = timeout, silence_timeout, grace
+        self.host = socket.gethostname()
+        self.procs: list[_Proc] = []
+        self._stop: _Stop | None = None
+        self._failures: list[_Proc] = []
+        self._selector = selectors.DefaultSelector()
+
+    # -- public -------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        os.makedirs(self.plan.job_dir, exist_ok=True)
+        self.started = time.monotonic()
+        lifeline = Lifeline()
+        try:
+            try:
+                self._start_all(lifeline)
+                self._notify("started", self)
+            except KeyboardInterrupt:
+                self._begin_stop("interrupted", "interrupted while starting the ranks")
+            except OSError as exc:  # e.g. the program does not exist: nothing useful can run
+                self._begin_stop("failed", f"could not start {self.plan.command[0]}: {exc}")
+            self._supervise()
+        finally:
+            self._kill_everything()
+            self.output.close()
+            self._selector.close()
+            lifeline.release()
+        result = self._result()
+        self._notify("ended", result)
+        return result
+
+    # -- starting -----------------------------------------------------------------------
+    def _start_all(self, lifeline: Lifeline) -> None:
+        for spec in self.plan.ranks:
+            self.output.open(spec.name, spec.log_path)
+        for spec in self.plan.ranks:
+            popen = spawn(list(spec.argv), spec.env, spec.cwd)
+            proc = _Proc(spec, popen, time.monotonic())
+            self.procs.append(proc)
+            lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a group leader
+            _enlarge_pipe(popen.stdout.fileno())
+            os.set_blocking(popen.stdout.fileno(), False)
+            self._selector.register(popen.stdout, selectors.EVENT_READ, proc)
+
+    # -- the loop -----------------------------------------------------------------------
+    def _supervise(self) -> None:
+        while True:
+            try:
+                next_check = 0.0
+                while True:
+                    self._pump(POLL_S)
+                    now = time.monotonic()
+                    if now >= next_check:  # a chatty job must not pay for waitpid per read
+                        next_check = now + CHECK_S
+                        self._reap()
+                        self._check_deadlines()
+                        if self._finished():
+                            return
+                    self.output.flush()
+            except KeyboardInterrupt:
+                if self._stop is None:
+                    self._begin_stop("interrupted", "interrupted (Ctrl-C, kernel interrupt or "
+                                     "SIGTERM to the launcher)")
+                else:
+                    self._stop.kill_at = 0.0  # second interrupt: no more grace
+
+    def _pump(self, wait: float) -> None:
+        for key, _ in self._selector.select(timeout=wait):
+            proc: _Proc = key.data
+            try:
+                data = os.read(key.fd, READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                self.output.feed(proc.spec.name, data)
+            else:
+                proc.eof = True
+                self._selector.unregister(key.fileobj)
+                key.fileobj.close()
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        stopping = self._stop is not None  # before this round: simultaneous failures are not "stopped"
+        for proc in self.procs:
+            if proc.ended is not None or proc.popen.poll() is None:
+                continue
+            proc.ended = now
+            proc.ended_while_stopping = stopping
+            if proc.popen.returncode != 0:
+                proc.failure_order = len(self._failures)
+                self._failures.append(proc)
+                if self._stop is None:
+                    label = "the scheduler" if proc.spec.role == "sched" else f"rank {proc.spec.name}"
+                    self._begin_stop("failed", f"{label} {_how(proc.popen.returncode)}; "
+                                     "stopping the other processes")
+        if self._stop is None and self.procs and all(p.ended is not None for p in self.procs):
+            # every process succeeded; what remains are leftovers (a daemon a rank started)
+            self._stop = _Stop("succeeded", "", kill_at=now + self.grace)
+            self._signal_groups(signal.SIGTERM, only_live=True)
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        if self._stop is None:
+            if self.timeout and now - self.started > self.timeout:
+                self._begin_stop("timeout", f"the job ran longer than --timeout {self.timeout:g}s")
+            elif self.silence_timeout and now - self.output.last_output > self.silence_timeout:
+                self._begin_stop("hung", f"no output from any process for --silence-timeout "
+                                 f"{self.silence_timeout:g}s: a hang (HCCL's own timeout is 30 min)")
+        elif not self._stop.killed and now >= self._stop.kill_at:
+            self._stop.killed = True
+            self._signal_groups(signal.SIGKILL, only_live=False)
+
+    def _finished(self) -> bool:
+        if any(p.ended is None for p in self.procs):
+            return False
+        if self._stop is not None and self._stop.status != "succeeded" and not self.procs:
+            return True  # nothing started
+        live = group_members({p.popen.pid for p in self.procs})
+        if live:
+            return False
+        self._pump(0)  # every writer is gone: what is left in the pipes ends in EOF
+        if all(p.eof for p in self.procs) or not self._selector.get_map():
+            return True
+        # a process that left its group (setsid daemon) may still hold a pipe: do not wait on it
+        self._groups_empty_at = getattr(self, "_groups_empty_at", None) or time.monotonic()
+        return time.monotonic() - self._groups_empty_at > 1.0
+
+    def _begin_stop(self, status: str, reason: str) -> None:
+        self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
+        self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
+        self._signal_groups(signal.SIGTERM, only_live=False)
+
+    def _signal_groups(self, sig: int, *, only_live: bool) -> None:
+        pgids = {p.popen.pid for p in self.procs}
+        if only_live:
+            pgids = set(group_members(pgids))
+        for pgid in pgids:
+            signal_group(pgid, sig)
+
+    def _kill_everything(self) -> None:
+        """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
+        pgids = {p.popen.pid for p in self.procs}
+        if not group_members(pgids):
+            return
+        for pgid in pgids:
+            signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while group_members(pgids) and time.monotonic() < deadline:
+            for p in self.procs:
+                p.popen.poll()
+            time.sleep(0.02)
+
+    # -- the result ---------------------------------------------------------------------
+    def _result(self) -> JobResult:
+        stop = self._stop
+        status = stop.status if stop else "succeeded"
+        failures = [self._failure(p) for p in self.procs
+                    if p.popen.returncode not in (0, None) or (status != "succeeded"
+                                                                and p.ended_while_stopping)]
+        failures.sort(key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
+        root = next((f for f in failures if f.root_cause), None)
+        ok = status == "succeeded" and not failures
+        return JobResult(
+            job_id=self.plan.job_id, job_name=self.plan.job_name, job_dir=self.plan.job_dir,
+            backend=self.plan.backend, status=status if ok or status != "succeeded" else "failed",
+            ok=ok, duration_s=time.monotonic() - self.started,
+            exitcodes={p.spec.name: p.popen.returncode for p in self.procs},
+            failures=failures, root_cause=root, reason=stop.reason if stop else "",
+            held_back=self.output.held_back())
+
+    def _failure(self, proc: _Proc) -> RankFailure:
+        exitcode, sig = describe_exit(proc.popen.returncode)
+        return RankFailure(
+            name=proc.spec.name, rank_id=proc.spec.rank_id, device_id=proc.spec.device_id,
+            host=self.host, pid=proc.popen.pid, exitcode=exitcode, signal_name=sig,
+            runtime_s=(proc.ended or time.monotonic()) - proc.started,
+            last_lines=self.output.tail(proc.spec.name),
+            root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
+            stopped_by_launcher=proc.ended_while_stopping)
+
+    def _notify(self, event: str, payload) -> None:
+        for observer in self.observers:
+            handler = getattr(observer, event, None)
+            if handler:
+                handler(payload)
+
+
+def _enlarge_pipe(fd: int) -> None:
+    try:
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except OSError:
+        pass  # a smaller pipe only costs speed
+
+
+def _how(returncode: int) -> str:
+    code, sig = describe_exit(returncode)
+    return f"was killed by {sig}" if sig else f"exited with code {code}"

@@ -1,0 +1,89 @@
+"""`%dist_run` (line) and `%%dist_run` (cell): thin adapters over platform_plugin.launch.
+
+    %load_ext platform_plugin
+    %dist_run --nproc 2 python train.py --config '{"lr": 0.1}'
+    %%dist_run --nproc 2 [-- script args]
+    <the cell body is written to a .py file and run on every rank>
+
+The line is NOT expanded by IPython (`@no_var_expand`): braces and `$` reach the command
+intact, as in a shell. `--expand` as the FIRST option opts in to IPython's `$name` /
+`{expr}` expansion from the notebook's variables (`$$` and `{{`/`}}` then give literal ones).
+A failed job raises JobFailed in the cell (papermill marks the cell failed) after the
+root-cause table has been printed. The JobResult is stored as `_dist_result`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shlex
+import sys
+
+from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.utils.text import DollarFormatter
+
+from .errors import ConfigError, Problem
+from .launch import launch
+from .launch.arguments import add_arguments, command_of, launch_kwargs
+
+# a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
+NOTEBOOK_MAX_LINES_PER_S = 20.0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would sys.exit() and kill the cell with SystemExit
+        raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {message}", "%dist_run")])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%dist_run", add_help=False)
+    add_arguments(parser)
+    parser.add_argument("--expand", action="store_true",
+                        help="(first option only) expand $name and {expr} from the notebook's "
+                        "variables")
+    return parser
+
+
+def _cell_script(body: str, log_dir: str | None) -> str:
+    """The cell body as a file named by its content: re-running an unchanged cell reuses it."""
+    folder = os.path.join(log_dir or os.environ.get("PLATFORM_LOG_DIR") or "platform_logs",
+                          "cells")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"cell_{hashlib.sha1(body.encode()).hexdigest()[:10]}.py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(body)
+    return os.path.abspath(path)
+
+
+@magics_class
+class DistRunMagics(Magics):
+    @no_var_expand
+    @line_cell_magic
+    def dist_run(self, line: str, cell: str | None = None):
+        """Run a command (line) or the cell (cell magic) once per rank; see docs/launch.md."""
+        __tracebackhide__ = True
+        if line.lstrip().startswith("--expand"):  # opt-in, and only as the first option
+            line = DollarFormatter().vformat(line, args=[], kwargs=self.shell.user_ns)
+        args = _parser().parse_args(shlex.split(line))
+        kwargs = launch_kwargs(args)
+        if kwargs["max_lines_per_s"] is None:
+            kwargs["max_lines_per_s"] = NOTEBOOK_MAX_LINES_PER_S
+        if cell is None:
+            command = command_of(args)
+        else:
+            extra = [a for a in (args.command or []) if a != "--"]
+            command = [sys.executable, _cell_script(cell, args.log_dir), *extra]
+            kwargs["job_name"] = kwargs["job_name"] or "cell"
+        result = None
+        try:
+            result = launch(command, **kwargs)
+        except Exception as exc:
+            result = getattr(exc, "result", None)
+            raise
+        finally:
+            self.shell.user_ns["_dist_result"] = result
+        return None
+
+
+def register(ipython) -> None:
+    ipython.register_magics(DistRunMagics)

@@ -1,0 +1,190 @@
+"""Ships spooled records to a sink, at least once, made exactly once by the offset file.
+
+For each stream (one spool file per rank), under that stream's flock:
+  1. read complete lines after the delivered offset,
+  2. cut them into batches within the sink's limits,
+  3. deliver a batch, then at once write the offset just past it (atomic rename).
+A crash between 2's send and 3's rename is the only window in which a batch can be sent twice;
+MLflow's SQL store ignores an exact repeat of a metric (same key, value, step, timestamp - the
+timestamp is taken in the rank and kept in the spool) and of a param, so the replay adds nothing
+there. `sync` and a live forwarder cannot overlap on a stream (the flock).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .identity import stream_name
+from .spool import SPOOL_SUFFIX, count_pending, read_complete
+from .state import SinkConfig, StreamState, stream_lock
+
+KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
+
+
+def batches(records: list[tuple[list, int]], limits: dict[str, int]):
+    """Consecutive slices of (record, end offset) pairs that a sink accepts in one call."""
+    batch: list[tuple[list, int]] = []
+    counts: dict[str, int] = {}
+    keys: set[tuple[str, str]] = set()
+    for item in records:
+        kind = item[0][0]
+        keyed = (kind, item[0][1]) if kind in KEYED_KINDS else None
+        full = (counts.get(kind, 0) >= limits[kind] or len(batch) >= limits["total"]
+                or (keyed is not None and keyed in keys))
+        if full and batch:
+            yield batch
+            batch, counts, keys = [], {}, set()
+        batch.append(item)
+        counts[kind] = counts.get(kind, 0) + 1
+        if keyed is not None:
+            keys.add(keyed)
+    if batch:
+        yield batch
+
+
+def spool_labels(spool_dir: Path) -> list[str]:
+    return sorted(p.name[len("rank_"):-len(SPOOL_SUFFIX)] for p in spool_dir.glob(f"rank_*{SPOOL_SUFFIX}"))
+
+
+@dataclass
+class Counts:
+    delivered: int = 0
+    pending: int = 0
+    skipped: int = 0
+    rejected: int = 0
+    partial_lines: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Forwarder:
+    """`pump()` does one pass; `start()` runs passes on a thread; `drain(timeout)` stops the
+    thread after a last complete pass (or when the time is up)."""
+
+    def __init__(self, spool_dir: Path, config: SinkConfig, sink, *, labels: list[str] | None = None,
+                 interval: float = 0.5):
+        self.spool_dir = Path(spool_dir)
+        self.config = config
+        self.sink = sink
+        self.only = labels  # None: every stream in the folder
+        self.interval = interval
+        self.last_error = ""
+        self._runs_ready = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+
+    # --- one pass -------------------------------------------------------------------------
+    def labels(self) -> list[str]:
+        found = spool_labels(self.spool_dir)
+        return [x for x in found if x in self.only] if self.only is not None else found
+
+    def pump(self, *, blocking: bool = False) -> bool:
+        """Deliver everything complete. True when nothing failed (the sink may still be down
+        for a stream another process holds)."""
+        down = self.sink.unavailable(self.config)
+        if down:
+            self.last_error = down
+            return False
+        labels = self.labels()
+        try:
+            self.sink.ensure_runs(self.config, self.spool_dir, sorted(set(labels) | set(self.config.ranks)))
+        except Exception as exc:  # noqa: BLE001 - a sink error must never reach training
+            self.last_error = f"cannot create runs: {type(exc).__name__}: {exc}"
+            return False
+        ok = True
+        for label in labels:
+            ok &= self._pump_stream(label, blocking)
+        if ok:
+            self.last_error = ""
+        return ok
+
+    def _pump_stream(self, label: str, blocking: bool) -> bool:
+        stream = stream_name(label)
+        with stream_lock(self.spool_dir, stream, blocking=blocking) as held:
+            if not held:
+                return True  # another forwarder (a sync) is on it
+            state = StreamState.load(self.spool_dir, stream)
+            while True:
+                chunk = read_complete(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", state.offset)
+                if chunk.end == state.offset:
+                    return True
+                if chunk.bad_lines:
+                    state.skipped += chunk.bad_lines
+                for batch in batches(chunk.records, self.sink.limits):
+                    if not self._send(label, state, batch):
+                        state.save(self.spool_dir, stream)
+                        return False
+                    state.offset = batch[-1][1]
+                    state.save(self.spool_dir, stream)
+                state.offset = chunk.end  # trailing bad lines
+                state.save(self.spool_dir, stream)
+
+    def _send(self, label: str, state: StreamState, batch) -> bool:
+        records = [record for record, _ in batch]
+        try:
+            self.sink.deliver(self.config, label, state, records)
+            state.delivered += len(records)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            if not self.sink.is_permanent(exc):
+                self.last_error = state.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                return False
+        # refused for good: find the offending records one by one so the rest still go
+        for record in records:
+            try:
+                self.sink.deliver(self.config, label, state, [record])
+                state.delivered += 1
+            except Exception as exc:  # noqa: BLE001
+                if not self.sink.is_permanent(exc):
+                    self.last_error = state.last_error = f"{type(exc).__name__}: {exc}"[:500]
+                    return False  # resending the ones already sent: the sink ignores repeats
+                state.rejected += 1
+                state.last_error = f"rejected {record[:2]}: {exc}"[:500]
+        return True
+
+    # --- totals ---------------------------------------------------------------------------
+    def counts(self) -> Counts:
+        total = Counts(errors=[self.last_error] if self.last_error else [])
+        for label in self.labels():
+            stream = stream_name(label)
+            state = StreamState.load(self.spool_dir, stream)
+            pending, partial = count_pending(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", state.offset)
+            total.delivered += state.delivered
+            total.skipped += state.skipped
+            total.rejected += state.rejected
+            total.pending += pending
+            total.partial_lines += int(partial)
+        return total
+
+    # --- background thread ----------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="tracking-forwarder", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        backoff = self.interval
+        while not self._stop.is_set():
+            ok = self.pump()
+            backoff = self.interval if ok else min(backoff * 2, 10.0)
+            self._stop.wait(backoff)
+        self._idle.set()
+
+    def drain(self, timeout: float) -> bool:
+        """Stop the thread and make final passes until everything complete is delivered or
+        `timeout` passes. Never waits longer than `timeout` (a request stuck in MLflow's
+        retries keeps running on the abandoned daemon thread)."""
+        deadline = time.monotonic() + timeout
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+            if self._thread.is_alive():
+                self.last_error = self.last_error or "forwarder still busy at the drain deadline"
+                return False
+        while time.monotonic() < deadline:
+            if self.pump(blocking=False) and self.counts().pending == 0:
+                return True
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return False

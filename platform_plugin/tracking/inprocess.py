@@ -1,0 +1,72 @@
+"""Forwarding inside the training process, for code started without the launcher.
+
+The process gets its own run (named after the script, or `rank-NN` when RANK_ID is set), a
+spool under `<log dir>/<job id>/tracking` and a forwarder thread; at exit the tracker flushes,
+the thread drains for up to PLATFORM_TRACKING_DRAIN_TIMEOUT seconds (default 10) and the run
+ends FINISHED. Whatever could not be delivered stays in the spool for `platform-run sync`.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .forwarder import Forwarder
+from .identity import RankIdentity
+from .sinks import choose_layout, get_sink
+from .sinks.mlflow_sink import default_tracking_uri
+from .state import SinkConfig
+
+
+def log_dir() -> Path:
+    return Path(os.environ.get("PLATFORM_LOG_DIR") or "platform_logs").resolve()
+
+
+def inprocess_spool_dir(identity: RankIdentity) -> Path:
+    job_dir = log_dir() / identity.job_id
+    # several hand-started processes may share a JOB_ID: each keeps its own folder and run
+    return job_dir / ("tracking" if "JOB_ID" not in os.environ else f"tracking-{identity.label}")
+
+
+def drain_timeout() -> float:
+    return float(os.environ.get("PLATFORM_TRACKING_DRAIN_TIMEOUT", "10"))
+
+
+def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_cls):
+    spool_dir = inprocess_spool_dir(identity)
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    config = SinkConfig.load(spool_dir) or SinkConfig(
+        sink=sink_name,
+        layout=choose_layout(),
+        tracking_uri=default_tracking_uri() if sink_name == "mlflow" else None,
+        experiment_name=os.environ.get("MLFLOW_EXPERIMENT_NAME") or identity.job_name,
+        job={"job_id": identity.job_id, "job_name": identity.job_name, "parent": False,
+             "tags": {"command": " ".join(sys.argv), "mode": os.environ.get("PLATFORM_RUN_MODE", "")}},
+        ranks={identity.label: {"rank_id": identity.rank_id, "device_id": identity.device_id,
+                                "server_id": identity.server_id, "host": identity.host}},
+    )
+    config.save(spool_dir)
+    sink = get_sink(sink_name)
+    # Import the sink's library now: an import first attempted at interpreter exit fails
+    # (MLflow registers atexit hooks while importing).
+    sink.unavailable(config)
+    forwarder = Forwarder(spool_dir, config, sink, labels=[identity.label], interval=1.0)
+
+    def finish() -> None:
+        drained = forwarder.drain(drain_timeout())
+        if not drained:
+            print(f"platform_plugin.tracking: {forwarder.counts().pending} records wait in "
+                  f"{spool_dir} ({forwarder.last_error or 'sink busy'}); deliver them with "
+                  f"`platform-run sync {spool_dir.parent}`", file=sys.stderr)
+            return
+        try:
+            config.final_status = "FINISHED"
+            forwarder.sink.end_job(config, spool_dir)
+            config.ended = True
+            config.save(spool_dir)
+        except Exception as exc:  # noqa: BLE001 - exiting; the spool keeps everything
+            print(f"platform_plugin.tracking: could not end the run: {exc}", file=sys.stderr)
+
+    tracker = tracker_cls(spool_dir, identity, on_close=finish)
+    forwarder.start()
+    return tracker

@@ -1,0 +1,82 @@
+"""A local `mlflow server` for the UI and for tests: lean settings, loopback only.
+
+Lean = no job-execution workers and one web worker: measured 564 MB and ~10 s to start,
+instead of 2.7 GB and ~29 s with MLflow's defaults.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import PlatformPluginError
+from .sinks.mlflow_sink import sqlite_path
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def server_command(store_uri: str, port: int) -> list[str]:
+    mlflow = Path(sys.executable).with_name("mlflow")
+    cmd = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--backend-store-uri", store_uri,
+           "--host", HOST, "--port", str(port), "--workers", "1"]
+    db = sqlite_path(store_uri)
+    if db is not None:  # artifacts of runs created through the server land next to the store
+        cmd += ["--artifacts-destination", str(db.parent / "mlartifacts")]
+    return cmd
+
+
+def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike) -> subprocess.Popen:
+    """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker)."""
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(server_command(store_uri, port), stdout=log, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+    finally:
+        log.close()
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, *, timeout: float = 120,
+                 log_path: str | os.PathLike | None = None) -> None:
+    import requests
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            if requests.get(f"{url}/health", timeout=2).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    tail = Path(log_path).read_text(errors="replace")[-2000:] if log_path else ""
+    stop_server(proc)
+    raise PlatformPluginError(f"mlflow server at {url} did not become healthy "
+                              f"(exit code {proc.returncode}).\n{tail}")
+
+
+def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    try:  # workers left in the session after the parent exited
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,168 @@
+"""MLflow sink: one parent run per job and one child run per rank (layout "runs"), or every
+rank in the job's run with keys suffixed `-{RANK_ID}` (layout "flat")."""
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlparse
+
+from ..identity import run_name, stream_name
+from ..state import SinkConfig, StreamState
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
+PARENT_TAG = "mlflow.parentRunId"
+
+
+def default_tracking_uri(cwd: str | None = None) -> str:
+    """MLFLOW_TRACKING_URI, else an embedded store in the project folder."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{Path(cwd or os.getcwd()).resolve() / 'mlflow.db'}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):])
+
+
+@contextmanager
+def store_lock(uri: str):
+    """Serialise store creation between processes: several processes opening a fresh sqlite
+    store at once race on its schema migration and corrupt it (measured with 8 ranks)."""
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(f"{db}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+class MlflowSink:
+    name = "mlflow"
+    limits = {"m": 1000, "p": 100, "t": 100, "a": 1, "total": 1000}  # MLflow's log_batch limits
+
+    def __init__(self):
+        self._clients: dict[str, object] = {}
+
+    def client(self, uri: str):
+        if uri not in self._clients:
+            from mlflow.tracking import MlflowClient
+            self._clients[uri] = MlflowClient(tracking_uri=uri)
+        return self._clients[uri]
+
+    def unavailable(self, config: SinkConfig) -> str | None:
+        self.client(config.tracking_uri)  # imports MLflow once
+        if urlparse(config.tracking_uri or "").scheme not in ("http", "https"):
+            return None  # a local store is always there
+        import requests
+        try:
+            requests.get(config.tracking_uri.rstrip("/") + "/health", timeout=2).raise_for_status()
+        except requests.RequestException as exc:
+            return f"MLflow server {config.tracking_uri} unreachable ({type(exc).__name__})"
+        return None
+
+    # --- runs -------------------------------------------------------------------------------
+    def ensure_runs(self, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
+        with store_lock(config.tracking_uri):
+            client = self.client(config.tracking_uri)
+            if config.experiment_id is None:
+                config.experiment_id = self._experiment(client, config)
+                config.save(spool_dir)
+            if config.job.get("parent") and config.parent_run_id is None:
+                run = client.create_run(config.experiment_id, run_name=config.job["job_name"],
+                                        tags=config.job.get("tags", {}))
+                config.parent_run_id = run.info.run_id
+                config.save(spool_dir)
+            for label in labels:
+                state = StreamState.load(spool_dir, stream_name(label))
+                if state.run_id is None:
+                    state.run_id = self._run_for_rank(client, config, label)
+                    state.save(spool_dir, stream_name(label))
+
+    def _experiment(self, client, config: SinkConfig) -> str:
+        from mlflow.exceptions import MlflowException
+        name = config.experiment_name
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            db = sqlite_path(config.tracking_uri)
+            location = (db.parent / "mlartifacts").as_uri() if db else None
+            try:
+                experiment_id = client.create_experiment(name, artifact_location=location)
+            except MlflowException:  # created meanwhile by another process
+                experiment_id = client.get_experiment_by_name(name).experiment_id
+        else:
+            experiment_id = found.experiment_id
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return experiment_id
+
+    def _run_for_rank(self, client, config: SinkConfig, label: str) -> str:
+        if config.layout == "flat" and config.parent_run_id:
+            return config.parent_run_id
+        info = config.ranks.get(label, {})
+        tags = {k: str(v) for k, v in info.items() if k in ("rank_id", "device_id", "server_id",
+                                                            "host") and v is not None}
+        tags["job_id"] = config.job.get("job_id", "")
+        if config.parent_run_id:
+            tags[PARENT_TAG] = config.parent_run_id
+            name = run_name(label)
+        else:  # a process logging without the launcher: its own top-level run
+            tags.update(config.job.get("tags", {}))
+            name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)
+        return client.create_run(config.experiment_id, run_name=name, tags=tags).info.run_id
+
+    # --- delivery ---------------------------------------------------------------------------
+    def deliver(self, config: SinkConfig, label: str, state: StreamState,
+                records: list[list]) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+        suffix = f"-{label}" if config.layout == "flat" else ""
+        metrics, params, tags, artifacts = [], [], [], []
+        for record in records:
+            kind = record[0]
+            if kind == "m":
+                _, key, value, step, timestamp = record
+                metrics.append(Metric(key + suffix, float(value), int(timestamp), int(step)))
+            elif kind == "p":
+                params.append(Param(record[1] + suffix, record[2]))
+            elif kind == "t":
+                tags.append(RunTag(record[1] + suffix, record[2]))
+            else:
+                artifacts.append(record)
+        client = self.client(config.tracking_uri)
+        if metrics or params or tags:
+            client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
+        for _, local_path, artifact_path in artifacts:
+            if suffix:
+                artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
+            client.log_artifact(state.run_id, local_path, artifact_path)
+
+    def is_permanent(self, exc: BaseException) -> bool:
+        from mlflow.exceptions import MlflowException
+        if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
+            return True
+        return isinstance(exc, MlflowException) and exc.error_code == "INVALID_PARAMETER_VALUE"
+
+    # --- end of job -------------------------------------------------------------------------
+    def end_job(self, config: SinkConfig, spool_dir: Path) -> None:
+        client = self.client(config.tracking_uri)
+        status = config.final_status or "FINISHED"
+        for label, info in config.ranks.items():
+            state = StreamState.load(spool_dir, stream_name(label))
+            run_id = state.run_id or config.parent_run_id
+            log_path = info.get("log_path")
+            if run_id and log_path and Path(log_path).is_file():
+                where = f"logs/rank_{label}" if run_id == config.parent_run_id else "logs"
+                client.log_artifact(run_id, log_path, where)
+            if state.run_id and state.run_id != config.parent_run_id:
+                client.set_terminated(state.run_id, status)
+        if config.parent_run_id:
+            client.set_terminated(config.parent_run_id, status)

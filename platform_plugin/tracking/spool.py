@@ -1,0 +1,140 @@
+"""The per-rank spool: an append-only JSON-lines file, written by the rank and read by the
+forwarder.
+
+One line is one record, a JSON array whose first item says what it is:
+
+    ["m", key, value, step, timestamp_ms]     metric
+    ["p", key, value]                          param
+    ["t", key, value]                          tag
+    ["a", local_path, artifact_path|null]      artifact
+
+Lines are written whole with one `os.write` on an O_APPEND descriptor, so a rank killed
+mid-write leaves at most one partial line at the end. Readers consume complete lines only; a
+writer that reopens a file ending in a partial line first terminates it, so the fragment
+becomes one unparseable line that the reader skips and counts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+SPOOL_SUFFIX = ".jsonl"
+FLUSH_LINES = 1000  # a full buffer is written at once; the timer writes the rest
+
+
+def encode_metric(key_json: str, value: float, step: int, timestamp_ms: int) -> str:
+    # value - value == 0 only for finite floats; NaN/Infinity take json's spelling
+    number = repr(value) if value - value == 0.0 else json.dumps(value)
+    return f'["m",{key_json},{number},{step},{timestamp_ms}]\n'
+
+
+def encode(kind: str, *fields) -> str:
+    return json.dumps([kind, *fields], separators=(",", ":")) + "\n"
+
+
+class SpoolWriter:
+    """Buffered appender. `append` only touches memory (a lock and a list); the bytes reach the
+    file when the buffer is full, on `flush()` (the tracker's timer) or at `close()`."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+        self._lines: list[str] = []
+        self._terminate_partial_line()
+
+    def _terminate_partial_line(self) -> None:
+        size = os.fstat(self._fd).st_size
+        if size:
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+
+    def append(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+            if len(self._lines) >= FLUSH_LINES:
+                self._write_locked()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_locked()
+
+    def _write_locked(self) -> None:
+        if not self._lines or self._fd < 0:
+            return
+        data = "".join(self._lines).encode()
+        self._lines = []
+        while data:  # a regular file takes it all at once; loop for the short-write case
+            written = os.write(self._fd, data)
+            data = data[written:]
+
+    def drop_buffer(self) -> None:
+        """In a forked child: the parent's buffered lines are the parent's to write."""
+        self._lock = threading.Lock()
+        self._lines = []
+
+    def close(self) -> None:
+        with self._lock:
+            self._write_locked()
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+
+@dataclass
+class Chunk:
+    records: list[tuple[list, int]]  # (record, byte offset just after its line)
+    end: int  # offset after the last complete line read (bad lines included)
+    bad_lines: int  # complete lines that were not valid records (skipped)
+    partial_tail: bool  # bytes after `end` with no newline yet
+
+
+def read_complete(path: str | os.PathLike, offset: int, max_bytes: int = 8 << 20) -> Chunk:
+    """Complete lines from `offset`. A trailing fragment is not consumed: its writer may still
+    finish it."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(max_bytes)
+    last_newline = data.rfind(b"\n")
+    complete = data[: last_newline + 1]
+    records, bad, position = [], 0, offset
+    for raw in complete.splitlines(keepends=True):
+        position += len(raw)
+        record = _decode(raw)
+        if record is None:
+            bad += 1
+        else:
+            records.append((record, position))
+    # a read that stopped at max_bytes mid-line is not a partial tail, only an unread rest
+    partial = len(data) > len(complete) and len(data) < max_bytes
+    return Chunk(records, offset + len(complete), bad, partial)
+
+
+def _decode(raw: bytes) -> list | None:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, list) or not record or record[0] not in KINDS:
+        return None
+    return record if len(record) == KINDS[record[0]] else None
+
+
+KINDS = {"m": 5, "p": 3, "t": 3, "a": 3}  # kind -> fields per record
+
+
+def count_pending(path: str | os.PathLike, offset: int) -> tuple[int, bool]:
+    """(complete lines after `offset`, whether a partial line follows them)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return 0, False
+    return data.count(b"\n"), bool(data) and not data.endswith(b"\n")

@@ -1,0 +1,96 @@
+"""Small JSON state files next to the spools, replaced atomically (write + rename), so a crash
+leaves either the old or the new content, never a torn file.
+
+- `<stream>.state.json`: how far the stream was delivered (byte offset and counts) and the run
+  its points go to. The offset is written right after each accepted batch.
+- `sink.json`: the job's sink (kind, tracking URI, experiment, parent run, layout, job tags
+  and the final status), so `platform-run sync` can finish the job without the launcher.
+- `<stream>.lock`: an flock held while a stream is being forwarded, so a `sync` and a live
+  forwarder never send the same lines twice.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+SINK_FILE = "sink.json"
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+@dataclass
+class StreamState:
+    offset: int = 0  # bytes of the spool delivered (or skipped as bad lines)
+    delivered: int = 0
+    skipped: int = 0  # complete lines that were not valid records
+    rejected: int = 0  # valid records the sink refused for good (e.g. a param changing value)
+    run_id: str | None = None  # MLflow run of this stream (layout "runs")
+    last_error: str = ""
+
+    @staticmethod
+    def path_for(spool_dir: Path, stream: str) -> Path:
+        return spool_dir / f"{stream}.state.json"
+
+    @classmethod
+    def load(cls, spool_dir: Path, stream: str) -> "StreamState":
+        data = read_json(cls.path_for(spool_dir, stream)) or {}
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, spool_dir: Path, stream: str) -> None:
+        write_json_atomic(self.path_for(spool_dir, stream), asdict(self))
+
+
+@dataclass
+class SinkConfig:
+    sink: str  # registry key: "mlflow" | "wflogger"
+    layout: str = "runs"  # "runs" | "flat"
+    tracking_uri: str | None = None
+    experiment_name: str | None = None
+    experiment_id: str | None = None
+    parent_run_id: str | None = None  # the job's run (None for a rank logging without launcher)
+    job: dict = field(default_factory=dict)  # job_id, job_name, tags for the parent run
+    ranks: dict = field(default_factory=dict)  # label -> {device_id, server_id, host, log_path}
+    final_status: str | None = None  # set by finish(): "FINISHED" | "FAILED"
+    ended: bool = False  # runs terminated in the sink
+
+    @classmethod
+    def load(cls, spool_dir: Path) -> "SinkConfig | None":
+        data = read_json(spool_dir / SINK_FILE)
+        if data is None:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, spool_dir: Path) -> None:
+        write_json_atomic(spool_dir / SINK_FILE, asdict(self))
+
+
+@contextmanager
+def stream_lock(spool_dir: Path, stream: str, *, blocking: bool):
+    """Yields True when this process holds the stream, False when another one does."""
+    fd = os.open(spool_dir / f"{stream}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -1,0 +1,106 @@
+"""Fixtures and helpers for the tracking tests (issue #4): real MLflow stores and servers,
+plans built from the launcher's dataclasses, spool inspection."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from platform_plugin.launch.plan import LaunchPlan, RankSpec
+from platform_plugin.tracking.server import HOST, free_port, start_server, stop_server, wait_healthy
+
+ASSETS = Path(__file__).resolve().parent / "assets" / "tracking"
+STANDIN_PATH = str(ASSETS)  # holds the wflogger STAND-IN package `wf_analyse`
+
+
+def client(uri: str):
+    from mlflow.tracking import MlflowClient
+    return MlflowClient(tracking_uri=uri)
+
+
+def make_plan(tmp_path: Path, n: int = 2, *, job_name: str = "train", command=("python", "train.py"),
+              env: dict | None = None) -> LaunchPlan:
+    """A LaunchPlan as the launcher builds it, for JobTracking tests that need no processes."""
+    job_id = f"{job_name}-20260101-000000-{os.urandom(2).hex()}"
+    job_dir = tmp_path / "platform_logs" / job_id
+    job_dir.mkdir(parents=True)
+    ranks = []
+    for i in range(n):
+        log = job_dir / f"rank_{i}.log"
+        log.write_text(f"rank {i} says hello\n")
+        rank_env = {"RANK_ID": str(i), "DEVICE_ID": str(4 + i), "RANK_SIZE": str(n), "JOB_ID": job_id,
+                    "PLATFORM_JOB_NAME": job_name, "PLATFORM_SERVER_ID": "10.0.0.1", **(env or {})}
+        ranks.append(RankSpec(name=str(i), rank_id=i, local_rank=i, device_id=4 + i, argv=tuple(command),
+                              env=rank_env, cwd=str(tmp_path), log_path=str(log)))
+    return LaunchPlan(job_id=job_id, job_name=job_name, job_dir=str(job_dir), backend="plain",
+                      backend_reason="test", world_size=n, node_rank=0, nnodes=1, ranks=tuple(ranks),
+                      command=tuple(command))
+
+
+def spool_records(spool_dir: Path, label: str) -> list[list]:
+    return [json.loads(x) for x in (spool_dir / f"rank_{label}.jsonl").read_text().splitlines() if x]
+
+
+def child_runs(mlflow_client, parent_run_id: str):
+    parent = mlflow_client.get_run(parent_run_id)
+    runs = mlflow_client.search_runs([parent.info.experiment_id],
+                                     filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    return sorted(runs, key=lambda r: r.info.run_name)
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 (free port) over a sqlite store; can be killed and
+    restarted on the same port."""
+
+    def __init__(self, tmp_path: Path):
+        self.store = f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}"
+        (tmp_path / "server").mkdir(exist_ok=True)
+        self.log = tmp_path / "server" / "server.log"
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "MlflowServer":
+        self.proc = start_server(self.store, self.port, log_path=self.log)
+        wait_healthy(self.url, self.proc, timeout=180, log_path=self.log)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            stop_server(self.proc, grace=0)
+            self.proc = None
+
+
+@contextmanager
+def mlflow_server(tmp_path: Path):
+    server = MlflowServer(tmp_path)
+    try:
+        yield server.start()
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def tracking_env(clean_environ, tmp_path):
+    """Clean platform variables, work in tmp_path, wflogger STAND-IN importable by name only
+    when a test adds it. Short drain so a test of a dead sink does not wait 30 s."""
+    clean_environ.chdir(tmp_path)
+    clean_environ.setenv("PLATFORM_LOG_DIR", str(tmp_path / "platform_logs"))
+    clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "20")
+    clean_environ.delenv("PLATFORM_TRACKING", raising=False)
+    return clean_environ
