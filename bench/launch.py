@@ -72,8 +72,29 @@ def overhead(tmp: str, repeat: int) -> dict:
     }
 
 
-def throughput(tmp: str) -> dict:
+def throughput(tmp: str, repeat: int) -> dict:
+    runs = [_throughput_once(tmp) for _ in range(repeat)]
+    return {"baseline": statistics.median(r["baseline"] for r in runs),
+            "launch": statistics.median(r["launch"] for r in runs),
+            "cat": statistics.median(r["cat"] for r in runs),
+            "lost": sum(r["lost"] for r in runs), "runs": len(runs)}
+
+
+def piped_into_cat() -> None:
+    """The floor for any launcher that captures output: each rank piped into `cat`."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # as under the launcher: live output
+    ranks = [subprocess.Popen([PY, "-c", WRITER, str(r)], stdout=subprocess.PIPE, env=env)
+             for r in range(4)]
+    cats = [subprocess.Popen(["cat"], stdin=p.stdout, stdout=subprocess.DEVNULL) for p in ranks]
+    for p in ranks:
+        p.stdout.close()
+    for p in ranks + cats:
+        p.wait()
+
+
+def _throughput_once(tmp: str) -> dict:
     baseline = timed(lambda: bare_spawn([[PY, "-c", WRITER, str(r)] for r in range(4)]))
+    cat = timed(piped_into_cat)
     with open(os.devnull, "w") as devnull:
         result = None
 
@@ -86,7 +107,7 @@ def throughput(tmp: str) -> dict:
     for r in range(4):
         with open(f"{result.job_dir}/rank_{r}.log", "rb") as fh:
             lost += 250000 - fh.read().count(b"\n")
-    return {"baseline": baseline, "launch": ours, "lost": lost}
+    return {"baseline": baseline, "cat": cat, "launch": ours, "lost": lost}
 
 
 def death(tmp: str, mode: str, grace: float) -> float:
@@ -115,8 +136,9 @@ def msrun_death(tmp: str) -> float | None:
     argv = [str(BIN / "msrun"), "--worker_num", "2", "--local_worker_num", "2", "--master_port",
             str(free_port()), "--join", "True", "--log_dir", str(Path(tmp, "msrun_logs")),
             str(script)]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}  # msrun runs "python"
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=tmp, start_new_session=True)
+                            cwd=tmp, start_new_session=True, env=env)
     try:
         proc.wait(timeout=240)
     except subprocess.TimeoutExpired:
@@ -149,7 +171,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="bench_launch_")
     try:
         o = overhead(tmp, args.repeat)
-        t = throughput(tmp)
+        t = throughput(tmp, args.repeat)
         d_term = death(tmp, "term", 3.0)
         d_ignore = death(tmp, "ignore", 3.0)
         ms = msrun_death(tmp) if args.with_msrun else None
@@ -174,13 +196,17 @@ def main() -> None:
         f"launch()/bare = {r_bare:.2f}x (goal <= 1.2x: {'meets' if r_bare <= 1.2 else 'MISSES'}); "
         f"CLI/torchrun = {r_torch:.2f}x (goal <= 0.5x: {'meets' if r_torch <= 0.5 else 'MISSES'}).",
         "",
-        "Output throughput, 4 ranks x 250,000 lines (58 bytes each):", "",
+        f"Output throughput, 4 ranks x 250,000 lines (~58 bytes each), median of {t['runs']}:",
+        "",
         "| what | seconds |", "|---|---|",
         f"| ranks writing to /dev/null | {t['baseline']:.2f} |",
+        f"| reference: each rank piped into `cat` (a pipe + a reader, PYTHONUNBUFFERED=1) | "
+        f"{t['cat']:.2f} |",
         f"| through the launcher (rank logs + prefixed display to /dev/null) | {t['launch']:.2f} |",
         "",
         f"ratio {r_out:.2f}x (goal <= 1.5x: {'meets' if r_out <= 1.5 else 'MISSES'}); "
-        f"lines lost: {t['lost']}.", "",
+        f"lines lost over all runs: {t['lost']}. Launcher / piped-into-cat = "
+        f"{t['launch'] / t['cat']:.2f}x.", "",
         "Rank death -> job stopped (launch() returned), 4 ranks, grace 3 s:", "",
         "| what | seconds |", "|---|---|",
         f"| others die on SIGTERM | {d_term:.2f} |",

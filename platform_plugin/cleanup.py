@@ -2,8 +2,7 @@
 
     root  = find_root(explicit, cwd=...)            # --root > PLATFORM_CODE_DIR > .../CODE > project cwd
     rules = CleanupRules.load(only=..., keep=..., protect=..., root=root)
-    plan  = plan_cleanup(root, rules)              # pure walk: what would go
-    report = run_cleanup(plan, rules, dry_run=...) # --dry-run reports the same plan, deletes nothing
+    report = run_cleanup(root, rules, dry_run=...) # one walk; a dry run makes the same decisions
 
 The rules are data: one TOML file per category in the top-level `cleanup/` folder (shipped
 inside the wheel as `platform_plugin/cleanup_rules/`). Protected names (source, notebooks,
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from .cleanup_walk import Removal, delete, plan_tree
+from .cleanup_walk import Removal, walk
 from .errors import ConfigError
 
 ROOT_ENV = "PLATFORM_CODE_DIR"
@@ -31,7 +30,7 @@ PROTECTED_SUFFIXES = (".py", ".ipynb", ".sh", ".md")
 PROTECTED_NAMES = frozenset({".env", "platform.toml", KEEP_FILE})
 NEVER_ENTER = frozenset({".git"})  # neither walked nor deleted, file or folder
 PROJECT_MARKERS = (".ipynb", ".py")  # what makes a folder "look like a project"
-PROGRESS_MIN_FILES = 5000  # below this a bar only flickers
+PROGRESS_DELAY_S = 1.0  # a cleanup faster than this shows no counter at all
 
 
 def rules_dir() -> Path:
@@ -230,13 +229,6 @@ def looks_like_project(folder: Path, *, depth: int = 0) -> bool:
 
 # ------------------------------------------------------------------ plan -> delete -> report
 
-@dataclass(frozen=True)
-class CleanupPlan:
-    root: Path
-    removals: tuple[Removal, ...]
-    categories: tuple[str, ...]
-
-
 @dataclass
 class CleanupReport:
     root: Path
@@ -287,68 +279,57 @@ def human_bytes(size: int) -> str:
     return ""
 
 
-def plan_cleanup(root: Path, rules: CleanupRules) -> CleanupPlan:
-    return CleanupPlan(root, tuple(plan_tree(root, rules)), tuple(rules.categories))
-
-
-def run_cleanup(plan: CleanupPlan, rules: CleanupRules, *, dry_run: bool = False,
+def run_cleanup(root: Path, rules: CleanupRules, *, dry_run: bool = False,
                 progress: bool | None = None) -> CleanupReport:
-    """Delete the plan (or only report it). `progress=None`: a bar when stderr is a
-    terminal and the plan is big."""
+    """Walk ROOT once: decide every entry, and remove unless `dry_run` (same walk, same
+    decisions, so a dry run lists exactly what a real run removes). `progress=None`: a
+    counter on stderr when it is a terminal and the cleanup takes more than a second."""
     started = time.perf_counter()
-    if dry_run:
-        return CleanupReport(plan.root, True, plan.categories, list(plan.removals), [],
-                             time.perf_counter() - started)
-    total = sum(item.files for item in plan.removals)
-    bar = _progress_bar(total, progress)
+    bar = None if dry_run else _progress_bar(progress)
     try:
-        outcome = delete(plan.root, list(plan.removals), rules, bar.update if bar else None)
+        result = walk(root, rules, remove=not dry_run, progress=bar.update if bar else None)
     finally:
         if bar:
             bar.close()
-    return CleanupReport(plan.root, False, plan.categories, outcome.removed, outcome.errors,
+    return CleanupReport(root, dry_run, tuple(rules.categories), result.removals, result.errors,
                          time.perf_counter() - started)
 
 
-def _progress_bar(total: int, wanted: bool | None):
-    if wanted is None:
-        wanted = total >= PROGRESS_MIN_FILES and sys.stderr.isatty()
-    if not wanted:
+def _progress_bar(wanted: bool | None):
+    if wanted is False or (wanted is None and not sys.stderr.isatty()):
         return None
-    from tqdm import tqdm  # only big interactive cleanups pay for the import
+    from tqdm import tqdm  # only interactive cleanups pay for the import
 
-    return tqdm(total=total, unit="file", desc="cleaning", file=sys.stderr, leave=False)
+    # the total is unknown until the walk ends; `delay` keeps small cleanups silent
+    return tqdm(unit=" files", desc="cleaning", file=sys.stderr, leave=False,
+                delay=0 if wanted else PROGRESS_DELAY_S)
 
 
 @dataclass(frozen=True)
 class PreparedCleanup:
-    """Rules and plan made before anything is deleted, so a full run can show or refuse a
-    cleanup before its notebook starts."""
+    """ROOT and rules checked before anything runs, so a full run refuses a bad cleanup
+    before its notebook starts."""
 
+    root: Path
     rules: CleanupRules
-    plan: CleanupPlan
 
     def run(self, *, dry_run: bool = False, progress: bool | None = None) -> CleanupReport:
-        return run_cleanup(self.plan, self.rules, dry_run=dry_run, progress=progress)
+        return run_cleanup(self.root, self.rules, dry_run=dry_run, progress=progress)
 
 
 def prepare_cleanup(root: Path, *, only: Iterable[str] | None = None, keep: Iterable[str] = (),
                     protect: Iterable[Path] = ()) -> PreparedCleanup:
-    rules = CleanupRules.load(root, only=only, keep=keep, protect=protect)
-    return PreparedCleanup(rules, plan_cleanup(root, rules))
+    return PreparedCleanup(root, CleanupRules.load(root, only=only, keep=keep, protect=protect))
 
 
 def clean(root: Path, *, only: Iterable[str] | None = None, keep: Iterable[str] = (),
           protect: Iterable[Path] = (), dry_run: bool = False,
           progress: bool | None = None) -> CleanupReport:
     """The whole cleanup in one call (what `platform-run clean` uses)."""
-    started = time.perf_counter()
-    report = prepare_cleanup(root, only=only, keep=keep, protect=protect).run(
+    return prepare_cleanup(root, only=only, keep=keep, protect=protect).run(
         dry_run=dry_run, progress=progress)
-    report.seconds = time.perf_counter() - started  # planning included: the user waits for both
-    return report
 
 
-__all__ = ["CleanupPlan", "CleanupReport", "CleanupRules", "Category", "Removal",
-           "PreparedCleanup", "clean", "find_root", "load_categories", "plan_cleanup",
-           "prepare_cleanup", "run_cleanup", "rules_dir"]
+__all__ = ["CleanupReport", "CleanupRules", "Category", "Removal",
+           "PreparedCleanup", "clean", "find_root", "load_categories", "prepare_cleanup",
+           "run_cleanup", "rules_dir"]

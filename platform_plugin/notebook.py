@@ -17,6 +17,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,10 +25,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-import nbformat
-
 from . import settings as settings_module
-from .errors import ConfigError
+from .errors import ConfigError, PlatformPluginError
 from .notebook_params import load_params_file, load_profile, merge_parameters
 
 MODES = settings_module.MODES
@@ -66,11 +65,7 @@ class CellFailure:
     ename: str
     evalue: str
     traceback: tuple[str, ...] = ()
-
-    @property
-    def rank_table(self) -> str:
-        """The launcher's root-cause table (JobFailed's message), when a rank failed."""
-        return self.evalue if self.kind == "rank" else ""
+    rank_table: str = ""  # the launcher's root-cause table (JobResult.render()), rank failures
 
 
 @dataclass(frozen=True)
@@ -122,7 +117,9 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources)
 
 
-def read_notebook(path: Path) -> nbformat.NotebookNode:
+def read_notebook(path: Path) -> "nbformat.NotebookNode":
+    import nbformat  # here, not at the top: `platform-run clean` imports this module too
+
     if not path.is_file():
         raise ConfigError(f"notebook {path} not found", code="NB_MISSING")
     try:
@@ -131,7 +128,7 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
         raise ConfigError(f"{path} is not a readable notebook: {exc}", code="NB_INVALID")
 
 
-def _notebook_kernel(nb: nbformat.NotebookNode) -> str:
+def _notebook_kernel(nb: "nbformat.NotebookNode") -> str:
     return nb.metadata.get("kernelspec", {}).get("name") or DEFAULT_KERNEL
 
 
@@ -185,8 +182,9 @@ def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
         failure = _failure_from(error, watcher)
     except Exception as exc:  # a timeout or dead kernel escapes papermill's own handling
         kind = _escaped_failure_kind(exc)
-        if kind is None:
-            raise
+        if kind is None:  # e.g. the kernel did not start: nothing ran, no cell to blame
+            raise PlatformPluginError(f"the notebook could not be run: {type(exc).__name__}: "
+                                      f"{exc}") from exc
         if kind == "timeout" and watcher.timed_out_index is None:
             watcher.timed_out_index = watcher.current_index
         failure = _record_escaped_failure(run.output, watcher, exc)
@@ -238,6 +236,7 @@ class _CellWatcher:
         self.stream = stream
         self.current_index: int | None = None
         self.timed_out_index: int | None = None
+        self.failed_outputs: list = []  # outputs of the cell that raised
 
     def engine_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"on_cell_start": self.on_cell_start,
@@ -261,10 +260,13 @@ class _CellWatcher:
                   flush=True)
 
     def on_cell_error(self, cell, cell_index: int, execute_reply: dict, **_: Any) -> None:
+        self.failed_outputs = list(cell.get("outputs", []))
         if execute_reply.get("content", {}).get("ename") == TIMEOUT_ENAME:
             self.mark_timed_out(cell, cell_index)
 
     def mark_timed_out(self, cell, cell_index: int) -> None:
+        import nbformat
+
         self.timed_out_index = cell_index
         if any(o.get("ename") == TIMEOUT_ENAME for o in cell.get("outputs", [])):
             return
@@ -288,6 +290,7 @@ def _escaped_failure_kind(exc: BaseException) -> str | None:
 def _record_escaped_failure(output: Path, watcher: _CellWatcher, exc: BaseException) -> CellFailure:
     """The kernel did not answer the interrupt (or died): papermill raised past its own
     error handling. Record the failure in the saved notebook the way papermill would."""
+    import nbformat
     from papermill.exceptions import PapermillExecutionError
     from papermill.execute import raise_for_execution_errors
 
@@ -322,8 +325,31 @@ def _failure_from(error, watcher: _CellWatcher, kind: str | None = None) -> Cell
             kind = "rank"
         else:
             kind = "error"
+    table = rank_table(error.evalue, watcher.failed_outputs) if kind == "rank" else ""
     return CellFailure(kind, error.cell_index, error.exec_count, error.source, error.ename,
-                       error.evalue, tuple(error.traceback or ()))
+                       error.evalue, tuple(error.traceback or ()), table)
+
+
+def rank_table(message: str, outputs: list) -> str:
+    """The root-cause table of a failed `%dist_run`. JobFailed's message names the job
+    ("job <id> failed: rank 1 exit 3 (logs: ...)"); `%dist_run` printed the table
+    (JobResult.render(), headed "job <id> FAILED after ...", ending with "  logs: ...")
+    into the cell's output just before raising. Falls back to the message itself."""
+    if "\n" in message.strip():
+        return message  # the message carries the table
+    match = re.match(r"job (\S+) ", message)
+    if not match:
+        return message
+    for stream in ("stdout", "stderr"):
+        text = "".join(o.get("text", "") for o in outputs
+                       if o.get("output_type") == "stream" and o.get("name") == stream)
+        start = text.rfind(f"job {match.group(1)} ")
+        if start >= 0:
+            block = text[start:].splitlines()
+            end = next((i for i, line in enumerate(block) if line.startswith("  logs:")),
+                       len(block) - 1)
+            return "\n".join(block[:end + 1])
+    return message
 
 
 # ------------------------------------------------------------------ one call

@@ -2,9 +2,11 @@
 odd names. Exactly the expected set goes, and --dry-run lists exactly what a real run removes."""
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from platform_plugin import cleanup
-from platform_plugin.cleanup import CleanupRules, load_categories, plan_cleanup, run_cleanup
+from platform_plugin.cleanup import CleanupRules, load_categories, run_cleanup
 
 from notebook_helpers import platform_run, snapshot, write_tree
 
@@ -95,19 +97,62 @@ def test_only_restricts_categories(tmp_path):
     assert (root / "x.log").exists() and (root / "kernel_meta/k").exists()
 
 
-def test_tree_swapped_for_a_symlink_after_planning_is_not_followed(tmp_path):
-    """Planning saw a real folder; before deletion it became a link to outside. The delete
-    refuses (O_NOFOLLOW) instead of emptying the link's target."""
+class SwapBeforeEntering(CleanupRules):
+    """Simulates a race: the moment the walk decides about `exp/`, another process swaps it
+    for a symlink to a folder outside ROOT."""
+
+    def __init__(self, root: Path, outside: Path):
+        super().__init__(load_categories())
+        self.root, self.outside = root, outside
+
+    def directory_category(self, parts):
+        if parts == ("exp",) and not (self.root / "exp").is_symlink():
+            shutil.rmtree(self.root / "exp")
+            os.symlink(self.outside, self.root / "exp")
+        return super().directory_category(parts)
+
+
+def test_folder_swapped_for_a_symlink_during_the_walk_is_not_followed(tmp_path):
     root = tmp_path / "CODE"
     outside = make_outside(tmp_path)
-    write_tree(root, {"a.py": "", "exp/kernel_meta/k": "", "exp/x.log": ""})
-    rules = CleanupRules.load(root)
-    plan = plan_cleanup(root, rules)
-    shutil.rmtree(root / "exp")
-    os.symlink(outside, root / "exp")
-    report = run_cleanup(plan, rules)
-    assert len(report.errors) == 2 and not report.removed
-    assert (outside / "kernel_meta" / "precious.ckpt").exists() and (outside / "notes.log").exists()
+    write_tree(root, {"a.py": "", "exp/kernel_meta/k": "", "exp/x.log": "", "y.log": ""})
+    before_outside = snapshot(outside)
+    report = run_cleanup(root, SwapBeforeEntering(root, outside))
+    assert [i.rel for i in report.removed] == ["y.log"]
+    assert len(report.errors) == 1 and report.errors[0].startswith("exp/: not entered")
+    assert snapshot(outside) == before_outside
+
+
+@contextlib.contextmanager
+def unremovable(path: Path):
+    """Make `path` impossible to unlink: an immutable file (root ignores permissions, so
+    chmod alone would not do) or, for other users, a read-only parent folder."""
+    if os.geteuid() == 0:
+        if shutil.which("chattr") is None or subprocess.run(
+                ["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available on this filesystem")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.parent.chmod(0o500)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o700)
+
+
+def test_unremovable_entries_are_reported_and_the_rest_goes(tmp_path):
+    root = tmp_path / "CODE"
+    write_tree(root, {"a.py": "", "kernel_meta/locked/k.o": "1", "kernel_meta/free.o": "2",
+                      "kernel_meta/more/m.o": "3"})
+    with unremovable(root / "kernel_meta" / "locked" / "k.o"):
+        report = cleanup.clean(root)
+        assert (root / "kernel_meta" / "locked" / "k.o").exists()
+    assert {i.rel for i in report.removed} == {"kernel_meta/free.o", "kernel_meta/more"}
+    assert any(e.startswith("kernel_meta/locked/k.o:") for e in report.errors)
+    assert report.totals()["caches"] == (2, 2)
 
 
 @pytest.mark.slow
@@ -147,6 +192,8 @@ def build(root: Path, outside: Path, spec) -> dict[str, str]:
     leaves: dict[str, str] = {}
     for dirs, name, kind in spec:
         parent = root.joinpath(*dirs)
+        if any(root.joinpath(*dirs[:i]).is_symlink() for i in range(1, len(dirs) + 1)):
+            continue  # would create the entry through a link, outside ROOT
         try:
             parent.mkdir(parents=True, exist_ok=True)
             target = parent / name

@@ -177,6 +177,7 @@ def test_auto_choice_reads_the_program(tmp_path, ranktables):
     other.write_text("print('mindspore is only mentioned')\n")
     assert choose("auto", ["python", str(ms)], NO_TABLE, False)[0] == "ms-cluster"
     assert choose("auto", ["python", "-u", str(torch)], NO_TABLE, False)[0] == "torch"
+    assert choose("auto", ["python", "-W", "ignore", str(ms)], NO_TABLE, False)[0] == "ms-cluster"
     name, reason = choose("auto", ["python", str(other)], NO_TABLE, False)
     assert name == "plain" and "neither" in reason
     assert choose("auto", ["python", "-c", "import mindspore"], NO_TABLE, False)[0] == "ms-cluster"

@@ -63,7 +63,7 @@ def test_crash_exit_3_stops_the_others_and_names_the_root_cause(run):
     assert cause.pid and cause.host and "about to fail: bad batch" in cause.last_lines
     others = [f for f in result.failures if not f.root_cause]
     assert {f.name for f in others} == {"0", "2"}
-    assert all(f.stopped_by_launcher and f.signal_name == "SIGTERM" for f in others)
+    assert all(f.stopped_by_launcher and f.signal_name == "SIGTERM" for f in others), others
     table = result.render()
     assert "ROOT CAUSE" in table and "exit 3" in table and "about to fail" in table
     assert "rank 1 exit 3" in str(err.value)

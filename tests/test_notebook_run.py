@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +12,7 @@ from notebook_helpers import (cell_statuses, clean_env, error_names, make_notebo
                               platform_run, read_output, run_outputs, stream_text, write_tree)
 
 pytestmark = pytest.mark.slow
+ASSETS = Path(__file__).parent / "assets" / "notebook"
 
 PARAMS_CELL = "epochs = 1\nlr = 0.1\ndata = 'sample'\nuse_amp = False"
 SHOW_PARAMS = ("import json, os\n"
@@ -136,12 +139,42 @@ def test_full_run_cleans_code_first_and_keeps_its_output(tmp_path):
     assert done.returncode == 0 and (code / "kernel_meta" / "op.o").exists()
 
 
+def test_failed_rank_via_dist_run_exits_1_with_the_root_cause_table(tmp_path):
+    shutil.copy(ASSETS / "fail_rank.py", tmp_path / "fail_rank.py")
+    make_notebook(tmp_path / "nb.ipynb", [
+        "%load_ext platform_plugin",
+        "%dist_run --nproc 2 --tracking none python fail_rank.py",
+        "print('after the job')"])
+    done = platform_run("full", "nb.ipynb", "--no-cleanup", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "a rank failed in cell 3" in done.stderr
+    summary = done.stderr[done.stderr.index("a rank failed"):]
+    assert "JobFailed" in summary and "root cause: rank 1" in summary
+    assert "data shard missing" in summary and "ROOT CAUSE" in summary  # the table
+    nb = read_output(run_outputs(tmp_path)[0])
+    assert error_names(nb) == ["JobFailed"] and "after the job" not in stream_text(nb)
+    assert cell_statuses(nb)[-2:] == ["failed", "pending"]
+
+
 def test_dead_kernel_is_a_failure(tmp_path):
     make_notebook(tmp_path / "nb.ipynb", ["import os\nos._exit(3)", "print('after')"])
     done = platform_run("debug", "nb.ipynb", cwd=tmp_path)
     assert done.returncode == 1
     assert "kernel died" in done.stderr
     assert error_names(read_output(run_outputs(tmp_path)[0])) == ["DeadKernelError"]
+
+
+def test_kernel_that_cannot_start_exits_1_without_a_traceback(tmp_path):
+    spec = tmp_path / "jupyter" / "kernels" / "broken"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps(
+        {"argv": ["/bin/false", "{connection_file}"], "display_name": "broken",
+         "language": "python"}))
+    make_notebook(tmp_path / "nb.ipynb", ["print(1)"])
+    done = platform_run("debug", "nb.ipynb", "--kernel", "broken", cwd=tmp_path,
+                        env=clean_env(JUPYTER_PATH=str(tmp_path / "jupyter")))
+    assert done.returncode == 1
+    assert "the notebook could not be run" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_python_api_restores_environ_and_reports_failure(tmp_path, clean_environ):

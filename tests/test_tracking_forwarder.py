@@ -3,6 +3,7 @@ the ranks' trackers write the spools from this process, exactly as they would fr
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from platform_plugin.tracking.job import JobTracking
 from platform_plugin.tracking.replay import sync_spool_dir
 from platform_plugin.tracking.state import SinkConfig, StreamState
 from platform_plugin.tracking.tracker import Tracker
-from tracking_helpers import STANDIN_PATH, child_runs, client, make_plan, tracking_env  # noqa: F401
+from tracking_helpers import child_runs, client, make_plan, tracking_env, wflogger_standin  # noqa: F401
 
 
 class Result:  # the two JobResult attributes finish() reads
@@ -140,11 +141,9 @@ def test_flat_layout_puts_every_rank_in_the_job_run_with_suffixed_keys(tracking_
     assert sorted(a.path for a in c.list_artifacts(run.info.run_id, "logs")) == ["logs/rank_0", "logs/rank_1"]
 
 
-def test_wflogger_names_carry_the_rank(tracking_env, tmp_path, monkeypatch):
+def test_wflogger_names_carry_the_rank(wflogger_standin, tmp_path):
     # The platform SDK is private: tests/assets/tracking/wf_analyse is a STAND-IN that records calls.
-    monkeypatch.syspath_prepend(STANDIN_PATH)
-    calls = tmp_path / "wflogger_calls.jsonl"
-    tracking_env.setenv("WFLOGGER_STANDIN_LOG", str(calls))
+    calls = wflogger_standin
     plan = make_plan(tmp_path, 2)
     jt = JobTracking.create("auto", plan)  # SDK importable and no MLflow URI: wflogger
     assert jt.sink == "wflogger"
@@ -178,3 +177,33 @@ def test_dead_server_at_start_defers_everything_to_sync(tracking_env, tmp_path):
     assert report.delivered == 0 and report.pending == 1
     assert f"platform-run sync {plan.job_id}" in report.reason and "unreachable" in report.reason
     assert Forwarder(Path(report.spool_dir), jt.config, jt.forwarder.sink).counts().pending == 1
+
+
+STANDALONE = """
+from platform_plugin import tracking
+t = tracking.get_tracker()
+t.log_param("lr", 0.1)
+for step in range(300):
+    t.log_metric("loss", 1.0 / (step + 1))
+"""
+
+
+@pytest.mark.slow
+def test_a_script_without_launcher_forwards_in_process_and_drains_at_exit(tracking_env, tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "solo.py").write_text(STANDALONE)
+    subprocess.run([sys.executable, "solo.py"], cwd=tmp_path, check=True, timeout=300)
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = c.search_runs([c.get_experiment_by_name("solo").experiment_id])
+    assert run.info.run_name == "solo" and run.info.status == "FINISHED"
+    assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(300))
+
+    # the same script with its server down: it still exits, and says how to deliver later
+    from platform_plugin.tracking.server import free_port
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}",
+               PLATFORM_TRACKING_DRAIN_TIMEOUT="1")
+    done = subprocess.run([sys.executable, "solo.py"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0
+    assert "301 records wait in" in done.stderr and "platform-run sync" in done.stderr

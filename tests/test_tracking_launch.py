@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -14,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from platform_plugin.launch import launch
-from tracking_helpers import (ASSETS, STANDIN_PATH, MlflowServer, child_runs, client, tracking_env,  # noqa: F401
-                              wait_for)
+from tracking_helpers import (ASSETS, MlflowServer, child_runs, client, tracking_env,  # noqa: F401
+                              wait_for, wflogger_standin)
 
 pytestmark = pytest.mark.slow
 QUIET = {"write": lambda text: None}  # the launcher's display; rank logs stay in the job folder
@@ -75,18 +74,16 @@ for step in range(20):
 """
 
 
-def test_flat_layout_and_wflogger_through_the_launcher(tracking_env, tmp_path, monkeypatch):
+def test_flat_layout_and_wflogger_through_the_launcher(tracking_env, tmp_path, wflogger_standin):
     (tmp_path / "plain.py").write_text(PLAIN)
     tracking_env.setenv("PLATFORM_TRACKING_LAYOUT", "flat")
-    result = launch([sys.executable, "plain.py"], nproc=2, cwd=str(tmp_path), **QUIET)
+    result = launch([sys.executable, "plain.py"], nproc=2, cwd=str(tmp_path), tracking="mlflow", **QUIET)
     run = client(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result.tracking.parent_run_id)
     assert set(run.data.params) == {"learning-0", "learning-1"}
     assert set(run.data.metrics) == {"loss-0", "loss-1"} and run.data.metrics["loss-1"] == pytest.approx(1.05)
 
     # The platform SDK is private: tests/assets/tracking/wf_analyse is a STAND-IN recording calls.
-    monkeypatch.syspath_prepend(STANDIN_PATH)
-    calls = tmp_path / "wflogger.jsonl"
-    tracking_env.setenv("WFLOGGER_STANDIN_LOG", str(calls))
+    calls = wflogger_standin
     result = launch([sys.executable, "plain.py"], nproc=2, cwd=str(tmp_path), tracking="wflogger", **QUIET)
     assert result.tracking.sink == "wflogger" and result.tracking.delivered == 42
     names = [json.loads(x)["name"] for x in calls.read_text().splitlines()]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from platform_plugin.tracking.jobs import find_spool_dirs
 from platform_plugin.tracking.sinks import choose, choose_layout
 from platform_plugin.tracking.spool import SpoolWriter, count_pending, encode, encode_metric, read_complete
 from platform_plugin.tracking.tracker import NullTracker, Tracker
-from tracking_helpers import STANDIN_PATH, tracking_env  # noqa: F401 (fixture)
+from tracking_helpers import tracking_env, wflogger_standin  # noqa: F401 (fixtures)
 
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
 
@@ -103,14 +102,13 @@ def test_identity_without_rank_is_no_rank_as_the_platform_docs(clean_environ):
     assert [run_name(x) for x in ("0", "7", "12", "no-rank")] == ["rank-00", "rank-07", "rank-12", "rank-no-rank"]
 
 
-def test_sink_choice_explicit_env_and_auto(monkeypatch):
-    monkeypatch.delitem(sys.modules, "wf_analyse", raising=False)
+def test_sink_choice_explicit_env_and_auto(tracking_env, request):
     assert choose("mlflow", {}) == "mlflow"
     assert choose("none", {}) is None
     assert choose("auto", {"PLATFORM_TRACKING": "none"}) is None
     assert choose(None, {"PLATFORM_TRACKING": "WFLOGGER"}) == "wflogger"
     assert choose(None, {}) == "mlflow"  # no platform SDK here
-    monkeypatch.syspath_prepend(STANDIN_PATH)  # the wflogger STAND-IN makes the SDK importable
+    request.getfixturevalue("wflogger_standin")  # the STAND-IN makes the SDK importable
     assert choose(None, {}) == "wflogger"
     assert choose(None, {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"}) == "mlflow"
     with pytest.raises(ConfigError, match="use one of"):
@@ -138,8 +136,7 @@ def test_unknown_job_is_a_config_error(tracking_env, tmp_path):
 def test_forked_child_does_not_repeat_the_parents_buffer(tmp_path):
     """A DataLoader-style fork: the child's copy of the unflushed buffer must not be written."""
     script = f"""
-import os, sys
-sys.path.insert(0, {str(tmp_path)!r})
+import os
 from platform_plugin.tracking.identity import RankIdentity
 from platform_plugin.tracking.tracker import Tracker
 t = Tracker({str(tmp_path)!r}, RankIdentity("0", None, "j", "n", "s", "h"), flush_interval=60)

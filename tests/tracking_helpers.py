@@ -104,3 +104,17 @@ def tracking_env(clean_environ, tmp_path):
     clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "20")
     clean_environ.delenv("PLATFORM_TRACKING", raising=False)
     return clean_environ
+
+
+@pytest.fixture
+def wflogger_standin(tracking_env, tmp_path, monkeypatch):
+    """Make the platform's private wflogger SDK importable as a STAND-IN that records every call
+    (tests/assets/tracking/wf_analyse); forgotten again afterwards so `auto` picks MLflow in the
+    next test. Yields the file of recorded calls."""
+    import sys
+    monkeypatch.syspath_prepend(STANDIN_PATH)
+    calls = tmp_path / "wflogger_calls.jsonl"
+    tracking_env.setenv("WFLOGGER_STANDIN_LOG", str(calls))
+    yield calls
+    for name in [m for m in sys.modules if m == "wf_analyse" or m.startswith("wf_analyse.")]:
+        del sys.modules[name]

@@ -67,7 +67,12 @@ def run(args: argparse.Namespace) -> int:
         print(cleaning.run().render(), file=sys.stderr)
     print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
           file=sys.stderr, flush=True)
-    result = notebook.execute(run_spec)
+    try:
+        result = notebook.execute(run_spec)
+    except KeyboardInterrupt:
+        print(f"\n[platform-run] interrupted; the notebook so far: {run_spec.output}",
+              file=sys.stderr)
+        return 130
     print(summarize(result), file=sys.stderr)
     return result.exit_code
 
@@ -111,7 +116,7 @@ def render_failure(failure: CellFailure) -> str:
         detail = "\n".join(_plain(line) for line in failure.traceback) or \
             f"{failure.ename}: {failure.evalue}"
     elif failure.kind == "rank":
-        detail = "rank root cause:\n" + _plain(failure.rank_table)
+        detail = f"{failure.ename}: {failure.evalue}\n{_plain(failure.rank_table)}"
     else:
         detail = f"{failure.ename}: {failure.evalue}"
     return f"[platform-run] {headline}\n{source}\n{detail}"

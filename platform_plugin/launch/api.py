@@ -39,7 +39,7 @@ def launch(cmd: list[str] | str, nproc: int | None = None, backend: str = "auto"
     __tracebackhide__ = True  # IPython: the user's cell, not our frames, is the interesting part
     settings = settings_mod.resolve(mode, flags={"rank_table": rank_table,
                                                  "rank_start": rank_start}, cwd=cwd)
-    base_env = {**os.environ, **settings.process_env()}  # a copy: the caller's env is untouched
+    base_env = _rank_base_env({**os.environ, **settings.process_env()})  # a copy: caller untouched
     options = LaunchOptions(
         nproc=nproc, backend=backend, nnodes=nnodes, node_rank=node_rank,
         master_addr=master_addr, master_port=master_port,
@@ -71,6 +71,14 @@ def launch(cmd: list[str] | str, nproc: int | None = None, backend: str = "auto"
     if check and not result.ok:
         raise JobFailed(result)
     return result
+
+
+def _rank_base_env(env: dict) -> dict:
+    """Drop what only makes sense inside the kernel: ranks are plain processes, and an inline
+    matplotlib backend there fails on the first plot."""
+    if env.get("MPLBACKEND", "").startswith("module://matplotlib_inline"):
+        del env["MPLBACKEND"]
+    return env
 
 
 def _preflight(plan: LaunchPlan, options: LaunchOptions, output: Output) -> None:

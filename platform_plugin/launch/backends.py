@@ -173,7 +173,7 @@ def program_source(command: list[str]) -> tuple[str, bytes | None]:
     if args and os.path.basename(args[0]).startswith("python"):
         args = args[1:]
         while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
-            args = args[1:]
+            args = args[2:] if args[0] in ("-W", "-X") else args[1:]  # options with a value
         if len(args) >= 2 and args[0] == "-c":
             return "python -c", args[1].encode()
         if len(args) >= 2 and args[0] == "-m":

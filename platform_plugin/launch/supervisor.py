@@ -23,7 +23,9 @@ from .result import JobResult, RankFailure, describe_exit
 POLL_S = 0.05
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 READ_SIZE = 1 << 20
-PIPE_SIZE = 1 << 20  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
+PIPE_SIZE = 1 << 20
+BUSY_BYTES = 16 * 1024  # a pump that read this much means ranks are printing fast ...
+BATCH_S = 0.005  # ... so wait this long before the next read (display latency stays tiny)  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
 
 
 @dataclass
@@ -35,6 +37,14 @@ class _Proc:
     eof: bool = False
     ended_while_stopping: bool = False
     failure_order: int | None = None
+    pidfd: int | None = None
+
+
+@dataclass
+class _Exit:
+    """Selector tag of a process's pidfd."""
+
+    proc: _Proc
 
 
 @dataclass
@@ -55,6 +65,8 @@ class Supervisor:
         self.procs: list[_Proc] = []
         self._stop: _Stop | None = None
         self._failures: list[_Proc] = []
+        self._groups_empty_at: float | None = None
+        self._read_in_last_pump = 0
         self._selector = selectors.DefaultSelector()
 
     # -- public -------------------------------------------------------------------------
@@ -74,6 +86,9 @@ class Supervisor:
         finally:
             self._kill_everything()
             self.output.close()
+            for proc in self.procs:
+                if proc.pidfd is not None:
+                    os.close(proc.pidfd)
             self._selector.close()
             lifeline.release()
         result = self._result()
@@ -92,6 +107,9 @@ class Supervisor:
             _enlarge_pipe(popen.stdout.fileno())
             os.set_blocking(popen.stdout.fileno(), False)
             self._selector.register(popen.stdout, selectors.EVENT_READ, proc)
+            proc.pidfd = _pidfd(popen.pid)
+            if proc.pidfd is not None:  # readable when the process exits: no polling delay
+                self._selector.register(proc.pidfd, selectors.EVENT_READ, _Exit(proc))
 
     # -- the loop -----------------------------------------------------------------------
     def _supervise(self) -> None:
@@ -99,15 +117,17 @@ class Supervisor:
             try:
                 next_check = 0.0
                 while True:
-                    self._pump(POLL_S)
+                    exited = self._pump(POLL_S)
                     now = time.monotonic()
-                    if now >= next_check:  # a chatty job must not pay for waitpid per read
+                    if exited or now >= next_check:  # chatty ranks must not pay waitpid per read
                         next_check = now + CHECK_S
                         self._reap()
                         self._check_deadlines()
                         if self._finished():
                             return
                     self.output.flush()
+                    if self._read_in_last_pump >= BUSY_BYTES:
+                        time.sleep(BATCH_S)  # busy ranks: let the pipes fill, read in big chunks
             except KeyboardInterrupt:
                 if self._stop is None:
                     self._begin_stop("interrupted", "interrupted (Ctrl-C, kernel interrupt or "
@@ -115,8 +135,17 @@ class Supervisor:
                 else:
                     self._stop.kill_at = 0.0  # second interrupt: no more grace
 
-    def _pump(self, wait: float) -> None:
+    def _pump(self, wait: float) -> bool:
+        """Read what is ready; True when a process exited."""
+        exited = False
+        self._read_in_last_pump = 0
         for key, _ in self._selector.select(timeout=wait):
+            if isinstance(key.data, _Exit):
+                exited = True
+                self._selector.unregister(key.fd)
+                os.close(key.fd)
+                key.data.proc.pidfd = None
+                continue
             proc: _Proc = key.data
             try:
                 data = os.read(key.fd, READ_SIZE)
@@ -125,20 +154,23 @@ class Supervisor:
             except OSError:
                 data = b""
             if data:
+                self._read_in_last_pump += len(data)
                 self.output.feed(proc.spec.name, data)
             else:
                 proc.eof = True
                 self._selector.unregister(key.fileobj)
                 key.fileobj.close()
+        return exited
 
     def _reap(self) -> None:
         now = time.monotonic()
-        stopping = self._stop is not None  # before this round: simultaneous failures are not "stopped"
         for proc in self.procs:
             if proc.ended is not None or proc.popen.poll() is None:
                 continue
             proc.ended = now
-            proc.ended_while_stopping = stopping
+            # an exit found after the stop began counts as stopped, even a same-instant failure:
+            # SIGTERM may already have landed, and the root cause is the first one found anyway
+            proc.ended_while_stopping = self._stop is not None
             if proc.popen.returncode != 0:
                 proc.failure_order = len(self._failures)
                 self._failures.append(proc)
@@ -175,7 +207,7 @@ class Supervisor:
         if all(p.eof for p in self.procs) or not self._selector.get_map():
             return True
         # a process that left its group (setsid daemon) may still hold a pipe: do not wait on it
-        self._groups_empty_at = getattr(self, "_groups_empty_at", None) or time.monotonic()
+        self._groups_empty_at = self._groups_empty_at or time.monotonic()
         return time.monotonic() - self._groups_empty_at > 1.0
 
     def _begin_stop(self, status: str, reason: str) -> None:
@@ -236,6 +268,13 @@ class Supervisor:
             handler = getattr(observer, event, None)
             if handler:
                 handler(payload)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # old kernel/Python: exits are found by polling instead
+        return None
 
 
 def _enlarge_pipe(fd: int) -> None:

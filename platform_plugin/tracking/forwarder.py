@@ -11,6 +11,7 @@ there. `sync` and a live forwarder cannot overlap on a stream (the flock).
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,11 @@ def batches(records: list[tuple[list, int]], limits: dict[str, int]):
             keys.add(keyed)
     if batch:
         yield batch
+
+
+def drain_timeout(default: float) -> float:
+    """Seconds to wait for delivery at the end: PLATFORM_TRACKING_DRAIN_TIMEOUT, else `default`."""
+    return float(os.environ.get("PLATFORM_TRACKING_DRAIN_TIMEOUT") or default)
 
 
 def spool_labels(spool_dir: Path) -> list[str]:

@@ -11,25 +11,18 @@ import os
 import sys
 from pathlib import Path
 
-from .forwarder import Forwarder
+from .forwarder import Forwarder, drain_timeout
 from .identity import RankIdentity
+from .jobs import log_dir
 from .sinks import choose_layout, get_sink
 from .sinks.mlflow_sink import default_tracking_uri
 from .state import SinkConfig
-
-
-def log_dir() -> Path:
-    return Path(os.environ.get("PLATFORM_LOG_DIR") or "platform_logs").resolve()
 
 
 def inprocess_spool_dir(identity: RankIdentity) -> Path:
     job_dir = log_dir() / identity.job_id
     # several hand-started processes may share a JOB_ID: each keeps its own folder and run
     return job_dir / ("tracking" if "JOB_ID" not in os.environ else f"tracking-{identity.label}")
-
-
-def drain_timeout() -> float:
-    return float(os.environ.get("PLATFORM_TRACKING_DRAIN_TIMEOUT", "10"))
 
 
 def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_cls):
@@ -53,7 +46,7 @@ def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_c
     forwarder = Forwarder(spool_dir, config, sink, labels=[identity.label], interval=1.0)
 
     def finish() -> None:
-        drained = forwarder.drain(drain_timeout())
+        drained = forwarder.drain(drain_timeout(10))
         if not drained:
             print(f"platform_plugin.tracking: {forwarder.counts().pending} records wait in "
                   f"{spool_dir} ({forwarder.last_error or 'sink busy'}); deliver them with "

@@ -15,7 +15,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from .forwarder import Forwarder
+from .forwarder import Forwarder, drain_timeout
 from .sinks import choose, choose_layout, get_sink
 from .sinks.mlflow_sink import default_tracking_uri
 from .state import SinkConfig
@@ -60,10 +60,6 @@ class JobTracking:
         return DeliveryReport()
 
 
-def drain_timeout() -> float:
-    return float(os.environ.get("PLATFORM_TRACKING_DRAIN_TIMEOUT", "30"))
-
-
 class SpoolingJobTracking(JobTracking):
     def __init__(self, sink_name: str, plan, layout: str):
         self.sink = sink_name
@@ -95,7 +91,7 @@ class SpoolingJobTracking(JobTracking):
         ok = bool(getattr(result, "ok", False))
         self.config.final_status = "FINISHED" if ok else "FAILED"
         self.config.save(self.spool_dir)
-        drained = self.forwarder.drain(drain_timeout())
+        drained = self.forwarder.drain(drain_timeout(30))
         if self.forwarder.sink.unavailable(self.config) is None:
             try:
                 self.forwarder.sink.end_job(self.config, self.spool_dir)
