@@ -23,7 +23,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.utils.text import DollarFormatter
 
 from .errors import ConfigError, Problem
-from .launch import launch
+from .launch import JobFailed, launch
 from .launch.arguments import add_arguments, command_of, launch_kwargs
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
@@ -77,9 +77,10 @@ class DistRunMagics(Magics):
         result = None
         try:
             result = launch(command, **kwargs)
-        except Exception as exc:
-            result = getattr(exc, "result", None)
-            raise
+        except JobFailed as exc:
+            result = exc.result
+            # the table above says everything: no launcher frames in the cell's traceback
+            raise exc.with_traceback(None) from None
         finally:
             self.shell.user_ns["_dist_result"] = result
         return None

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import math
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,16 +26,13 @@ from typing import Any, Iterable, Iterator
 
 from . import settings as settings_module
 from .errors import ConfigError, PlatformPluginError
+from .notebook_failure import (CellFailure, CellWatcher, escaped_failure_kind, failure_from,
+                               record_escaped_failure)
 from .notebook_params import load_params_file, load_profile, merge_parameters
 
 MODES = settings_module.MODES
 RUNS_DIR = "runs"
 DEFAULT_KERNEL = "python3"
-TIMEOUT_ENAME = "CellTimeoutError"  # the error a timed-out cell is recorded with
-RANK_FAILURE_ENAMES = ("JobFailed",)  # platform_plugin.launch's error when a rank fails
-# After a timeout the kernel is interrupted; give %dist_run time to stop its ranks
-# (SIGTERM, grace, SIGKILL) and report before the kernel is shut down.
-INTERRUPT_GRACE_S = 30
 
 
 @dataclass(frozen=True)
@@ -54,18 +50,6 @@ class NotebookRun:
     timeout: int | None  # seconds per cell
     profile: Path | None
     sources: dict[str, str] = field(default_factory=dict)  # parameter -> profile|file|-p|injected
-
-
-@dataclass(frozen=True)
-class CellFailure:
-    kind: str  # "error" | "rank" | "timeout" | "kernel"
-    cell_index: int  # 0-based index in the notebook that ran
-    execution_count: int | None
-    source: str
-    ename: str
-    evalue: str
-    traceback: tuple[str, ...] = ()
-    rank_table: str = ""  # the launcher's root-cause table (JobResult.render()), rank failures
 
 
 @dataclass(frozen=True)
@@ -167,7 +151,7 @@ def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
     from papermill.exceptions import PapermillExecutionError
 
     run.output.parent.mkdir(parents=True, exist_ok=True)
-    watcher = _CellWatcher(run.timeout, sys.stderr if live else None)
+    watcher = CellWatcher(run.timeout, sys.stderr if live else None)
     started = time.monotonic()
     failure = None
     try:
@@ -179,15 +163,15 @@ def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
                 stderr_file=sys.stderr if live else None,
                 **watcher.engine_options())
     except PapermillExecutionError as error:
-        failure = _failure_from(error, watcher)
+        failure = failure_from(error, watcher)
     except Exception as exc:  # a timeout or dead kernel escapes papermill's own handling
-        kind = _escaped_failure_kind(exc)
+        kind = escaped_failure_kind(exc)
         if kind is None:  # e.g. the kernel did not start: nothing ran, no cell to blame
             raise PlatformPluginError(f"the notebook could not be run: {type(exc).__name__}: "
                                       f"{exc}") from exc
         if kind == "timeout" and watcher.timed_out_index is None:
             watcher.timed_out_index = watcher.current_index
-        failure = _record_escaped_failure(run.output, watcher, exc)
+        failure = record_escaped_failure(run.output, watcher, exc)
     return NotebookResult(run, failure is None, time.monotonic() - started, failure)
 
 
@@ -223,140 +207,12 @@ def _quiet_injected_parameter() -> Iterator[None]:
         logger.removeFilter(keep)
 
 
-class _CellWatcher:
-    """nbclient hooks: prints a marker per cell and records which cell timed out.
-
-    papermill leaves a timed-out cell marked "completed" (nbclient's CellTimeoutError is
-    not a CellExecutionError). We ask nbclient to interrupt the kernel on timeout and to
-    answer with a sentinel error, then record it in the cell so the notebook and the exit
-    code both say the run failed."""
-
-    def __init__(self, timeout: int | None, stream):
-        self.timeout = timeout
-        self.stream = stream
-        self.current_index: int | None = None
-        self.timed_out_index: int | None = None
-        self.failed_outputs: list = []  # outputs of the cell that raised
-
-    def engine_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"on_cell_start": self.on_cell_start,
-                                   "on_cell_error": self.on_cell_error}
-        if self.timeout:
-            options.update(
-                execution_timeout=self.timeout, interrupt_on_timeout=True,
-                iopub_timeout=INTERRUPT_GRACE_S,
-                error_on_timeout={"ename": TIMEOUT_ENAME, "evalue": self.timeout_message(),
-                                  "traceback": [f"{TIMEOUT_ENAME}: {self.timeout_message()}"]})
-        return options
-
-    def timeout_message(self) -> str:
-        return f"the cell ran longer than --timeout {self.timeout}s; the kernel was interrupted"
-
-    def on_cell_start(self, cell, cell_index: int, **_: Any) -> None:
-        self.current_index = cell_index
-        if self.stream and cell.cell_type == "code":
-            first = next((line for line in cell.source.splitlines() if line.strip()), "")
-            print(f"[platform-run] cell {cell_index + 1}: {first[:70]}", file=self.stream,
-                  flush=True)
-
-    def on_cell_error(self, cell, cell_index: int, execute_reply: dict, **_: Any) -> None:
-        self.failed_outputs = list(cell.get("outputs", []))
-        if execute_reply.get("content", {}).get("ename") == TIMEOUT_ENAME:
-            self.mark_timed_out(cell, cell_index)
-
-    def mark_timed_out(self, cell, cell_index: int) -> None:
-        import nbformat
-
-        self.timed_out_index = cell_index
-        if any(o.get("ename") == TIMEOUT_ENAME for o in cell.get("outputs", [])):
-            return
-        # before any KeyboardInterrupt the interrupt produced, so it is the error papermill reports
-        first_error = next((i for i, o in enumerate(cell.outputs) if o.output_type == "error"),
-                           len(cell.outputs))
-        cell.outputs.insert(first_error, nbformat.v4.new_output(
-            "error", ename=TIMEOUT_ENAME, evalue=self.timeout_message(),
-            traceback=[f"{TIMEOUT_ENAME}: {self.timeout_message()}"]))
-
-
-def _escaped_failure_kind(exc: BaseException) -> str | None:
-    """nbclient errors that papermill does not turn into a failed cell."""
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    if isinstance(exc, CellTimeoutError):  # e.g. the kernel ignored the interrupt
-        return "timeout"
-    return "kernel" if isinstance(exc, DeadKernelError) else None
-
-
-def _record_escaped_failure(output: Path, watcher: _CellWatcher, exc: BaseException) -> CellFailure:
-    """The kernel did not answer the interrupt (or died): papermill raised past its own
-    error handling. Record the failure in the saved notebook the way papermill would."""
-    import nbformat
-    from papermill.exceptions import PapermillExecutionError
-    from papermill.execute import raise_for_execution_errors
-
-    nb = nbformat.read(output, as_version=4)
-    index = watcher.timed_out_index if watcher.timed_out_index is not None else (
-        watcher.current_index or 0)
-    cell = nb.cells[index]
-    if watcher.timed_out_index is not None:
-        watcher.mark_timed_out(cell, index)
-    else:
-        cell.outputs.append(nbformat.v4.new_output(
-            "error", ename=type(exc).__name__, evalue=str(exc) or "the kernel died",
-            traceback=[f"{type(exc).__name__}: {exc}"]))
-    cell.metadata.setdefault("papermill", {}).update(status="failed", exception=True)
-    for later in nb.cells[index + 1:]:  # papermill marked them "completed" on its way out
-        if "papermill" in later.metadata and not later.metadata.papermill.get("start_time"):
-            later.metadata.papermill["status"] = "pending"
-    nb.metadata.setdefault("papermill", {})["exception"] = True
-    try:
-        raise_for_execution_errors(nb, str(output))
-    except PapermillExecutionError as error:
-        return _failure_from(error, watcher, kind=None if watcher.timed_out_index is not None
-                             else "kernel")
-    raise exc  # pragma: no cover - the error output above always makes papermill raise
-
-
-def _failure_from(error, watcher: _CellWatcher, kind: str | None = None) -> CellFailure:
-    if kind is None:
-        if error.ename == TIMEOUT_ENAME or watcher.timed_out_index == error.cell_index:
-            kind = "timeout"
-        elif error.ename in RANK_FAILURE_ENAMES:
-            kind = "rank"
-        else:
-            kind = "error"
-    table = rank_table(error.evalue, watcher.failed_outputs) if kind == "rank" else ""
-    return CellFailure(kind, error.cell_index, error.exec_count, error.source, error.ename,
-                       error.evalue, tuple(error.traceback or ()), table)
-
-
-def rank_table(message: str, outputs: list) -> str:
-    """The root-cause table of a failed `%dist_run`. JobFailed's message names the job
-    ("job <id> failed: rank 1 exit 3 (logs: ...)"); `%dist_run` printed the table
-    (JobResult.render(), headed "job <id> FAILED after ...", ending with "  logs: ...")
-    into the cell's output just before raising. Falls back to the message itself."""
-    if "\n" in message.strip():
-        return message  # the message carries the table
-    match = re.match(r"job (\S+) ", message)
-    if not match:
-        return message
-    for stream in ("stdout", "stderr"):
-        text = "".join(o.get("text", "") for o in outputs
-                       if o.get("output_type") == "stream" and o.get("name") == stream)
-        start = text.rfind(f"job {match.group(1)} ")
-        if start >= 0:
-            block = text[start:].splitlines()
-            end = next((i for i, line in enumerate(block) if line.startswith("  logs:")),
-                       len(block) - 1)
-            return "\n".join(block[:end + 1])
-    return message
-
-
 # ------------------------------------------------------------------ one call
 
 def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
                        keep: Iterable[str] = ()) -> "cleanup.PreparedCleanup":
-    """Plan the full run's cleanup of CODE/, keeping this run's output notebook."""
+    """Check the full run's cleanup of CODE/ (root, rules) before anything runs; the
+    run's output notebook is protected."""
     from . import cleanup
 
     try:

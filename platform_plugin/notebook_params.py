@@ -8,8 +8,6 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
-
 from .errors import ConfigError
 
 PROFILE_NAME = "platform.toml"
@@ -54,6 +52,8 @@ def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[
 def load_params_file(path: str | Path | None) -> dict:
     if not path:
         return {}
+    import yaml  # only a run given -f pays for it
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -50,12 +50,6 @@ def kill_job(job_dir: str) -> None:
             pass
 
 
-def only_job_dir(log_dir: Path) -> str:
-    dirs = [d for d in log_dir.iterdir() if d.is_dir() and d.name != "cells"]
-    assert len(dirs) == 1, dirs
-    return str(dirs[0])
-
-
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -3,7 +3,6 @@ launcher, stale ranks, busy ports, and rank-table jobs run with an HCCL stand-in
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -12,8 +11,8 @@ import pytest
 
 from platform_plugin import launch
 from platform_plugin.errors import ConfigError
-from launch_helpers import (ASSETS, BEHAVE, PY, kill_job, log_text, only_job_dir, read_job,
-                            start_cli, wait_for, wait_no_processes)
+from launch_helpers import (ASSETS, BEHAVE, PY, kill_job, log_text, read_job, start_cli,
+                            wait_for, wait_no_processes)
 
 STANDIN = str(ASSETS / "hccl_standin.py")
 
@@ -84,29 +83,42 @@ def test_busy_port_is_refused_before_anything_starts(log_dir):
     assert list(log_dir.iterdir()) == []
 
 
-def _table_env(ranktables, name, **extra):
+def private_table(ranktables, name, tmp_path) -> str:
+    """A copy of a sample table whose server ids are unique to this test: the stale-rank check
+    looks at every process of this user, and other test runs on this machine may be running
+    ranks of the sample tables (same devices, same server ids) right now."""
+    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
+    text = (ranktables / name).read_text().replace('"10.0.0.', f'"10.{tag}.')
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _table_env(ranktables, name, tmp_path, **extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_"))}
-    return {**env, "RANK_TABLE_FILE": str(ranktables / name), "PLATFORM_RUN_MODE": "full", **extra}
+    return {**env, "RANK_TABLE_FILE": private_table(ranktables, name, tmp_path),
+            "PLATFORM_RUN_MODE": "full", **extra}
 
 
 def test_rank_table_job_runs_the_ranks_with_hccl_ready_env(log_dir, ranktables, tmp_path):
     """No NPU/HCCL here: hccl_standin.py checks the env the way HCCL init would."""
     code, out, err = finish(start_cli(["--backend", "rank-table", "--", PY, STANDIN], log_dir,
-                                      env=_table_env(ranktables, "hccl_4p_4567_10.0.0.1.json",
+                                      env=_table_env(ranktables, "hccl_4p_4567_10.0.0.1.json", tmp_path,
                                                      PLATFORM_CACHE_DIR=str(tmp_path / "cache"))))
     assert code == 0, out + err
     for rank, device in zip(range(4), range(4, 8)):
         assert f"[rank {rank}] HCCL-OK rank {rank} device {device} size 4" in out
     code, out, err = finish(start_cli(["--backend", "rank-table", "--", PY, STANDIN], log_dir,
-                                      env=_table_env(ranktables, "hccl_2s_16p.json",
+                                      env=_table_env(ranktables, "hccl_2s_16p.json", tmp_path,
                                                      RANK_START="8")))
     assert code == 0, out + err
     assert all(f"HCCL-OK rank {8 + i} device {i} size 16" in out for i in range(8))
 
 
-def test_ranks_of_an_earlier_job_on_the_same_devices_are_refused_or_killed(log_dir, ranktables):
-    env = _table_env(ranktables, "hccl_4p_4567_10.0.0.1.json")
+def test_ranks_of_an_earlier_job_on_the_same_devices_are_refused_or_killed(log_dir, ranktables,
+                                                                          tmp_path):
+    env = _table_env(ranktables, "hccl_4p_4567_10.0.0.1.json", tmp_path)
     first = start_cli(["--backend", "rank-table", "--", PY, STANDIN, "600"], log_dir, env=env)
     job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
     wait_for(lambda: all("HCCL-OK" in log_text(job_dir, str(r)) for r in range(4)),
@@ -114,7 +126,7 @@ def test_ranks_of_an_earlier_job_on_the_same_devices_are_refused_or_killed(log_d
     pids = set(read_job(job_dir)["pids"].values())
     second = log_dir / "second"
     kw = dict(backend="rank-table", tracking="none", log_dir=str(second), write=lambda s: None)
-    table = str(ranktables / "hccl_4p_4567_10.0.0.1.json")
+    table = env["RANK_TABLE_FILE"]
     with pytest.raises(ConfigError) as err:
         launch([PY, STANDIN], rank_table=table, mode="full", **kw)
     assert err.value.problems[0].code == "LAUNCH_STALE_RANKS"

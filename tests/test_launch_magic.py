@@ -94,7 +94,8 @@ def test_kernel_interrupt_stops_the_job(kernel):
         reply = kc.get_shell_msg(timeout=max(1, deadline - time.monotonic()))
         if reply["parent_header"].get("msg_id") == msg_id:
             break
-    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "JobFailed"
+    content = reply["content"]
+    assert content["status"] == "error" and content["ename"] == "JobFailed", content
     assert wait_no_processes(job_dir, timeout=5) == []
     _, out = run_cell(kc, "print(_dist_result.status)")
     assert "interrupted" in out

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
 from platform_plugin import JobFailed, launch
 from platform_plugin.launch.jobfile import read
-from launch_helpers import BEHAVE, PY, job_processes, kill_job, log_text, wait_no_processes
+from launch_helpers import BEHAVE, PY, job_processes, kill_job, log_text
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Reading a failed `%dist_run` cell: the root-cause table comes from the cell's output."""
 from __future__ import annotations
 
-from platform_plugin.notebook import rank_table
+from platform_plugin.notebook_failure import rank_table
 
 TABLE = ("job train-1 FAILED after 2.0s (backend plain, 2 processes)\n"
          "  root cause: rank 1 (device 1, host vm, pid 9) exit 3 after 1.0s\n"

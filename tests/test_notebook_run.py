@@ -198,9 +198,9 @@ def test_python_api_restores_environ_and_reports_failure(tmp_path, clean_environ
 def test_timeout_when_the_kernel_ignores_the_interrupt(tmp_path, monkeypatch, clean_environ):
     """The kernel cannot be interrupted: nbclient's CellTimeoutError escapes papermill, which
     leaves the cell "completed"; the runner must still record a failed, timed-out cell."""
-    from platform_plugin import notebook
+    from platform_plugin import notebook, notebook_failure
 
-    monkeypatch.setattr(notebook, "INTERRUPT_GRACE_S", 2)
+    monkeypatch.setattr(notebook_failure, "INTERRUPT_GRACE_S", 2)
     make_notebook(tmp_path / "nb.ipynb", [
         "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
         "print('after')"])

@@ -207,3 +207,38 @@ def test_a_script_without_launcher_forwards_in_process_and_drains_at_exit(tracki
                           text=True, timeout=300)
     assert done.returncode == 0
     assert "301 records wait in" in done.stderr and "platform-run sync" in done.stderr
+
+
+def test_a_failed_pass_neither_loses_nor_double_counts(tracking_env, tmp_path):
+    """A sink failing once mid-way (injected ConnectionError, as a dropped connection raises):
+    the retry resumes at the offset, and the unreadable line it re-reads is counted once."""
+    plan = make_plan(tmp_path, 1)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    spool = Path(env["PLATFORM_TRACKING_SPOOL_DIR"])
+    t = rank_tracker(env, plan, 0)
+    for step in range(150):
+        t.log_param(f"p{step}", step)  # 100 params per batch: two batches
+    t.close()
+    with open(spool / "rank_0.jsonl", "r+b") as f:  # garble one line of the second batch
+        lines = f.read().splitlines(keepends=True)
+        lines[120] = b"#garbled\n"
+        f.seek(0)
+        f.write(b"".join(lines))
+        f.truncate()
+    real_deliver, calls = jt.forwarder.sink.deliver, []
+
+    def deliver_failing_second_batch(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ConnectionError("connection dropped")
+        return real_deliver(*args)
+
+    jt.forwarder.sink.deliver = deliver_failing_second_batch
+    assert not jt.forwarder.pump()
+    assert (jt.forwarder.counts().delivered, jt.forwarder.counts().skipped) == (100, 0)
+    assert jt.forwarder.pump()
+    counts = jt.forwarder.counts()
+    assert (counts.delivered, counts.skipped, counts.pending) == (149, 1, 0)
+    run = client(jt.config.tracking_uri).get_run(StreamState.load(spool, "rank_0").run_id)
+    assert len(run.data.params) == 149 and "p120" not in run.data.params

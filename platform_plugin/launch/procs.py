@@ -14,7 +14,6 @@ import ctypes
 import os
 import signal
 import subprocess
-import time
 
 _PR_SET_PDEATHSIG = 1
 try:  # resolved once, before any fork: nothing is looked up inside the forked child
@@ -81,32 +80,6 @@ def group_members(pgids: set[int]) -> dict[int, list[int]]:
         if pgid in pgids:
             members.setdefault(pgid, []).append(int(entry))
     return members
-
-
-def stop_groups(pgids: set[int], grace_s: float, reap=None) -> None:
-    """SIGTERM every group, SIGKILL what is left after `grace_s`; return when all are empty.
-
-    `reap` is called while waiting so the supervisor collects exit codes of its own children
-    (a zombie leader would otherwise look alive to nobody but keep its pid)."""
-    for pgid in pgids:
-        signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    alive = set(pgids)
-    while alive and time.monotonic() < deadline:
-        if reap:
-            reap()
-        alive = set(group_members(alive))
-        if alive:
-            time.sleep(0.02)
-    for pgid in alive:
-        signal_group(pgid, signal.SIGKILL)
-    hard_deadline = time.monotonic() + 5.0
-    while alive and time.monotonic() < hard_deadline:
-        if reap:
-            reap()
-        alive = set(group_members(alive))
-        if alive:
-            time.sleep(0.02)
 
 
 class Lifeline:

@@ -80,12 +80,12 @@ def refuse_or_kill(device_ids: set[int], server_id: str, *, kill: bool) -> list[
             "DEVICE_ID")])
     for s in stale:
         try:
-            os.killpg(os.getpgid(s.pid), signal.SIGKILL)
-        except OSError:
-            try:
+            if os.getpgid(s.pid) == s.pid:  # a group leader, as our ranks are: its children too
+                os.killpg(s.pid, signal.SIGKILL)
+            else:  # e.g. started by a shell loop: never take the user's shell down with it
                 os.kill(s.pid, signal.SIGKILL)
-            except OSError:
-                pass
+        except OSError:
+            pass
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{s.pid}/environ")
                                               and _alive(s.pid) for s in stale):

@@ -12,8 +12,9 @@ import os
 import selectors
 import signal
 import socket
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .output import Output
 from .plan import LaunchPlan, RankSpec
@@ -24,6 +25,7 @@ POLL_S = 0.05
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 READ_SIZE = 1 << 20
 PIPE_SIZE = 1 << 20
+UNKILLABLE_S = 10.0  # after SIGKILL, stop waiting for processes stuck in uninterruptible sleep
 BUSY_BYTES = 16 * 1024  # a pump that read this much means ranks are printing fast ...
 BATCH_S = 0.005  # ... so wait this long before the next read (display latency stays tiny)  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
 
@@ -67,6 +69,7 @@ class Supervisor:
         self._failures: list[_Proc] = []
         self._groups_empty_at: float | None = None
         self._read_in_last_pump = 0
+        self._interrupts = 0
         self._selector = selectors.DefaultSelector()
 
     # -- public -------------------------------------------------------------------------
@@ -74,6 +77,7 @@ class Supervisor:
         os.makedirs(self.plan.job_dir, exist_ok=True)
         self.started = time.monotonic()
         lifeline = Lifeline()
+        previous_sigint = self._catch_sigint()
         try:
             try:
                 self._start_all(lifeline)
@@ -91,6 +95,8 @@ class Supervisor:
                     os.close(proc.pidfd)
             self._selector.close()
             lifeline.release()
+            if previous_sigint is not None:
+                signal.signal(signal.SIGINT, previous_sigint)
         result = self._result()
         self._notify("ended", result)
         return result
@@ -118,6 +124,9 @@ class Supervisor:
                 next_check = 0.0
                 while True:
                     exited = self._pump(POLL_S)
+                    if self._interrupts:
+                        self._interrupts = 0
+                        raise KeyboardInterrupt  # handled below, at a point where no data is in flight
                     now = time.monotonic()
                     if exited or now >= next_check:  # chatty ranks must not pay waitpid per read
                         next_check = now + CHECK_S
@@ -134,6 +143,16 @@ class Supervisor:
                                      "SIGTERM to the launcher)")
                 else:
                     self._stop.kill_at = 0.0  # second interrupt: no more grace
+
+    def _catch_sigint(self):
+        """Ctrl-C / kernel interrupt become a flag the loop checks, so the KeyboardInterrupt
+        never lands between reading a chunk and writing it to the log. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigint(signum, frame):
+            self._interrupts += 1
+        return signal.signal(signal.SIGINT, on_sigint)
 
     def _pump(self, wait: float) -> bool:
         """Read what is ready; True when a process exited."""
@@ -202,6 +221,10 @@ class Supervisor:
             return True  # nothing started
         live = group_members({p.popen.pid for p in self.procs})
         if live:
+            if self._stop and self._stop.killed and time.monotonic() > self._stop.kill_at + UNKILLABLE_S:
+                self.output.note(f"processes survive SIGKILL (stuck in the kernel, state D?): "
+                                 f"{sorted(p for ps in live.values() for p in ps)}; giving up")
+                return True
             return False
         self._pump(0)  # every writer is gone: what is left in the pipes ends in EOF
         if all(p.eof for p in self.procs) or not self._selector.get_map():

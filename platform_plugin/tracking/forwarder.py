@@ -54,6 +54,15 @@ def spool_labels(spool_dir: Path) -> list[str]:
     return sorted(p.name[len("rank_"):-len(SPOOL_SUFFIX)] for p in spool_dir.glob(f"rank_*{SPOOL_SUFFIX}"))
 
 
+def _passed(bad_ends: list[int], offset: int) -> int:
+    """Remove and count the bad lines that end at or before `offset`."""
+    n = 0
+    while bad_ends and bad_ends[0] <= offset:
+        bad_ends.pop(0)
+        n += 1
+    return n
+
+
 @dataclass
 class Counts:
     delivered: int = 0
@@ -76,10 +85,8 @@ class Forwarder:
         self.only = labels  # None: every stream in the folder
         self.interval = interval
         self.last_error = ""
-        self._runs_ready = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._idle = threading.Event()
 
     # --- one pass -------------------------------------------------------------------------
     def labels(self) -> list[str]:
@@ -116,15 +123,16 @@ class Forwarder:
                 chunk = read_complete(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", state.offset)
                 if chunk.end == state.offset:
                     return True
-                if chunk.bad_lines:
-                    state.skipped += chunk.bad_lines
+                bad_ends = list(chunk.bad_ends)  # counted as skipped once the offset passes them
                 for batch in batches(chunk.records, self.sink.limits):
                     if not self._send(label, state, batch):
                         state.save(self.spool_dir, stream)
                         return False
                     state.offset = batch[-1][1]
+                    state.skipped += _passed(bad_ends, state.offset)
                     state.save(self.spool_dir, stream)
-                state.offset = chunk.end  # trailing bad lines
+                state.offset = chunk.end  # past trailing bad lines too
+                state.skipped += _passed(bad_ends, state.offset)
                 state.save(self.spool_dir, stream)
 
     def _send(self, label: str, state: StreamState, batch) -> bool:
@@ -176,7 +184,6 @@ class Forwarder:
             ok = self.pump()
             backoff = self.interval if ok else min(backoff * 2, 10.0)
             self._stop.wait(backoff)
-        self._idle.set()
 
     def drain(self, timeout: float) -> bool:
         """Stop the thread and make final passes until everything complete is delivered or

@@ -2,6 +2,7 @@
 then end the job's runs if the job has ended and they were left open."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,6 +10,9 @@ from ..errors import ConfigError
 from .forwarder import Counts, Forwarder
 from .sinks import get_sink
 from .state import SinkConfig
+
+
+ATTEMPTS, RETRY_PAUSE_S = 3, 2.0
 
 
 @dataclass
@@ -27,7 +31,12 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None) -> SyncRes
                           code="TRACKING_JOB")
     forwarder = Forwarder(spool_dir, config, get_sink(config.sink))
     before = forwarder.counts().delivered
-    forwarder.pump(blocking=True)  # waits for a live forwarder's pass instead of racing it
+    for attempt in range(ATTEMPTS):  # a server that has just (re)started may still refuse once
+        # blocking: waits for a live forwarder's pass on a stream instead of racing it
+        if forwarder.pump(blocking=True) and forwarder.counts().pending == 0:
+            break
+        if attempt + 1 < ATTEMPTS:
+            time.sleep(RETRY_PAUSE_S)
     counts = forwarder.counts()
     if end_status:
         config.final_status = end_status

@@ -91,8 +91,12 @@ class SpoolWriter:
 class Chunk:
     records: list[tuple[list, int]]  # (record, byte offset just after its line)
     end: int  # offset after the last complete line read (bad lines included)
-    bad_lines: int  # complete lines that were not valid records (skipped)
+    bad_ends: list[int]  # offset just after each complete line that was not a valid record
     partial_tail: bool  # bytes after `end` with no newline yet
+
+    @property
+    def bad_lines(self) -> int:
+        return len(self.bad_ends)
 
 
 def read_complete(path: str | os.PathLike, offset: int, max_bytes: int = 8 << 20) -> Chunk:
@@ -103,17 +107,17 @@ def read_complete(path: str | os.PathLike, offset: int, max_bytes: int = 8 << 20
         data = f.read(max_bytes)
     last_newline = data.rfind(b"\n")
     complete = data[: last_newline + 1]
-    records, bad, position = [], 0, offset
+    records, bad_ends, position = [], [], offset
     for raw in complete.splitlines(keepends=True):
         position += len(raw)
         record = _decode(raw)
         if record is None:
-            bad += 1
+            bad_ends.append(position)
         else:
             records.append((record, position))
     # a read that stopped at max_bytes mid-line is not a partial tail, only an unread rest
     partial = len(data) > len(complete) and len(data) < max_bytes
-    return Chunk(records, offset + len(complete), bad, partial)
+    return Chunk(records, offset + len(complete), bad_ends, partial)
 
 
 def _decode(raw: bytes) -> list | None:
