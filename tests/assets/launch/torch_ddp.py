@@ -1,6 +1,8 @@
 """torch gloo DDP on CPU: 3 steps on each rank's own data; prints the final weights."""
 import json
 import os
+import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -20,6 +22,13 @@ for _ in range(3):
     optimizer.step()
 weights = [p.detach().flatten().tolist() for p in model.parameters()]
 print("RESULT " + json.dumps({"rank": rank, "world": world, "weights": weights}), flush=True)
-# rank 0 hosts the rendezvous store: leave together, or a late rank aborts in teardown
-dist.barrier()
-dist.destroy_process_group()
+# gloo's teardown races when the rank hosting the store (rank 0) leaves first: a late rank then
+# dies in destroy_process_group with "terminate called without an active exception" (SIGABRT).
+# So: everyone checks in on the store, rank 0 leaves last, and nobody runs the C++ teardown.
+store = dist.distributed_c10d._get_default_store()
+store.add("finished", 1)
+if rank == 0:
+    while store.add("finished", 0) < world:
+        time.sleep(0.05)
+sys.stdout.flush()
+os._exit(0)
