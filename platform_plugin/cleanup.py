@@ -227,7 +227,7 @@ def looks_like_project(folder: Path, *, depth: int = 0) -> bool:
         if e.is_dir(follow_symlinks=False) and e.name not in NEVER_ENTER)
 
 
-# ------------------------------------------------------------------ plan -> delete -> report
+# ------------------------------------------------------------------ walk -> report
 
 @dataclass
 class CleanupReport:
@@ -271,12 +271,14 @@ def _quote(rel: str) -> str:
     return rel if rel.isprintable() else repr(rel)
 
 
-def human_bytes(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+def human_bytes(size: float) -> str:
+    if size < 1024:
+        return f"{size:.0f} B"
+    for unit in ("KiB", "MiB", "GiB"):
         size /= 1024
-    return ""
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit}"
 
 
 def run_cleanup(root: Path, rules: CleanupRules, *, dry_run: bool = False,

@@ -13,7 +13,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .launch.stale import _ancestors, _environ  # the launcher's /proc readers (one copy)
+from .procfs import ancestors, process_environ
 from .ranktable import RankTableError, load, parse_visible_devices
 
 RowTuple = tuple[str, str, str, str]  # (status, check, detail, fix)
@@ -52,7 +52,7 @@ def _ppid(pid: int) -> int:
 
 def find_rank_processes() -> list[RankProcess]:
     """This user's processes that carry RANK_ID, one per rank (workers folded into it)."""
-    uid, skip, found = os.getuid(), _ancestors(), {}
+    uid, skip, found = os.getuid(), ancestors(), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
             continue
@@ -60,7 +60,7 @@ def find_rank_processes() -> list[RankProcess]:
         try:
             if os.stat(f"/proc/{pid}").st_uid != uid:
                 continue
-            env = _environ(pid)
+            env = process_environ(pid)
             if "RANK_ID" not in env:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:

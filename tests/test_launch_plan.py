@@ -121,6 +121,23 @@ def test_rank_table_4p_uses_the_physical_device_id(ranktables):
     assert plan.world_size == 4
 
 
+def test_rank_table_device_id_counts_within_ascend_rt_visible_devices(ranktables):
+    """A container that sees only cards 4-7 numbers them 0-3: DEVICE_ID must follow."""
+    s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json",
+                       ASCEND_RT_VISIBLE_DEVICES="4,5,6,7")
+    plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    assert [(r.rank_id, r.device_id) for r in plan.ranks] == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    assert [r.env["DEVICE_ID"] for r in plan.ranks] == ["0", "1", "2", "3"]
+
+
+def test_rank_table_device_hidden_by_ascend_rt_visible_devices(ranktables):
+    s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json",
+                       ASCEND_RT_VISIBLE_DEVICES="0,1,2,3")
+    with pytest.raises(ConfigError) as err:
+        build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    assert err.value.problems[0].code == "RT_DEVICE_NOT_VISIBLE"
+
+
 def test_rank_table_second_server_of_16p(ranktables):
     s = table_settings(ranktables, "hccl_2s_16p.json", RANK_START="8")
     plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))

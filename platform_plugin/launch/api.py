@@ -118,9 +118,11 @@ def _summary(result: JobResult) -> str:
         held = sum(result.held_back.values())
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
-        hint = getattr(result.tracking, "ui_hint", "")
-        return text + (f"\n[launcher] tracking: {hint}" if hint else "")
-    return result.render()
+    else:
+        text = result.render()
+    # a failed job's metrics matter too (what happened before the crash): say where they went
+    hint = getattr(result.tracking, "ui_hint", "")
+    return text + (f"\n[launcher] tracking: {hint}" if hint else "")
 
 
 def _print(write, text: str) -> None:

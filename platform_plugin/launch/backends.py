@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ConfigError, Problem
+from .. import ranktable
 
 # Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
 # rank that never started into a half-hour wait; the launcher watches the processes anyway.
@@ -125,7 +126,8 @@ class MsClusterBackend(Backend):
 
 
 class RankTableBackend(Backend):
-    """Ascend with an HCCL rank table: this server's devices, DEVICE_ID = the physical id."""
+    """Ascend with an HCCL rank table: this server's devices, DEVICE_ID = the runtime id of the
+    physical device (davincirunsdk wrongly uses the list index)."""
 
     name = "rank-table"
 
@@ -136,7 +138,6 @@ class RankTableBackend(Backend):
                         "--rank-table FILE or set RANK_TABLE_FILE", "RANK_TABLE_FILE")
         server = getattr(settings, "server", None)
         if server is None:
-            from .. import ranktable
             server = ranktable.select_server(table, rank_start=getattr(settings, "rank_start", None))
         devices = sorted(server.devices, key=lambda d: d.rank_id)
         if options.nproc and options.nproc != len(devices):
@@ -144,9 +145,13 @@ class RankTableBackend(Backend):
                         f"{len(devices)} devices but --nproc is {options.nproc}: leave --nproc out "
                         "or use a table with the devices you want", "--nproc")
         node_rank = [s.server_id for s in table.servers].index(server.server_id)
+        # DEVICE_ID is what the runtime calls the card: the physical id, renumbered from 0
+        # when ASCEND_RT_VISIBLE_DEVICES hides some cards (a card outside it is an error).
+        visible = getattr(settings, "visible_devices", None)
         return Layout(world_size=table.rank_size, node_rank=node_rank, nnodes=len(table.servers),
                       server_id=server.server_id,
-                      ranks=tuple((d.rank_id, d.device_id) for d in devices),
+                      ranks=tuple((d.rank_id, ranktable.runtime_device_id(d.device_id, visible))
+                                  for d in devices),
                       master_addr=options.master_addr, master_port=None,
                       rank_table_file=table.path or getattr(settings, "rank_table_file", None))
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ConfigError, Problem
+from ..procfs import ancestors, process_environ
 
 
 @dataclass(frozen=True)
@@ -19,30 +20,9 @@ class StaleRank:
     cmdline: str
 
 
-def _environ(pid: int) -> dict[str, str]:
-    with open(f"/proc/{pid}/environ", "rb") as fh:
-        raw = fh.read()
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def _ancestors() -> set[int]:
-    """This process and its parents: a kernel in the debug env holds DEVICE_ID itself."""
-    pids, pid = set(), os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-            pid = int(stat[stat.rfind(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
-
-
 def find_stale(device_ids: set[int], server_id: str) -> list[StaleRank]:
     """Processes of this user, launched as ranks (JOB_ID + DEVICE_ID set), on these devices."""
-    uid, skip, found = os.getuid(), _ancestors(), []
+    uid, skip, found = os.getuid(), ancestors(), []
     wanted = {str(d) for d in device_ids}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
@@ -51,7 +31,7 @@ def find_stale(device_ids: set[int], server_id: str) -> list[StaleRank]:
         try:
             if os.stat(f"/proc/{pid}").st_uid != uid:
                 continue
-            env = _environ(pid)
+            env = process_environ(pid)
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:

@@ -29,6 +29,7 @@ class RankRow:
     wall_s: float
     steps_per_s: float | None
     flags: list[str] = field(default_factory=list)
+    end: float = 0.0  # mean of the last tenth of the points: what deviation is judged on
 
 
 def lower_is_better(metric: str) -> bool:
@@ -37,8 +38,10 @@ def lower_is_better(metric: str) -> bool:
 
 def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float = 0.1) -> list[RankRow]:
     """Pure: one row per rank with points. Flags `straggler` on the slowest rank when it runs
-    more than `tolerance` below the median rate, and `deviates` on a rank whose final value is
-    more than `tolerance` (relative) away from the median of the other ranks' finals."""
+    more than `tolerance` below the median rate, and `deviates` on a rank whose end value (the
+    mean of its last tenth of points: in data parallel each rank's loss is over its own shard,
+    so single points are noisy) is more than `tolerance` (relative) away from the median of the
+    others' — with three ranks or more, since two ranks that differ have no odd one out."""
     pick = min if lower_is_better(metric) else max
     rows = []
     for label, points in series.items():
@@ -47,7 +50,9 @@ def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float =
         points = sorted(points, key=lambda p: (p.step, p.timestamp_ms))
         wall = (points[-1].timestamp_ms - points[0].timestamp_ms) / 1000
         rate = (len(points) - 1) / wall if wall > 0 else None
-        rows.append(RankRow(label, points[-1].value, pick(p.value for p in points), len(points), wall, rate))
+        tail = points[-max(1, len(points) // 10):]
+        rows.append(RankRow(label, points[-1].value, pick(p.value for p in points), len(points), wall,
+                            rate, end=statistics.fmean(p.value for p in tail)))
     rows.sort(key=lambda r: (not r.label.isdigit(), int(r.label) if r.label.isdigit() else 0, r.label))
     if len(rows) < 2:
         return rows
@@ -57,14 +62,18 @@ def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float =
         slowest = min(rated, key=lambda r: r.steps_per_s)
         if slowest.steps_per_s < (1 - tolerance) * median_rate:
             slowest.flags.append("straggler")
-    for row in rows:
-        others = statistics.median(r.final for r in rows if r is not row)
-        if abs(row.final - others) > tolerance * max(abs(others), 1e-12):
-            row.flags.append("deviates")
+    if len(rows) >= 3:
+        for row in rows:
+            if _apart(row.end, statistics.median(r.end for r in rows if r is not row), tolerance):
+                row.flags.append("deviates")
     return rows
 
 
-def render(rows: list[RankRow], metric: str) -> str:
+def _apart(value: float, reference: float, tolerance: float) -> bool:
+    return abs(value - reference) > tolerance * max(abs(reference), 1e-12)
+
+
+def render(rows: list[RankRow], metric: str, tolerance: float = 0.1) -> str:
     header = f"{'rank':<10}{'final ' + metric:>16}{'best':>12}{'steps':>8}{'wall s':>9}{'steps/s':>9}  flags"
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -73,6 +82,9 @@ def render(rows: list[RankRow], metric: str) -> str:
                      f"{r.wall_s:>9.1f}{rate:>9}  {', '.join(r.flags)}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
         lines.append("no straggler: every rank within tolerance of the median rate")
+    if len(rows) == 2 and _apart(rows[0].end, rows[1].end, tolerance):
+        lines.append(f"the two ranks end {rows[0].end:.6g} vs {rows[1].end:.6g} "
+                     f"(more than {tolerance:.0%} apart; with two ranks neither is the odd one out)")
     return "\n".join(lines)
 
 
