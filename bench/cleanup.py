@@ -146,7 +146,10 @@ def main() -> int:
         lines.append(f"| {folder} ({_fs_type(folder)}) | {p:.2f} | {b:.2f} | **{p / b:.2f}×** | "
                      f"{walk} | {', '.join(f'{x:.2f}' for x in times[sides[0]])} / "
                      f"{', '.join(f'{x:.2f}' for x in times[sides[1]])} |")
-    lines += ["", "Goal: ratio ≤ 1.2×."]
+    lines += ["", "Goal: ratio ≤ 1.2×. What `rm -rf` does not do: start Python and import the "
+              "CLI (~0.15 s), and `lstat` every file for the byte count the report shows; the "
+              "rest is one `unlinkat` per file, as in `rm -rf`. On a shared disk the variance "
+              "of both sides is larger than the difference."]
     print("\n".join(lines))
     write_section("cleanup", "\n".join(lines))
     return 0

@@ -1,4 +1,5 @@
-"""Reading a failed `%dist_run` cell: the root-cause table comes from the cell's output."""
+"""Failure reports and the dry-run view: the root-cause table of a failed `%dist_run`
+cell, and secrets kept off the terminal."""
 from __future__ import annotations
 
 from platform_plugin.notebook_failure import rank_table
@@ -29,3 +30,20 @@ def test_message_that_carries_the_table_is_used_as_is():
 def test_falls_back_to_the_message():
     assert rank_table(MESSAGE, [stream("stdout", "no table here\n")]) == MESSAGE
     assert rank_table("something else", []) == "something else"
+
+
+def test_dry_run_masks_secrets(tmp_path):
+    """`--dry-run` shows the kernel's variables; secrets from .env must not reach the terminal."""
+    from pathlib import Path
+
+    from platform_plugin.commands.notebook_run import describe
+    from platform_plugin.notebook import NotebookRun
+
+    run = NotebookRun("debug", Path("nb.ipynb"), Path("out.ipynb"), tmp_path, "python3", "/k",
+                      {"platform_mode": "debug"},
+                      {"MLFLOW_TRACKING_PASSWORD": "hunter2", "HF_TOKEN": "abc",
+                       "MLFLOW_TRACKING_URI": "https://alice:pw@mlflow.example/x",
+                       "PLATFORM_RUN_MODE": "debug"}, None, None)
+    text = describe(run)
+    assert "hunter2" not in text and "abc" not in text and "alice" not in text
+    assert "https://***@mlflow.example/x" in text and "PLATFORM_RUN_MODE=debug" in text

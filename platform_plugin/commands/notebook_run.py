@@ -15,6 +15,7 @@ HELP = {
     "full": "full run (全量运行): clean CODE/, then run a notebook through papermill",
 }
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -92,7 +93,8 @@ def describe(run_spec: NotebookRun) -> str:
                      f"  [{run_spec.sources.get(name, '')}]")
     lines.append("  kernel environment (added)")
     for name, value in sorted(run_spec.env.items()):
-        lines.append(f"    {name}={'***' if SECRET_NAME.search(name) else value}")
+        shown = "***" if SECRET_NAME.search(name) else URL_USERINFO.sub(r"\1***@", value)
+        lines.append(f"    {name}={shown}")
     return "\n".join(lines)
 
 
