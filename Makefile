@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(PY) bench/launch.py
 	$(PY) bench/tracking.py
 	$(PY) bench/notebook.py
+	$(PY) bench/cleanup.py
 
 clean-venv:
 	rm -rf $(VENV)

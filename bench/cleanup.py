@@ -20,7 +20,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-BENCH_DOC = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+from benchdoc import write_section  # bench/benchdoc.py
+
 
 # The shape of a real CODE/ after a few distributed runs: per-rank kernel_meta and graph
 # caches, IR dumps, __pycache__, next to the user's source.
@@ -28,20 +29,6 @@ CACHE_DIRS = [f"rank_{r}/kernel_meta" for r in range(8)] + \
              [f"rank_{r}/graph_cache" for r in range(8)] + \
              ["kernel_meta", "somas_meta", "verbose_ir_files", "src/__pycache__"]
 SUBDIRS_PER_CACHE = 25
-
-
-def write_section(name: str, body: str, doc: Path = BENCH_DOC) -> None:
-    """Replace this benchmark's section between its markers; other sections are untouched
-    (the file is re-read right before writing since other benchmarks write theirs too)."""
-    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
-    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n"
-    block = f"{start}\n## {name}\n\n{body.strip()}\n{end}"
-    if start in text and end in text:
-        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
-    else:
-        text = text.rstrip("\n") + f"\n\n{block}\n"
-    doc.parent.mkdir(parents=True, exist_ok=True)
-    doc.write_text(text, encoding="utf-8")
 
 
 def build_tree(root: Path, files: int) -> list[str]:
@@ -151,7 +138,7 @@ def main() -> int:
               "rest is one `unlinkat` per file, as in `rm -rf`. On a shared disk the variance "
               "of both sides is larger than the difference."]
     print("\n".join(lines))
-    write_section("cleanup", "\n".join(lines))
+    write_section("cleanup", "\n".join(["## cleanup", "", *lines]))
     return 0
 
 

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchdoc import write_section  # bench/benchdoc.py
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from platform_plugin import JobFailed, launch  # noqa: E402
@@ -150,18 +152,6 @@ def msrun_death(tmp: str) -> float | None:
     return ended - float(found.group(1)) if found else None
 
 
-def write_section(text: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    start, end = "<!-- bench:launch:start -->", "<!-- bench:launch:end -->"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{text}\n{end}"
-    if start in current and end in current:
-        current = current[:current.index(start)] + block + current[current.index(end) + len(end):]
-    else:
-        current = current.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(current)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
@@ -217,7 +207,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section("launch", text)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cleanup import write_section  # noqa: E402  (bench/cleanup.py: the shared section writer)
+from benchdoc import write_section  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -84,7 +84,7 @@ def main() -> int:
         f"papermill CLI as often); the median is robust to them.",
     ]
     print("\n".join(lines))
-    write_section("notebook", "\n".join(lines))
+    write_section("notebook", "\n".join(["## notebook", "", *lines]))
     return 0
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchdoc import write_section  # bench/benchdoc.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -77,24 +78,16 @@ def main() -> int:
         f"ratio plugin / baseline: {med_p / med_b:.1f}x; goal <= {GOAL_MS:.0f} ms: {verdict}.",
     ]
     print("\n".join(lines))
-    write_section(lines)
+    write_results(lines)
     return 0 if med_p <= GOAL_MS else 1
 
 
-def write_section(lines: list[str]) -> None:
-    doc = REPO / "docs" / "benchmarks.md"
-    start, end = f"<!-- bench:{SECTION}:start -->", f"<!-- bench:{SECTION}:end -->"
-    body = "\n".join([start, f"## {SECTION}", "",
-                      f"Command: `.venv/bin/python bench/ranktable.py` — "
-                      f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
-                      "2-core VM shared with other test runs.", "", *lines, end])
-    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n"  # re-read now
-    if start in text and end in text:
-        text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _m: body, text,
-                      flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + body + "\n"
-    doc.write_text(text, encoding="utf-8")
+def write_results(lines: list[str]) -> None:
+    write_section(SECTION, "\n".join([
+        f"## {SECTION}", "",
+        f"Command: `.venv/bin/python bench/ranktable.py` — "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        "2-core VM shared with other test runs.", "", *lines]))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchdoc import write_section  # bench/benchdoc.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -121,18 +122,6 @@ def deliver_mlflow_async(work: Path, ranks: int, steps: int) -> dict:
             "first_error": failed[0][:160] if failed else ""}
 
 
-def write_results(text: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    start, end = "<!-- bench:tracking:start -->", "<!-- bench:tracking:end -->"
-    current = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{text}\n{end}"
-    if start in current:
-        current = re.sub(re.escape(start) + r".*?" + re.escape(end), lambda m: block, current, flags=re.S)
-    else:
-        current = current.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(current)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=10_000)
@@ -178,7 +167,7 @@ def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    write_results(text)
+    write_section("tracking", text)
 
 
 if __name__ == "__main__":

@@ -146,24 +146,19 @@ class _Walk:
 
     # --- the only places that touch the tree; a dry run answers "done" without touching
     def _unlink(self, dir_fd: int, name: str, parent_rel: str) -> bool:
-        if not self.remove:
-            return True
-        try:
-            os.unlink(name, dir_fd=dir_fd)
-            return True
-        except OSError as exc:
-            rel = f"{parent_rel}/{name}" if parent_rel else name
-            self.result.errors.append(f"{rel}: {exc.strerror or exc}")
-            return False
+        return self._apply(os.unlink, dir_fd, name, f"{parent_rel}/{name}" if parent_rel else name)
 
     def _rmdir(self, dir_fd: int, name: str, rel: str) -> bool:
+        return self._apply(os.rmdir, dir_fd, name, f"{rel}/")
+
+    def _apply(self, remove: Callable[..., None], dir_fd: int, name: str, shown: str) -> bool:
         if not self.remove:
             return True
         try:
-            os.rmdir(name, dir_fd=dir_fd)
+            remove(name, dir_fd=dir_fd)
             return True
         except OSError as exc:
-            self.result.errors.append(f"{rel}/: {exc.strerror or exc}")
+            self.result.errors.append(f"{shown}: {exc.strerror or exc}")
             return False
 
     def _descend(self, parent_fd: int, name: str, rel: str, visit: Callable[[int], None]) -> bool:

@@ -13,7 +13,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .procfs import ancestors, process_environ
+from .procfs import user_processes
 from .ranktable import RankTableError, load, parse_visible_devices
 
 RowTuple = tuple[str, str, str, str]  # (status, check, detail, fix)
@@ -44,37 +44,18 @@ class RankProcess:
         return str(visible[index]) if index < len(visible) else self.device_id
 
 
-def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        stat = fh.read()
-    return int(stat[stat.rfind(b")") + 2:].split()[1])
-
-
 def find_rank_processes() -> list[RankProcess]:
     """This user's processes that carry RANK_ID, one per rank (workers folded into it)."""
-    uid, skip, found = os.getuid(), ancestors(), {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
-            continue
-        pid = int(entry)
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
-            env = process_environ(pid)
-            if "RANK_ID" not in env:
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            ppid = _ppid(pid)
-        except (OSError, ValueError, IndexError):
-            continue  # gone, or not readable
+    found = {}
+    for proc in user_processes("RANK_ID"):
+        env, cmdline = proc.env, proc.cmdline
         if any(marker in cmdline for marker in KERNEL_MARKERS):
             continue
         table = env.get("RANK_TABLE_FILE")
-        found[pid] = RankProcess(pid, ppid, env["RANK_ID"], env.get("DEVICE_ID"),
-                                 env.get("JOB_ID"), os.path.realpath(table) if table else None,
-                                 env.get("RANK_START"), env.get("ASCEND_RT_VISIBLE_DEVICES"),
-                                 cmdline)
+        found[proc.pid] = RankProcess(
+            proc.pid, proc.ppid, env["RANK_ID"], env.get("DEVICE_ID"), env.get("JOB_ID"),
+            os.path.realpath(table) if table else None, env.get("RANK_START"),
+            env.get("ASCEND_RT_VISIBLE_DEVICES"), cmdline)
     return [p for p in found.values()
             if not (p.ppid in found and found[p.ppid].rank_id == p.rank_id)]
 

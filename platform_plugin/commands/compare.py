@@ -45,7 +45,7 @@ def run(args) -> int:
         print(f"{job_id}: no rank logged {args.metric!r}")
         return 1
     print(f"job {job_id}  ({runs.config.tracking_uri})")
-    print(compare.render(rows, args.metric, args.tolerance))
+    print(compare.render(rows, args.metric))
     if args.plot:
         png = compare.plot(series, args.metric, Path(args.plot), f"{job_id}: {args.metric} per rank")
         target = runs.config.parent_run_id or next(iter(runs.run_ids.values()))

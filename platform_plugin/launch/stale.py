@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ConfigError, Problem
-from ..procfs import ancestors, process_environ
+from ..procfs import user_processes
 
 
 @dataclass(frozen=True)
@@ -22,26 +22,15 @@ class StaleRank:
 
 def find_stale(device_ids: set[int], server_id: str) -> list[StaleRank]:
     """Processes of this user, launched as ranks (JOB_ID + DEVICE_ID set), on these devices."""
-    uid, skip, found = os.getuid(), ancestors(), []
-    wanted = {str(d) for d in device_ids}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
-            continue
-        pid = int(entry)
-        try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
-            env = process_environ(pid)
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue  # gone, or not readable
-        if "JOB_ID" not in env or env.get("DEVICE_ID") not in wanted:
+    wanted, found = {str(d) for d in device_ids}, []
+    for proc in user_processes("JOB_ID"):
+        env = proc.env
+        if env.get("DEVICE_ID") not in wanted:
             continue
         if env.get("PLATFORM_SERVER_ID", server_id) != server_id:
             continue
-        found.append(StaleRank(pid, env["JOB_ID"], env["DEVICE_ID"], env.get("RANK_ID", "?"),
-                               cmdline[:120]))
+        found.append(StaleRank(proc.pid, env["JOB_ID"], env["DEVICE_ID"],
+                               env.get("RANK_ID", "?"), proc.cmdline[:120]))
     return found
 
 

@@ -73,7 +73,7 @@ def _apart(value: float, reference: float, tolerance: float) -> bool:
     return abs(value - reference) > tolerance * max(abs(reference), 1e-12)
 
 
-def render(rows: list[RankRow], metric: str, tolerance: float = 0.1) -> str:
+def render(rows: list[RankRow], metric: str) -> str:
     header = f"{'rank':<10}{'final ' + metric:>16}{'best':>12}{'steps':>8}{'wall s':>9}{'steps/s':>9}  flags"
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -82,9 +82,6 @@ def render(rows: list[RankRow], metric: str, tolerance: float = 0.1) -> str:
                      f"{r.wall_s:>9.1f}{rate:>9}  {', '.join(r.flags)}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
         lines.append("no straggler: every rank within tolerance of the median rate")
-    if len(rows) == 2 and _apart(rows[0].end, rows[1].end, tolerance):
-        lines.append(f"the two ranks end {rows[0].end:.6g} vs {rows[1].end:.6g} "
-                     f"(more than {tolerance:.0%} apart; with two ranks neither is the odd one out)")
     return "\n".join(lines)
 
 
