@@ -1,7 +1,7 @@
-"""Reading other processes through /proc: their environment and this process's ancestry.
+"""Reading other processes through /proc: their environment, process group and ancestry.
 
-Shared by the launcher's stale-rank check and `platform-run doctor`, which both look for
-rank processes by the variables they were started with.
+Shared by the launcher (stale ranks, stopping every process of a job), `platform-run doctor`,
+and the lifeline's reaper, which imports this file without the package: so stdlib only here.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def ancestors() -> set[int]:
     while pid > 1:
         pids.add(pid)
         try:
-            pid = _parent(pid)
+            pid = _stat(pid)[1]
         except (OSError, ValueError, IndexError):
             break
     return pids
@@ -36,11 +36,13 @@ class ProcessInfo:
     ppid: int
     env: dict[str, str]
     cmdline: str
+    pgid: int = -1
 
 
 def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
-    """This user's processes (not this one nor its ancestors) started with `with_variable` set
-    — how rank processes are recognised, whoever launched them."""
+    """This user's live processes (not this one nor its ancestors) started with `with_variable`
+    set — how rank processes are recognised, whoever launched them. (A zombie's environ reads
+    empty, so zombies never match.)"""
     uid, skip = os.getuid(), ancestors()
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
@@ -54,13 +56,39 @@ def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            ppid = _parent(pid)
+            _, ppid, pgid = _stat(pid)
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or not readable
-        yield ProcessInfo(pid, ppid, env, cmdline)
+        yield ProcessInfo(pid, ppid, env, cmdline, pgid)
 
 
-def _parent(pid: int) -> int:
+def group_members(pgids: set[int]) -> dict[int, list[int]]:
+    """Live (non-zombie) processes per process group, for the groups in `pgids`."""
+    members: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            state, _, pgid = _stat(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+        if pgid in pgids and state not in ("Z", "X"):
+            members.setdefault(pgid, []).append(int(entry))
+    return members
+
+
+def alive(pid: int) -> bool:
+    """`pid` exists and is not a zombie."""
+    try:
+        return _stat(pid)[0] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _stat(pid: int) -> tuple[str, int, int]:
+    """(state, ppid, pgid) from /proc/<pid>/stat."""
     with open(f"/proc/{pid}/stat", "rb") as fh:
         stat = fh.read()
-    return int(stat[stat.rfind(b")") + 2:].split()[1])
+    # the fields after the ")" that closes the command name (which may hold spaces and ")")
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2])

@@ -1,12 +1,15 @@
-"""Process plumbing: spawn a rank in its own process group, stop groups, and a lifeline.
+"""Process plumbing: spawn a rank in its own process group, and a lifeline.
 
-Why two mechanisms make ranks die with the supervisor:
+Why two mechanisms make a job's processes die with the supervisor:
 - PR_SET_PDEATHSIG (set in the child between fork and exec) kills the rank itself when the thread
   that spawned it dies, even by SIGKILL; but it does not reach the rank's own children.
 - The lifeline: a tiny `sh` watchdog in its own session reads the process-group ids of the ranks
   from a pipe whose write end only the supervisor holds. When the supervisor dies the pipe
-  reaches EOF and the watchdog kills every registered group, grandchildren included. On a normal
-  end the supervisor writes `done` and the watchdog exits without killing anything.
+  reaches EOF and the watchdog runs reaper.py, which stops the groups and every process that
+  carries the job's JOB_ID (setsid grandchildren too): SIGTERM, SIGKILL after the grace. On a
+  normal end the supervisor writes `done` and the watchdog exits without killing anything.
+  The waiting is done by `sh` (about 1 ms to start, paid by every job); Python starts only in
+  the rare case that needs it, the supervisor's death.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
 
 _PR_SET_PDEATHSIG = 1
 try:  # resolved once, before any fork: nothing is looked up inside the forked child
@@ -21,7 +25,10 @@ try:  # resolved once, before any fork: nothing is looked up inside the forked c
 except (OSError, AttributeError):  # pragma: no cover - non-Linux
     _prctl = None
 
-# Reads "<pgid>" lines; on EOF (supervisor gone) TERM, then KILL every group; "done" = clean end.
+# Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
+# given as arguments, with the groups appended; if that cannot run, it still KILLs the groups.
+# Signals are ignored (and stay ignored in the reaper) so the stop that killed the supervisor
+# does not take its clean-up down with it.
 _WATCHDOG_SH = r"""
 trap '' INT TERM HUP
 groups=""
@@ -29,11 +36,13 @@ while IFS= read -r line; do
   [ "$line" = done ] && exit 0
   groups="$groups $line"
 done
-for g in $groups; do kill -15 "-$g" 2>/dev/null; done
-sleep 1
-for g in $groups; do kill -9 "-$g" 2>/dev/null; done
+"$@" $groups || for g in $groups; do kill -9 "-$g" 2>/dev/null; done
 exit 0
 """
+_REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
+# an enclosing job (a launcher started by a rank) sweeps by these: its sweep must not end this
+# job's lifeline before the lifeline has stopped this job
+_ENCLOSING_JOB_VARIABLES = ("JOB_ID", "PLATFORM_JOB_DIR")
 
 
 def _die_with_parent(parent_pid: int):
@@ -54,41 +63,17 @@ def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
     )
 
 
-def signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def group_members(pgids: set[int]) -> dict[int, list[int]]:
-    """Live (non-zombie) processes per process group, read from /proc."""
-    members: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # fields after the ")" that closes the command name: state ppid pgrp ...
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) < 3 or fields[0] in (b"Z", b"X"):
-            continue
-        pgid = int(fields[2])
-        if pgid in pgids:
-            members.setdefault(pgid, []).append(int(entry))
-    return members
-
-
 class Lifeline:
-    """The watchdog described above. `add(pgid)` registers a group; `release()` ends it cleanly."""
+    """The watchdog described above for the job `job_id` (logs in `job_dir`). `add(pgid)`
+    registers a group; `release()` ends it cleanly."""
 
-    def __init__(self) -> None:
+    def __init__(self, job_id: str, job_dir: str, grace: float) -> None:
+        reaper = [sys.executable or "python3", "-S", "-I", _REAPER, f"{grace:g}", job_id, job_dir]
+        env = {k: v for k, v in os.environ.items() if k not in _ENCLOSING_JOB_VARIABLES}
         self._proc = subprocess.Popen(
-            ["/bin/sh", "-c", _WATCHDOG_SH], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+            ["/bin/sh", "-c", _WATCHDOG_SH, "platform-lifeline", *reaper], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            close_fds=True, env=env)
 
     @property
     def pid(self) -> int:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import ConfigError, Problem
-from ..procfs import user_processes
+from ..procfs import alive, user_processes
 
 
 @dataclass(frozen=True)
@@ -56,16 +56,7 @@ def refuse_or_kill(device_ids: set[int], server_id: str, *, kill: bool) -> list[
         except OSError:
             pass
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{s.pid}/environ")
-                                              and _alive(s.pid) for s in stale):
+    while time.monotonic() < deadline and any(alive(s.pid) for s in stale):
         time.sleep(0.05)
     return stale
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")
-    except OSError:
-        return False

@@ -4,7 +4,8 @@ One loop in the caller's thread does everything (no reader threads): it selects 
 pipes, feeds the output, polls exits and checks the deadlines. Stopping is a phase of the same
 loop, so output written while ranks shut down still reaches the logs and the display.
 A KeyboardInterrupt (Ctrl-C, kernel interrupt, the CLI's SIGTERM) starts the stop; a second
-one skips the grace period.
+one skips the grace period. Every stop, a successful end included, covers the job's process
+groups and the processes that left them but carry the job's JOB_ID (reaper.py).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 
 from .output import Output
 from .plan import LaunchPlan, RankSpec
-from .procs import Lifeline, group_members, signal_group, spawn
+from .procs import Lifeline, spawn
+from .reaper import JobProcesses, signal_pids
 from .result import JobResult, RankFailure, describe_exit
 
 POLL_S = 0.05
@@ -55,6 +57,7 @@ class _Stop:
     reason: str
     kill_at: float
     killed: bool = False
+    terminated: bool = True  # SIGTERM sent (a successful end sends it only if something is left)
 
 
 class Supervisor:
@@ -71,12 +74,14 @@ class Supervisor:
         self._read_in_last_pump = 0
         self._interrupts = 0
         self._selector = selectors.DefaultSelector()
+        self._job = JobProcesses(plan.job_id, plan.job_dir)
+        self._nothing_left = False  # set once the loop saw every process of the job gone
 
     # -- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
         os.makedirs(self.plan.job_dir, exist_ok=True)
         self.started = time.monotonic()
-        lifeline = Lifeline()
+        lifeline = Lifeline(self.plan.job_id, self.plan.job_dir, self.grace)
         previous_sigint = self._catch_sigint()
         try:
             try:
@@ -110,6 +115,7 @@ class Supervisor:
             proc = _Proc(spec, popen, time.monotonic())
             self.procs.append(proc)
             lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a group leader
+            self._job.add_group(popen.pid)
             _enlarge_pipe(popen.stdout.fileno())
             os.set_blocking(popen.stdout.fileno(), False)
             self._selector.register(popen.stdout, selectors.EVENT_READ, proc)
@@ -198,9 +204,9 @@ class Supervisor:
                     self._begin_stop("failed", f"{label} {_how(proc.popen.returncode)}; "
                                      "stopping the other processes")
         if self._stop is None and self.procs and all(p.ended is not None for p in self.procs):
-            # every process succeeded; what remains are leftovers (a daemon a rank started)
-            self._stop = _Stop("succeeded", "", kill_at=now + self.grace)
-            self._signal_groups(signal.SIGTERM, only_live=True)
+            # every process succeeded; leftovers (a daemon a rank started) get SIGTERM from
+            # _finished, whose scan finds them anyway: a clean end pays for no extra scan
+            self._stop = _Stop("succeeded", "", kill_at=now + self.grace, terminated=False)
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
@@ -212,20 +218,27 @@ class Supervisor:
                                  f"{self.silence_timeout:g}s: a hang (HCCL's own timeout is 30 min)")
         elif not self._stop.killed and now >= self._stop.kill_at:
             self._stop.killed = True
-            self._signal_groups(signal.SIGKILL, only_live=False)
+            self._job.signal(signal.SIGKILL, only_live_groups=False)
 
     def _finished(self) -> bool:
         if any(p.ended is None for p in self.procs):
             return False
         if self._stop is not None and self._stop.status != "succeeded" and not self.procs:
             return True  # nothing started
-        live = group_members({p.popen.pid for p in self.procs})
+        live = [p for ps in self._job.live_groups().values() for p in ps]
+        live = live or self._job.strays()  # the environ scan only once the groups are empty
         if live:
-            if self._stop and self._stop.killed and time.monotonic() > self._stop.kill_at + UNKILLABLE_S:
-                self.output.note(f"processes survive SIGKILL (stuck in the kernel, state D?): "
-                                 f"{sorted(p for ps in live.values() for p in ps)}; giving up")
-                return True
+            if not self._stop.terminated:
+                self._stop.terminated = True
+                self._job.signal(signal.SIGTERM, only_live_groups=True)
+            elif self._stop.killed:
+                if time.monotonic() > self._stop.kill_at + UNKILLABLE_S:
+                    self.output.note(f"processes survive SIGKILL (stuck in the kernel, state D?)"
+                                     f": {sorted(live)}; giving up")
+                    return True
+                signal_pids(live, signal.SIGKILL)  # forked after the last SIGKILL went out
             return False
+        self._nothing_left = True
         self._pump(0)  # every writer is gone: what is left in the pipes ends in EOF
         if all(p.eof for p in self.procs) or not self._selector.get_map():
             return True
@@ -236,27 +249,15 @@ class Supervisor:
     def _begin_stop(self, status: str, reason: str) -> None:
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
         self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
-        self._signal_groups(signal.SIGTERM, only_live=False)
-
-    def _signal_groups(self, sig: int, *, only_live: bool) -> None:
-        pgids = {p.popen.pid for p in self.procs}
-        if only_live:
-            pgids = set(group_members(pgids))
-        for pgid in pgids:
-            signal_group(pgid, sig)
+        self._job.signal(signal.SIGTERM, only_live_groups=False)
 
     def _kill_everything(self) -> None:
         """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
-        pgids = {p.popen.pid for p in self.procs}
-        if not group_members(pgids):
+        if self._nothing_left or not self._job.alive():
             return
-        for pgid in pgids:
-            signal_group(pgid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while group_members(pgids) and time.monotonic() < deadline:
-            for p in self.procs:
-                p.popen.poll()
-            time.sleep(0.02)
+        self._job.stop(grace=0)
+        for p in self.procs:
+            p.popen.poll()  # collect the exit codes of the ranks just killed
 
     # -- the result ---------------------------------------------------------------------
     def _result(self) -> JobResult:

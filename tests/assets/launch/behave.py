@@ -1,6 +1,7 @@
 """A rank that misbehaves on request: `behave.py MODE [ARG]`. Each rank reads RANK_ID.
 
 Modes: ok | env | crash | segv | hang | chatty | grandchild [nofail] | daemon | lines N | sched-dies
+       | escape ok|crash|hang
 Prints `READY <pid>` first so tests know the rank is running."""
 import json
 import os
@@ -51,6 +52,18 @@ elif mode == "daemon":  # succeeds, but leaves a child behind that ignores SIGTE
     subprocess.Popen([sys.executable, "-c", "import signal,time\n"
                       "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+elif mode == "escape":  # a grandchild in its own session (out of the rank's group) ignoring SIGTERM
+    child = subprocess.Popen([sys.executable, "-c", "import signal,time\n"
+                              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(300)"],
+                             start_new_session=True, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    print(f"ESCAPED {child.pid} {os.getpgid(child.pid)} {os.getpgid(0)}", flush=True)
+    then = sys.argv[2]
+    if then == "crash" and rank == 1:
+        time.sleep(0.3)
+        sys.exit(3)
+    if then != "ok":  # hang, or the ranks that outlive the crashing one
+        time.sleep(600)
 elif mode == "lines":  # N numbered lines plus the awkward bytes a display must survive
     n = int(sys.argv[2])
     out = sys.stdout.buffer
