@@ -14,7 +14,8 @@ from platform_plugin.tracking.job import JobTracking
 from platform_plugin.tracking.replay import sync_spool_dir
 from platform_plugin.tracking.state import SinkConfig, StreamState
 from platform_plugin.tracking.tracker import Tracker
-from tracking_helpers import child_runs, client, make_plan, tracking_env, wflogger_standin  # noqa: F401
+from tracking_helpers import (child_runs, client, make_plan, refused_url, tracking_env,  # noqa: F401
+                              wflogger_standin)
 
 
 class Result:  # the two JobResult attributes finish() reads
@@ -163,20 +164,24 @@ def test_wflogger_names_carry_the_rank(wflogger_standin, tmp_path):
 
 
 def test_dead_server_at_start_defers_everything_to_sync(tracking_env, tmp_path):
-    from platform_plugin.tracking.server import free_port
-    tracking_env.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # nobody listens
-    plan = make_plan(tmp_path, 1)
-    jt = JobTracking.create("mlflow", plan)
-    env = jt.prepare()  # returns at once: the ranks can start
-    assert "unreachable" in jt.setup_error
-    t = rank_tracker(env, plan, 0)
-    t.log_metric("loss", 1.0)
-    t.close()
-    tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "1")
-    report = jt.finish(Result(ok=True))
-    assert report.delivered == 0 and report.pending == 1
-    assert f"platform-run sync {plan.job_id}" in report.reason and "unreachable" in report.reason
-    assert Forwarder(Path(report.spool_dir), jt.config, jt.forwarder.sink).counts().pending == 1
+    with refused_url() as url:  # nobody listens
+        tracking_env.setenv("MLFLOW_TRACKING_URI", url)
+        plan = make_plan(tmp_path, 1)
+        jt = JobTracking.create("mlflow", plan)
+        env = jt.prepare()  # returns at once: the ranks can start
+        assert "unreachable" in jt.setup_error
+        t = rank_tracker(env, plan, 0)
+        t.log_metric("loss", 1.0)
+        t.close()
+        tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "1")
+        report = jt.finish(Result(ok=True))
+        assert report.delivered == 0 and report.pending == 1
+        assert f"platform-run sync {plan.job_id}" in report.reason and "unreachable" in report.reason
+        assert Forwarder(Path(report.spool_dir), jt.config, jt.forwarder.sink).counts().pending == 1
+        # sync retries a sink that is down for --wait seconds, then reports it; nothing moved
+        res = sync_spool_dir(Path(report.spool_dir), wait=3.0)
+    assert res.attempts >= 2 and "unreachable" in res.error and not res.ended
+    assert (res.delivered_now, res.counts.delivered, res.counts.pending) == (0, 0, 1)
 
 
 STANDALONE = """
@@ -200,11 +205,10 @@ def test_a_script_without_launcher_forwards_in_process_and_drains_at_exit(tracki
     assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(300))
 
     # the same script with its server down: it still exits, and says how to deliver later
-    from platform_plugin.tracking.server import free_port
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"http://127.0.0.1:{free_port()}",
-               PLATFORM_TRACKING_DRAIN_TIMEOUT="1")
-    done = subprocess.run([sys.executable, "solo.py"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    with refused_url() as url:
+        env = dict(os.environ, MLFLOW_TRACKING_URI=url, PLATFORM_TRACKING_DRAIN_TIMEOUT="1")
+        done = subprocess.run([sys.executable, "solo.py"], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
     assert done.returncode == 0
     assert "301 records wait in" in done.stderr and "platform-run sync" in done.stderr
 
@@ -242,3 +246,33 @@ def test_a_failed_pass_neither_loses_nor_double_counts(tracking_env, tmp_path):
     assert (counts.delivered, counts.skipped, counts.pending) == (149, 1, 0)
     run = client(jt.config.tracking_uri).get_run(StreamState.load(spool, "rank_0").run_id)
     assert len(run.data.params) == 149 and "p120" not in run.data.params
+
+
+def test_sync_refuses_a_negative_wait(tracking_env, capsys):
+    from platform_plugin.cli import main
+    assert main(["sync", "--wait", "-1"]) == 2
+    assert "--wait -1" in capsys.readouterr().err
+
+
+def test_sync_waits_a_bounded_time_for_a_stream_another_forwarder_holds(tracking_env, tmp_path):
+    """A launcher whose server died mid-request sits in MLflow's HTTP retries for minutes with
+    its stream locked: sync waits for it at most --wait seconds, says so, and sends nothing
+    twice; once the stream is free, sync delivers it."""
+    from platform_plugin.tracking.state import stream_lock
+    plan = make_plan(tmp_path, 1)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    spool = Path(env["PLATFORM_TRACKING_SPOOL_DIR"])
+    t = rank_tracker(env, plan, 0)
+    for step in range(5):
+        t.log_metric("loss", 1.0, step=step)
+    t.close()
+    with stream_lock(spool, "rank_0", blocking=True) as held:  # the other forwarder (a flock per open file)
+        assert held
+        res = sync_spool_dir(spool, end_status="FINISHED", wait=1.0)
+    assert "rank_0 is being forwarded by another process" in res.error and not res.ended
+    assert (res.delivered_now, res.counts.pending) == (0, 5)
+    res = sync_spool_dir(spool, end_status="FINISHED", wait=1.0)
+    assert (res.delivered_now, res.counts.pending, res.error, res.ended) == (5, 0, "", True)
+    run_id = StreamState.load(spool, "rank_0").run_id
+    assert sorted(m.step for m in client(jt.config.tracking_uri).get_metric_history(run_id, "loss")) == list(range(5))

@@ -106,9 +106,21 @@ print("all 60 steps done", flush=True)
 """
 
 
+def delivered_per_stream(tmp_path: Path) -> dict[str, int]:
+    """What the launcher's forwarder has confirmed (its offset files), by stream."""
+    found = {}
+    for state in (tmp_path / "platform_logs").glob("*/tracking/rank_*.state.json"):
+        try:
+            found[state.name.split(".")[0]] = json.loads(state.read_text())["delivered"]
+        except (OSError, ValueError, KeyError):  # not written yet
+            pass
+    return found
+
+
 def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_path):
-    server = MlflowServer(tmp_path).start()
+    server = MlflowServer(tmp_path)
     try:
+        server.start()
         tracking_env.setenv("MLFLOW_TRACKING_URI", server.url)
         tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "3")
         (tmp_path / "pausing.py").write_text(PAUSING)
@@ -124,28 +136,42 @@ def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_p
             return len(runs) == 2 and all(len(c.get_metric_history(r.info.run_id, "loss")) == 20 for r in runs)
 
         wait_for(first_points_arrived, timeout=120, what="20 points per rank in MLflow")
+        # MLflow shows a batch once it is committed, a moment before the forwarder has its
+        # response and writes the offset: killing the server inside that moment would leave the
+        # forwarder in MLflow's HTTP retries (minutes). Kill once the offsets say 20 per rank.
+        wait_for(lambda: delivered_per_stream(tmp_path) == {"rank_0": 20, "rank_1": 20}, timeout=120,
+                 what="the forwarder's offset files to confirm 20 points per rank")
         server.kill()
         (tmp_path / "resume").touch()
         job.join(timeout=300)
         result = outcome["result"]
         assert result.ok, "training must not notice the dead server"
         report = result.tracking
-        assert (report.delivered, report.pending) == (40, 80)
+        assert (report.delivered, report.pending) == (40, 80), report.reason
         assert "unreachable" in report.reason and f"platform-run sync {result.job_id}" in report.reason
 
-        server.start()  # same port, same store
-        sync = subprocess.run([str(Path(sys.executable).with_name("platform-run")), "sync", result.job_id],
-                              capture_output=True, text=True, timeout=300, env=dict(os.environ))
-        assert sync.returncode == 0, sync.stdout + sync.stderr
-        assert "sent 80 now; delivered 120, pending 0" in sync.stdout and "runs ended" in sync.stdout
+        # sync first, the server back later (same port, held meanwhile; same store): sync keeps
+        # retrying while the server starts, then delivers exactly what is missing
+        sync = subprocess.Popen([str(Path(sys.executable).with_name("platform-run")), "sync", result.job_id,
+                                 "--wait", "240"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            server.start()
+            out, err = sync.communicate(timeout=300)
+        finally:
+            if sync.poll() is None:
+                sync.kill()
+                sync.wait()
+        assert sync.returncode == 0, out + err
+        assert "sent 80 now; delivered 120, pending 0" in out and "runs ended" in out, out
         for run in child_runs(c, report.parent_run_id):
             assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(60))
             assert c.get_run(run.info.run_id).info.status == "FINISHED"
         again = subprocess.run([str(Path(sys.executable).with_name("platform-run")), "sync", result.job_id],
                                capture_output=True, text=True, timeout=300)
-        assert "sent 0 now; delivered 120" in again.stdout
+        assert again.returncode == 0 and "sent 0 now; delivered 120, pending 0" in again.stdout, \
+            again.stdout + again.stderr
     finally:
-        server.kill()
+        server.close()
 
 
 DYING = """
@@ -154,7 +180,11 @@ from platform_plugin import tracking
 t = tracking.get_tracker()
 for step in range(30):
     t.log_metric("loss", float(step))
-time.sleep(1.0)  # flushed by the tracker's timer
+# no flush() call: the tracker's 0.2 s timer must write the points. Poll the spool (bounded)
+# rather than sleep a fixed time, which a loaded machine can outlast before the timer runs.
+deadline = time.monotonic() + 120
+while t.spool_path.read_bytes().count(b"\\n") < 30 and time.monotonic() < deadline:
+    time.sleep(0.05)
 if os.environ["RANK_ID"] == "1":
     os.kill(os.getpid(), signal.SIGKILL)
 time.sleep(120)  # rank 0 waits to be stopped by the launcher

@@ -164,7 +164,11 @@ from platform_plugin.tracking.tracker import Tracker
 t = Tracker({str(tmp_path)!r}, RankIdentity("1", None, "j", "n", "s", "h"), flush_interval=0.05)
 for i in range(500):
     t.log_metric("loss", 1.0 / (i + 1))
-time.sleep(0.5)  # > flush interval: the timer wrote them
+# no flush() call: the timer must write them. Poll (bounded) instead of a fixed sleep that a
+# loaded machine can outlast before the timer thread runs.
+deadline = time.monotonic() + 30
+while t.spool_path.read_bytes().count(b"\\n") < 500 and time.monotonic() < deadline:
+    time.sleep(0.02)
 os.kill(os.getpid(), signal.SIGKILL)
 """
     proc = subprocess.run([sys.executable, "-c", script], timeout=60)

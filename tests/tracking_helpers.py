@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from contextlib import contextmanager
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from platform_plugin.launch.plan import LaunchPlan, RankSpec
-from platform_plugin.tracking.server import HOST, free_port, start_server, stop_server, wait_healthy
+from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "tracking"
 STANDIN_PATH = str(ASSETS)  # holds the wflogger STAND-IN package `wf_analyse`
@@ -53,6 +54,16 @@ def child_runs(mlflow_client, parent_run_id: str):
     return sorted(runs, key=lambda r: r.info.run_name)
 
 
+@contextmanager
+def refused_url():
+    """An http URL where nobody listens, for "server down" tests: the port stays bound (not
+    listening) by this test, so connections are refused and no other process - other tests run
+    concurrently - can start listening there meanwhile, as it could on a port merely found free."""
+    with socket.socket() as held:  # no SO_REUSEADDR: nobody can listen there meanwhile
+        held.bind((HOST, 0))
+        yield f"http://{HOST}:{held.getsockname()[1]}"
+
+
 def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = "condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -63,15 +74,32 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.2, what: str = 
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def hold_port() -> socket.socket:
+    """A socket bound (SO_REUSEADDR, never listening) to a free loopback port. A server started
+    on that port binds it alongside (uvicorn sets SO_REUSEADDR too), while bind(0) and clients'
+    ephemeral ports of other processes (other areas' tests run concurrently) can never be given
+    it - unlike a port found free and released, which anyone may take before the server binds.
+    Connections to it are refused while no server listens."""
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind((HOST, 0))
+    return held
+
+
 class MlflowServer:
-    """A real `mlflow server` on 127.0.0.1 (free port) over a sqlite store; can be killed and
-    restarted on the same port."""
+    """A real `mlflow server` on 127.0.0.1 over a sqlite store; can be killed and restarted on
+    the same port.
+
+    The port stays held (`hold_port`) until `close()`: while the server is down a connection is
+    refused, exactly as from a dead server, and no other process can take the port before the
+    restart."""
 
     def __init__(self, tmp_path: Path):
         self.store = f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}"
         (tmp_path / "server").mkdir(exist_ok=True)
         self.log = tmp_path / "server" / "server.log"
-        self.port = free_port()
+        self._port_hold = hold_port()
+        self.port = self._port_hold.getsockname()[1]
         self.url = f"http://{HOST}:{self.port}"
         self.proc: subprocess.Popen | None = None
 
@@ -85,6 +113,10 @@ class MlflowServer:
             stop_server(self.proc, grace=0)
             self.proc = None
 
+    def close(self) -> None:
+        self.kill()
+        self._port_hold.close()
+
 
 @contextmanager
 def mlflow_server(tmp_path: Path):
@@ -92,16 +124,17 @@ def mlflow_server(tmp_path: Path):
     try:
         yield server.start()
     finally:
-        server.kill()
+        server.close()
 
 
 @pytest.fixture
 def tracking_env(clean_environ, tmp_path):
     """Clean platform variables, work in tmp_path, wflogger STAND-IN importable by name only
-    when a test adds it. Short drain so a test of a dead sink does not wait 30 s."""
+    when a test adds it. The drain is a bound, not a wait: it ends as soon as everything is
+    delivered, so it is generous for a loaded machine; tests of a dead sink set a short one."""
     clean_environ.chdir(tmp_path)
     clean_environ.setenv("PLATFORM_LOG_DIR", str(tmp_path / "platform_logs"))
-    clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "20")
+    clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "120")
     clean_environ.delenv("PLATFORM_TRACKING", raising=False)
     return clean_environ
 

@@ -93,9 +93,10 @@ class Forwarder:
         found = spool_labels(self.spool_dir)
         return [x for x in found if x in self.only] if self.only is not None else found
 
-    def pump(self, *, blocking: bool = False) -> bool:
-        """Deliver everything complete. True when nothing failed (the sink may still be down
-        for a stream another process holds)."""
+    def pump(self, *, blocking: bool = False, lock_timeout: float | None = None) -> bool:
+        """Deliver everything complete. Not blocking (the live forwarder): a stream another
+        process holds is skipped and counts as no failure. Blocking (sync): waits for each stream
+        (at most `lock_timeout` s); one still held after that is a failure, named in last_error."""
         down = self.sink.unavailable(self.config)
         if down:
             self.last_error = down
@@ -107,15 +108,21 @@ class Forwarder:
             self.last_error = f"cannot create runs: {type(exc).__name__}: {exc}"
             return False
         ok = True
+        deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
         for label in labels:
-            ok &= self._pump_stream(label, blocking)
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ok &= self._pump_stream(label, blocking, left)
         if ok:
             self.last_error = ""
         return ok
 
-    def _pump_stream(self, label: str, blocking: bool) -> bool:
+    def _pump_stream(self, label: str, blocking: bool, lock_timeout: float | None = None) -> bool:
         stream = stream_name(label)
-        with stream_lock(self.spool_dir, stream, blocking=blocking) as held:
+        with stream_lock(self.spool_dir, stream, blocking=blocking, timeout=lock_timeout) as held:
+            if not held and blocking:
+                self.last_error = (f"{stream} is being forwarded by another process (a launcher "
+                                   "still delivering, or stuck in MLflow's HTTP retries)")
+                return False
             if not held:
                 return True  # another forwarder (a sync) is on it
             state = StreamState.load(self.spool_dir, stream)

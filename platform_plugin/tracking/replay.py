@@ -11,8 +11,12 @@ from .forwarder import Counts, Forwarder
 from .sinks import get_sink
 from .state import SinkConfig
 
-
-ATTEMPTS, RETRY_PAUSE_S = 3, 2.0
+# A sink that has just (re)started, or a loaded machine, can refuse or time out for a while
+# (MLflow's first request on a restarted server opens its store; the health probe allows 2 s).
+# sync keeps retrying transient failures with growing pauses for up to `wait` seconds; the
+# offset files make every retry resume exactly where the last accepted batch ended.
+DEFAULT_WAIT_S = 30.0
+FIRST_PAUSE_S, MAX_PAUSE_S = 0.5, 5.0
 
 
 @dataclass
@@ -22,21 +26,36 @@ class SyncResult:
     counts: Counts
     ended: bool
     error: str
+    attempts: int = 1
 
 
-def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None) -> SyncResult:
+def deliver_all(forwarder: Forwarder, wait: float) -> int:
+    """Passes until one succeeds (every complete line delivered) or `wait` seconds passed;
+    returns the passes made. Lines a still-running rank adds meanwhile are left for the live
+    forwarder (they count as pending). A stream another process is forwarding is waited for
+    (within the same `wait`) instead of raced."""
+    deadline = time.monotonic() + wait
+    pause, attempts = FIRST_PAUSE_S, 0
+    while True:
+        attempts += 1
+        if forwarder.pump(blocking=True, lock_timeout=max(0.0, deadline - time.monotonic())):
+            return attempts
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return attempts
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, MAX_PAUSE_S)
+
+
+def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
+                   wait: float = DEFAULT_WAIT_S) -> SyncResult:
     config = SinkConfig.load(spool_dir)
     if config is None:
         raise ConfigError(f"{spool_dir} has no sink.json: not a tracking spool folder",
                           code="TRACKING_JOB")
     forwarder = Forwarder(spool_dir, config, get_sink(config.sink))
     before = forwarder.counts().delivered
-    for attempt in range(ATTEMPTS):  # a server that has just (re)started may still refuse once
-        # blocking: waits for a live forwarder's pass on a stream instead of racing it
-        if forwarder.pump(blocking=True) and forwarder.counts().pending == 0:
-            break
-        if attempt + 1 < ATTEMPTS:
-            time.sleep(RETRY_PAUSE_S)
+    attempts = deliver_all(forwarder, wait)
     counts = forwarder.counts()
     if end_status:
         config.final_status = end_status
@@ -48,4 +67,4 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None) -> SyncRes
             config.save(spool_dir)
         except Exception as exc:  # noqa: BLE001 - reported, the next sync retries
             forwarder.last_error = f"cannot end runs: {type(exc).__name__}: {exc}"
-    return SyncResult(spool_dir, counts.delivered - before, counts, ended, forwarder.last_error)
+    return SyncResult(spool_dir, counts.delivered - before, counts, ended, forwarder.last_error, attempts)

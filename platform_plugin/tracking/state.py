@@ -13,6 +13,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -81,16 +82,31 @@ class SinkConfig:
         write_json_atomic(spool_dir / SINK_FILE, asdict(self))
 
 
+LOCK_POLL_S = 0.1
+
+
 @contextmanager
-def stream_lock(spool_dir: Path, stream: str, *, blocking: bool):
-    """Yields True when this process holds the stream, False when another one does."""
+def stream_lock(spool_dir: Path, stream: str, *, blocking: bool, timeout: float | None = None):
+    """Yields True when this process holds the stream, False when another one does. Blocking
+    waits for it, at most `timeout` seconds when given: a forwarder stuck in MLflow's own HTTP
+    retries (minutes, when its server died mid-request) holds its stream that long."""
     fd = os.open(spool_dir / f"{stream}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
+        yield _acquire(fd, blocking, timeout)
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _acquire(fd: int, blocking: bool, timeout: float | None) -> bool:
+    if blocking and timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline = time.monotonic() + (timeout or 0.0)
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if not blocking or time.monotonic() >= deadline:
+                return False
+            time.sleep(LOCK_POLL_S)
