@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ASSETS = Path(__file__).resolve().parent / "assets" / "launch"
 BEHAVE = str(ASSETS / "behave.py")
 PY = sys.executable
@@ -58,6 +60,16 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def log_dir(tmp_path):
+    """A log folder whose jobs are killed at teardown, whatever the test left running."""
+    path = tmp_path / "logs"
+    path.mkdir()
+    yield path
+    for job in path.iterdir():
+        kill_job(str(job))
 
 
 def log_text(job_dir: str, name: str) -> str:

@@ -11,19 +11,10 @@ import pytest
 
 from platform_plugin import launch
 from platform_plugin.errors import ConfigError
-from launch_helpers import (ASSETS, BEHAVE, PY, kill_job, log_text, read_job, start_cli,
-                            wait_for, wait_no_processes)
+from launch_helpers import (ASSETS, BEHAVE, PY, log_dir, log_text, read_job,  # noqa: F401
+                            start_cli, wait_for, wait_no_processes)
 
 STANDIN = str(ASSETS / "hccl_standin.py")
-
-
-@pytest.fixture
-def log_dir(tmp_path):
-    path = tmp_path / "logs"
-    path.mkdir()
-    yield path
-    for job in path.iterdir():
-        kill_job(str(job))
 
 
 def finish(proc: subprocess.Popen, timeout=60):

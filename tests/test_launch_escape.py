@@ -12,17 +12,8 @@ import pytest
 
 from platform_plugin import launch
 from platform_plugin.launch import reaper
-from launch_helpers import (BEHAVE, PY, job_processes, kill_job, log_text, start_cli, wait_for,
-                            wait_no_processes)
-
-
-@pytest.fixture
-def log_dir(tmp_path):
-    path = tmp_path / "logs"
-    path.mkdir()
-    yield path
-    for job in path.iterdir():
-        kill_job(str(job))
+from launch_helpers import (BEHAVE, PY, job_processes, kill_job, log_dir, log_text,  # noqa: F401
+                            start_cli, wait_for, wait_no_processes)
 
 
 def escaped(job_dir: str, ranks) -> list[int]:
