@@ -178,8 +178,7 @@ def check_rank_processes(ctx: Context) -> list[Row]:
 
 
 def check_last_job(ctx: Context) -> list[Row]:
-    log_dir = ctx.log_dir or ctx.environ.get("PLATFORM_LOG_DIR") or os.path.join(
-        ctx.cwd, "platform_logs")
+    log_dir = settings.job_log_dir(ctx.log_dir, environ=ctx.environ, cwd=ctx.cwd)
     return [Row(*row) for row in last_job_rows(log_dir)]
 
 

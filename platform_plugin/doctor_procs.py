@@ -13,7 +13,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .procfs import user_processes
+from .procfs import alive, user_processes
 from .ranktable import RankTableError, load, parse_visible_devices
 
 RowTuple = tuple[str, str, str, str]  # (status, check, detail, fix)
@@ -135,14 +135,6 @@ def _latest_job(log_dir: str) -> str | None:
     return max(files, key=os.path.getmtime) if files else None
 
 
-def _alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (OSError, TypeError, ValueError):
-        return False
-    return True
-
-
 def last_job_rows(log_dir: str) -> list[RowTuple]:
     """Ranks of the newest job in `log_dir` that exited early (tolerant of missing/odd files)."""
     path = _latest_job(log_dir)
@@ -155,8 +147,8 @@ def last_job_rows(log_dir: str) -> list[RowTuple]:
         job_id = (data.get("plan") or {}).get("job_id") or os.path.basename(os.path.dirname(path))
     except (OSError, ValueError, AttributeError) as exc:
         return [("SKIP", "last job", f"cannot read {path}: {exc}", "")]
-    if state == "running" and _alive(data.get("supervisor_pid")):
-        dead = sorted(name for name, pid in (data.get("pids") or {}).items() if not _alive(pid))
+    if state == "running" and alive(data.get("supervisor_pid")):
+        dead = sorted(name for name, pid in (data.get("pids") or {}).items() if not alive(pid))
         if dead:
             return [("FAIL", "last job", f"job {job_id} is running but rank(s) "
                      f"{', '.join(dead)} already exited", f"read {os.path.dirname(path)}/"

@@ -23,6 +23,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.utils.text import DollarFormatter
 
 from .errors import ConfigError, Problem
+from .settings import job_log_dir
 from .launch import JobFailed, launch
 from .launch.arguments import add_arguments, command_of, launch_kwargs
 
@@ -46,8 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cell_script(body: str, log_dir: str | None) -> str:
     """The cell body as a file named by its content: re-running an unchanged cell reuses it."""
-    folder = os.path.join(log_dir or os.environ.get("PLATFORM_LOG_DIR") or "platform_logs",
-                          "cells")
+    folder = os.path.join(job_log_dir(log_dir), "cells")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"cell_{hashlib.sha1(body.encode()).hexdigest()[:10]}.py")
     with open(path, "w", encoding="utf-8") as fh:

@@ -343,3 +343,17 @@ def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Serv
     r.row("DEVICE_ID", device_id, "derived", f"rank {rank_id} is physical device "
           f"{device.device_id}{via}")
     return rank_id, device_id
+
+
+LOG_DIR_VARIABLE = "PLATFORM_LOG_DIR"
+DEFAULT_LOG_DIR = "platform_logs"
+
+
+def job_log_dir(explicit: str | None = None, *, environ: dict[str, str] | None = None,
+                cwd: str | None = None) -> str:
+    """Where job folders go, as an absolute path: `--log-dir`, else PLATFORM_LOG_DIR, else
+    ./platform_logs — relative to `cwd` (default: the current folder). The launcher, the
+    magic, tracking and the doctor all look here, so a job is found where it was written."""
+    environ = os.environ if environ is None else environ
+    chosen = explicit or environ.get(LOG_DIR_VARIABLE) or DEFAULT_LOG_DIR
+    return os.path.abspath(os.path.join(cwd or os.getcwd(), chosen))

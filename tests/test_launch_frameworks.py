@@ -8,7 +8,7 @@ import pytest
 from platform_plugin import launch
 from launch_helpers import (ASSETS, PY, job_processes, kill_job, log_text, results, start_cli,
                             wait_no_processes)
-from platform_plugin.launch.ports import free_port
+from platform_plugin.ports import free_port
 
 MS_SCRIPT = str(ASSETS / "ms_allreduce.py")
 TORCH_SCRIPT = str(ASSETS / "torch_ddp.py")

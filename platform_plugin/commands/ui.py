@@ -7,7 +7,8 @@ import tempfile
 from ..errors import ConfigError
 from ..tracking import compare
 from ..tracking.jobs import find_spool_dirs
-from ..tracking.server import HOST, free_port, start_server, stop_server, wait_healthy
+from ..ports import free_port
+from ..tracking.server import HOST, start_server, stop_server, wait_healthy
 from ..tracking.sinks.mlflow_sink import default_tracking_uri
 
 

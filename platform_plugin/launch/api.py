@@ -15,7 +15,7 @@ from .backends import npus_present
 from .jobfile import JobFile
 from .output import Output
 from .plan import LaunchOptions, LaunchPlan, build_plan
-from .ports import check_free
+from ..ports import check_free
 from .result import JobFailed, JobResult
 from .stale import refuse_or_kill
 from .supervisor import Supervisor

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError, Problem
 from .backends import BACKENDS, Layout, choose
-from .ports import free_port
+from ..ports import free_port
+from ..settings import job_log_dir
 
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
 RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM_JOB_NAME",
@@ -148,9 +149,8 @@ def build_plan(command: list[str] | str, settings, options: LaunchOptions) -> La
     layout = backend.layout(settings, options)
     job_name = _safe(options.job_name) if options.job_name else default_job_name(command)
     job_id = options.job_id or new_job_id(job_name)
-    log_dir = options.log_dir or base_env.get("PLATFORM_LOG_DIR") or "platform_logs"
     cwd = os.path.abspath(options.cwd or os.getcwd())
-    job_dir = os.path.join(os.path.abspath(os.path.join(cwd, log_dir)), job_id)
+    job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
     cache_root = (options.cache_dir or base_env.get("PLATFORM_CACHE_DIR")
                   or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
     cache_dir = os.path.join(os.path.abspath(cache_root), job_id)

@@ -11,6 +11,7 @@ import signal
 from dataclasses import asdict, dataclass, field
 
 from ..errors import PlatformPluginError
+from ..texttable import render_rows
 
 STATUSES = ("succeeded", "failed", "timeout", "hung", "interrupted")
 
@@ -114,7 +115,7 @@ class JobFailed(PlatformPluginError):
 
 def _table(result: JobResult) -> str:
     by_name = {f.name: f for f in result.failures}
-    rows = [("process", "rank", "device", "pid", "ended", "runtime", "note")]
+    rows = []
     for name, code in result.exitcodes.items():
         failure = by_name.get(name)
         if failure is None:
@@ -125,9 +126,8 @@ def _table(result: JobResult) -> str:
                 "stopped by launcher" if failure.stopped_by_launcher else "failed later")
         rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
                      _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note))
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  " + "  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip()
-                     for row in rows)
+    return render_rows(["process", "rank", "device", "pid", "ended", "runtime", "note"], rows,
+                       indent="  ")
 
 
 def _name_label(name: str) -> str:

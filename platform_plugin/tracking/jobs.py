@@ -2,15 +2,15 @@
 latest job in the log folder)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..settings import job_log_dir
 from .state import SINK_FILE
 
 
 def log_dir(explicit: str | None = None) -> Path:
-    return Path(explicit or os.environ.get("PLATFORM_LOG_DIR") or "platform_logs").resolve()
+    return Path(job_log_dir(explicit)).resolve()
 
 
 def spool_dirs_of(job_dir: Path) -> list[Path]:

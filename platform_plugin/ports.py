@@ -1,9 +1,10 @@
-"""Rendezvous ports: pick a free one, or check that a requested one is free."""
+"""Ports on this machine: pick a free one (rendezvous, a local MLflow server), or check that a
+requested one is free."""
 from __future__ import annotations
 
 import socket
 
-from ..errors import ConfigError, Problem
+from .errors import ConfigError, Problem
 
 
 def free_port(host: str = "127.0.0.1") -> int:
