@@ -62,7 +62,7 @@ def timed(argv: list[str]) -> float:
 
 def timed_in_process(root: Path) -> float:
     """The walk alone, without an interpreter start: where the rest of the time goes."""
-    from platform_plugin import cleanup
+    from platform_plugin.cleanup import run as cleanup
 
     started = time.perf_counter()
     report = cleanup.clean(root, progress=False)

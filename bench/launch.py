@@ -134,7 +134,7 @@ def msrun_death(tmp: str) -> float | None:
                       "ms.set_context(device_target='CPU')\ninit()\n"
                       "if get_rank() == 1:\n    print('DIED', time.time(), flush=True); sys.exit(1)\n"
                       "time.sleep(600)\n")
-    from platform_plugin.ports import free_port
+    from platform_plugin.util.ports import free_port
     argv = [str(BIN / "msrun"), "--worker_num", "2", "--local_worker_num", "2", "--master_port",
             str(free_port()), "--join", "True", "--log_dir", str(Path(tmp, "msrun_logs")),
             str(script)]

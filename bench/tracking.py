@@ -82,7 +82,7 @@ def count_points(uri: str, run_ids: list[str]) -> int:
 
 
 def deliver_ours(work: Path, ranks: int, steps: int) -> dict:
-    from platform_plugin.launch import launch
+    from platform_plugin.launcher import launch
     from platform_plugin.tracking.state import StreamState
     job = work / "ours"
     job.mkdir()

@@ -128,7 +128,7 @@ def tracking_callbacks() -> list[Callback]:
     """The plugin's MetricsCallback (loss per step and epoch, samples/s, learning rate, to
     MLflow or wflogger, one run per rank) where platform_plugin is installed."""
     try:
-        from platform_plugin.tracking.mindspore import MetricsCallback
+        from platform_plugin.tracking.integrations.mindspore import MetricsCallback
     except ImportError:
         return []
     return [MetricsCallback()]

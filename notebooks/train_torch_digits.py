@@ -77,7 +77,7 @@ def named_params(model: nn.Module) -> dict:
 def loop_logger():
     """Per-step loss and samples/s through the plugin's tracker, when it is installed."""
     try:
-        from platform_plugin.tracking.torch import LoopLogger
+        from platform_plugin.tracking.integrations.torch import LoopLogger
     except ImportError:
         return None
     return LoopLogger()

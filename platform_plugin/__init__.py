@@ -4,13 +4,51 @@
     platform_plugin.launch(["python", "train.py"], nproc=2)   # -> JobResult, raises JobFailed
 
 In a notebook: `%load_ext platform_plugin`, then `%dist_run --nproc 2 python train.py`.
+
+The names below are loaded on first use (PEP 562), so `import platform_plugin.tracking` inside
+a training rank does not pull in the launcher, settings or the notebook runner.
 """
-from .launch import JobFailed, JobResult, launch
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "launch": "platform_plugin.launcher.api",
+    "JobResult": "platform_plugin.launcher.result",
+    "JobFailed": "platform_plugin.launcher.result",
+    "ConfigError": "platform_plugin.errors",
+    "PlatformPluginError": "platform_plugin.errors",
+    "run_notebook": "platform_plugin.notebook.run",
+    "get_tracker": "platform_plugin.tracking.tracker",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.errors import ConfigError, PlatformPluginError
+    from platform_plugin.launcher.api import launch
+    from platform_plugin.launcher.result import JobFailed, JobResult
+    from platform_plugin.notebook.run import run_notebook
+    from platform_plugin.tracking.tracker import get_tracker
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'platform_plugin' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
 
 
 def load_ipython_extension(ipython) -> None:
-    from .magic import register
+    from platform_plugin.magic import register
     register(ipython)
 
 
-__all__ = ["launch", "JobResult", "JobFailed", "load_ipython_extension"]
+__all__ = ["launch", "JobResult", "JobFailed", "ConfigError", "PlatformPluginError",
+           "run_notebook", "get_tracker", "__version__", "load_ipython_extension"]

@@ -22,10 +22,10 @@ import sys
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.utils.text import DollarFormatter
 
-from .errors import ConfigError, Problem
-from .settings import job_log_dir
-from .launch import JobFailed, launch
-from .launch.arguments import add_arguments, command_of, launch_kwargs
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.settings import job_log_dir
+from platform_plugin.launcher import JobFailed, launch
+from platform_plugin.launcher.options import add_arguments, command_of, launch_kwargs
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
 NOTEBOOK_MAX_LINES_PER_S = 20.0

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from dotenv import dotenv_values
 
-from .errors import ConfigError, Problem, errors_only
-from .ranktable import (RankTable, RankTableError, Server, check_environment, load,
-                        select_server)
+from platform_plugin.errors import ConfigError, Problem, errors_only
+from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment, load,
+    select_server)
 
 MODES = ("debug", "full")
 # The variables this module resolves itself; every other .env key passes through untouched.

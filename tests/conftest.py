@@ -1,15 +1,12 @@
-"""Fixtures shared by every test module. Area-specific fixtures live in the area's own modules."""
+"""Fixtures shared by every test area; each area's own live in its folder's conftest.py."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-RANKTABLES = REPO / "tests" / "data" / "ranktables"  # copies of ../shared/ranktables
-VENV_BIN = Path(sys.executable).parent
+from tests.helpers import PLATFORM_PREFIXES, RANKTABLES, REPO
 
 
 @pytest.fixture
@@ -26,7 +23,6 @@ def ranktables() -> Path:
 def clean_environ(monkeypatch):
     """Remove platform variables inherited from the machine so tests start from nothing."""
     for name in list(os.environ):
-        if name.startswith(("RANK_", "DEVICE_", "MS_", "PLATFORM_", "MLFLOW_", "JOB_ID",
-                            "ASCEND_", "MASTER_", "WORLD_SIZE", "LOCAL_RANK")):
+        if name.startswith(PLATFORM_PREFIXES):
             monkeypatch.delenv(name, raising=False)
     return monkeypatch

@@ -5,9 +5,33 @@ or the platform's wflogger (see docs/tracking.md).
     t = tracking.get_tracker()
     t.log_param("lr", 0.01)
     t.log_metric("loss", 0.42, step=10)
+
+A rank imports only the tracker and its spool; the launcher's side (`job_tracking`, the sinks,
+the forwarder) is loaded on first use (PEP 562).
 """
-from .identity import RankIdentity
-from .job import DeliveryReport, JobTracking
-from .tracker import NullTracker, Tracker, get_tracker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from platform_plugin.tracking.tracker import NullTracker, Tracker, get_tracker
+
+_LAZY = {
+    "RankIdentity": "platform_plugin.tracking.identity",
+    "JobTracking": "platform_plugin.tracking.job_tracking",
+    "DeliveryReport": "platform_plugin.tracking.job_tracking",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.tracking.identity import RankIdentity
+    from platform_plugin.tracking.job_tracking import DeliveryReport, JobTracking
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'platform_plugin.tracking' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = ["get_tracker", "Tracker", "NullTracker", "RankIdentity", "JobTracking", "DeliveryReport"]

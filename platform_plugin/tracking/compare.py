@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from ..errors import ConfigError
-from .identity import run_name, stream_name
-from .state import SinkConfig, StreamState
+from platform_plugin.errors import ConfigError
+from platform_plugin.tracking.identity import run_name, stream_name
+from platform_plugin.tracking.state import SinkConfig, StreamState
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .identity import stream_name
-from .spool import SPOOL_SUFFIX, count_pending, read_complete
-from .state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.identity import stream_name
+from platform_plugin.tracking.spool import SPOOL_SUFFIX, count_pending, read_complete
+from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 

@@ -11,12 +11,12 @@ import os
 import sys
 from pathlib import Path
 
-from .forwarder import Forwarder, drain_timeout
-from .identity import RankIdentity
-from .jobs import log_dir
-from .sinks import choose_layout, get_sink
-from .sinks.mlflow_sink import default_tracking_uri
-from .state import SinkConfig
+from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
+from platform_plugin.tracking.identity import RankIdentity
+from platform_plugin.tracking.job_folders import log_dir
+from platform_plugin.tracking.sinks import choose_layout, get_sink
+from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
+from platform_plugin.tracking.state import SinkConfig
 
 
 def inprocess_spool_dir(identity: RankIdentity) -> Path:

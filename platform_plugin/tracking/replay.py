@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from .forwarder import Counts, Forwarder
-from .sinks import get_sink
-from .state import SinkConfig
+from platform_plugin.errors import ConfigError
+from platform_plugin.tracking.forwarder import Counts, Forwarder
+from platform_plugin.tracking.sinks import get_sink
+from platform_plugin.tracking.state import SinkConfig
 
 # A sink that has just (re)started, or a loaded machine, can refuse or time out for a while
 # (MLflow's first request on a restarted server opens its store; the health probe allows 2 s).

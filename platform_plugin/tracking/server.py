@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import PlatformPluginError
-from .sinks.mlflow_sink import sqlite_path
+from platform_plugin.errors import PlatformPluginError
+from platform_plugin.tracking.sinks.mlflow_sink import sqlite_path
 
 HOST = "127.0.0.1"
 

@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from .identity import RankIdentity
-from .spool import SPOOL_SUFFIX, SpoolWriter, encode, encode_metric
+from platform_plugin.tracking.identity import RankIdentity
+from platform_plugin.tracking.spool import SPOOL_SUFFIX, SpoolWriter, encode, encode_metric
 
 FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 
@@ -123,7 +123,7 @@ def get_tracker() -> Tracker | NullTracker:
 
 
 def _create() -> Tracker | NullTracker:
-    from .sinks import choose
+    from platform_plugin.tracking.sinks import choose
     sink_name = choose(None)
     if sink_name is None:
         return NullTracker()
@@ -131,5 +131,5 @@ def _create() -> Tracker | NullTracker:
     spool_dir = os.environ.get("PLATFORM_TRACKING_SPOOL_DIR")
     if spool_dir:  # the launcher's supervisor forwards
         return Tracker(spool_dir, identity)
-    from .inprocess import start_inprocess_forwarding
+    from platform_plugin.tracking.inprocess import start_inprocess_forwarding
     return start_inprocess_forwarding(sink_name, identity, Tracker)

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Protocol
 
-from ...errors import ConfigError
-from ..state import SinkConfig, StreamState
+from platform_plugin.errors import ConfigError
+from platform_plugin.tracking.state import SinkConfig, StreamState
 
 CHOICES = ("auto", "mlflow", "wflogger", "none")
 
@@ -37,12 +37,12 @@ class Sink(Protocol):
 
 
 def _mlflow():
-    from .mlflow_sink import MlflowSink
+    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
     return MlflowSink()
 
 
 def _wflogger():
-    from .wflogger_sink import WfloggerSink
+    from platform_plugin.tracking.sinks.wflogger_sink import WfloggerSink
     return WfloggerSink()
 
 

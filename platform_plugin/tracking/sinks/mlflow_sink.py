@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..identity import run_name, stream_name
-from ..state import SinkConfig, StreamState
+from platform_plugin.tracking.identity import run_name, stream_name
+from platform_plugin.tracking.state import SinkConfig, StreamState
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
-from ..state import SinkConfig, StreamState
+from platform_plugin.tracking.state import SinkConfig, StreamState
 
 
 class WfloggerUnsupported(Exception):

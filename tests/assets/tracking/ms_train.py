@@ -14,7 +14,7 @@ if os.environ.get("MS_ROLE"):
     if os.environ["MS_ROLE"] == "MS_SCHED":
         sys.exit(0)
 
-from platform_plugin.tracking.mindspore import MetricsCallback  # noqa: E402
+from platform_plugin.tracking.integrations.mindspore import MetricsCallback  # noqa: E402
 
 EPOCHS, BATCHES, BATCH = 2, 8, 16
 rank = int(os.environ.get("RANK_ID", "0"))

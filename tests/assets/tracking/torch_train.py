@@ -4,7 +4,7 @@ import os
 import torch
 
 from platform_plugin import tracking
-from platform_plugin.tracking.torch import LoopLogger
+from platform_plugin.tracking.integrations.torch import LoopLogger
 
 EPOCHS, STEPS, BATCH = 2, 10, 8
 rank = int(os.environ.get("RANK_ID", "0"))

@@ -1,0 +1,1 @@
+"""Clear operator caches, logs and models from CODE/ (rules in `rules/*.toml`)."""

@@ -1,0 +1,38 @@
+"""`platform-run launch [options] -- COMMAND ...`: exit 0 ok, 1 job failed/stopped, 2 bad input."""
+from __future__ import annotations
+
+import signal
+import sys
+
+from platform_plugin.launcher import JobFailed, launch
+from platform_plugin.launcher.options import add_arguments, command_of, launch_kwargs
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "launch", help="start one process per device and supervise them",
+        description="Start COMMAND once per rank, show every rank's output, stop all ranks at "
+                    "the first failure. Example: platform-run launch --nproc 2 -- python train.py")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _interrupt(signum, frame):
+    # SIGTERM/SIGHUP to the launcher behave like Ctrl-C: the supervisor stops every rank
+    raise KeyboardInterrupt
+
+
+def run(args) -> int:
+    command = command_of(args)
+    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        launch(command, **launch_kwargs(args))
+    except JobFailed:
+        return 1  # the table is already printed
+    except KeyboardInterrupt:  # before the ranks started
+        print("platform-run: interrupted before the job started", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0

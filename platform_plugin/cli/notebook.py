@@ -1,0 +1,129 @@
+"""`platform-run debug|full NOTEBOOK`: run a notebook in the debug or full-run environment."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from platform_plugin.notebook import run as notebook
+from platform_plugin.notebook.run import CellFailure, NotebookResult, NotebookRun
+from platform_plugin.cli.clean import add_cleanup_options
+
+HELP = {
+    "debug": "run a notebook in the debug environment (调试环境) through papermill",
+    "full": "full run (全量运行): clean CODE/, then run a notebook through papermill",
+}
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
+URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def register(subparsers) -> None:
+    for mode in notebook.MODES:
+        parser = subparsers.add_parser(mode, help=HELP[mode], description=HELP[mode])
+        parser.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb file to run")
+        parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                            metavar=("NAME", "VALUE"),
+                            help="set a parameter (repeatable; typed like papermill's -p)")
+        parser.add_argument("-f", "--parameters-file", metavar="PARAMS.yaml",
+                            help="YAML mapping of parameters (overrides the profile)")
+        parser.add_argument("--profile", metavar="platform.toml",
+                            help=f"profile with [{mode}.parameters] (default: "
+                                 "platform.toml in --cwd, if present)")
+        parser.add_argument("--output", metavar="OUT.ipynb",
+                            help="executed notebook (default: runs/<timestamp>-<mode>-<name>"
+                                 ".ipynb under --cwd)")
+        parser.add_argument("--cwd", metavar="DIR",
+                            help="project folder: the kernel's working directory (default: .)")
+        parser.add_argument("--kernel", metavar="NAME",
+                            help="Jupyter kernel (default: the notebook's kernelspec)")
+        parser.add_argument("--timeout", type=float, metavar="S",
+                            help="fail a cell that runs longer than S seconds")
+        parser.add_argument("--env-file", metavar=".env",
+                            help="user settings file (default: .env in --cwd)")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="show what would run and be cleaned; run nothing")
+        if mode == "full":
+            parser.add_argument("--no-cleanup", dest="cleanup", action="store_false",
+                                help="do not clean CODE/ before the run")
+            add_cleanup_options(parser)
+        parser.set_defaults(func=run, mode=mode)
+
+
+def run(args: argparse.Namespace) -> int:
+    run_spec = notebook.prepare_run(
+        args.mode, args.notebook, pairs=[tuple(p) for p in args.parameter],
+        params_file=args.parameters_file, profile=args.profile, output=args.output,
+        cwd=args.cwd, kernel=args.kernel, timeout=args.timeout, env_file=args.env_file)
+    cleaning = None
+    if getattr(args, "cleanup", False):
+        cleaning = notebook.cleanup_before_run(run_spec, only=args.only, keep=args.keep)
+    if args.dry_run:
+        print(describe(run_spec))
+        if cleaning:
+            print(cleaning.run(dry_run=True).render(list_items=True))
+        return 0
+    if cleaning:
+        print(cleaning.run().render(), file=sys.stderr)
+    print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
+          file=sys.stderr, flush=True)
+    try:
+        result = notebook.execute(run_spec)
+    except KeyboardInterrupt:
+        print(f"\n[platform-run] interrupted; the notebook so far: {run_spec.output}",
+              file=sys.stderr)
+        return 130
+    print(summarize(result), file=sys.stderr)
+    return result.exit_code
+
+
+def describe(run_spec: NotebookRun) -> str:
+    """The dry-run view. Values of variables whose names look secret are masked."""
+    lines = [f"{run_spec.mode} run (dry run: nothing is executed)",
+             f"  notebook   {run_spec.notebook}",
+             f"  output     {run_spec.output}",
+             f"  cwd        {run_spec.cwd}",
+             f"  kernel     {run_spec.kernel}  ({run_spec.kernel_dir})",
+             f"  timeout    {f'{run_spec.timeout}s per cell' if run_spec.timeout else 'none'}",
+             f"  profile    {run_spec.profile or '(none)'}",
+             "  parameters"]
+    for name, value in run_spec.parameters.items():
+        lines.append(f"    {name} = {json.dumps(value, default=str)}"
+                     f"  [{run_spec.sources.get(name, '')}]")
+    lines.append("  kernel environment (added)")
+    for name, value in sorted(run_spec.env.items()):
+        shown = "***" if SECRET_NAME.search(name) else URL_USERINFO.sub(r"\1***@", value)
+        lines.append(f"    {name}={shown}")
+    return "\n".join(lines)
+
+
+def summarize(result: NotebookResult) -> str:
+    if result.ok:
+        return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
+                f"output notebook: {result.output}")
+    return render_failure(result.failure) + f"\noutput notebook: {result.output}"
+
+
+def render_failure(failure: CellFailure) -> str:
+    where = f"cell {failure.cell_index + 1}" + (
+        f" (In [{failure.execution_count}])" if failure.execution_count else "")
+    headline = {
+        "timeout": f"notebook FAILED: {where} timed out",
+        "rank": f"notebook FAILED: a rank failed in {where}",
+        "kernel": f"notebook FAILED: the kernel died in {where}",
+    }.get(failure.kind, f"notebook FAILED in {where}: {failure.ename}")
+    source = "\n".join(f"  | {line}" for line in failure.source.splitlines()[:15])
+    if failure.kind == "error":
+        detail = "\n".join(_plain(line) for line in failure.traceback) or \
+            f"{failure.ename}: {failure.evalue}"
+    elif failure.kind == "rank":
+        detail = f"{failure.ename}: {failure.evalue}\n{_plain(failure.rank_table)}"
+    else:
+        detail = f"{failure.ename}: {failure.evalue}"
+    return f"[platform-run] {headline}\n{source}\n{detail}"
+
+
+def _plain(text: str) -> str:
+    """IPython colours tracebacks; keep the colours only on a terminal."""
+    return text if sys.stderr.isatty() else ANSI.sub("", text)

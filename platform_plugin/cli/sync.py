@@ -1,0 +1,40 @@
+"""`platform-run sync [JOB]`: deliver tracked params/metrics still waiting in a job's spool."""
+from __future__ import annotations
+
+from platform_plugin.errors import ConfigError
+from platform_plugin.tracking.job_folders import find_spool_dirs
+from platform_plugin.tracking.replay import DEFAULT_WAIT_S, sync_spool_dir
+
+END_STATUSES = ("FINISHED", "FAILED", "KILLED")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("sync", help="deliver tracked params/metrics still waiting in a job's spool",
+                              description="Replay a job's spool into its sink exactly once: lines "
+                              "already delivered (per the offset files) are never sent again.")
+    p.add_argument("job", nargs="?", help="job id or job folder (default: the latest job)")
+    p.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or ./platform_logs)")
+    p.add_argument("--end", choices=END_STATUSES, metavar="STATUS",
+                   help="also end the job's runs with STATUS (FINISHED|FAILED|KILLED), e.g. after "
+                        "the launching process itself was killed")
+    p.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
+                   help="keep retrying this long while the sink is unreachable or refuses for now, "
+                        f"e.g. a server still starting (default {DEFAULT_WAIT_S:g}; 0 = one attempt)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.wait < 0:
+        raise ConfigError(f"--wait {args.wait:g}: give the seconds to keep retrying, 0 or more",
+                          code="TRACKING_SYNC_WAIT")
+    waiting = 0
+    for spool_dir in find_spool_dirs(args.job, args.log_dir):
+        res = sync_spool_dir(spool_dir, end_status=args.end, wait=args.wait)
+        c = res.counts
+        print(f"{spool_dir}: sent {res.delivered_now} now; delivered {c.delivered}, pending {c.pending}, "
+              f"skipped {c.skipped}, rejected {c.rejected}"
+              + (f", {c.partial_lines} partial last line(s) ignored" if c.partial_lines else "")
+              + ("; runs ended" if res.ended else "")
+              + (f"\n  last error (after {res.attempts} attempt(s)): {res.error}" if res.error else ""))
+        waiting += c.pending
+    return 1 if waiting else 0

@@ -1,0 +1,63 @@
+"""`platform-run ui`: a local MLflow UI on the configured store, lean, loopback only."""
+from __future__ import annotations
+
+import signal
+import tempfile
+
+from platform_plugin.errors import ConfigError
+from platform_plugin.tracking import compare
+from platform_plugin.tracking.job_folders import find_spool_dirs
+from platform_plugin.util.ports import free_port
+from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
+from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("ui", help="start a local MLflow UI on the configured store")
+    p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (0 = any free port; default 5000)")
+    p.add_argument("--metric", default="loss", help="metric of the printed comparison page (default: loss)")
+    p.add_argument("--store", help="backend store URI (default: MLFLOW_TRACKING_URI if it is a "
+                                   "database URI, else sqlite:///./mlflow.db)")
+    p.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or ./platform_logs)")
+    p.set_defaults(func=run)
+
+
+def store_uri(explicit: str | None) -> str:
+    uri = explicit or default_tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        raise ConfigError(f"MLFLOW_TRACKING_URI is a server ({uri}): open it directly, or pass "
+                          "--store sqlite:///path/to/mlflow.db", code="TRACKING_UI")
+    return uri
+
+
+def latest_comparison(ui: str, metric: str, log_dir: str | None) -> str | None:
+    try:
+        spool_dir = find_spool_dirs(None, log_dir)[0]
+        runs = compare.job_runs(spool_dir)
+    except ConfigError:
+        return None
+    return compare.metric_url(ui, runs, metric) if runs.run_ids else None
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM stops the server too (it runs in its own session)
+
+
+def run(args) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    uri = store_uri(args.store)
+    port = args.port or free_port()
+    ui = f"http://{HOST}:{port}"
+    log = tempfile.NamedTemporaryFile(prefix="mlflow-ui-", suffix=".log", delete=False).name
+    proc = start_server(uri, port, log_path=log)
+    try:
+        wait_healthy(ui, proc, log_path=log)
+        print(f"MLflow UI: {ui}  (store {uri}; server log {log}; Ctrl-C stops it)", flush=True)
+        url = latest_comparison(ui, args.metric, args.log_dir)
+        print(f"latest job, ranks compared: {url}" if url else "no tracked job yet", flush=True)
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop_server(proc)
+    return 0 if proc.returncode in (0, -15, None) else 1

@@ -1,0 +1,1 @@
+"""`platform-run doctor`: why a job will not start."""

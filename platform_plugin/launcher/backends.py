@@ -1,0 +1,235 @@
+"""Backends: how ranks find each other. A registry, so a new backend is one class and one line.
+
+Each backend answers three questions, all pure:
+- `layout`: which global ranks (and physical devices) run on this server,
+- `rank_env`: the variables that make one worker a member of the job,
+- `helpers`: extra processes that are not ranks (the ms-cluster scheduler).
+The variables common to every backend (RANK_ID, DEVICE_ID, ...) are added by plan.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin import ranktable
+
+# Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
+# rank that never started into a half-hour wait; the launcher watches the processes anyway.
+MS_TOPO_TIMEOUT_S = 120
+MS_NODE_TIMEOUT_S = 60
+MS_HEARTBEAT_RETRY_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Who runs where. `ranks` lists (global rank, device id) for this server, in local order."""
+
+    world_size: int
+    node_rank: int
+    nnodes: int
+    server_id: str
+    ranks: tuple[tuple[int, int], ...]
+    master_addr: str
+    master_port: int | None
+    rank_table_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Helper:
+    name: str  # "sched"
+    role: str  # RankSpec.role
+    env: dict
+
+
+def _fail(code: str, message: str, path: str = "") -> ConfigError:
+    return ConfigError([Problem(code, message, path)])
+
+
+def grid_layout(nproc: int | None, options, *, needs_port: bool) -> Layout:
+    """nnodes x nproc ranks, devices numbered by local rank (CPU, GPU, or NPUs without a table)."""
+    if not nproc or nproc < 1:
+        raise _fail("LAUNCH_NPROC", "say how many processes to start on this server: --nproc N "
+                    "(or launch(..., nproc=N)); only the rank-table backend reads it from the table",
+                    "--nproc")
+    nnodes, node_rank = options.nnodes, options.node_rank
+    if not 0 <= node_rank < nnodes:
+        raise _fail("LAUNCH_NODE_RANK", f"--node-rank {node_rank} must be between 0 and "
+                    f"--nnodes - 1 = {nnodes - 1}", "--node-rank")
+    if nnodes > 1 and needs_port and not options.master_port:
+        raise _fail("LAUNCH_MASTER_PORT", "a multi-node job needs the same --master-port on every "
+                    "server (and --master-addr = the address of node 0)", "--master-port")
+    first = node_rank * nproc
+    return Layout(world_size=nnodes * nproc, node_rank=node_rank, nnodes=nnodes,
+                  server_id=options.server_id or "localhost",
+                  ranks=tuple((first + i, i) for i in range(nproc)),
+                  master_addr=options.master_addr, master_port=options.master_port)
+
+
+class Backend:
+    name = ""
+    needs_port = False
+
+    def layout(self, settings, options) -> Layout:
+        return grid_layout(options.nproc, options, needs_port=self.needs_port)
+
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+        return {}
+
+    def helpers(self, layout: Layout) -> list[Helper]:
+        return []
+
+
+class PlainBackend(Backend):
+    """Only the rank variables: any program that reads RANK_ID / RANK_SIZE itself."""
+
+    name = "plain"
+
+
+class TorchBackend(Backend):
+    """torch.distributed env:// rendezvous, the variables torchrun sets."""
+
+    name = "torch"
+    needs_port = True
+
+    def rank_env(self, layout, local_rank):
+        rank, _ = layout.ranks[local_rank]
+        return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
+                "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
+                "GROUP_RANK": str(layout.node_rank), "MASTER_ADDR": layout.master_addr,
+                "MASTER_PORT": str(layout.master_port)}
+
+
+class MsClusterBackend(Backend):
+    """MindSpore dynamic cluster (CPU/GPU, or Ascend without a table): one scheduler, N workers.
+
+    MS_ENABLE_RECOVERY is never set: with it the scheduler waits for lost workers forever."""
+
+    name = "ms-cluster"
+    needs_port = True
+
+    def _cluster_env(self, layout: Layout) -> dict[str, str]:
+        return {"MS_SCHED_HOST": layout.master_addr, "MS_SCHED_PORT": str(layout.master_port),
+                "MS_WORKER_NUM": str(layout.world_size), "MS_TOPO_TIMEOUT": str(MS_TOPO_TIMEOUT_S),
+                "MS_NODE_TIMEOUT": str(MS_NODE_TIMEOUT_S),
+                "MS_HEARTBEAT_RETRY_TIMEOUT": str(MS_HEARTBEAT_RETRY_TIMEOUT_S)}
+
+    def rank_env(self, layout, local_rank):
+        rank, _ = layout.ranks[local_rank]
+        return {**self._cluster_env(layout), "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(rank)}
+
+    def helpers(self, layout):
+        if layout.node_rank != 0:  # one scheduler per job, on node 0
+            return []
+        return [Helper("sched", "sched", {**self._cluster_env(layout), "MS_ROLE": "MS_SCHED"})]
+
+
+class RankTableBackend(Backend):
+    """Ascend with an HCCL rank table: this server's devices, DEVICE_ID = the runtime id of the
+    physical device (davincirunsdk wrongly uses the list index)."""
+
+    name = "rank-table"
+
+    def layout(self, settings, options):
+        table = getattr(settings, "rank_table", None)
+        if table is None:
+            raise _fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "
+                        "--rank-table FILE or set RANK_TABLE_FILE", "RANK_TABLE_FILE")
+        server = getattr(settings, "server", None)
+        if server is None:
+            server = ranktable.select_server(table, rank_start=getattr(settings, "rank_start", None))
+        devices = sorted(server.devices, key=lambda d: d.rank_id)
+        if options.nproc and options.nproc != len(devices):
+            raise _fail("LAUNCH_NPROC_TABLE", f"the rank table gives server {server.server_id} "
+                        f"{len(devices)} devices but --nproc is {options.nproc}: leave --nproc out "
+                        "or use a table with the devices you want", "--nproc")
+        node_rank = [s.server_id for s in table.servers].index(server.server_id)
+        # DEVICE_ID is what the runtime calls the card: the physical id, renumbered from 0
+        # when ASCEND_RT_VISIBLE_DEVICES hides some cards (a card outside it is an error).
+        visible = getattr(settings, "visible_devices", None)
+        return Layout(world_size=table.rank_size, node_rank=node_rank, nnodes=len(table.servers),
+                      server_id=server.server_id,
+                      ranks=tuple((d.rank_id, ranktable.runtime_device_id(d.device_id, visible))
+                                  for d in devices),
+                      master_addr=options.master_addr, master_port=None,
+                      rank_table_file=table.path or getattr(settings, "rank_table_file", None))
+
+    def rank_env(self, layout, local_rank):
+        rank, _ = layout.ranks[local_rank]
+        return {"RANK_TABLE_FILE": str(layout.rank_table_file or ""),
+                "RANK_START": str(layout.ranks[0][0])}
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (
+    RankTableBackend(), MsClusterBackend(), TorchBackend(), PlainBackend())}
+CHOICES = ("auto", *BACKENDS)
+
+_IMPORTS = {
+    "ms-cluster": re.compile(rb"^\s*(?:import|from)\s+mindspore\b", re.M),
+    "torch": re.compile(rb"^\s*(?:import|from)\s+torch\b", re.M),
+}
+
+
+def program_source(command: list[str]) -> tuple[str, bytes | None]:
+    """(what the program is, its source if readable): the script of `python x.py`, the module
+    of `python -m pkg.mod`, the code of `python -c ...`, or a `.py` given directly."""
+    args = list(command)
+    if args and os.path.basename(args[0]).startswith("python"):
+        args = args[1:]
+        while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
+            args = args[2:] if args[0] in ("-W", "-X") else args[1:]  # options with a value
+        if len(args) >= 2 and args[0] == "-c":
+            return "python -c", args[1].encode()
+        if len(args) >= 2 and args[0] == "-m":
+            import importlib.util
+            try:
+                spec = importlib.util.find_spec(args[1])
+            except (ImportError, ValueError):
+                spec = None
+            origin = spec.origin if spec and spec.origin not in (None, "built-in", "frozen") else None
+            return f"module {args[1]}", _read(origin)
+    if args and args[0].endswith(".py"):
+        return args[0], _read(args[0])
+    return (args[0] if args else "?"), None
+
+
+def _read(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(1 << 20)
+    except OSError:
+        return None
+
+
+def choose(requested: str, command: list[str], settings, npu_present: bool) -> tuple[str, str]:
+    """(backend name, the reason printed to the user)."""
+    if requested != "auto":
+        if requested not in BACKENDS:
+            raise _fail("LAUNCH_BACKEND", f"unknown backend {requested!r}; choose one of "
+                        f"{', '.join(CHOICES)}", "--backend")
+        return requested, "requested"
+    table = getattr(settings, "rank_table", None)
+    if npu_present and table is not None:
+        return "rank-table", f"Ascend NPUs present and rank table {table.path or ''} resolved"
+    what, source = program_source(command)
+    for name, pattern in _IMPORTS.items():
+        if source is not None and pattern.search(source):
+            library = "mindspore" if name == "ms-cluster" else "torch"
+            return name, f"{what} imports {library}"
+    if source is None:
+        return "plain", f"cannot read {what} to see what it imports; only rank variables set"
+    return "plain", f"{what} imports neither mindspore nor torch; only rank variables set"
+
+
+def npus_present() -> bool:
+    return any(re.fullmatch(r"davinci\d+", n) for n in _listdir("/dev"))
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []

@@ -1,0 +1,175 @@
+"""Rank output: every byte to `<job_dir>/rank_<N>.log` unchanged, and a prefixed display.
+
+The supervisor's loop feeds chunks here and calls `flush()` from the thread that runs the job
+(in a notebook that is the cell's thread, the only one whose prints ipykernel routes reliably).
+The display works on complete lines: a partial line is held until its newline, or shown after
+`PARTIAL_FLUSH_S` of quiet (a prompt, a progress bar), and a `\r` progress line shows its last
+state. In a notebook a chatty rank is capped to `max_lines_per_s`; the log files stay complete.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import deque
+from typing import Callable
+
+from platform_plugin.errors import ConfigError, Problem
+
+TAIL_LINES = 20
+PARTIAL_FLUSH_S = 1.0
+PARTIAL_MAX = 64 * 1024
+
+
+def parse_show(value: str | None) -> set[str] | None:
+    """`all` -> None (everything, scheduler included), `none` -> empty, `0,3` -> {"0", "3"}."""
+    value = (value or "all").strip().lower()
+    if value == "all":
+        return None
+    if value == "none":
+        return set()
+    names = {part.strip() for part in value.split(",") if part.strip()}
+    if not all(n.isdigit() or n == "sched" for n in names):
+        raise ConfigError([Problem("LAUNCH_BAD_SHOW", f"--show {value!r}: use all, none, sched "
+                                   "or comma-separated rank numbers such as 0,3", "--show")])
+    return {str(int(n)) if n.isdigit() else n for n in names}
+
+
+def _last_state(line: bytes) -> bytes:
+    """A line redrawn with `\\r` (progress bar): keep what the terminal would finally show."""
+    if b"\r" not in line:
+        return line
+    segments = [s for s in line.split(b"\r") if s]
+    return segments[-1] if segments else b""
+
+
+class _RankStream:
+    def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None):
+        self.name = name
+        self.label = "sched" if name == "sched" else f"rank {name}"
+        self.prefix = f"[{self.label}] "
+        self.log = open(log_path, "wb", buffering=0)  # unbuffered: the file is complete even if we die
+        self.shown = shown
+        self.partial = b""
+        self.partial_since = 0.0
+        self.tail: deque[bytes] = deque(maxlen=TAIL_LINES)
+        self.rate = max_lines_per_s
+        self.tokens = max_lines_per_s or 0.0
+        self.refilled = time.monotonic()
+        self.held_now = 0  # held since the last note
+        self.held_total = 0
+
+    def feed(self, data: bytes, now: float, out: list[str]) -> None:
+        self.log.write(data)
+        data = self.partial + data
+        cut = data.rfind(b"\n") + 1
+        complete, self.partial = data[:cut], data[cut:]
+        if self.partial and not cut:
+            self.partial_since = self.partial_since or now
+        elif self.partial:
+            self.partial_since = now
+        else:
+            self.partial_since = 0.0
+        if complete:
+            self._lines(complete, now, out)
+        if len(self.partial) > PARTIAL_MAX:
+            self.flush_partial(now, out)
+
+    def flush_partial(self, now: float, out: list[str]) -> None:
+        if self.partial:
+            self._lines(_last_state(self.partial) + b"\n", now, out)
+            self.partial, self.partial_since = b"", 0.0
+
+    def _lines(self, complete: bytes, now: float, out: list[str]) -> None:
+        """`complete` ends with a newline. The common case (no \\r, no cap) is one decode and one
+        replace for the whole chunk: throughput matters when ranks print a lot."""
+        lines = complete[:-1].split(b"\n") if b"\r" in complete else None
+        if lines is not None:
+            complete = b"\n".join(_last_state(line) for line in lines) + b"\n"
+        self.tail.extend(complete[:-1].rsplit(b"\n", TAIL_LINES)[-TAIL_LINES:])
+        if not self.shown:
+            return
+        if self.rate is not None:
+            complete = self._within_rate(complete, now, out)
+            if not complete:
+                return
+        text = complete[:-1].decode("utf-8", errors="replace")
+        out.append(self.prefix + text.replace("\n", "\n" + self.prefix) + "\n")
+
+    def _within_rate(self, complete: bytes, now: float, out: list[str]) -> bytes:
+        self.tokens = min(self.rate, self.tokens + (now - self.refilled) * self.rate)
+        self.refilled = now
+        count = complete.count(b"\n")
+        allowed = min(count, int(self.tokens))
+        self.tokens -= allowed
+        if allowed and self.held_now:
+            out.append(f"{self.prefix}... {self.held_now} lines held back (all in the log)\n")
+            self.held_now = 0
+        if allowed < count:
+            held = count - allowed
+            self.held_now += held
+            self.held_total += held
+            if not allowed:
+                return b""
+            complete = b"\n".join(complete.split(b"\n", allowed)[:allowed]) + b"\n"
+        return complete
+
+    def close(self, out: list[str]) -> None:
+        self.flush_partial(time.monotonic(), out)
+        if self.shown and self.held_now:
+            out.append(f"{self.prefix}... {self.held_now} lines held back (all in the log)\n")
+            self.held_now = 0
+        self.log.close()
+
+
+class Output:
+    """All streams of one job. `write` defaults to the current sys.stdout at flush time."""
+
+    def __init__(self, show: str | set[str] | None = "all", *, max_lines_per_s: float | None = None,
+                 write: Callable[[str], object] | None = None):
+        self.show = parse_show(show) if isinstance(show, str) or show is None else set(show)
+        self.max_lines_per_s = max_lines_per_s
+        self._write = write
+        self._streams: dict[str, _RankStream] = {}
+        self._pending: list[str] = []
+        self.last_output = time.monotonic()
+
+    def open(self, name: str, log_path: str) -> None:
+        shown = self.show is None or name in self.show
+        self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s)
+
+    def feed(self, name: str, data: bytes) -> None:
+        now = time.monotonic()
+        self.last_output = now
+        self._streams[name].feed(data, now, self._pending)
+
+    def note(self, text: str) -> None:
+        """A launcher message in the display (never in a rank's log)."""
+        self._pending.append(f"[launcher] {text}\n")
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        for stream in self._streams.values():
+            if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
+                stream.flush_partial(now, self._pending)
+        if self._pending:
+            text, self._pending = "".join(self._pending), []
+            if self._write is not None:
+                self._write(text)
+            else:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+
+    def tail(self, name: str) -> list[str]:
+        stream = self._streams[name]
+        lines = list(stream.tail)
+        if stream.partial:
+            lines = (lines + [_last_state(stream.partial)])[-TAIL_LINES:]
+        return [line.decode("utf-8", errors="replace") for line in lines]
+
+    def held_back(self) -> dict[str, int]:
+        return {name: s.held_total for name, s in self._streams.items() if s.held_total}
+
+    def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close(self._pending)
+        self.flush()

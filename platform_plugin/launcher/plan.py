@@ -1,0 +1,187 @@
+"""(command, settings, options) -> LaunchPlan: every process's argv, env, cwd and log file.
+
+Spawns nothing and reads nothing but what it is given (the only exception: a free port is
+picked when the backend needs one and none was given), so it is tested exhaustively.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field, replace
+
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.launcher.backends import BACKENDS, Layout, choose
+from platform_plugin.util.ports import free_port
+from platform_plugin.settings import job_log_dir
+
+# Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
+RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM_JOB_NAME",
+                  "PLATFORM_JOB_DIR", "PLATFORM_SERVER_ID", "PYTHONUNBUFFERED")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    nproc: int | None = None
+    backend: str = "auto"
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+    server_id: str | None = None
+    log_dir: str | None = None  # else PLATFORM_LOG_DIR, else ./platform_logs
+    cache_dir: str | None = None  # else PLATFORM_CACHE_DIR, else ~/.cache/platform_plugin
+    job_name: str | None = None
+    job_id: str | None = None  # generated when None
+    cwd: str | None = None
+    env: dict = field(default_factory=dict)  # extra variables for every rank (win over all else)
+    base_env: dict | None = None  # the environment ranks inherit; launch() passes os.environ + .env
+    npu_present: bool = False
+    timeout: float | None = None
+    silence_timeout: float | None = None
+    grace: float = 3.0
+    show: str = "all"
+    max_lines_per_s: float | None = None
+    kill_stale: bool = False
+    tracking: str = "auto"
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    name: str  # "0".."N-1" (global rank) or "sched"
+    rank_id: int | None
+    local_rank: int | None
+    device_id: int | None
+    argv: tuple[str, ...]
+    env: dict
+    cwd: str
+    log_path: str
+    role: str = "worker"  # "worker" | "sched"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    job_id: str
+    job_name: str
+    job_dir: str
+    backend: str
+    backend_reason: str
+    world_size: int
+    node_rank: int
+    nnodes: int
+    ranks: tuple[RankSpec, ...]
+    command: tuple[str, ...]
+    server_id: str = "localhost"
+    cache_dir: str = ""
+    master_addr: str = "127.0.0.1"
+    master_port: int | None = None
+
+    @property
+    def workers(self) -> tuple[RankSpec, ...]:
+        return tuple(r for r in self.ranks if r.role == "worker")
+
+    def summary(self) -> dict:
+        """What job.json records at the start (the doctor reads it)."""
+        return {
+            "job_id": self.job_id, "job_name": self.job_name, "job_dir": self.job_dir,
+            "backend": self.backend, "backend_reason": self.backend_reason,
+            "world_size": self.world_size, "node_rank": self.node_rank, "nnodes": self.nnodes,
+            "server_id": self.server_id, "cache_dir": self.cache_dir, "command": list(self.command),
+            "master_addr": self.master_addr, "master_port": self.master_port,
+            "ranks": [{"name": r.name, "role": r.role, "rank_id": r.rank_id,
+                       "local_rank": r.local_rank, "device_id": r.device_id, "argv": list(r.argv),
+                       "cwd": r.cwd, "log_path": r.log_path,
+                       "env": {k: v for k, v in r.env.items()
+                               if k in RANK_VARIABLES or k.startswith(("MS_", "MASTER_", "RANK"))
+                               or k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                        "MS_COMPILER_CACHE_PATH", "ASCEND_PROCESS_LOG_PATH")}}
+                      for r in self.ranks],
+        }
+
+
+def normalize_command(command: list[str] | str) -> tuple[str, ...]:
+    """A bare `python`/`python3` (or a script path) runs with this interpreter, as torchrun
+    does: in a notebook, PATH's python is often not the kernel's."""
+    if isinstance(command, str):
+        import shlex
+        command = shlex.split(command)
+    command = [str(c) for c in command]
+    if not command:
+        raise ConfigError([Problem("LAUNCH_NO_COMMAND", "give the command to run, e.g. "
+                                   "`platform-run launch --nproc 2 -- python train.py`", "command")])
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    elif command[0].endswith(".py"):
+        command.insert(0, sys.executable)
+    return tuple(command)
+
+
+def default_job_name(command: tuple[str, ...]) -> str:
+    args = list(command[1:]) if os.path.basename(command[0]).startswith("python") else list(command)
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            return _safe(args[i + 1].rsplit(".", 1)[-1])
+        if arg == "-c":
+            return "python-c"
+        if not arg.startswith("-"):
+            return _safe(os.path.splitext(os.path.basename(arg))[0])
+    return _safe(os.path.basename(command[0]))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "job"
+
+
+def new_job_id(job_name: str, now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{job_name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def build_plan(command: list[str] | str, settings, options: LaunchOptions) -> LaunchPlan:
+    command = normalize_command(command)
+    base_env = dict(options.base_env if options.base_env is not None else {})
+    name, reason = choose(options.backend, list(command), settings, options.npu_present)
+    backend = BACKENDS[name]
+    if backend.needs_port and options.master_port is None and options.nnodes == 1:
+        options = replace(options, master_port=free_port("0.0.0.0"))
+    layout = backend.layout(settings, options)
+    job_name = _safe(options.job_name) if options.job_name else default_job_name(command)
+    job_id = options.job_id or new_job_id(job_name)
+    cwd = os.path.abspath(options.cwd or os.getcwd())
+    job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
+    cache_root = (options.cache_dir or base_env.get("PLATFORM_CACHE_DIR")
+                  or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
+    cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
+    common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": job_id, "PLATFORM_JOB_NAME": job_name,
+              "PLATFORM_JOB_DIR": job_dir, "PLATFORM_SERVER_ID": layout.server_id,
+              "PYTHONUNBUFFERED": "1",
+              # compile caches and Ascend process logs go to the job's cache, not into CODE/
+              "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
+    ranks = [_worker(layout, backend, i, command, base_env, common, options, cwd, job_dir,
+                     cache_dir) for i in range(len(layout.ranks))]
+    helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None, argv=command,
+                        env={**base_env, **common, **h.env,
+                             "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", h.name),
+                             **options.env},
+                        cwd=cwd, log_path=os.path.join(job_dir, f"{h.name}.log"), role=h.role)
+               for h in backend.helpers(layout)]
+    return LaunchPlan(job_id=job_id, job_name=job_name, job_dir=job_dir, backend=name,
+                      backend_reason=reason, world_size=layout.world_size,
+                      node_rank=layout.node_rank, nnodes=layout.nnodes,
+                      ranks=tuple(helpers + ranks), command=command, server_id=layout.server_id,
+                      cache_dir=cache_dir, master_addr=layout.master_addr,
+                      master_port=layout.master_port)
+
+
+def _worker(layout: Layout, backend, local_rank: int, command, base_env, common, options, cwd,
+            job_dir, cache_dir) -> RankSpec:
+    rank_id, device_id = layout.ranks[local_rank]
+    env = {**base_env, **common, **backend.rank_env(layout, local_rank),
+           "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
+           "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
+           **options.env}
+    return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
+                    device_id=device_id, argv=command, env=env, cwd=cwd,
+                    log_path=os.path.join(job_dir, f"rank_{rank_id}.log"))

@@ -1,0 +1,101 @@
+"""Find and stop every process of one job, wherever it went.
+
+A job's processes are its ranks' process groups plus every process of this user whose
+environment carries the job's JOB_ID or PLATFORM_JOB_DIR. The groups catch children that
+rewrote their environment (`env -i`); the environment catches grandchildren that left the
+groups (`setsid`, a double fork, `nohup ... &` in a new session) since every process a rank
+starts inherits it. Both values are generated per job (timestamp + random hex, a folder named
+after it), so no other job ever matches; this process and its ancestors (the kernel that runs
+`%dist_run`) are never matched, and neither is the lifeline (it does not carry them).
+
+Two callers: the supervisor, inside its loop, at every end of a job; and the lifeline, which
+runs this file as a bare script once the supervisor died (see spawn.py):
+
+    python -S -I reaper.py GRACE JOB_ID JOB_DIR [PGID ...]
+
+-S -I: no site-packages and no package `__init__` (which imports settings, dotenv, tracking),
+so it starts fast and cannot fail on a dependency; procfs.py is stdlib only for this reason.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+if __package__:
+    from platform_plugin.util.procfs import group_members, user_processes
+else:  # run by the lifeline as a script: procfs is imported on its own, without the package
+    sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "util"))
+    from procfs import group_members, user_processes
+
+POLL_S = 0.05
+KILL_FOR_S = 5.0  # SIGKILL rounds (a process may fork between a scan and the kill) end after this
+
+
+@dataclass
+class JobProcesses:
+    job_id: str
+    job_dir: str
+    pgids: set[int] = field(default_factory=set)
+
+    def add_group(self, pgid: int) -> None:
+        self.pgids.add(pgid)
+
+    def live_groups(self) -> dict[int, list[int]]:
+        return group_members(self.pgids)
+
+    def strays(self) -> list[int]:
+        """The job's live processes outside its groups (setsid grandchildren, daemons)."""
+        return [p.pid for p in user_processes("JOB_ID")
+                if p.pgid not in self.pgids and (p.env.get("JOB_ID") == self.job_id
+                                                 or p.env.get("PLATFORM_JOB_DIR") == self.job_dir)]
+
+    def alive(self) -> bool:
+        return bool(self.live_groups() or self.strays())
+
+    def signal(self, sig: int, *, only_live_groups: bool) -> None:
+        """`sig` to every group (only those with live members: a dead group's id can be reused)
+        and to every stray; each process gets it once, so a TERM handler runs once."""
+        pgids = set(self.live_groups()) if only_live_groups else self.pgids
+        for pgid in pgids:
+            signal_group(pgid, sig)
+        signal_pids(self.strays(), sig)
+
+    def stop(self, grace: float) -> None:
+        """The supervisor's stop policy, blocking: SIGTERM, SIGKILL after `grace`, until none
+        is left (or KILL_FOR_S passed: a process stuck in the kernel cannot be helped)."""
+        self.signal(signal.SIGTERM, only_live_groups=True)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and self.alive():
+            time.sleep(POLL_S)
+        deadline = time.monotonic() + KILL_FOR_S
+        while time.monotonic() < deadline and self.alive():
+            self.signal(signal.SIGKILL, only_live_groups=True)
+            time.sleep(POLL_S)
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_pids(pids, sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def main(argv: list[str]) -> int:
+    grace, job_id, job_dir, *pgids = argv
+    JobProcesses(job_id, job_dir, {int(g) for g in pgids}).stop(float(grace))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

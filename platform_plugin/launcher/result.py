@@ -1,0 +1,147 @@
+"""What a job ended as: per-rank failures, the root cause, and the table users read.
+
+torchrun's ChildFailedError is the model: one record per failed process, the first one is the
+root cause. Improvements: every rank is listed (including those the launcher stopped, marked as
+consequences), the device and the last log lines of the root cause are shown, and the log folder
+is named so the next step is obvious.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import asdict, dataclass, field
+
+from platform_plugin.errors import PlatformPluginError
+from platform_plugin.util.texttable import render_rows
+
+STATUSES = ("succeeded", "failed", "timeout", "hung", "interrupted")
+
+
+def describe_exit(exitcode: int | None) -> tuple[int | None, str | None]:
+    """Popen.returncode -> (exit code, signal name); negative codes are signals."""
+    if exitcode is None or exitcode >= 0:
+        return exitcode, None
+    try:
+        return exitcode, signal.Signals(-exitcode).name
+    except ValueError:
+        return exitcode, f"signal {-exitcode}"
+
+
+@dataclass
+class RankFailure:
+    name: str  # "0", "1", ... or "sched"
+    rank_id: int | None
+    device_id: int | None
+    host: str
+    pid: int | None
+    exitcode: int | None  # Popen convention: -N = killed by signal N; None = still running when stopped
+    signal_name: str | None
+    runtime_s: float
+    last_lines: list[str] = field(default_factory=list)
+    root_cause: bool = False
+    stopped_by_launcher: bool = False  # a consequence: the launcher stopped it after the root cause
+
+    @property
+    def how(self) -> str:
+        if self.signal_name:
+            return self.signal_name
+        if self.exitcode is None:
+            return "still running"
+        return f"exit {self.exitcode}"
+
+    @property
+    def label(self) -> str:
+        return "sched" if self.name == "sched" else f"rank {self.name}"
+
+
+@dataclass
+class JobResult:
+    job_id: str
+    job_name: str
+    job_dir: str
+    backend: str
+    status: str  # one of STATUSES
+    ok: bool
+    duration_s: float
+    exitcodes: dict[str, int | None]  # rank name -> Popen returncode
+    failures: list[RankFailure] = field(default_factory=list)
+    root_cause: RankFailure | None = None
+    tracking: object = None  # tracking.job.DeliveryReport, set after the ranks ended
+    reason: str = ""  # why the launcher ended the job (timeout, silence, interrupt), if it did
+    held_back: dict[str, int] = field(default_factory=dict)  # lines not displayed, per rank
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["tracking"] = _tracking_dict(self.tracking)
+        return data
+
+    def render(self) -> str:
+        """A compact table: one headline, the root cause with its last lines, one row per rank."""
+        ranks = len(self.exitcodes)
+        head = (f"job {self.job_id} {self.status.upper()} after {self.duration_s:.1f}s "
+                f"(backend {self.backend}, {ranks} process{'es' if ranks != 1 else ''})")
+        lines = [head]
+        cause = self.root_cause
+        if self.reason and cause is None:
+            lines.append(f"  why: {self.reason}")
+        if cause is not None:
+            lines.append(f"  root cause: {cause.label} (device {_dash(cause.device_id)}, host "
+                         f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
+                         f"{cause.runtime_s:.1f}s")
+            if cause.last_lines:
+                log = "sched.log" if cause.name == "sched" else f"rank_{cause.name}.log"
+                lines.append(f"  last {len(cause.last_lines)} lines of {log}:")
+                lines.extend(f"    | {line}" for line in cause.last_lines)
+        if self.failures or not self.ok:
+            lines.append(_table(self))
+        held = {k: v for k, v in self.held_back.items() if v}
+        if held:
+            parts = ", ".join(f"{_name_label(k)}: {v}" for k, v in held.items())
+            lines.append(f"  lines held back from the display (complete in the logs): {parts}")
+        lines.append(f"  logs: {self.job_dir}")
+        return "\n".join(lines)
+
+
+class JobFailed(PlatformPluginError):
+    """A rank (or the scheduler) failed, or the job was stopped; `.result` holds the details."""
+
+    exit_code = 1
+
+    def __init__(self, result: JobResult):
+        self.result = result
+        cause = result.root_cause
+        what = f"{cause.label} {cause.how}" if cause else (result.reason or result.status)
+        super().__init__(f"job {result.job_id} {result.status}: {what} (logs: {result.job_dir})")
+
+
+def _table(result: JobResult) -> str:
+    by_name = {f.name: f for f in result.failures}
+    rows = []
+    for name, code in result.exitcodes.items():
+        failure = by_name.get(name)
+        if failure is None:
+            _, sig = describe_exit(code)
+            rows.append((_name_label(name), "", "", "", sig or f"exit {code}", "", "ok"))
+            continue
+        note = ("ROOT CAUSE" if failure.root_cause else
+                "stopped by launcher" if failure.stopped_by_launcher else "failed later")
+        rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
+                     _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note))
+    return render_rows(["process", "rank", "device", "pid", "ended", "runtime", "note"], rows,
+                       indent="  ")
+
+
+def _name_label(name: str) -> str:
+    return "sched" if name == "sched" else f"rank {name}"
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _tracking_dict(report) -> dict | None:
+    if report is None:
+        return None
+    try:
+        return asdict(report)
+    except TypeError:
+        return {"repr": repr(report)}

@@ -1,0 +1,314 @@
+"""Start every process of a plan, pump their output, stop them all at the first failure.
+
+One loop in the caller's thread does everything (no reader threads): it selects on the rank
+pipes, feeds the output, polls exits and checks the deadlines. Stopping is a phase of the same
+loop, so output written while ranks shut down still reaches the logs and the display.
+A KeyboardInterrupt (Ctrl-C, kernel interrupt, the CLI's SIGTERM) starts the stop; a second
+one skips the grace period. Every stop, a successful end included, covers the job's process
+groups and the processes that left them but carry the job's JOB_ID (reaper.py).
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from platform_plugin.launcher.output import Output
+from platform_plugin.launcher.plan import LaunchPlan, RankSpec
+from platform_plugin.launcher.spawn import Lifeline, spawn
+from platform_plugin.launcher.reaper import JobProcesses, signal_pids
+from platform_plugin.launcher.result import JobResult, RankFailure, describe_exit
+
+POLL_S = 0.05
+CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
+READ_SIZE = 1 << 20
+PIPE_SIZE = 1 << 20
+UNKILLABLE_S = 10.0  # after SIGKILL, stop waiting for processes stuck in uninterruptible sleep
+BUSY_BYTES = 16 * 1024  # a pump that read this much means ranks are printing fast ...
+BATCH_S = 0.005  # ... so wait this long before the next read (display latency stays tiny)  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
+
+
+@dataclass
+class _Proc:
+    spec: RankSpec
+    popen: object
+    started: float
+    ended: float | None = None
+    eof: bool = False
+    ended_while_stopping: bool = False
+    failure_order: int | None = None
+    pidfd: int | None = None
+
+
+@dataclass
+class _Exit:
+    """Selector tag of a process's pidfd."""
+
+    proc: _Proc
+
+
+@dataclass
+class _Stop:
+    status: str
+    reason: str
+    kill_at: float
+    killed: bool = False
+    terminated: bool = True  # SIGTERM sent (a successful end sends it only if something is left)
+
+
+class Supervisor:
+    def __init__(self, plan: LaunchPlan, output: Output, observers=(), *,
+                 timeout: float | None = None, silence_timeout: float | None = None,
+                 grace: float = 3.0):
+        self.plan, self.output, self.observers = plan, output, list(observers)
+        self.timeout, self.silence_timeout, self.grace = timeout, silence_timeout, grace
+        self.host = socket.gethostname()
+        self.procs: list[_Proc] = []
+        self._stop: _Stop | None = None
+        self._failures: list[_Proc] = []
+        self._groups_empty_at: float | None = None
+        self._read_in_last_pump = 0
+        self._interrupts = 0
+        self._selector = selectors.DefaultSelector()
+        self._job = JobProcesses(plan.job_id, plan.job_dir)
+        self._nothing_left = False  # set once the loop saw every process of the job gone
+
+    # -- public -------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        os.makedirs(self.plan.job_dir, exist_ok=True)
+        self.started = time.monotonic()
+        lifeline = Lifeline(self.plan.job_id, self.plan.job_dir, self.grace)
+        previous_sigint = self._catch_sigint()
+        try:
+            try:
+                self._start_all(lifeline)
+                self._notify("started", self)
+            except KeyboardInterrupt:
+                self._begin_stop("interrupted", "interrupted while starting the ranks")
+            except OSError as exc:  # e.g. the program does not exist: nothing useful can run
+                self._begin_stop("failed", f"could not start {self.plan.command[0]}: {exc}")
+            self._supervise()
+        finally:
+            self._kill_everything()
+            self.output.close()
+            for proc in self.procs:
+                if proc.pidfd is not None:
+                    os.close(proc.pidfd)
+            self._selector.close()
+            lifeline.release()
+            if previous_sigint is not None:
+                signal.signal(signal.SIGINT, previous_sigint)
+        result = self._result()
+        self._notify("ended", result)
+        return result
+
+    # -- starting -----------------------------------------------------------------------
+    def _start_all(self, lifeline: Lifeline) -> None:
+        for spec in self.plan.ranks:
+            self.output.open(spec.name, spec.log_path)
+        for spec in self.plan.ranks:
+            popen = spawn(list(spec.argv), spec.env, spec.cwd)
+            proc = _Proc(spec, popen, time.monotonic())
+            self.procs.append(proc)
+            lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a group leader
+            self._job.add_group(popen.pid)
+            _enlarge_pipe(popen.stdout.fileno())
+            os.set_blocking(popen.stdout.fileno(), False)
+            self._selector.register(popen.stdout, selectors.EVENT_READ, proc)
+            proc.pidfd = _pidfd(popen.pid)
+            if proc.pidfd is not None:  # readable when the process exits: no polling delay
+                self._selector.register(proc.pidfd, selectors.EVENT_READ, _Exit(proc))
+
+    # -- the loop -----------------------------------------------------------------------
+    def _supervise(self) -> None:
+        while True:
+            try:
+                next_check = 0.0
+                while True:
+                    exited = self._pump(POLL_S)
+                    if self._interrupts:
+                        self._interrupts = 0
+                        raise KeyboardInterrupt  # handled below, at a point where no data is in flight
+                    now = time.monotonic()
+                    if exited or now >= next_check:  # chatty ranks must not pay waitpid per read
+                        next_check = now + CHECK_S
+                        self._reap()
+                        self._check_deadlines()
+                        if self._finished():
+                            return
+                    self.output.flush()
+                    if self._read_in_last_pump >= BUSY_BYTES:
+                        time.sleep(BATCH_S)  # busy ranks: let the pipes fill, read in big chunks
+            except KeyboardInterrupt:
+                if self._stop is None:
+                    self._begin_stop("interrupted", "interrupted (Ctrl-C, kernel interrupt or "
+                                     "SIGTERM to the launcher)")
+                else:
+                    self._stop.kill_at = 0.0  # second interrupt: no more grace
+
+    def _catch_sigint(self):
+        """Ctrl-C / kernel interrupt become a flag the loop checks, so the KeyboardInterrupt
+        never lands between reading a chunk and writing it to the log. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def on_sigint(signum, frame):
+            self._interrupts += 1
+        return signal.signal(signal.SIGINT, on_sigint)
+
+    def _pump(self, wait: float) -> bool:
+        """Read what is ready; True when a process exited."""
+        exited = False
+        self._read_in_last_pump = 0
+        for key, _ in self._selector.select(timeout=wait):
+            if isinstance(key.data, _Exit):
+                exited = True
+                self._selector.unregister(key.fd)
+                os.close(key.fd)
+                key.data.proc.pidfd = None
+                continue
+            proc: _Proc = key.data
+            try:
+                data = os.read(key.fd, READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                self._read_in_last_pump += len(data)
+                self.output.feed(proc.spec.name, data)
+            else:
+                proc.eof = True
+                self._selector.unregister(key.fileobj)
+                key.fileobj.close()
+        return exited
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for proc in self.procs:
+            if proc.ended is not None or proc.popen.poll() is None:
+                continue
+            proc.ended = now
+            # an exit found after the stop began counts as stopped, even a same-instant failure:
+            # SIGTERM may already have landed, and the root cause is the first one found anyway
+            proc.ended_while_stopping = self._stop is not None
+            if proc.popen.returncode != 0:
+                proc.failure_order = len(self._failures)
+                self._failures.append(proc)
+                if self._stop is None:
+                    label = "the scheduler" if proc.spec.role == "sched" else f"rank {proc.spec.name}"
+                    self._begin_stop("failed", f"{label} {_how(proc.popen.returncode)}; "
+                                     "stopping the other processes")
+        if self._stop is None and self.procs and all(p.ended is not None for p in self.procs):
+            # every process succeeded; leftovers (a daemon a rank started) get SIGTERM from
+            # _finished, whose scan finds them anyway: a clean end pays for no extra scan
+            self._stop = _Stop("succeeded", "", kill_at=now + self.grace, terminated=False)
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        if self._stop is None:
+            if self.timeout and now - self.started > self.timeout:
+                self._begin_stop("timeout", f"the job ran longer than --timeout {self.timeout:g}s")
+            elif self.silence_timeout and now - self.output.last_output > self.silence_timeout:
+                self._begin_stop("hung", f"no output from any process for --silence-timeout "
+                                 f"{self.silence_timeout:g}s: a hang (HCCL's own timeout is 30 min)")
+        elif not self._stop.killed and now >= self._stop.kill_at:
+            self._stop.killed = True
+            self._job.signal(signal.SIGKILL, only_live_groups=False)
+
+    def _finished(self) -> bool:
+        if any(p.ended is None for p in self.procs):
+            return False
+        if self._stop is not None and self._stop.status != "succeeded" and not self.procs:
+            return True  # nothing started
+        live = [p for ps in self._job.live_groups().values() for p in ps]
+        live = live or self._job.strays()  # the environ scan only once the groups are empty
+        if live:
+            if not self._stop.terminated:
+                self._stop.terminated = True
+                self._job.signal(signal.SIGTERM, only_live_groups=True)
+            elif self._stop.killed:
+                if time.monotonic() > self._stop.kill_at + UNKILLABLE_S:
+                    self.output.note(f"processes survive SIGKILL (stuck in the kernel, state D?)"
+                                     f": {sorted(live)}; giving up")
+                    return True
+                signal_pids(live, signal.SIGKILL)  # forked after the last SIGKILL went out
+            return False
+        self._nothing_left = True
+        self._pump(0)  # every writer is gone: what is left in the pipes ends in EOF
+        if all(p.eof for p in self.procs) or not self._selector.get_map():
+            return True
+        # a process that left its group (setsid daemon) may still hold a pipe: do not wait on it
+        self._groups_empty_at = self._groups_empty_at or time.monotonic()
+        return time.monotonic() - self._groups_empty_at > 1.0
+
+    def _begin_stop(self, status: str, reason: str) -> None:
+        self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
+        self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
+        self._job.signal(signal.SIGTERM, only_live_groups=False)
+
+    def _kill_everything(self) -> None:
+        """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
+        if self._nothing_left or not self._job.alive():
+            return
+        self._job.stop(grace=0)
+        for p in self.procs:
+            p.popen.poll()  # collect the exit codes of the ranks just killed
+
+    # -- the result ---------------------------------------------------------------------
+    def _result(self) -> JobResult:
+        stop = self._stop
+        status = stop.status if stop else "succeeded"
+        failures = [self._failure(p) for p in self.procs
+                    if p.popen.returncode not in (0, None) or (status != "succeeded"
+                                                                and p.ended_while_stopping)]
+        failures.sort(key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
+        root = next((f for f in failures if f.root_cause), None)
+        ok = status == "succeeded" and not failures
+        return JobResult(
+            job_id=self.plan.job_id, job_name=self.plan.job_name, job_dir=self.plan.job_dir,
+            backend=self.plan.backend, status=status if ok or status != "succeeded" else "failed",
+            ok=ok, duration_s=time.monotonic() - self.started,
+            exitcodes={p.spec.name: p.popen.returncode for p in self.procs},
+            failures=failures, root_cause=root, reason=stop.reason if stop else "",
+            held_back=self.output.held_back())
+
+    def _failure(self, proc: _Proc) -> RankFailure:
+        exitcode, sig = describe_exit(proc.popen.returncode)
+        return RankFailure(
+            name=proc.spec.name, rank_id=proc.spec.rank_id, device_id=proc.spec.device_id,
+            host=self.host, pid=proc.popen.pid, exitcode=exitcode, signal_name=sig,
+            runtime_s=(proc.ended or time.monotonic()) - proc.started,
+            last_lines=self.output.tail(proc.spec.name),
+            root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
+            stopped_by_launcher=proc.ended_while_stopping)
+
+    def _notify(self, event: str, payload) -> None:
+        for observer in self.observers:
+            handler = getattr(observer, event, None)
+            if handler:
+                handler(payload)
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # old kernel/Python: exits are found by polling instead
+        return None
+
+
+def _enlarge_pipe(fd: int) -> None:
+    try:
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except OSError:
+        pass  # a smaller pipe only costs speed
+
+
+def _how(returncode: int) -> str:
+    code, sig = describe_exit(returncode)
+    return f"was killed by {sig}" if sig else f"exited with code {code}"

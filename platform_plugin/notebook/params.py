@@ -1,0 +1,89 @@
+"""Notebook parameters: profile `platform.toml` < `-f params.yaml` < `-p NAME VALUE`.
+
+`platform_mode` is injected last, so a notebook always knows which environment it runs in.
+"""
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable
+
+from platform_plugin.errors import ConfigError
+
+PROFILE_NAME = "platform.toml"
+
+
+def parse_cli_value(value: str) -> Any:
+    """Same typing as papermill's `-p`: True/False/None, ints and floats stay typed."""
+    constants = {"True": True, "False": False, "None": None}
+    if value in constants:
+        return constants[value]
+    for convert in (int, float):
+        try:
+            return convert(value)
+        except ValueError:
+            pass
+    return value
+
+
+def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[dict, Path | None]:
+    """`[<mode>.parameters]` of the profile. An explicit --profile must exist; the default
+    `<project>/platform.toml` is optional."""
+    path = Path(profile) if profile else project / PROFILE_NAME
+    if not path.is_absolute():
+        path = (Path.cwd() if profile else project) / path
+    if not path.is_file():
+        if profile:
+            raise ConfigError(f"profile {path} not found: pass an existing --profile file",
+                              code="NB_PROFILE")
+        return {}, None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"profile {path} is not valid TOML: {exc}", code="NB_PROFILE")
+    section = data.get(mode, {})
+    parameters = section.get("parameters", {}) if isinstance(section, dict) else None
+    if not isinstance(parameters, dict):
+        raise ConfigError(f"profile {path}: [{mode}.parameters] must be a table of "
+                          f"name = value, e.g. [{mode}.parameters] epochs = 3", code="NB_PROFILE")
+    return dict(parameters), path
+
+
+def load_params_file(path: str | Path | None) -> dict:
+    if not path:
+        return {}
+    import yaml  # only a run given -f pays for it
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"parameters file {path} not found (-f)", code="NB_PARAMS")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"parameters file {path} is not valid YAML: {exc}", code="NB_PARAMS")
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigError(f"parameters file {path} must be a mapping of name: value",
+                          code="NB_PARAMS")
+    return data
+
+
+def merge_parameters(mode: str, profile: dict, from_file: dict,
+                     pairs: Iterable[tuple[str, str]] = (), typed: dict | None = None
+                     ) -> tuple[dict, dict[str, str]]:
+    """Later sources win: profile < -f file < typed (Python API) < -p pairs (typed like
+    papermill's -p). Returns the parameters and where each came from."""
+    parameters: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    layers = [("profile", profile), ("file", from_file), ("api", typed or {}),
+              ("-p", {name: parse_cli_value(value) for name, value in pairs})]
+    for source, values in layers:
+        parameters.update(values)
+        sources.update(dict.fromkeys(values, source))
+    bad = [name for name in parameters if not name.isidentifier()]
+    if bad:
+        raise ConfigError(f"parameter names must be Python identifiers (papermill assigns them "
+                          f"as variables): {', '.join(map(repr, bad))}", code="NB_PARAMS")
+    parameters["platform_mode"] = mode
+    sources["platform_mode"] = "injected"
+    return parameters, sources

@@ -1,0 +1,234 @@
+"""Run a notebook in the debug or full-run environment through papermill.
+
+    run = prepare_run("full", "train.ipynb", pairs=[("epochs", "3")])  # every check, nothing runs
+    result = execute(run)                                             # kernel + papermill
+    result.ok, result.output, result.failure
+
+`prepare_run` resolves everything that can be wrong before a kernel starts (notebook,
+kernel, profile, parameters, the platform variables of the mode), so a configuration
+mistake is a ConfigError (exit 2) and never a half-run notebook. `execute` exports the
+resolved variables to the kernel, streams cell output live, and turns every way a
+notebook can fail — a cell error, a failed rank (`%dist_run` raises JobFailed), a cell
+timeout, a dead kernel — into a `CellFailure` (exit 1).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from platform_plugin import settings as settings_module
+from platform_plugin.errors import ConfigError, PlatformPluginError
+from platform_plugin.notebook.failure import (CellFailure, CellWatcher, escaped_failure_kind,
+    failure_from, record_escaped_failure)
+from platform_plugin.notebook.params import load_params_file, load_profile, merge_parameters
+
+MODES = settings_module.MODES
+RUNS_DIR = "runs"
+DEFAULT_KERNEL = "python3"
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """Everything a run needs, resolved and checked. `--dry-run` prints this."""
+
+    mode: str
+    notebook: Path
+    output: Path
+    cwd: Path
+    kernel: str
+    kernel_dir: str
+    parameters: dict[str, Any]
+    env: dict[str, str]  # added to the kernel's environment
+    timeout: int | None  # seconds per cell
+    profile: Path | None
+    sources: dict[str, str] = field(default_factory=dict)  # parameter -> profile|file|-p|injected
+
+
+@dataclass(frozen=True)
+class NotebookResult:
+    run: NotebookRun
+    ok: bool
+    duration_s: float
+    failure: CellFailure | None = None
+
+    @property
+    def output(self) -> Path:
+        return self.run.output
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+
+# ------------------------------------------------------------------ preparing
+
+def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple[str, str]] = (),
+                parameters: dict | None = None, params_file: str | None = None,
+                profile: str | None = None, output: str | None = None, cwd: str | None = None,
+                kernel: str | None = None, timeout: float | None = None,
+                env_file: str | None = None, environ: dict[str, str] | None = None) -> NotebookRun:
+    """Check and resolve a run. Raises ConfigError for anything the user must fix."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
+    project = Path(cwd or os.getcwd()).resolve()
+    if not project.is_dir():
+        raise ConfigError(f"--cwd {project} is not a folder", code="NB_CWD")
+    path = Path(notebook).resolve()
+    nb = read_notebook(path)
+    kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell",
+                          code="NB_TIMEOUT")
+    profile_params, profile_path = load_profile(mode, profile, project)
+    merged, sources = merge_parameters(mode, profile_params, load_params_file(params_file),
+                                       pairs, parameters)
+    settings = settings_module.resolve(mode, environ=environ, env_file=env_file, cwd=str(project))
+    env = {**settings.process_env()}
+    env.setdefault("PLATFORM_RUN_MODE", mode)
+    out = Path(output).resolve() if output else default_output(project, mode, path)
+    if out == path:
+        raise ConfigError(f"--output {out} is the input notebook: choose another file",
+                          code="NB_OUTPUT")
+    return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
+                       max(1, math.ceil(timeout)) if timeout else None, profile_path, sources)
+
+
+def read_notebook(path: Path) -> "nbformat.NotebookNode":
+    import nbformat  # here, not at the top: `platform-run clean` imports this module too
+
+    if not path.is_file():
+        raise ConfigError(f"notebook {path} not found", code="NB_MISSING")
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:  # nbformat raises several unrelated types for a bad file
+        raise ConfigError(f"{path} is not a readable notebook: {exc}", code="NB_INVALID")
+
+
+def _notebook_kernel(nb: "nbformat.NotebookNode") -> str:
+    return nb.metadata.get("kernelspec", {}).get("name") or DEFAULT_KERNEL
+
+
+def installed_kernels() -> dict[str, str]:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KernelSpecManager().find_kernel_specs()
+
+
+def check_kernel(name: str) -> tuple[str, str]:
+    kernels = installed_kernels()
+    if name not in kernels:
+        listing = "\n".join(f"  {k:<20} {v}" for k, v in sorted(kernels.items())) or "  (none)"
+        raise ConfigError(f"kernel {name!r} is not installed; pass --kernel NAME with one of:\n"
+                          f"{listing}\n(install one with: python -m ipykernel install --user "
+                          f"--name NAME)", code="NB_KERNEL")
+    return name, kernels[name]
+
+
+def default_output(project: Path, mode: str, notebook: Path) -> Path:
+    """`<project>/runs/<timestamp>-<mode>-<name>.ipynb`, never overwriting an earlier run."""
+    stem = f"{datetime.now():%Y%m%d-%H%M%S}-{mode}-{notebook.stem}"
+    candidate = project / RUNS_DIR / f"{stem}.ipynb"
+    counter = 2
+    while candidate.exists():
+        candidate = project / RUNS_DIR / f"{stem}-{counter}.ipynb"
+        counter += 1
+    return candidate
+
+
+# ------------------------------------------------------------------ executing
+
+def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
+    """Run the notebook with papermill; os.environ is restored when this returns."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    run.output.parent.mkdir(parents=True, exist_ok=True)
+    watcher = CellWatcher(run.timeout, sys.stderr if live else None)
+    started = time.monotonic()
+    failure = None
+    try:
+        with _exported(run.env), _quiet_injected_parameter():
+            papermill.execute_notebook(
+                str(run.notebook), str(run.output), parameters=run.parameters,
+                kernel_name=run.kernel, cwd=str(run.cwd), progress_bar=False,
+                stdout_file=sys.stdout if live else None,
+                stderr_file=sys.stderr if live else None,
+                **watcher.engine_options())
+    except PapermillExecutionError as error:
+        failure = failure_from(error, watcher)
+    except Exception as exc:  # a timeout or dead kernel escapes papermill's own handling
+        kind = escaped_failure_kind(exc)
+        if kind is None:  # e.g. the kernel did not start: nothing ran, no cell to blame
+            raise PlatformPluginError(f"the notebook could not be run: {type(exc).__name__}: "
+                                      f"{exc}") from exc
+        if kind == "timeout" and watcher.timed_out_index is None:
+            watcher.timed_out_index = watcher.current_index
+        failure = record_escaped_failure(run.output, watcher, exc)
+    return NotebookResult(run, failure is None, time.monotonic() - started, failure)
+
+
+@contextlib.contextmanager
+def _exported(env: dict[str, str]) -> Iterator[None]:
+    """The kernel inherits this process's environment: set the run's variables for the
+    duration of the run only (not thread-safe, like any os.environ change)."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
+def _quiet_injected_parameter() -> Iterator[None]:
+    """papermill warns about every parameter the notebook does not declare; `platform_mode`
+    is injected into every run on purpose, so only that warning is dropped."""
+    logger = logging.getLogger("papermill")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return "Passed unknown parameter: platform_mode" not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
+# ------------------------------------------------------------------ one call
+
+def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
+                       keep: Iterable[str] = ()) -> "cleanup.PreparedCleanup":
+    """Check the full run's cleanup of CODE/ (root, rules) before anything runs; the
+    run's output notebook is protected."""
+    from platform_plugin.cleanup import run as cleanup
+
+    try:
+        root = cleanup.find_root(cwd=run.cwd)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc}\n(a full run cleans CODE/ first: pass --no-cleanup to skip "
+                          f"it)", code="NB_CLEANUP_ROOT") from exc
+    return cleanup.prepare_cleanup(root, only=only, keep=keep, protect=[run.output])
+
+
+def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, cleanup: bool | None = None,
+                 live: bool = True, **options: Any) -> NotebookResult:
+    """Python API: prepare, clean CODE/ first for a full run (unless cleanup=False), run.
+
+    `options` are `prepare_run`'s keywords (parameters={...}, profile=, output=, cwd=, ...)."""
+    run = prepare_run(mode, notebook, **options)
+    if cleanup if cleanup is not None else mode == "full":
+        cleanup_before_run(run).run()
+    return execute(run, live=live)

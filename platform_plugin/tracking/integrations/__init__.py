@@ -1,0 +1,1 @@
+"""Glue for training frameworks (MindSpore callback, torch loop helper); imported explicitly."""

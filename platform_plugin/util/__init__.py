@@ -1,0 +1,1 @@
+"""Small helpers with no project knowledge: /proc readers, ports, text tables."""

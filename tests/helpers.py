@@ -1,0 +1,36 @@
+"""Helpers every test area uses: paths, one clean environment, one wait_for."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RANKTABLES = REPO / "tests" / "data" / "ranktables"  # copies of the platform's sample tables
+ASSETS = REPO / "tests" / "assets"
+VENV_BIN = Path(sys.executable).parent
+
+# Variables a developer's shell (or another test) may hold that would change how jobs launch;
+# the platform sets them, never this machine. Tests start from none of them.
+PLATFORM_PREFIXES = ("RANK_", "DEVICE_", "MS_", "PLATFORM_", "MLFLOW_", "JOB_ID", "ASCEND_",
+                     "MASTER_", "WORLD_SIZE", "LOCAL_RANK", "GLOG_v")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """os.environ without platform variables, the venv first on PATH, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES)}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def wait_for(predicate, timeout: float = 60, interval: float = 0.1, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy (returned), or fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")

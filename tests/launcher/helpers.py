@@ -1,0 +1,79 @@
+"""Fixtures and checks for the launcher tests (real processes, no mocks)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.helpers import ASSETS as ASSETS_ROOT
+from tests.helpers import wait_for  # noqa: F401  (the tests' one wait_for, re-exported)
+
+ASSETS = ASSETS_ROOT / "launch"
+BEHAVE = str(ASSETS / "behave.py")
+PY = sys.executable
+
+
+def job_processes(job_dir: str) -> list[int]:
+    """Live processes (any depth: grandchildren inherit the env) of the job in `job_dir`."""
+    marker = f"PLATFORM_JOB_DIR={job_dir}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if marker in env and stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def wait_no_processes(job_dir: str, timeout: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = job_processes(job_dir)
+        if not left or time.monotonic() > deadline:
+            return left
+
+
+def kill_job(job_dir: str) -> None:
+    """Test cleanup: whatever a failing test left behind."""
+    for pid in job_processes(job_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def log_text(job_dir: str, name: str) -> str:
+    path = Path(job_dir) / (f"{name}.log" if name == "sched" else f"rank_{name}.log")
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def read_job(job_dir: str) -> dict:
+    return json.loads((Path(job_dir) / "job.json").read_text())
+
+
+def start_cli(args: list[str], log_dir: Path, **kw) -> subprocess.Popen:
+    """`platform-run launch` as a real child process (its own session so signals are targeted)."""
+    return subprocess.Popen([PY, "-m", "platform_plugin", "launch", "--log-dir", str(log_dir),
+                             "--tracking", "none", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+
+
+def results(job_dir: str, names) -> dict:
+    """The `RESULT {...}` line each rank printed."""
+    out = {}
+    for name in names:
+        for line in log_text(job_dir, name).splitlines():
+            if line.startswith("RESULT "):
+                out[name] = json.loads(line[len("RESULT "):])
+    return out

@@ -1,0 +1,129 @@
+"""`platform-run launch` as a real process: exit codes, signals to the launcher, SIGKILL of the
+launcher, stale ranks, busy ports, and rank-table jobs run with an HCCL stand-in."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from platform_plugin import launch
+from platform_plugin.errors import ConfigError
+from tests.launcher.helpers import (ASSETS, BEHAVE, PY, log_text, read_job, start_cli, wait_for,
+    wait_no_processes)
+
+STANDIN = str(ASSETS / "hccl_standin.py")
+
+
+def finish(proc: subprocess.Popen, timeout=60):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return proc.returncode, out, err
+
+
+def test_exit_codes_0_1_2(log_dir):
+    code, out, _ = finish(start_cli(["--nproc", "2", "--", PY, BEHAVE, "ok"], log_dir))
+    assert code == 0 and "[rank 1] hello from rank 1" in out and "succeeded" in out
+    code, out, _ = finish(start_cli(["--nproc", "2", "--grace", "1", "--", PY, BEHAVE, "crash"],
+                                    log_dir))
+    assert code == 1 and "ROOT CAUSE" in out
+    code, _, err = finish(start_cli(["--nproc", "2", "--backend", "torch", "--nnodes", "2",
+                                     "--node-rank", "1", "--", PY, BEHAVE, "ok"], log_dir))
+    assert code == 2 and "LAUNCH_MASTER_PORT" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_to_the_launcher_stops_every_rank_and_fails(log_dir, sig):
+    proc = start_cli(["--nproc", "2", "--grace", "1", "--", PY, BEHAVE, "grandchild", "nofail"],
+                     log_dir)
+    job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
+    wait_for(lambda: all("child up" in log_text(job_dir, str(r)) for r in range(2)),
+             what="ranks and their children up")
+    os.kill(proc.pid, sig)  # what a terminal's Ctrl-C / a batch system's stop does
+    code, out, _ = finish(proc)
+    assert code == 1 and "INTERRUPTED" in out  # msrun exits 0 here
+    assert read_job(job_dir)["result"]["status"] == "interrupted"
+    assert wait_no_processes(job_dir, timeout=5) == []
+
+
+def test_sigkill_of_the_launcher_leaves_no_rank_nor_grandchild(log_dir):
+    proc = start_cli(["--nproc", "2", "--", PY, BEHAVE, "grandchild", "nofail"], log_dir)
+    job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
+    wait_for(lambda: all("child up" in log_text(job_dir, str(r)) for r in range(2)),
+             what="ranks and their children up")
+    os.kill(proc.pid, signal.SIGKILL)  # no handler runs: only PDEATHSIG + the lifeline remain
+    proc.wait()
+    assert wait_no_processes(job_dir, timeout=10) == []
+    assert read_job(job_dir)["state"] == "running"  # the launcher never got to write the end
+
+
+def test_busy_port_is_refused_before_anything_starts(log_dir):
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with pytest.raises(ConfigError) as err:
+            launch([PY, BEHAVE, "ok"], nproc=1, backend="torch", master_port=port,
+                   tracking="none", log_dir=str(log_dir))
+    assert err.value.problems[0].code == "LAUNCH_PORT_BUSY" and str(port) in str(err.value)
+    assert list(log_dir.iterdir()) == []
+
+
+def private_table(ranktables, name, tmp_path) -> str:
+    """A copy of a sample table whose server ids are unique to this test: the stale-rank check
+    looks at every process of this user, and other test runs on this machine may be running
+    ranks of the sample tables (same devices, same server ids) right now."""
+    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
+    text = (ranktables / name).read_text().replace('"10.0.0.', f'"10.{tag}.')
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def _table_env(ranktables, name, tmp_path, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_"))}
+    return {**env, "RANK_TABLE_FILE": private_table(ranktables, name, tmp_path),
+            "PLATFORM_RUN_MODE": "full", **extra}
+
+
+def test_rank_table_job_runs_the_ranks_with_hccl_ready_env(log_dir, ranktables, tmp_path):
+    """No NPU/HCCL here: hccl_standin.py checks the env the way HCCL init would."""
+    code, out, err = finish(start_cli(["--backend", "rank-table", "--", PY, STANDIN], log_dir,
+                                      env=_table_env(ranktables, "hccl_4p_4567_10.0.0.1.json", tmp_path,
+                                                     PLATFORM_CACHE_DIR=str(tmp_path / "cache"))))
+    assert code == 0, out + err
+    for rank, device in zip(range(4), range(4, 8)):
+        assert f"[rank {rank}] HCCL-OK rank {rank} device {device} size 4" in out
+    code, out, err = finish(start_cli(["--backend", "rank-table", "--", PY, STANDIN], log_dir,
+                                      env=_table_env(ranktables, "hccl_2s_16p.json", tmp_path,
+                                                     RANK_START="8")))
+    assert code == 0, out + err
+    assert all(f"HCCL-OK rank {8 + i} device {i} size 16" in out for i in range(8))
+
+
+def test_ranks_of_an_earlier_job_on_the_same_devices_are_refused_or_killed(log_dir, ranktables,
+                                                                          tmp_path):
+    env = _table_env(ranktables, "hccl_4p_4567_10.0.0.1.json", tmp_path)
+    first = start_cli(["--backend", "rank-table", "--", PY, STANDIN, "600"], log_dir, env=env)
+    job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
+    wait_for(lambda: all("HCCL-OK" in log_text(job_dir, str(r)) for r in range(4)),
+             what="first job's ranks up")
+    pids = set(read_job(job_dir)["pids"].values())
+    second = log_dir / "second"
+    kw = dict(backend="rank-table", tracking="none", log_dir=str(second), write=lambda s: None)
+    table = env["RANK_TABLE_FILE"]
+    with pytest.raises(ConfigError) as err:
+        launch([PY, STANDIN], rank_table=table, mode="full", **kw)
+    assert err.value.problems[0].code == "LAUNCH_STALE_RANKS"
+    assert all(str(pid) in str(err.value) for pid in pids) and "--kill-stale" in str(err.value)
+    result = launch([PY, STANDIN], rank_table=table, mode="full", kill_stale=True, **kw)
+    assert result.ok
+    code, out, _ = finish(first)
+    assert code == 1 and "SIGKILL" in out
+    assert wait_no_processes(job_dir, timeout=5) == []

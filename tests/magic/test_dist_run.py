@@ -1,0 +1,104 @@
+"""%dist_run / %%dist_run inside a real IPython kernel (jupyter_client), including a failing
+rank that must raise in the cell and a kernel interrupt that must stop every rank."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from tests.launcher.helpers import BEHAVE, kill_job, log_text, wait_for, wait_no_processes
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("kernel")
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+    kc.log_dir = cwd / "logs"
+    try:
+        yield km, kc
+    finally:
+        if kc.log_dir.exists():
+            for job in kc.log_dir.iterdir():
+                kill_job(str(job))
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def run_cell(kc, code, timeout=120):
+    out = []
+
+    def hook(msg):
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            out.append(content["text"])
+        elif msg["msg_type"] == "error":
+            out.append(f"ERROR {content['ename']}: {content['evalue']}")
+    reply = kc.execute_interactive(code, output_hook=hook, timeout=timeout)
+    return reply["content"], "".join(out)
+
+
+def test_line_and_cell_magic_and_a_failing_rank(kernel):
+    km, kc = kernel
+    opts = f"--tracking none --log-dir {kc.log_dir}"
+    reply, _ = run_cell(kc, "%load_ext platform_plugin")
+    assert reply["status"] == "ok"
+    # braces and $ arrive intact: IPython must not expand the line
+    reply, out = run_cell(kc, f"%dist_run --nproc 2 {opts} python -c "
+                              "\"import os; print({'rank': os.environ['RANK_ID']}, '$HOME')\"")
+    assert reply["status"] == "ok", out
+    assert "[rank 0] {'rank': '0'} $HOME" in out and "[rank 1] {'rank': '1'} $HOME" in out
+    # opt-in expansion of notebook variables
+    run_cell(kc, "n_ranks = 3")
+    reply, out = run_cell(kc, f"%dist_run --expand --nproc $n_ranks {opts} python -c "
+                              "\"import os; print('size', os.environ['RANK_SIZE'])\"")
+    assert reply["status"] == "ok" and out.count("size 3") == 3, out
+    reply, out = run_cell(kc, f"%%dist_run --nproc 2 {opts} -- --flag\nimport os, sys\n"
+                              "print('cell rank', os.environ['RANK_ID'], sys.argv[1:])")
+    assert reply["status"] == "ok", out
+    assert "[rank 1] cell rank 1 ['--flag']" in out
+    reply, out = run_cell(kc, f"%dist_run --nproc 2 --grace 1 {opts} python {BEHAVE} crash")
+    assert reply["status"] == "error" and reply["ename"] == "JobFailed", out
+    assert "ROOT CAUSE" in out and "about to fail: bad batch" in out
+    reply, out = run_cell(kc, "print(_dist_result.status, _dist_result.root_cause.exitcode)")
+    assert "failed 3" in out
+    reply, out = run_cell(kc, f"%dist_run --nproc 0 {opts} python x.py")
+    assert reply["status"] == "error" and reply["ename"] == "ConfigError"
+
+
+def test_chatty_rank_is_capped_in_the_cell(kernel):
+    km, kc = kernel
+    reply, out = run_cell(kc, f"%dist_run --nproc 1 --tracking none --log-dir {kc.log_dir} "
+                              f"--job-name chatty python {BEHAVE} lines 5000")
+    assert reply["status"] == "ok", out[-2000:]
+    assert out.count("[rank 0] rank 0 line") < 1000 and "held back" in out
+    job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("chatty"))
+    assert log_text(str(job), "0").count("rank 0 line") == 5000
+
+
+def test_kernel_interrupt_stops_the_job(kernel):
+    km, kc = kernel
+    before = set(kc.log_dir.iterdir()) if kc.log_dir.exists() else set()
+    msg_id = kc.execute(f"%dist_run --nproc 2 --grace 1 --tracking none --log-dir {kc.log_dir} "
+                        f"--job-name interrupted python {BEHAVE} grandchild nofail")
+    job_dir = wait_for(lambda: [str(d) for d in kc.log_dir.iterdir()
+                                if d not in before and d.name.startswith("interrupted")],
+                       what="job folder")[0]
+    wait_for(lambda: all("child up" in log_text(job_dir, str(r)) for r in range(2)),
+             what="ranks up")
+    km.interrupt_kernel()
+    deadline = time.monotonic() + 60
+    while True:
+        reply = kc.get_shell_msg(timeout=max(1, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    content = reply["content"]
+    assert content["status"] == "error" and content["ename"] == "JobFailed", content
+    assert wait_no_processes(job_dir, timeout=5) == []
+    # read back as a user expression, not a print: under heavy load the next cell's stream
+    # output was once missed by execute_interactive (seen once in a full-suite run)
+    reply = kc.execute_interactive("", user_expressions={"status": "_dist_result.status"},
+                                   timeout=60)
+    assert reply["content"]["user_expressions"]["status"]["data"]["text/plain"] == "'interrupted'"

@@ -1,0 +1,32 @@
+"""Fixtures of the tracking tests."""
+from __future__ import annotations
+
+import pytest
+
+from tests.tracking.helpers import STANDIN_PATH
+
+
+@pytest.fixture
+def tracking_env(clean_environ, tmp_path):
+    """Clean platform variables, work in tmp_path, wflogger STAND-IN importable by name only
+    when a test adds it. The drain is a bound, not a wait: it ends as soon as everything is
+    delivered, so it is generous for a loaded machine; tests of a dead sink set a short one."""
+    clean_environ.chdir(tmp_path)
+    clean_environ.setenv("PLATFORM_LOG_DIR", str(tmp_path / "platform_logs"))
+    clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "120")
+    clean_environ.delenv("PLATFORM_TRACKING", raising=False)
+    return clean_environ
+
+
+@pytest.fixture
+def wflogger_standin(tracking_env, tmp_path, monkeypatch):
+    """Make the platform's private wflogger SDK importable as a STAND-IN that records every call
+    (tests/assets/tracking/wf_analyse); forgotten again afterwards so `auto` picks MLflow in the
+    next test. Yields the file of recorded calls."""
+    import sys
+    monkeypatch.syspath_prepend(STANDIN_PATH)
+    calls = tmp_path / "wflogger_calls.jsonl"
+    tracking_env.setenv("WFLOGGER_STANDIN_LOG", str(calls))
+    yield calls
+    for name in [m for m in sys.modules if m == "wf_analyse" or m.startswith("wf_analyse.")]:
+        del sys.modules[name]

@@ -1,0 +1,150 @@
+"""`platform-run compare` and `platform-run ui`: the per-rank table, flags, plot, the MLflow URL,
+and the comparison page rendered by a real MLflow server in headless Chromium."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from platform_plugin.cli import main
+from platform_plugin.tracking.compare import Point, rank_rows
+from platform_plugin.tracking.identity import RankIdentity
+from platform_plugin.tracking.job_tracking import JobTracking
+from platform_plugin.tracking.tracker import Tracker
+from tests.tracking.helpers import child_runs, client, hold_port, make_plan, wait_for
+
+from tests.helpers import REPO
+
+
+def series(final_values, seconds_per_step, steps=20):
+    return {str(rank): [Point(s, 1.0 / (s + 1) + final, int(1000 * s * seconds_per_step[rank]))
+                        for s in range(steps)]
+            for rank, final in enumerate(final_values)}
+
+
+def test_straggler_and_deviating_rank_are_flagged():
+    rows = rank_rows(series([0.1, 0.1, 0.1, 0.5], [0.1, 0.1, 0.3, 0.1]), "loss")
+    assert [r.label for r in rows] == ["0", "1", "2", "3"]
+    assert [r.flags for r in rows] == [[], [], ["straggler"], ["deviates"]]
+    assert rows[2].steps_per_s == pytest.approx(19 / (19 * 0.3))
+    assert rows[0].best == pytest.approx(rows[0].final) and rows[0].steps == 20
+
+
+def test_best_is_max_for_accuracy_like_metrics():
+    points = {"0": [Point(0, 0.2, 0), Point(1, 0.9, 1000), Point(2, 0.7, 2000)]}
+    assert rank_rows(points, "accuracy")[0].best == 0.9
+    assert rank_rows(points, "val_loss")[0].best == 0.2
+
+
+@settings(deadline=None, max_examples=40)
+@given(n=st.integers(2, 8), final=st.floats(-10, 10), pace=st.floats(0.01, 1))
+def test_identical_ranks_are_never_flagged(n, final, pace):
+    rows = rank_rows(series([final] * n, [pace] * n), "loss")
+    assert len(rows) == n and not any(r.flags for r in rows)
+
+
+# rank 1 sleeps 50x longer per step: flagged as the straggler however much a loaded machine
+# stretches rank 0's short sleeps (rank 0 would need > 40 ms per step to look as slow)
+SLOW_RANK_1 = (0.001, 0.05)
+
+
+def make_job(tmp_path, lags=(0.0, 0.0)):
+    """A 2-rank job in a sqlite store, written by real trackers and the real forwarder."""
+    plan = make_plan(tmp_path, 2)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    for rank in (0, 1):
+        t = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"], RankIdentity.from_env({**plan.ranks[rank].env, **env}))
+        for step in range(30):
+            t.log_metric("loss", 2.0 / (step + 1) + 0.3 * rank)
+            time.sleep(lags[rank])  # rank 1 is made far slower: the straggler
+        t.close()
+
+    class Ok:
+        ok = True
+    report = jt.finish(Ok())
+    assert report.pending == 0
+    return plan, report
+
+
+def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
+    plan, report = make_job(tmp_path, lags=SLOW_RANK_1)
+    png = tmp_path / "ranks.png"
+    assert main(["compare", "--plot", str(png), "--url", "--ui", "http://127.0.0.1:5999"]) == 0
+    out = capsys.readouterr().out
+    table = {line.split()[0]: line for line in out.splitlines() if line.startswith("rank-")}
+    assert set(table) == {"rank-00", "rank-01"}
+    assert "straggler" in table["rank-01"] and "deviates" not in out  # two ranks: no odd one out
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert [a.path for a in c.list_artifacts(report.parent_run_id, "compare")] == ["compare/ranks.png"]
+
+    url = next(line for line in out.splitlines() if line.startswith("http://127.0.0.1:5999/#/metric?"))
+    query = parse_qs(urlsplit(url.replace("/#/", "/")).query)
+    children = child_runs(c, report.parent_run_id)
+    assert json.loads(query["runs"][0]) == sorted(r.info.run_id for r in children)
+    assert json.loads(query["metric"][0]) == "loss" and json.loads(query["plot_metric_keys"][0]) == ["loss"]
+    assert json.loads(query["experiments"][0]) == [children[0].info.experiment_id]
+    assert main(["compare", plan.job_id, "--metric", "nonexistent"]) == 1
+
+
+def test_compare_unknown_job_is_a_configuration_error(tracking_env, capsys):
+    assert main(["compare", "no-such-job"]) == 2
+    assert "no tracked job 'no-such-job'" in capsys.readouterr().err
+
+
+def screenshot_path(tmp_path: Path) -> Path:
+    """The test's own folder, so a test run leaves the repository clean; the picture in
+    docs/tracking.md is refreshed only on request: UPDATE_SCREENSHOTS=1."""
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
+        return REPO / "docs" / "mlflow-compare.png"
+    return tmp_path / "mlflow-compare.png"
+
+
+@pytest.mark.slow
+def test_ui_serves_the_comparison_page_in_a_real_browser(tracking_env, tmp_path):
+    from playwright.sync_api import sync_playwright
+    make_job(tmp_path, lags=SLOW_RANK_1)
+    held = hold_port()  # the UI's server binds it alongside; nobody else can take it meanwhile
+    port = held.getsockname()[1]
+    ui = subprocess.Popen([str(Path(sys.executable).with_name("platform-run")), "ui", "--port", str(port)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                          env=dict(os.environ), start_new_session=True)
+    try:
+        lines = []
+        url = wait_for(lambda: lines.append(ui.stdout.readline()) or
+                       next((x.split(": ", 1)[1].strip() for x in lines if "ranks compared:" in x), None),
+                       timeout=240, interval=0, what="the UI's comparison URL")
+        assert url.startswith(f"http://127.0.0.1:{port}/#/metric?runs=")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 800})  # a new page per URL
+                page.goto(url, wait_until="load", timeout=120_000)
+                page.get_by_text("rank-01 (loss)").wait_for(timeout=120_000)  # the chart legend
+                page.locator(".js-plotly-plot g.trace").first.wait_for(timeout=60_000)
+                body = page.inner_text("body")
+                assert "Comparing 2 Runs" in body and "rank-00 (loss)" in body
+                assert page.locator(".js-plotly-plot g.trace").count() >= 2  # one curve per rank
+                close = page.locator("[aria-label='Close'], [aria-label='close']")
+                if close.count():  # the assistant side panel opens itself on a local server
+                    close.first.click()
+                page.wait_for_timeout(500)  # let the chart re-layout after the panel closes
+                shot = screenshot_path(tmp_path)
+                page.screenshot(path=str(shot))
+                assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 10_000
+            finally:
+                browser.close()
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)  # `platform-run ui` stops its server on SIGTERM
+        ui.wait(30)
+        held.close()
