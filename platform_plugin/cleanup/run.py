@@ -15,13 +15,13 @@ import os
 import re
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
 from platform_plugin.cleanup.walk import Removal, walk
 from platform_plugin.errors import ConfigError
+from platform_plugin.util.toml import tomllib
 
 ROOT_ENV = "PLATFORM_CODE_DIR"
 KEEP_FILE = ".platformkeep"

@@ -4,11 +4,11 @@
 """
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Iterable
 
 from platform_plugin.errors import ConfigError
+from platform_plugin.util.toml import tomllib
 
 PROFILE_NAME = "platform.toml"
 
