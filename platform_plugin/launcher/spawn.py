@@ -1,29 +1,25 @@
-"""Process plumbing: spawn a rank in its own process group, and a lifeline.
+"""Process plumbing: spawn a rank in its own session, and a lifeline.
 
-Why two mechanisms make a job's processes die with the supervisor:
-- PR_SET_PDEATHSIG (set in the child between fork and exec) kills the rank itself when the thread
-  that spawned it dies, even by SIGKILL; but it does not reach the rank's own children.
-- The lifeline: a tiny `sh` watchdog in its own session reads the process-group ids of the ranks
-  from a pipe whose write end only the supervisor holds. When the supervisor dies the pipe
-  reaches EOF and the watchdog runs reaper.py, which stops the groups and every process that
-  carries the job's JOB_ID (setsid grandchildren too): SIGTERM, SIGKILL after the grace. On a
-  normal end the supervisor writes `done` and the watchdog exits without killing anything.
-  The waiting is done by `sh` (about 1 ms to start, paid by every job); Python starts only in
-  the rare case that needs it, the supervisor's death.
+How a job's processes die with the supervisor: the lifeline, a tiny `sh` watchdog in its own
+session, reads the process-group ids of the ranks from a pipe whose write end only the
+supervisor holds. When the supervisor dies (even by SIGKILL) the pipe reaches EOF and the
+watchdog runs reaper.py, which stops the groups and every process that carries the job's JOB_ID
+(setsid grandchildren too, and a rank spawned just before the death, before its group was
+registered): SIGTERM, SIGKILL after the grace. On a normal end the supervisor writes `done` and
+the watchdog exits without killing anything. The waiting is done by `sh` (about 1 ms to start,
+paid by every job); Python starts only in the rare case that needs it, the supervisor's death.
+
+Ranks are spawned without a `preexec_fn` on purpose: any preexec_fn forces CPython into
+fork + wait-for-exec, whose cost grows with the parent's memory (a notebook kernel with MindSpore
+or MLflow imported is hundreds of MiB), while `start_new_session` alone keeps the vfork/
+posix_spawn fast path. A PR_SET_PDEATHSIG set there used to duplicate what the lifeline does;
+bench/launch.py measures the difference.
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
 import sys
-
-_PR_SET_PDEATHSIG = 1
-try:  # resolved once, before any fork: nothing is looked up inside the forked child
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # pragma: no cover - non-Linux
-    _prctl = None
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
 # given as arguments, with the groups appended; if that cannot run, it still KILLs the groups.
@@ -45,21 +41,11 @@ _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 _ENCLOSING_JOB_VARIABLES = ("JOB_ID", "PLATFORM_JOB_DIR")
 
 
-def _die_with_parent(parent_pid: int):
-    def preexec() -> None:  # runs in the forked child: async-signal-safe work only
-        if _prctl is not None:
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(137)
-    return preexec
-
-
 def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
     """Start one rank: own session/process group, stdout+stderr merged into one pipe."""
     return subprocess.Popen(
         argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True, close_fds=True, bufsize=0,
-        preexec_fn=_die_with_parent(os.getpid()),
     )
 
 
