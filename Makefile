@@ -29,6 +29,7 @@ test: $(STAMP) system-deps
 bench: $(STAMP)
 	$(PY) bench/ranktable.py
 	$(PY) bench/launch.py --with-msrun
+	$(PY) bench/launch_scale.py
 	$(PY) bench/tracking.py
 	$(PY) bench/notebook.py
 	$(PY) bench/cleanup.py

@@ -21,3 +21,33 @@ def write_section(name: str, body: str, doc: Path = BENCH_DOC) -> None:
         text = text.rstrip("\n") + f"\n\n{block}\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text, encoding="utf-8")
+
+
+def alternate(sides: dict, rounds: int) -> dict[str, list[float]]:
+    """Time every side `rounds` times, alternating their order each round (ABBA...), so a noisy
+    machine's slow phase hurts both sides alike. `sides`: name -> zero-argument callable."""
+    import time
+    names = list(sides)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:  # one warm-up each (page cache, imports), not counted
+        sides[name]()
+    for round_no in range(rounds):
+        for name in (names if round_no % 2 == 0 else names[::-1]):
+            start = time.perf_counter()
+            sides[name]()
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def spread(values: list[float], unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:
+    """`median (min–max)` of a list of timings."""
+    import statistics
+    med = statistics.median(values) * scale
+    return f"{med:.{digits}f} ({min(values) * scale:.{digits}f}–{max(values) * scale:.{digits}f}) {unit}"
+
+
+def load_text() -> str:
+    """The machine's load when the benchmark ran (1, 5, 15-minute averages) and its cores."""
+    import os
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} / {five:.2f} / {fifteen:.2f} on {os.cpu_count()} cores"
