@@ -24,8 +24,9 @@ from IPython.utils.text import DollarFormatter
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.settings import job_log_dir
-from platform_plugin.launcher import JobFailed, launch
-from platform_plugin.launcher.options import add_arguments, command_of, launch_kwargs
+from platform_plugin.launcher.api import run as run_job
+from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
+from platform_plugin.launcher.result import JobFailed
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
 NOTEBOOK_MAX_LINES_PER_S = 20.0
@@ -36,13 +37,22 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {message}", "%dist_run")])
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="%dist_run", add_help=False)
-    add_arguments(parser)
+def _magic_only(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expand", action="store_true",
                         help="(first option only) expand $name and {expr} from the notebook's "
                         "variables")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="%dist_run", add_help=False)
+    add_arguments(parser)
+    _magic_only(parser)
     return parser
+
+
+def magic_help() -> str:
+    """Every %dist_run option, generated from the options record."""
+    return render_help("%dist_run", extra=_magic_only)
 
 
 def _cell_script(body: str, log_dir: str | None) -> str:
@@ -65,18 +75,19 @@ class DistRunMagics(Magics):
         if line.lstrip().startswith("--expand"):  # opt-in, and only as the first option
             line = DollarFormatter().vformat(line, args=[], kwargs=self.shell.user_ns)
         args = _parser().parse_args(shlex.split(line))
-        kwargs = launch_kwargs(args)
-        if kwargs["max_lines_per_s"] is None:
-            kwargs["max_lines_per_s"] = NOTEBOOK_MAX_LINES_PER_S
+        defaults = {"max_lines_per_s": NOTEBOOK_MAX_LINES_PER_S}
+        if cell is not None:
+            defaults["job_name"] = "cell"
+        options = from_arguments(args, **{k: v for k, v in defaults.items()
+                                          if getattr(args, k) is None})
         if cell is None:
             command = command_of(args)
         else:
             extra = [a for a in (args.command or []) if a != "--"]
-            command = [sys.executable, _cell_script(cell, args.log_dir), *extra]
-            kwargs["job_name"] = kwargs["job_name"] or "cell"
+            command = [sys.executable, _cell_script(cell, options.log_dir), *extra]
         result = None
         try:
-            result = launch(command, **kwargs)
+            result = run_job(command, options)
         except JobFailed as exc:
             result = exc.result
             # the table above says everything: no launcher frames in the cell's traceback

@@ -2,7 +2,8 @@
 
 Each command module exposes `register(subparsers)` (adds its parser and sets
 `func=run`) and `run(args) -> int`. The registry below is the only list of commands, so a
-new command is one line here plus its own module.
+new command is one line here plus its own module. Only the chosen command's module is
+imported (`platform-run --help` imports none of them): start-up stays fast.
 """
 from __future__ import annotations
 
@@ -26,30 +27,41 @@ COMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: list[str]) -> str | None:
+    """The sub-command named on the command line (the first word that is one), if any."""
+    names = {name for name, _help in COMMANDS}
+    for word in argv:
+        if word in names:
+            return word
+        if not word.startswith("-"):
+            return None
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser, with only the chosen command's module imported (`--help` imports none):
+    every other command is a placeholder that lists its name and help."""
     parser = argparse.ArgumentParser(
         prog="platform-run",
         description="Distributed training on the AI靶场 platform, one trustworthy step.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, _help in COMMANDS:
-        try:
-            module = importlib.import_module(f"platform_plugin.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"platform_plugin.cli.{name}":
-                raise
-            continue  # command not built yet
-        module.register(sub)
+    chosen = _chosen(sys.argv[1:] if argv is None else argv)
+    for name, help_text in COMMANDS:
+        if name == chosen:
+            importlib.import_module(f"platform_plugin.cli.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"platform-run: configuration error\n{exc}", file=sys.stderr)

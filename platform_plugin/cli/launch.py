@@ -4,8 +4,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from platform_plugin.launcher import JobFailed, launch
-from platform_plugin.launcher.options import add_arguments, command_of, launch_kwargs
+from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
 
 
 def register(subparsers) -> None:
@@ -23,10 +22,13 @@ def _interrupt(signum, frame):
 
 
 def run(args) -> int:
+    from platform_plugin.launcher.api import run as run_job  # here: `launch --help` stays light
+    from platform_plugin.launcher.result import JobFailed
+    options = from_arguments(args)
     command = command_of(args)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        launch(command, **launch_kwargs(args))
+        run_job(command, options)
     except JobFailed:
         return 1  # the table is already printed
     except KeyboardInterrupt:  # before the ranks started

@@ -1,7 +1,41 @@
-"""Launching: plan (pure) -> supervisor (processes) -> output (logs, display). See docs/launch.md."""
-from platform_plugin.launcher.api import launch
-from platform_plugin.launcher.plan import LaunchOptions, LaunchPlan, RankSpec, build_plan
-from platform_plugin.launcher.result import JobFailed, JobResult, RankFailure
+"""Launching: options -> plan (no processes) -> supervisor (processes) -> output (logs, display).
+See docs/launch.md and docs/architecture.md.
 
-__all__ = ["launch", "build_plan", "LaunchOptions", "LaunchPlan", "RankSpec", "JobFailed",
-           "JobResult", "RankFailure"]
+Names load on first use (PEP 562): `platform-run launch --help` imports only the options record.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_LAZY = {
+    "launch": "platform_plugin.launcher.api",
+    "LaunchOptions": "platform_plugin.launcher.options",
+    "build_plan": "platform_plugin.launcher.plan",
+    "Host": "platform_plugin.launcher.plan",
+    "LaunchPlan": "platform_plugin.launcher.plan",
+    "RankSpec": "platform_plugin.launcher.plan",
+    "JobFailed": "platform_plugin.launcher.result",
+    "JobResult": "platform_plugin.launcher.result",
+    "RankFailure": "platform_plugin.launcher.result",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.launcher.api import launch
+    from platform_plugin.launcher.options import LaunchOptions
+    from platform_plugin.launcher.plan import Host, LaunchPlan, RankSpec, build_plan
+    from platform_plugin.launcher.result import JobFailed, JobResult, RankFailure
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'platform_plugin.launcher' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = list(_LAZY)

@@ -8,51 +8,47 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from typing import Any
 
 from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.job_tracking import JobTracking
 from platform_plugin.launcher.backends import npus_present
 from platform_plugin.launcher.jobfile import JobFile
-from platform_plugin.launcher.output import Output
-from platform_plugin.launcher.plan import LaunchOptions, LaunchPlan, build_plan
+from platform_plugin.launcher.options import LaunchOptions, from_kwargs
+from platform_plugin.launcher.output import Output, check_show
+from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.util.ports import check_free
 from platform_plugin.launcher.result import JobFailed, JobResult
 from platform_plugin.launcher.stale import refuse_or_kill
 from platform_plugin.launcher.supervisor import Supervisor
 
 
-def launch(cmd: list[str] | str, nproc: int | None = None, backend: str = "auto", *,
-           tracking: str = "auto", nnodes: int = 1, node_rank: int = 0,
-           master_addr: str = "127.0.0.1", master_port: int | None = None,
-           rank_table: str | None = None, rank_start: int | None = None, mode: str | None = None,
-           log_dir: str | None = None, cache_dir: str | None = None, job_name: str | None = None,
-           timeout: float | None = None, silence_timeout: float | None = None, grace: float = 3.0,
-           show: str = "all", max_lines_per_s: float | None = None, kill_stale: bool = False,
-           env: dict | None = None, cwd: str | None = None, write=None,
-           check: bool = True) -> JobResult:
+def launch(cmd: list[str] | str, **options: Any) -> JobResult:
     """Run `cmd` once per rank and supervise the ranks; see docs/launch.md.
 
-    Returns the JobResult; raises JobFailed (with `.result`) when a rank failed, the job timed
-    out or hung, or it was interrupted — unless `check=False`. Bad options raise ConfigError
-    before anything starts. `write` replaces sys.stdout for the display (tests, embedding).
+    `options` are the fields of `LaunchOptions` (launcher/options.py: names, defaults, checks);
+    an unknown name or a bad value raises ConfigError before anything starts. Returns the
+    JobResult; raises JobFailed (with `.result`) when a rank failed, the job timed out or hung,
+    or it was interrupted — unless `check=False`.
     """
     __tracebackhide__ = True  # IPython: the user's cell, not our frames, is the interesting part
-    settings = settings_mod.resolve(mode, flags={"rank_table": rank_table,
-                                                 "rank_start": rank_start}, cwd=cwd)
-    base_env = _rank_base_env({**os.environ, **settings.process_env()})  # a copy: caller untouched
-    options = LaunchOptions(
-        nproc=nproc, backend=backend, nnodes=nnodes, node_rank=node_rank,
-        master_addr=master_addr, master_port=master_port,
-        server_id=settings.server.server_id if settings.server else None, log_dir=log_dir,
-        cache_dir=cache_dir, job_name=job_name, cwd=cwd, env=dict(env or {}), base_env=base_env,
-        npu_present=npus_present(), timeout=timeout, silence_timeout=silence_timeout,
-        grace=grace, show=show, max_lines_per_s=max_lines_per_s, kill_stale=kill_stale,
-        tracking=tracking)
-    plan = build_plan(cmd, settings, options)
-    output = Output(show, max_lines_per_s=max_lines_per_s, write=write)
-    _preflight(plan, options, output)
+    return run(cmd, from_kwargs(options))
 
-    job_tracking = JobTracking.create(tracking, plan)
+
+def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
+    """`launch()` with the options already validated (the CLI and `%dist_run` call this)."""
+    __tracebackhide__ = True
+    settings = settings_mod.resolve(options.mode, flags={"rank_table": options.rank_table,
+                                                         "rank_start": options.rank_start},
+                                    cwd=options.cwd)
+    host = Host(base_env=_rank_base_env({**os.environ, **settings.process_env()}),  # a copy
+                npu_present=npus_present())
+    plan = build_plan(cmd, settings, options, host)
+    shown = check_show(options.show, plan)
+    output = Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write)
+    _preflight(plan, options, host, output)
+
+    job_tracking = JobTracking.create(options.tracking, plan)
     plan = _with_env(plan, job_tracking.prepare())  # before spawning: every rank gets it
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                 f"{' + scheduler' if len(plan.ranks) > len(plan.workers) else ''}, backend "
@@ -61,14 +57,14 @@ def launch(cmd: list[str] | str, nproc: int | None = None, backend: str = "auto"
     job_tracking.start()
     result = None
     try:
-        result = Supervisor(plan, output, [job_file], timeout=timeout,
-                            silence_timeout=silence_timeout, grace=grace).run()
+        result = Supervisor(plan, output, [job_file], timeout=options.timeout,
+                            silence_timeout=options.silence_timeout, grace=options.grace).run()
     finally:
         report = _finish_tracking(job_tracking, result)
     result.tracking = report
     job_file.ended(result)
-    _print(write, _summary(result))
-    if check and not result.ok:
+    _print(options.write, _summary(result))
+    if options.check and not result.ok:
         raise JobFailed(result)
     return result
 
@@ -81,13 +77,13 @@ def _rank_base_env(env: dict) -> dict:
     return env
 
 
-def _preflight(plan: LaunchPlan, options: LaunchOptions, output: Output) -> None:
+def _preflight(plan: LaunchPlan, options: LaunchOptions, host: Host, output: Output) -> None:
     """Refuse before anything starts: a requested port in use, devices held by an earlier job."""
     if options.master_port and plan.node_rank == 0 and plan.master_port:
         what = "MS_SCHED_PORT" if plan.backend == "ms-cluster" else "MASTER_PORT"
         if plan.backend in ("ms-cluster", "torch"):
             check_free(plan.master_port, "0.0.0.0", what=what)
-    if plan.backend == "rank-table" or options.npu_present:
+    if plan.backend == "rank-table" or host.npu_present:
         devices = {r.device_id for r in plan.workers if r.device_id is not None}
         killed = refuse_or_kill(devices, plan.server_id, kill=options.kill_stale)
         if killed:

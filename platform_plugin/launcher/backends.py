@@ -11,9 +11,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin import ranktable
+from platform_plugin.launcher.options import BACKEND_CHOICES, LaunchOptions
+
+if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
+    from platform_plugin.settings import Settings
 
 # Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
 # rank that never started into a half-hour wait; the launcher watches the processes anyway.
@@ -47,9 +52,10 @@ def _fail(code: str, message: str, path: str = "") -> ConfigError:
     return ConfigError([Problem(code, message, path)])
 
 
-def grid_layout(nproc: int | None, options, *, needs_port: bool) -> Layout:
+def grid_layout(settings: Settings, options: LaunchOptions, *, needs_port: bool) -> Layout:
     """nnodes x nproc ranks, devices numbered by local rank (CPU, GPU, or NPUs without a table)."""
-    if not nproc or nproc < 1:
+    nproc = options.nproc
+    if not nproc:
         raise _fail("LAUNCH_NPROC", "say how many processes to start on this server: --nproc N "
                     "(or launch(..., nproc=N)); only the rank-table backend reads it from the table",
                     "--nproc")
@@ -62,7 +68,7 @@ def grid_layout(nproc: int | None, options, *, needs_port: bool) -> Layout:
                     "server (and --master-addr = the address of node 0)", "--master-port")
     first = node_rank * nproc
     return Layout(world_size=nnodes * nproc, node_rank=node_rank, nnodes=nnodes,
-                  server_id=options.server_id or "localhost",
+                  server_id=settings.server.server_id if settings.server else "localhost",
                   ranks=tuple((first + i, i) for i in range(nproc)),
                   master_addr=options.master_addr, master_port=options.master_port)
 
@@ -71,8 +77,8 @@ class Backend:
     name = ""
     needs_port = False
 
-    def layout(self, settings, options) -> Layout:
-        return grid_layout(options.nproc, options, needs_port=self.needs_port)
+    def layout(self, settings: Settings, options: LaunchOptions) -> Layout:
+        return grid_layout(settings, options, needs_port=self.needs_port)
 
     def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
         return {}
@@ -93,7 +99,7 @@ class TorchBackend(Backend):
     name = "torch"
     needs_port = True
 
-    def rank_env(self, layout, local_rank):
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
         rank, _ = layout.ranks[local_rank]
         return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
                 "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
@@ -115,11 +121,11 @@ class MsClusterBackend(Backend):
                 "MS_NODE_TIMEOUT": str(MS_NODE_TIMEOUT_S),
                 "MS_HEARTBEAT_RETRY_TIMEOUT": str(MS_HEARTBEAT_RETRY_TIMEOUT_S)}
 
-    def rank_env(self, layout, local_rank):
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
         rank, _ = layout.ranks[local_rank]
         return {**self._cluster_env(layout), "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(rank)}
 
-    def helpers(self, layout):
+    def helpers(self, layout: Layout) -> list[Helper]:
         if layout.node_rank != 0:  # one scheduler per job, on node 0
             return []
         return [Helper("sched", "sched", {**self._cluster_env(layout), "MS_ROLE": "MS_SCHED"})]
@@ -131,14 +137,14 @@ class RankTableBackend(Backend):
 
     name = "rank-table"
 
-    def layout(self, settings, options):
-        table = getattr(settings, "rank_table", None)
+    def layout(self, settings: Settings, options: LaunchOptions) -> Layout:
+        table = settings.rank_table
         if table is None:
             raise _fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "
                         "--rank-table FILE or set RANK_TABLE_FILE", "RANK_TABLE_FILE")
-        server = getattr(settings, "server", None)
+        server = settings.server
         if server is None:
-            server = ranktable.select_server(table, rank_start=getattr(settings, "rank_start", None))
+            server = ranktable.select_server(table, rank_start=settings.rank_start)
         devices = sorted(server.devices, key=lambda d: d.rank_id)
         if options.nproc and options.nproc != len(devices):
             raise _fail("LAUNCH_NPROC_TABLE", f"the rank table gives server {server.server_id} "
@@ -147,15 +153,15 @@ class RankTableBackend(Backend):
         node_rank = [s.server_id for s in table.servers].index(server.server_id)
         # DEVICE_ID is what the runtime calls the card: the physical id, renumbered from 0
         # when ASCEND_RT_VISIBLE_DEVICES hides some cards (a card outside it is an error).
-        visible = getattr(settings, "visible_devices", None)
+        visible = settings.visible_devices
         return Layout(world_size=table.rank_size, node_rank=node_rank, nnodes=len(table.servers),
                       server_id=server.server_id,
                       ranks=tuple((d.rank_id, ranktable.runtime_device_id(d.device_id, visible))
                                   for d in devices),
                       master_addr=options.master_addr, master_port=None,
-                      rank_table_file=table.path or getattr(settings, "rank_table_file", None))
+                      rank_table_file=table.path or settings.rank_table_file)
 
-    def rank_env(self, layout, local_rank):
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
         rank, _ = layout.ranks[local_rank]
         return {"RANK_TABLE_FILE": str(layout.rank_table_file or ""),
                 "RANK_START": str(layout.ranks[0][0])}
@@ -163,7 +169,6 @@ class RankTableBackend(Backend):
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
     RankTableBackend(), MsClusterBackend(), TorchBackend(), PlainBackend())}
-CHOICES = ("auto", *BACKENDS)
 
 _IMPORTS = {
     "ms-cluster": re.compile(rb"^\s*(?:import|from)\s+mindspore\b", re.M),
@@ -204,14 +209,15 @@ def _read(path: str | None) -> bytes | None:
         return None
 
 
-def choose(requested: str, command: list[str], settings, npu_present: bool) -> tuple[str, str]:
+def choose(requested: str, command: list[str], settings: Settings,
+           npu_present: bool) -> tuple[str, str]:
     """(backend name, the reason printed to the user)."""
     if requested != "auto":
         if requested not in BACKENDS:
             raise _fail("LAUNCH_BACKEND", f"unknown backend {requested!r}; choose one of "
-                        f"{', '.join(CHOICES)}", "--backend")
+                        f"{', '.join(BACKEND_CHOICES)}", "--backend")
         return requested, "requested"
-    table = getattr(settings, "rank_table", None)
+    table = settings.rank_table
     if npu_present and table is not None:
         return "rank-table", f"Ascend NPUs present and rank table {table.path or ''} resolved"
     what, source = program_source(command)

@@ -1,60 +1,253 @@
-"""The launch options as argparse arguments, shared by `platform-run launch` and `%dist_run`
-so both accept exactly the same flags."""
+"""The launch options: ONE record, the only place an option is declared.
+
+Each field of `LaunchOptions` carries its type, default, help text, choices, CLI flag names and
+its check. Everything else is generated from it:
+- `add_arguments(parser)`: the flags of `platform-run launch` and of `%dist_run`,
+- `from_arguments(namespace)`: parsed flags -> a validated record,
+- `from_kwargs(kwargs)`: `launch(cmd, **options)` -> a validated record (an unknown name is a
+  ConfigError with a "did you mean" suggestion),
+- `render_help(prog)`: the option help shown by `platform-run launch --help` and `%dist_run --help`.
+
+Every refusal is a ConfigError with a code, raised before any folder, run or process exists.
+This module imports only the stdlib and `errors` (the CLI's `launch --help` stays fast).
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.backends import CHOICES
 
+# Upper bound of --nproc: more processes than any server has cores/devices; a huge value would
+# otherwise allocate per-rank state before failing (MemoryError for 10**11).
+MAX_NPROC = 4096
+MAX_NNODES = 4096
+BACKEND_CHOICES = ("auto", "rank-table", "ms-cluster", "torch", "plain")  # backends.BACKENDS + auto
 TRACKING_CHOICES = ("auto", "mlflow", "wflogger", "none")
+MODE_CHOICES = ("debug", "full")
+
+_Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
+
+
+def _at_least(low: float, *, above: bool = False) -> _Check:
+    def check(value):
+        if above and not value > low:
+            return f"must be > {low:g}"
+        if not above and not value >= low:
+            return f"must be >= {low:g}"
+        return None
+    return check
+
+
+def _within(low: int, high: int) -> _Check:
+    def check(value):
+        return None if low <= value <= high else f"must be between {low} and {high}"
+    return check
+
+
+def _show(value: str) -> Optional[str]:
+    names = [part.strip() for part in value.strip().lower().split(",") if part.strip()]
+    if value.strip().lower() in ("all", "none"):
+        return None
+    if names and all(n.isdigit() or n == "sched" for n in names):
+        return None
+    return "use all, none, sched or comma-separated rank numbers such as 0,3"
+
+
+def _name(value: str) -> Optional[str]:
+    return None if value.strip() and "/" not in value and value not in (".", "..") else \
+        "must be a non-empty name without '/'"
+
+
+def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | None = None,
+        choices: Tuple[str, ...] | None = None, check: _Check | None = None,
+        code: str = "LAUNCH_BAD_VALUE", cli: bool = True, aliases: Tuple[str, ...] = ()) -> Any:
+    """Declare one option. `flags`: CLI spellings (default `--field-name`); `aliases`: other
+    keyword names `launch()` accepts (torchrun-style spellings); `cli=False`: keyword only."""
+    meta = dict(help=help, flags=flags, metavar=metavar, choices=choices, check=check, code=code,
+                cli=cli, aliases=aliases)
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What the caller asked for. Defaults here are the only defaults."""
+
+    nproc: Optional[int] = opt(
+        None, "processes on this server (default: this server's devices in the rank table; "
+        "required without a table)", metavar="N", check=_within(1, MAX_NPROC), code="LAUNCH_NPROC")
+    backend: str = opt("auto", "how ranks find each other (default auto: printed with its reason)",
+                       choices=BACKEND_CHOICES, code="LAUNCH_BACKEND")
+    rank_table: Optional[str] = opt(None, "HCCL rank table (else RANK_TABLE_FILE)", metavar="FILE")
+    rank_start: Optional[int] = opt(None, "first rank of this server (multi-server table)",
+                                    metavar="N", check=_at_least(0))
+    mode: Optional[str] = opt(None, "platform environment (default: detected)",
+                              choices=MODE_CHOICES)
+    nnodes: int = opt(1, "servers in the job (one launcher per server)", metavar="N",
+                      check=_within(1, MAX_NNODES))
+    node_rank: int = opt(0, "this server's index, 0..nnodes-1", metavar="I", check=_at_least(0),
+                         code="LAUNCH_NODE_RANK")
+    master_addr: str = opt("127.0.0.1", "address of node 0 (scheduler / MASTER_ADDR)",
+                           metavar="ADDR")
+    master_port: Optional[int] = opt(
+        None, "rendezvous port (default: a free one; required when --nnodes > 1)", metavar="PORT",
+        check=_within(1, 65535), code="LAUNCH_MASTER_PORT")
+    log_dir: Optional[str] = opt(None, "job folders go here (else PLATFORM_LOG_DIR, else "
+                                 "./platform_logs)", metavar="DIR")
+    cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs (else PLATFORM_CACHE_DIR, "
+                                   "else ~/.cache/platform_plugin)", metavar="DIR")
+    job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name)
+    timeout: Optional[float] = opt(None, "stop the job after S seconds", metavar="S",
+                                   check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
+    silence_timeout: Optional[float] = opt(
+        None, "no output from any rank for S seconds = hung: stop the job", metavar="S",
+        check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
+    grace: float = opt(3.0, "seconds between SIGTERM and SIGKILL when stopping (default 3)",
+                       metavar="S", check=_at_least(0), code="LAUNCH_TIMEOUT")
+    show: str = opt("all", "ranks whose output is displayed (logs always hold everything)",
+                    metavar="all|none|0,3", check=_show, code="LAUNCH_BAD_SHOW")
+    max_lines_per_s: Optional[float] = opt(
+        None, "display at most N lines per second per rank (the rest: logs only)",
+        flags=("--max-lines-per-sec",), metavar="N", check=_at_least(0, above=True))
+    kill_stale: bool = opt(False, "kill ranks of an earlier job that still hold this job's devices")
+    tracking: str = opt("auto", "metrics sink (default auto)", choices=TRACKING_CHOICES)
+    # keyword-only (not flags): what an embedding program passes
+    env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
+    cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",
+                             cli=False)
+    job_id: Optional[str] = opt(None, "the job id (default: generated from the job name)",
+                                cli=False, check=_name)
+    check: bool = opt(True, "raise JobFailed when the job failed (False: return the result)",
+                      cli=False)
+    write: Optional[Callable[[str], Any]] = opt(
+        None, "a function that replaces sys.stdout for the display", cli=False)
+
+    def __post_init__(self) -> None:
+        problems = [p for f in dataclasses.fields(self) if (p := _problem(f, getattr(self, f.name)))]
+        if problems:
+            raise ConfigError(problems)
+
+    def replace(self, **changes: Any) -> "LaunchOptions":
+        return dataclasses.replace(self, **changes)
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(LaunchOptions)}
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _base_type(f: dataclasses.Field) -> type | None:
+    """`Optional[int]` -> int (annotations are strings under `from __future__ import annotations`)."""
+    text = str(f.type).replace("Optional[", "").rstrip("]")
+    return _TYPES.get(text)
+
+
+def flags_of(name: str) -> Tuple[str, ...]:
+    f = FIELDS[name]
+    return f.metadata["flags"] or ("--" + name.replace("_", "-"),)
+
+
+def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
+    meta = f.metadata
+    where = flags_of(f.name)[0] if meta["cli"] else f.name
+    if value is None and f.default is None:
+        return None
+    kind = _base_type(f)
+    wrong_type = kind is not None and (
+        not isinstance(value, (int, float) if kind is float else kind)
+        or (kind in (int, float) and isinstance(value, bool)))
+    if f.name == "env" and not (isinstance(value, dict)
+                                and all(isinstance(k, str) and isinstance(v, str)
+                                        for k, v in value.items())):
+        return Problem(meta["code"], f"{where} must be a dict of str -> str", where)
+    if wrong_type:
+        return Problem(meta["code"], f"{where} must be {kind.__name__}, not {value!r}", where)
+    if kind is float and not math.isfinite(value):
+        return Problem(meta["code"], f"{where} {value!r}: must be a finite number", where)
+    if meta["choices"] and value not in meta["choices"]:
+        return Problem(meta["code"], f"{where} {value!r}: choose one of "
+                       f"{', '.join(meta['choices'])}", where)
+    complaint = meta["check"](value) if meta["check"] else None
+    if complaint:
+        return Problem(meta["code"], f"{where} {value!r}: {complaint}", where)
+    return None
+
+
+def _keyword(name: str) -> str:
+    """A keyword or one of its aliases -> the field name; unknown -> ConfigError."""
+    if name in FIELDS:
+        return name
+    for f in FIELDS.values():
+        if name in f.metadata["aliases"]:
+            return f.name
+    known = sorted(list(FIELDS) + [a for f in FIELDS.values() for a in f.metadata["aliases"]])
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; the options are {', '.join(known)}"
+    raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"launch() has no option {name!r}{hint}",
+                               name)])
+
+
+def from_kwargs(kwargs: Dict[str, Any]) -> LaunchOptions:
+    """`launch(cmd, **kwargs)` -> the validated record."""
+    values: Dict[str, Any] = {}
+    for name, value in kwargs.items():
+        key = _keyword(name)
+        if key in values:
+            raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"{name!r} repeats the option "
+                                       f"{key!r}", name)])
+        values[key] = value
+    return LaunchOptions(**values)
+
+
+# ---- argparse, generated from the record -------------------------------------------------------
+
+def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
+    kind = _base_type(f)
+
+    def convert(text: str) -> Any:
+        try:
+            return kind(text) if kind is not None else text
+        except ValueError:
+            where = flags_of(f.name)[0]
+            # raised through argparse (it only catches ValueError/TypeError): keeps the code
+            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r}: must be "
+                                       f"{kind.__name__ if kind else 'text'}", where)]) from None
+    return convert
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, command: bool = True) -> None:
-    add = parser.add_argument
-    add("--nproc", type=int, help="processes on this server (default: this server's devices in "
-        "the rank table; required without a table)")
-    add("--backend", choices=CHOICES, default="auto",
-        help="how ranks find each other (default auto: printed with its reason)")
-    add("--rank-table", metavar="FILE", help="HCCL rank table (else RANK_TABLE_FILE)")
-    add("--rank-start", type=int, metavar="N", help="first rank of this server (multi-server table)")
-    add("--mode", choices=("debug", "full"), help="platform environment (default: detected)")
-    add("--nnodes", type=int, default=1, help="servers in the job (one launcher per server)")
-    add("--node-rank", type=int, default=0, help="this server's index, 0..nnodes-1")
-    add("--master-addr", default="127.0.0.1", help="address of node 0 (scheduler / MASTER_ADDR)")
-    add("--master-port", type=int, help="rendezvous port (default: a free one; required when "
-        "--nnodes > 1)")
-    add("--log-dir", metavar="DIR", help="job folders go here (else PLATFORM_LOG_DIR, else "
-        "./platform_logs)")
-    add("--cache-dir", metavar="DIR", help="compile caches/Ascend logs (else PLATFORM_CACHE_DIR, "
-        "else ~/.cache/platform_plugin)")
-    add("--job-name", metavar="NAME", help="default: the script's name")
-    add("--timeout", type=float, metavar="S", help="stop the job after S seconds")
-    add("--silence-timeout", type=float, metavar="S",
-        help="no output from any rank for S seconds = hung: stop the job")
-    add("--grace", type=float, default=3.0, metavar="S",
-        help="seconds between SIGTERM and SIGKILL when stopping (default 3)")
-    add("--show", default="all", metavar="all|none|0,3", help="ranks whose output is displayed "
-        "(logs always hold everything)")
-    add("--max-lines-per-sec", type=float, metavar="N",
-        help="display at most N lines per second per rank (the rest: logs only)")
-    add("--kill-stale", action="store_true",
-        help="kill ranks of an earlier job that still hold this job's devices")
-    add("--tracking", choices=TRACKING_CHOICES, default="auto", help="metrics sink (default auto)")
+    """Every CLI option as a flag (defaults None: the record's defaults apply in from_arguments,
+    so the parser never declares a default of its own)."""
+    for f in FIELDS.values():
+        meta = f.metadata
+        if not meta["cli"]:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        shown = f" (default {default})" if default not in (None, False) and "default" not in \
+            meta["help"] else ""
+        if _base_type(f) is bool:
+            parser.add_argument(*flags_of(f.name), dest=f.name, action="store_const", const=True,
+                                default=None, help=meta["help"])
+            continue
+        parser.add_argument(*flags_of(f.name), dest=f.name, type=_converter(f), default=None,
+                            choices=meta["choices"], metavar=meta["metavar"],
+                            help=meta["help"] + shown)
     if command:
-        add("command", nargs=argparse.REMAINDER, help="-- COMMAND ... (e.g. python train.py)")
+        parser.add_argument("command", nargs=argparse.REMAINDER,
+                            help="-- COMMAND ... (e.g. python train.py)")
 
 
-def launch_kwargs(args: argparse.Namespace) -> dict:
-    """Namespace -> keyword arguments of platform_plugin.launch (without the command)."""
-    return dict(nproc=args.nproc, backend=args.backend, rank_table=args.rank_table,
-                rank_start=args.rank_start, mode=args.mode, nnodes=args.nnodes,
-                node_rank=args.node_rank, master_addr=args.master_addr,
-                master_port=args.master_port, log_dir=args.log_dir, cache_dir=args.cache_dir,
-                job_name=args.job_name, timeout=args.timeout,
-                silence_timeout=args.silence_timeout, grace=args.grace, show=args.show,
-                max_lines_per_s=args.max_lines_per_sec, kill_stale=args.kill_stale,
-                tracking=args.tracking)
+def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
+    """Parsed flags (+ keyword-only options) -> the validated record."""
+    values = {name: getattr(args, name) for name, f in FIELDS.items()
+              if f.metadata["cli"] and getattr(args, name, None) is not None}
+    values.update(overrides)
+    return LaunchOptions(**values)
 
 
 def command_of(args: argparse.Namespace) -> list[str]:
@@ -65,3 +258,14 @@ def command_of(args: argparse.Namespace) -> list[str]:
         raise ConfigError([Problem("LAUNCH_NO_COMMAND", "give the command after the options, e.g. "
                                    "`--nproc 2 -- python train.py`", "command")])
     return command
+
+
+def render_help(prog: str = "platform-run launch", *, extra: Callable[[argparse.ArgumentParser],
+                                                                    None] | None = None) -> str:
+    """The full option help (flags, defaults, choices), as `--help` prints it."""
+    parser = argparse.ArgumentParser(prog=prog, add_help=False,
+                                     usage="%(prog)s [options] [--] COMMAND ...")
+    add_arguments(parser)
+    if extra is not None:
+        extra(parser)
+    return parser.format_help()

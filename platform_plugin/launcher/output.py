@@ -11,9 +11,12 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from platform_plugin.errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from platform_plugin.launcher.plan import LaunchPlan
 
 TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
@@ -28,10 +31,29 @@ def parse_show(value: str | None) -> set[str] | None:
     if value == "none":
         return set()
     names = {part.strip() for part in value.split(",") if part.strip()}
-    if not all(n.isdigit() or n == "sched" for n in names):
-        raise ConfigError([Problem("LAUNCH_BAD_SHOW", f"--show {value!r}: use all, none, sched "
-                                   "or comma-separated rank numbers such as 0,3", "--show")])
+    if not names or not all(n.isdigit() or n == "sched" for n in names):
+        raise _bad_show(f"--show {value!r}: use all, none, sched or comma-separated rank numbers "
+                        "such as 0,3")
     return {str(int(n)) if n.isdigit() else n for n in names}
+
+
+def check_show(value: str | None, plan: LaunchPlan) -> set[str] | None:
+    """`parse_show`, and every named rank must be a process of this job on this server."""
+    shown = parse_show(value)
+    names = {r.name for r in plan.ranks}
+    unknown = sorted(shown - names) if shown else []
+    if unknown:
+        raise _bad_show(f"--show {value!r}: {', '.join(unknown)} is not a process of this job on "
+                        f"this server (it runs {', '.join(sorted(names, key=_rank_order))})")
+    return shown
+
+
+def _rank_order(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (-1, name)
+
+
+def _bad_show(message: str) -> ConfigError:
+    return ConfigError([Problem("LAUNCH_BAD_SHOW", message, "--show")])
 
 
 def _last_state(line: bytes) -> bytes:

@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass, field, replace
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.backends import BACKENDS, Layout, choose
+from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose
+from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.util.ports import free_port
-from platform_plugin.settings import job_log_dir
+from platform_plugin.settings import Settings, job_log_dir
 
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
 RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM_JOB_NAME",
@@ -23,29 +24,11 @@ RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "
 
 
 @dataclass(frozen=True)
-class LaunchOptions:
-    nproc: int | None = None
-    backend: str = "auto"
-    nnodes: int = 1
-    node_rank: int = 0
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None
-    server_id: str | None = None
-    log_dir: str | None = None  # else PLATFORM_LOG_DIR, else ./platform_logs
-    cache_dir: str | None = None  # else PLATFORM_CACHE_DIR, else ~/.cache/platform_plugin
-    job_name: str | None = None
-    job_id: str | None = None  # generated when None
-    cwd: str | None = None
-    env: dict = field(default_factory=dict)  # extra variables for every rank (win over all else)
-    base_env: dict | None = None  # the environment ranks inherit; launch() passes os.environ + .env
+class Host:
+    """What launch() found on this machine; tests give it explicitly."""
+
+    base_env: dict = field(default_factory=dict)  # the environment every rank inherits
     npu_present: bool = False
-    timeout: float | None = None
-    silence_timeout: float | None = None
-    grace: float = 3.0
-    show: str = "all"
-    max_lines_per_s: float | None = None
-    kill_stale: bool = False
-    tracking: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -139,10 +122,12 @@ def new_job_id(job_name: str, now: float | None = None) -> str:
     return f"{job_name}-{stamp}-{secrets.token_hex(2)}"
 
 
-def build_plan(command: list[str] | str, settings, options: LaunchOptions) -> LaunchPlan:
+def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
+               host: Host | None = None) -> LaunchPlan:
     command = normalize_command(command)
-    base_env = dict(options.base_env if options.base_env is not None else {})
-    name, reason = choose(options.backend, list(command), settings, options.npu_present)
+    host = host or Host()
+    base_env = dict(host.base_env)
+    name, reason = choose(options.backend, list(command), settings, host.npu_present)
     backend = BACKENDS[name]
     if backend.needs_port and options.master_port is None and options.nnodes == 1:
         options = replace(options, master_port=free_port("0.0.0.0"))
@@ -175,8 +160,9 @@ def build_plan(command: list[str] | str, settings, options: LaunchOptions) -> La
                       master_port=layout.master_port)
 
 
-def _worker(layout: Layout, backend, local_rank: int, command, base_env, common, options, cwd,
-            job_dir, cache_dir) -> RankSpec:
+def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
+            base_env: dict, common: dict, options: LaunchOptions, cwd: str, job_dir: str,
+            cache_dir: str) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
     env = {**base_env, **common, **backend.rank_env(layout, local_rank),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),

@@ -11,8 +11,8 @@ from platform_plugin import settings as settings_mod
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.backends import choose, program_source
 from platform_plugin.launcher.output import parse_show
-from platform_plugin.launcher.plan import (LaunchOptions, build_plan, default_job_name,
-    normalize_command)
+from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.plan import Host, build_plan, default_job_name, normalize_command
 
 NO_TABLE = settings_mod.resolve("debug", environ={}, cwd="/nonexistent-cwd-for-tests")
 
@@ -23,10 +23,16 @@ def table_settings(ranktables, name, **environ):
 
 
 def opts(**kw):
+    """Test defaults; `base_env`/`npu_present` describe the host, the rest are options."""
     base = dict(job_id="job-1", log_dir="/tmp/logs", cwd="/work/code", base_env={"KEEP": "1"},
                 cache_dir="/tmp/cache")
     base.update(kw)
-    return LaunchOptions(**base)
+    return base
+
+
+def plan_of(command, settings, kw):
+    host = Host(base_env=kw.pop("base_env"), npu_present=kw.pop("npu_present", False))
+    return build_plan(command, settings, LaunchOptions(**kw), host)
 
 
 def env_of(plan, name):
@@ -38,7 +44,7 @@ COMMON = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM
 
 
 def test_plain_sets_only_rank_variables_and_keeps_the_base_env():
-    plan = build_plan(["python", "train.py", "--lr", "{0.1}"], NO_TABLE, opts(backend="plain", nproc=3))
+    plan = plan_of(["python", "train.py", "--lr", "{0.1}"], NO_TABLE, opts(backend="plain", nproc=3))
     assert plan.backend == "plain" and plan.world_size == 3 and len(plan.ranks) == 3
     assert plan.command == (sys.executable, "train.py", "--lr", "{0.1}")
     for i, rank in enumerate(plan.ranks):
@@ -53,7 +59,7 @@ def test_plain_sets_only_rank_variables_and_keeps_the_base_env():
 
 
 def test_torch_sets_the_torchrun_variables():
-    plan = build_plan(["python", "t.py"], NO_TABLE, opts(backend="torch", nproc=2))
+    plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="torch", nproc=2))
     port = plan.master_port
     assert isinstance(port, int) and port > 0
     for i, rank in enumerate(plan.ranks):
@@ -64,7 +70,7 @@ def test_torch_sets_the_torchrun_variables():
 
 
 def test_ms_cluster_has_one_scheduler_and_workers_with_node_ids():
-    plan = build_plan(["python", "t.py"], NO_TABLE, opts(backend="ms-cluster", nproc=2))
+    plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="ms-cluster", nproc=2))
     sched, *workers = plan.ranks
     assert (sched.name, sched.role, sched.rank_id, sched.device_id) == ("sched", "sched", None, None)
     assert sched.log_path.endswith("/sched.log") and sched.env["MS_ROLE"] == "MS_SCHED"
@@ -79,7 +85,7 @@ def test_ms_cluster_has_one_scheduler_and_workers_with_node_ids():
 
 
 def test_multi_node_ms_cluster_second_node_has_no_scheduler():
-    plan = build_plan(["python", "t.py"], NO_TABLE, opts(backend="ms-cluster", nproc=2, nnodes=2,
+    plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="ms-cluster", nproc=2, nnodes=2,
                                                          node_rank=1, master_addr="10.0.0.1",
                                                          master_port=29500))
     assert [r.name for r in plan.ranks] == ["2", "3"]
@@ -98,13 +104,13 @@ def test_bad_options_are_config_errors(kw, code):
     options = dict(backend="torch", nproc=2)
     options.update(kw)
     with pytest.raises(ConfigError) as err:
-        build_plan(["python", "t.py"], NO_TABLE, opts(**options))
+        plan_of(["python", "t.py"], NO_TABLE, opts(**options))
     assert err.value.problems[0].code == code
 
 
 def test_rank_table_8p(ranktables):
     s = table_settings(ranktables, "hccl_8p_01234567_10.0.0.1.json")
-    plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    plan = plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert plan.world_size == 8 and plan.nnodes == 1 and plan.server_id == "10.0.0.1"
     assert [(r.env["RANK_ID"], r.env["DEVICE_ID"]) for r in plan.ranks] == [
         (str(i), str(i)) for i in range(8)]
@@ -115,7 +121,7 @@ def test_rank_table_8p(ranktables):
 def test_rank_table_4p_uses_the_physical_device_id(ranktables):
     """davincirunsdk exports the list index (0..3); HCCL needs the device_id (4..7)."""
     s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json")
-    plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    plan = plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert [(r.rank_id, r.device_id, r.local_rank) for r in plan.ranks] == [
         (0, 4, 0), (1, 5, 1), (2, 6, 2), (3, 7, 3)]
     assert [r.env["DEVICE_ID"] for r in plan.ranks] == ["4", "5", "6", "7"]
@@ -126,7 +132,7 @@ def test_rank_table_device_id_counts_within_ascend_rt_visible_devices(ranktables
     """A container that sees only cards 4-7 numbers them 0-3: DEVICE_ID must follow."""
     s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json",
                        ASCEND_RT_VISIBLE_DEVICES="4,5,6,7")
-    plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    plan = plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert [(r.rank_id, r.device_id) for r in plan.ranks] == [(0, 0), (1, 1), (2, 2), (3, 3)]
     assert [r.env["DEVICE_ID"] for r in plan.ranks] == ["0", "1", "2", "3"]
 
@@ -135,13 +141,13 @@ def test_rank_table_device_hidden_by_ascend_rt_visible_devices(ranktables):
     s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json",
                        ASCEND_RT_VISIBLE_DEVICES="0,1,2,3")
     with pytest.raises(ConfigError) as err:
-        build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+        plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert err.value.problems[0].code == "RT_DEVICE_NOT_VISIBLE"
 
 
 def test_rank_table_second_server_of_16p(ranktables):
     s = table_settings(ranktables, "hccl_2s_16p.json", RANK_START="8")
-    plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    plan = plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert plan.node_rank == 1 and plan.nnodes == 2 and plan.world_size == 16
     assert [r.env["RANK_ID"] for r in plan.ranks] == [str(i) for i in range(8, 16)]
     assert [r.env["DEVICE_ID"] for r in plan.ranks] == [str(i) for i in range(8)]
@@ -153,37 +159,37 @@ def test_rank_table_second_server_of_16p(ranktables):
 def test_rank_table_nproc_disagreeing_with_the_table(ranktables):
     s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json")
     with pytest.raises(ConfigError) as err:
-        build_plan(["python", "t.py"], s, opts(backend="rank-table", nproc=8))
+        plan_of(["python", "t.py"], s, opts(backend="rank-table", nproc=8))
     assert err.value.problems[0].code == "LAUNCH_NPROC_TABLE"
 
 
 def test_rank_table_without_a_table():
     with pytest.raises(ConfigError) as err:
-        build_plan(["python", "t.py"], NO_TABLE, opts(backend="rank-table"))
+        plan_of(["python", "t.py"], NO_TABLE, opts(backend="rank-table"))
     assert err.value.problems[0].code == "LAUNCH_NO_RANK_TABLE"
 
 
 def test_caches_and_ascend_logs_go_to_a_per_job_folder_outside_the_code(ranktables):
     s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json")
-    plan = build_plan(["python", "t.py"], s, opts(backend="rank-table"))
+    plan = plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert plan.cache_dir == "/tmp/cache/job-1"
     logs = {r.env["ASCEND_PROCESS_LOG_PATH"] for r in plan.ranks}
     assert len(logs) == 4 and all(p.startswith("/tmp/cache/job-1/") for p in logs)
     assert {r.env["MS_COMPILER_CACHE_PATH"] for r in plan.ranks} == {"/tmp/cache/job-1/compiler_cache"}
-    default = build_plan(["python", "t.py"], s, opts(backend="rank-table", cache_dir=None,
+    default = plan_of(["python", "t.py"], s, opts(backend="rank-table", cache_dir=None,
                                                      base_env={"PLATFORM_CACHE_DIR": "/c"}))
     assert default.cache_dir == "/c/job-1"
-    home = build_plan(["python", "t.py"], s, opts(backend="rank-table", cache_dir=None))
+    home = plan_of(["python", "t.py"], s, opts(backend="rank-table", cache_dir=None))
     assert home.cache_dir == os.path.expanduser("~/.cache/platform_plugin/job-1")
 
 
 def test_extra_env_wins_and_log_dir_comes_from_the_platform_variable():
-    plan = build_plan(["python", "t.py"], NO_TABLE,
+    plan = plan_of(["python", "t.py"], NO_TABLE,
                       opts(backend="plain", nproc=1, log_dir=None, env={"RANK_SIZE": "x", "A": "b"},
                            base_env={"PLATFORM_LOG_DIR": "/var/jobs"}))
     assert plan.ranks[0].env["A"] == "b" and plan.ranks[0].env["RANK_SIZE"] == "x"
     assert plan.job_dir == "/var/jobs/job-1"
-    relative = build_plan(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=1, log_dir=None,
+    relative = plan_of(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=1, log_dir=None,
                                                              base_env={}))
     assert relative.job_dir == "/work/code/platform_logs/job-1"
 
@@ -217,7 +223,7 @@ def test_program_source_and_names():
     assert default_job_name((sys.executable, "-u", "dir/my train.py")) == "my-train"
     assert default_job_name((sys.executable, "-m", "pkg.trainer")) == "trainer"
     assert default_job_name(("bash", "run.sh")) == "bash"
-    plan = build_plan(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=1, job_id=None,
+    plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=1, job_id=None,
                                                          job_name="my job"))
     assert plan.job_id.startswith("my-job-") and len(plan.job_id.split("-")) == 5
 
@@ -233,7 +239,7 @@ def test_parse_show():
 @given(nnodes=st.integers(1, 4), nproc=st.integers(1, 8), backend=st.sampled_from(
     ["plain", "torch", "ms-cluster"]))
 def test_nodes_together_cover_every_rank_once(nnodes, nproc, backend):
-    plans = [build_plan(["python", "t.py"], NO_TABLE,
+    plans = [plan_of(["python", "t.py"], NO_TABLE,
                         opts(backend=backend, nproc=nproc, nnodes=nnodes, node_rank=i,
                              master_port=29500)) for i in range(nnodes)]
     workers = [w for p in plans for w in p.workers]

@@ -1,0 +1,133 @@
+"""launcher/options.py: the one options record, the flags generated from it, and every refusal
+(a ConfigError with a code, before any folder or process exists)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+
+import pytest
+
+from platform_plugin import launch
+from platform_plugin.errors import ConfigError
+from platform_plugin.launcher import options as opts_mod
+from platform_plugin.launcher.backends import BACKENDS
+from platform_plugin.launcher.options import (FIELDS, LaunchOptions, add_arguments, from_arguments,
+    from_kwargs, render_help)
+from tests.helpers import REPO, VENV_BIN, clean_env
+from tests.launcher.helpers import PY
+
+
+def code_of(excinfo) -> str:
+    return excinfo.value.problems[0].code
+
+
+def test_backend_choices_are_the_registered_backends():
+    assert opts_mod.BACKEND_CHOICES == ("auto", *BACKENDS)
+
+
+def test_every_cli_option_is_a_flag_and_parses_back_to_the_record():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {s for a in parser._actions for s in a.option_strings}
+    for name, f in FIELDS.items():
+        assert f.metadata["help"], name
+        assert (opts_mod.flags_of(name)[0] in flags) == f.metadata["cli"], name
+    # nothing given: exactly the record's defaults (the parser declares no defaults of its own)
+    assert from_arguments(parser.parse_args(["--", "x"])) == LaunchOptions()
+    args = parser.parse_args(["--nproc", "3", "--grace", "0.5", "--kill-stale",
+                              "--max-lines-per-sec", "7", "--", "python", "t.py"])
+    got = from_arguments(args)
+    assert (got.nproc, got.grace, got.kill_stale, got.max_lines_per_s) == (3, 0.5, True, 7.0)
+
+
+def test_the_help_lists_every_flag_with_its_default_and_choices():
+    text = render_help("%dist_run")
+    for name, f in FIELDS.items():
+        if f.metadata["cli"]:
+            assert opts_mod.flags_of(name)[0] in text
+    assert "default 3" in text and "ms-cluster" in text and "wflogger" in text
+
+
+def test_the_docs_list_every_option():
+    text = (REPO / "docs" / "launch.md").read_text()
+    for name, f in FIELDS.items():
+        assert f"`{name}`" in text, name
+        if f.metadata["cli"]:
+            assert f"`{opts_mod.flags_of(name)[0]}" in text, name
+
+
+def test_unknown_keyword_suggests_the_closest_name():
+    with pytest.raises(ConfigError) as err:
+        from_kwargs({"nprocs": 2})
+    assert code_of(err) == "LAUNCH_UNKNOWN_OPTION" and "did you mean 'nproc'" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        from_kwargs({"zzzz": 1})
+    assert code_of(err) == "LAUNCH_UNKNOWN_OPTION" and "the options are" in str(err.value)
+
+
+def test_aliases_map_to_their_field(monkeypatch):
+    aliased = dataclasses.field(metadata=dict(FIELDS["nproc"].metadata, aliases=("nproc_per_node",)))
+    aliased.name = "nproc"
+    monkeypatch.setitem(FIELDS, "nproc", aliased)
+    assert from_kwargs({"nproc_per_node": 4}).nproc == 4
+    with pytest.raises(ConfigError):
+        from_kwargs({"nproc_per_node": 4, "nproc": 2})
+
+
+@pytest.mark.parametrize("kw, code", [
+    (dict(grace=float("nan")), "LAUNCH_TIMEOUT"),
+    (dict(grace=-1), "LAUNCH_TIMEOUT"),
+    (dict(timeout=float("nan")), "LAUNCH_TIMEOUT"),
+    (dict(timeout=float("inf")), "LAUNCH_TIMEOUT"),
+    (dict(timeout=-5), "LAUNCH_TIMEOUT"),
+    (dict(silence_timeout=0), "LAUNCH_TIMEOUT"),
+    (dict(max_lines_per_s=float("nan")), "LAUNCH_BAD_VALUE"),
+    (dict(master_port=0), "LAUNCH_MASTER_PORT"),
+    (dict(master_port=65536), "LAUNCH_MASTER_PORT"),
+    (dict(nproc=0), "LAUNCH_NPROC"),
+    (dict(nproc=99999999999), "LAUNCH_NPROC"),
+    (dict(nproc=2.0), "LAUNCH_NPROC"),
+    (dict(nproc=True), "LAUNCH_NPROC"),
+    (dict(show="rank0"), "LAUNCH_BAD_SHOW"),
+    (dict(show=""), "LAUNCH_BAD_SHOW"),
+    (dict(backend="bogus"), "LAUNCH_BACKEND"),
+    (dict(tracking="mlfow"), "LAUNCH_BAD_VALUE"),
+    (dict(node_rank=-1), "LAUNCH_NODE_RANK"),
+    (dict(job_name="a/b"), "LAUNCH_BAD_VALUE"),
+    (dict(env={"A": 1}), "LAUNCH_BAD_VALUE"),
+])
+def test_bad_values_are_refused_with_a_code(kw, code):
+    with pytest.raises(ConfigError) as err:
+        LaunchOptions(**kw)
+    assert code_of(err) == code
+
+
+def test_launch_refuses_before_anything_exists(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        launch([PY, "-c", "pass"], nproc=2, tracking="none", log_dir=str(tmp_path / "logs"),
+               grace=float("nan"))
+    assert code_of(err) == "LAUNCH_TIMEOUT"
+    with pytest.raises(ConfigError) as err:  # a rank this job does not have
+        launch([PY, "-c", "pass"], nproc=2, tracking="none", log_dir=str(tmp_path / "logs"),
+               show="5", backend="plain")
+    assert code_of(err) == "LAUNCH_BAD_SHOW"
+    assert not (tmp_path / "logs").exists()
+
+
+@pytest.mark.parametrize("flags, code", [
+    (["--grace", "nan"], "LAUNCH_TIMEOUT"),
+    (["--timeout", "nan"], "LAUNCH_TIMEOUT"),
+    (["--silence-timeout", "nan"], "LAUNCH_TIMEOUT"),
+    (["--max-lines-per-sec", "nan"], "LAUNCH_BAD_VALUE"),
+    (["--nproc", "99999999999"], "LAUNCH_NPROC"),
+    (["--nproc", "two"], "LAUNCH_NPROC"),
+    (["--master-port", "70000"], "LAUNCH_MASTER_PORT"),
+])
+def test_cli_refusals_exit_2_with_the_code(tmp_path, flags, code):
+    logs = tmp_path / "logs"
+    proc = subprocess.run([str(VENV_BIN / "platform-run"), "launch", "--nproc", "2", "--tracking", "none",
+                           "--log-dir", str(logs), *flags, "--", PY, "-c", "pass"],
+                          capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert proc.returncode == 2 and f"[{code}]" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not logs.exists()
