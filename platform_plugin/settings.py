@@ -11,12 +11,14 @@ platform value is a ConfigError naming both; in debug it is a warning and the pl
 """
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 
 from dotenv import dotenv_values
 
 from platform_plugin.errors import ConfigError, Problem, errors_only
+from platform_plugin.util.numbers import whole_number
 from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment, load,
     select_server)
 
@@ -98,12 +100,45 @@ def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str |
             raise ConfigError(f"env file {path} does not exist: fix --env-file.",
                               code="ENV_FILE_MISSING")
         return {}, None
+    text = _env_file_text(path)
     try:
-        # the explicit path, never find_dotenv(): that searches from the caller's source file
-        values = dotenv_values(path, interpolate=False)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        # the explicit file, never find_dotenv(): that searches from the caller's source file
+        values = dotenv_values(stream=io.StringIO(text), interpolate=False)
+    except ValueError as exc:
         raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
-    return {k: v for k, v in values.items() if k and v is not None}, path
+    values = {k: v for k, v in values.items() if k and v is not None}
+    for name, value in values.items():
+        if len(name.encode()) + len(value.encode()) + 2 > MAX_VARIABLE_BYTES:
+            raise ConfigError([Problem("ENV_VALUE_TOO_LONG", f"{name} in {path} is "
+                                       f"{len(value.encode())} bytes; a process variable holds at "
+                                       f"most {MAX_VARIABLE_BYTES - 2} (Linux refuses to start the "
+                                       "process: 'Argument list too long'). Put large data in a "
+                                       "file and set the variable to its path.", name)])
+    return values, path
+
+
+# Linux's MAX_ARG_STRLEN: one NAME=VALUE string of a process environment, terminator included
+MAX_VARIABLE_BYTES = 128 * 1024
+MAX_ENV_FILE_BYTES = 1024 * 1024  # a .env holds settings, not data
+
+
+def _env_file_text(path: str) -> str:
+    """The file's text, bounded and without NUL bytes (no process variable can hold one)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_ENV_FILE_BYTES + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
+    if len(raw) > MAX_ENV_FILE_BYTES:
+        raise ConfigError(f"env file {path} is over {MAX_ENV_FILE_BYTES // 1024} KiB: a .env "
+                          "holds settings; put data in files.", code="ENV_FILE_TOO_LARGE")
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise ConfigError([Problem("ENV_FILE_NUL", f"env file {path} holds a NUL byte on line "
+                                   f"{line}: no process variable can carry one. Remove it (was "
+                                   "the file saved by a binary tool?).", path)])
+    return text
 
 
 def choose_mode(mode: str | None, environ: dict[str, str]) -> tuple[str, str]:
@@ -174,12 +209,12 @@ class _Resolver:
     def integer(self, name: str, chosen: tuple[str, str] | None) -> int | None:
         if chosen is None:
             return None
-        text = chosen[1].strip()
-        if text.isascii() and text.isdigit():
-            return int(text)
-        self.problems.append(Problem("ENV_NOT_INTEGER", f"{name}={chosen[1]!r} (from "
+        value = whole_number(chosen[1])
+        if value is not None:
+            return value
+        self.problems.append(Problem("ENV_NOT_INTEGER", f"{name}={chosen[1][:40]!r} (from "
                                      f"{SOURCE_LABELS[chosen[0]]}) is not a non-negative whole "
-                                     "number.", name))
+                                     "number (at most 18 digits).", name))
         return None
 
     def row(self, name: str, value: object, source: str, note: str = "") -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import signal
 import tempfile
 
-from platform_plugin.errors import ConfigError
+from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking import compare
 from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.util.ports import free_port
+from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
 from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
 
@@ -44,8 +44,13 @@ def _interrupt(signum, frame):
 
 
 def run(args) -> int:
-    signal.signal(signal.SIGTERM, _interrupt)
+    if not 0 <= args.port <= 65535:
+        raise ConfigError([Problem("UI_PORT", f"--port {args.port}: a TCP port is 0-65535 "
+                                   "(0 = any free port)", "--port")])
     uri = store_uri(args.store)
+    if args.port:  # refuse now, not after waiting for a server that cannot bind
+        check_free(args.port, HOST, what="--port")
+    signal.signal(signal.SIGTERM, _interrupt)
     port = args.port or free_port()
     ui = f"http://{HOST}:{port}"
     log = tempfile.NamedTemporaryFile(prefix="mlflow-ui-", suffix=".log", delete=False).name

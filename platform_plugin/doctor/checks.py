@@ -17,6 +17,7 @@ from typing import Callable
 from platform_plugin import ranktable, settings
 from platform_plugin.doctor.processes import last_job_rows, rank_process_rows
 from platform_plugin.errors import ConfigError, errors_only
+from platform_plugin.util.numbers import whole_number
 
 STATUSES = ("OK", "WARN", "FAIL", "SKIP")
 
@@ -160,8 +161,8 @@ def check_npu_smi(ctx: Context) -> list[Row]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [Row("FAIL", "npu-smi", f"`npu-smi info -l` failed: {exc}",
                     "check the Ascend driver (npu-smi info)")]
-    count = next((int(line.split(":")[1]) for line in out.splitlines()
-                  if "Total Count" in line and line.split(":")[1].strip().isdigit()), None)
+    count = next((whole_number(line.split(":")[1]) for line in out.splitlines()
+                  if "Total Count" in line and whole_number(line.split(":")[1]) is not None), None)
     if count is None:
         return [Row("FAIL", "npu-smi", "`npu-smi info -l` printed no 'Total Count'",
                     "check the Ascend driver (npu-smi info)")]

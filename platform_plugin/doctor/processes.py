@@ -13,6 +13,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 
+from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.procfs import alive, user_processes
 from platform_plugin.ranktable import RankTableError, load, parse_visible_devices
 
@@ -38,9 +39,9 @@ class RankProcess:
             visible = parse_visible_devices(self.visible)
         except RankTableError:
             visible = None
-        if self.device_id is None or visible is None or not self.device_id.isdigit():
+        index = whole_number(self.device_id)
+        if index is None or visible is None:
             return self.device_id
-        index = int(self.device_id)
         return str(visible[index]) if index < len(visible) else self.device_id
 
 
@@ -113,7 +114,7 @@ def _missing_rows(procs: list[RankProcess]) -> list[RowTuple]:
             table = load(table_file)
         except RankTableError:
             continue  # the rank-table check reports a broken table
-        start = int(rank_start) if rank_start and rank_start.isdigit() else None
+        start = whole_number(rank_start)
         server = next((s for s in table.servers if s.devices and s.first_rank == start), None)
         if server is None and len(table.servers) == 1:
             server = table.servers[0]

@@ -13,13 +13,12 @@ from typing import Any
 from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.job_tracking import JobTracking
 from platform_plugin.launcher.backends import npus_present
+from platform_plugin.launcher import preflight
 from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
 from platform_plugin.launcher.output import Output, check_show
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
-from platform_plugin.util.ports import check_free
 from platform_plugin.launcher.result import JobFailed, JobResult
-from platform_plugin.launcher.stale import refuse_or_kill
 from platform_plugin.launcher.supervisor import Supervisor
 
 
@@ -46,7 +45,8 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     plan = build_plan(cmd, settings, options, host)
     shown = check_show(options.show, plan)
     output = Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write)
-    _preflight(plan, options, host, output)
+    preflight.check_plan(plan)
+    preflight.check_ports_and_devices(plan, options, host.npu_present, output.note)
 
     job_tracking = JobTracking.create(options.tracking, plan)
     plan = _with_env(plan, job_tracking.prepare())  # before spawning: every rank gets it
@@ -75,20 +75,6 @@ def _rank_base_env(env: dict) -> dict:
     if env.get("MPLBACKEND", "").startswith("module://matplotlib_inline"):
         del env["MPLBACKEND"]
     return env
-
-
-def _preflight(plan: LaunchPlan, options: LaunchOptions, host: Host, output: Output) -> None:
-    """Refuse before anything starts: a requested port in use, devices held by an earlier job."""
-    if options.master_port and plan.node_rank == 0 and plan.master_port:
-        what = "MS_SCHED_PORT" if plan.backend == "ms-cluster" else "MASTER_PORT"
-        if plan.backend in ("ms-cluster", "torch"):
-            check_free(plan.master_port, "0.0.0.0", what=what)
-    if plan.backend == "rank-table" or host.npu_present:
-        devices = {r.device_id for r in plan.workers if r.device_id is not None}
-        killed = refuse_or_kill(devices, plan.server_id, kill=options.kill_stale)
-        if killed:
-            output.note(f"--kill-stale: killed {len(killed)} stale rank(s): "
-                        f"{', '.join(str(s.pid) for s in killed)}")
 
 
 def _with_env(plan: LaunchPlan, extra: dict | None) -> LaunchPlan:

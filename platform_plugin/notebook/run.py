@@ -14,6 +14,7 @@ timeout, a dead kernel — into a `CellFailure` (exit 1).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -29,6 +30,7 @@ from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.notebook.failure import (CellFailure, CellWatcher, escaped_failure_kind,
     failure_from, record_escaped_failure)
 from platform_plugin.notebook.params import load_params_file, load_profile, merge_parameters
+from platform_plugin.util.folders import check_writable_folder
 
 MODES = settings_module.MODES
 RUNS_DIR = "runs"
@@ -84,7 +86,7 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     path = Path(notebook).resolve()
     nb = read_notebook(path)
     kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))
-    if timeout is not None and timeout <= 0:
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell",
                           code="NB_TIMEOUT")
     profile_params, profile_path = load_profile(mode, profile, project)
@@ -97,6 +99,7 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     if out == path:
         raise ConfigError(f"--output {out} is the input notebook: choose another file",
                           code="NB_OUTPUT")
+    check_writable_folder(str(out.parent), "output", "NB_OUTPUT_DIR", "--output")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources)
 
@@ -113,7 +116,22 @@ def read_notebook(path: Path) -> "nbformat.NotebookNode":
 
 
 def _notebook_kernel(nb: "nbformat.NotebookNode") -> str:
-    return nb.metadata.get("kernelspec", {}).get("name") or DEFAULT_KERNEL
+    """The kernelspec's name; python3 when there is none, or it is not a mapping (hand-edited
+    or nbformat 3 notebooks), as docs/notebook-runs.md promises."""
+    spec = nb.metadata.get("kernelspec")
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return name if isinstance(name, str) and name else DEFAULT_KERNEL
+
+
+def kernel_language(kernel_dir: str) -> str:
+    """The language of an installed kernel (its kernel.json), so papermill never depends on
+    the notebook's own metadata to know how to write the parameters cell."""
+    try:
+        with open(os.path.join(kernel_dir, "kernel.json"), encoding="utf-8") as fh:
+            language = json.load(fh).get("language")
+    except (OSError, ValueError, AttributeError):
+        language = None
+    return language if isinstance(language, str) and language else "python"
 
 
 def installed_kernels() -> dict[str, str]:
@@ -158,7 +176,8 @@ def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
         with _exported(run.env), _quiet_injected_parameter():
             papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,
-                kernel_name=run.kernel, cwd=str(run.cwd), progress_bar=False,
+                kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
+                cwd=str(run.cwd), progress_bar=False,
                 stdout_file=sys.stdout if live else None,
                 stderr_file=sys.stderr if live else None,
                 **watcher.engine_options())

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from platform_plugin.errors import Problem
 from platform_plugin.ranktable.model import Device, RankTable, Server
+from platform_plugin.util.numbers import MAX_DIGITS, too_long, whole_number
 
 SUPPORTED_VERSIONS = ("1.0", "1.1", "1.2")
 MISSING = object()
@@ -70,13 +71,14 @@ class _Reader:
         if text is None:
             self.unusable = self.unusable or needed
             return None
-        text = text.strip()
-        if not (text.isascii() and text.isdigit()):
+        value = whole_number(text)
+        if value is None:
+            shown = f"{len(text.strip())} digits" if too_long(text) else repr(text.strip()[:40])
             self.add("RT_NOT_INTEGER", f"{key} must be a non-negative whole number in a string "
-                     f"(e.g. \"0\"), found {text!r}.", path)
+                     f"(e.g. \"0\", at most {MAX_DIGITS} digits), found {shown}.", path)
             self.unusable = self.unusable or needed
             return None
-        return int(text)
+        return value
 
 
 def _kind(value: Any) -> str:
@@ -133,7 +135,7 @@ def _is_group_list(doc: dict) -> bool:
 
 def _pod_index(instance: dict) -> int | None:
     match = re.search(r"(\d+)$", str(instance.get("pod_name", "")))
-    return int(match.group(1)) if match else None
+    return whole_number(match.group(1)) if match else None
 
 
 def _read_group_list(doc: dict, reader: _Reader) -> RankTable | None:

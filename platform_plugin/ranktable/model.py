@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.numbers import whole_number
 
 
 class RankTableError(ConfigError):
@@ -74,12 +75,12 @@ def parse_visible_devices(visible_devices: str | None) -> list[int] | None:
     ids = []
     for item in visible_devices.split(","):
         item = item.strip()
-        if not item.isdigit():
+        if whole_number(item) is None:
             raise RankTableError([Problem(
                 "RT_VISIBLE_DEVICES", f"ASCEND_RT_VISIBLE_DEVICES={visible_devices!r} is not a "
                 "comma-separated list of device numbers such as \"4,5,6,7\"; fix or unset it.",
                 "ASCEND_RT_VISIBLE_DEVICES")])
-        ids.append(int(item))
+        ids.append(whole_number(item))
     return ids
 
 

@@ -8,9 +8,11 @@ in `formats`, because the parsed `RankTable` no longer knows how a value was wri
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Callable
 
 from platform_plugin.errors import Problem
+from platform_plugin.util.numbers import whole_number
 from platform_plugin.ranktable.model import (RankTable, RankTableError, describe_ranges,
     runtime_device_id, unknown_rank_problem)
 
@@ -36,6 +38,22 @@ def rule_servers_present(table: RankTable) -> list[Problem]:
                     "server with its devices.", "server_list")]
 
 
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def is_host(text: str) -> bool:
+    """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
+    server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    if not text or len(text) > 253:
+        return False
+    return all(_HOST_LABEL.fullmatch(label) for label in text.rstrip(".").split("."))
+
+
 def rule_server_ids(table: RankTable) -> list[Problem]:
     problems, seen = [], {}
     for i, server in enumerate(table.servers):
@@ -43,6 +61,11 @@ def rule_server_ids(table: RankTable) -> list[Problem]:
         if not server.server_id.strip():
             problems.append(Problem("RT_SERVER_ID_EMPTY", "server_id is empty: set it to the "
                                     "server's host IP address.", path))
+        elif not is_host(server.server_id.strip()):
+            problems.append(Problem("RT_SERVER_ID_INVALID", f"server_id "
+                                    f"{server.server_id[:80]!r} is neither an IP address nor a "
+                                    "host name: set it to the server's host IP address (it "
+                                    "becomes PLATFORM_SERVER_ID and a tracking tag).", path))
         elif server.server_id in seen:
             problems.append(Problem("RT_SERVER_ID_DUPLICATE", f"server_id {server.server_id!r} "
                                     f"is also {_srv(seen[server.server_id])}; every server "
@@ -193,11 +216,12 @@ def _env_ints(environ: dict[str, str], problems: list[Problem]) -> dict[str, int
         raw = environ.get(name)
         if raw is None or raw == "":
             continue
-        if raw.strip().isascii() and raw.strip().isdigit():
-            values[name] = int(raw.strip())
+        value = whole_number(raw)
+        if value is not None:
+            values[name] = value
         else:
-            problems.append(Problem("RT_ENV_NOT_INTEGER", f"{name}={raw!r} is not a "
-                                    "non-negative whole number.", name))
+            problems.append(Problem("RT_ENV_NOT_INTEGER", f"{name}={raw[:40]!r} is not a "
+                                    "non-negative whole number (at most 18 digits).", name))
     return values
 
 

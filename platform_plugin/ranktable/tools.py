@@ -23,7 +23,7 @@ from platform_plugin.ranktable import (Device, RankTable, RankTableError, Server
 from platform_plugin.ranktable.rules import MAX_DEVICES_PER_SERVER
 
 DEFAULT_HCCN_CONF = "/etc/hccn.conf"
-_ADDRESS = re.compile(r"^\s*address_(\d+)\s*=\s*(\S+)\s*$")
+_ADDRESS = re.compile(r"^\s*address_(\d{1,6})\s*=\s*(\S+)\s*$")
 
 
 def parse_hccn_conf(text: str, *, path: str = DEFAULT_HCCN_CONF) -> dict[int, str]:
@@ -59,15 +59,15 @@ def read_hccn_conf(path: str = DEFAULT_HCCN_CONF) -> dict[int, str]:
 def parse_devices(spec: str) -> list[int]:
     """"0-7" | "[0,8)" | "[0,7]" | "0,1,2,3" | "5" -> sorted unique device numbers."""
     text = spec.strip()
-    interval = re.fullmatch(r"([\[(])\s*(\d+)\s*,\s*(\d+)\s*([\])])", text)
-    dash = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+    interval = re.fullmatch(r"([\[(])\s*(\d{1,6})\s*,\s*(\d{1,6})\s*([\])])", text)
+    dash = re.fullmatch(r"(\d{1,6})\s*-\s*(\d{1,6})", text)
     if interval:
         low = int(interval.group(2)) + (interval.group(1) == "(")
         high = int(interval.group(3)) + (interval.group(4) == "]")
         values = list(range(low, high))
     elif dash:
         values = list(range(int(dash.group(1)), int(dash.group(2)) + 1))
-    elif re.fullmatch(r"\d+(\s*,\s*\d+)*", text):
+    elif re.fullmatch(r"\d{1,6}(\s*,\s*\d{1,6}){0,63}", text):
         values = sorted({int(v) for v in text.split(",")})
     else:
         raise RankTableError(f"--devices {spec!r}: write a range like 0-7 or [0,8), or a list "

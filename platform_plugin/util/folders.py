@@ -1,0 +1,33 @@
+"""Can a folder hold what we are about to write? Asked before anything is created."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from platform_plugin.errors import ConfigError, Problem
+
+
+def check_writable_folder(folder: str, what: str, code: str, flag: str) -> None:
+    """`folder` is, or can be made, a writable directory: every existing part of the path is a
+    directory and the deepest existing one takes new entries (a read-only mount does not, for
+    root neither: access(2) reports EROFS). Raises ConfigError `<code>_NOT_DIR` / `_READONLY`."""
+    probe = os.path.abspath(folder)
+    while not os.path.lexists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise ConfigError([Problem(f"{code}_NOT_DIR", f"the {what} folder {folder} cannot be "
+                                   f"created: {probe} is a file. Give another folder.", flag)])
+    reason = "" if os.access(probe, os.W_OK | os.X_OK) else "read-only for this user or on a " \
+        "read-only file system"
+    if not reason:  # access(2) says yes to root in /proc and the like: make and remove an entry
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".platform-probe-", dir=probe))
+        except OSError as exc:
+            reason = f"cannot create entries there: {exc.strerror}"
+    if reason:
+        raise ConfigError([Problem(f"{code}_READONLY", f"the {what} folder {folder} is not "
+                                   f"writable ({probe}: {reason}). Give a writable folder.",
+                                   flag)])

@@ -1,0 +1,163 @@
+"""Bad input is a clean refusal: exit 2, an error code, nothing created (in-process CLI runs;
+the corpus in test_fuzz_corpus.py runs many more, and a sample as real subprocesses)."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+
+import pytest
+
+from tests.cli.helpers import run_inprocess, run_subprocess
+from tests.helpers import clean_env
+from tests.ranktable.samples import TABLE_4P, sample, write_json
+
+BIG = "9" * 5000  # over Python's 4,300-digit int() limit
+
+
+@pytest.fixture
+def cwd(tmp_path, clean_environ):
+    clean_environ.setenv("PLATFORM_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def refused(outcome, code: str) -> None:
+    assert outcome.refused_cleanly(), outcome
+    assert f"[{code}" in outcome.text, outcome.text
+
+
+def test_ui_port_out_of_range_is_refused_at_once(cwd):
+    refused(run_inprocess(["ui", "--port", "99999"], cwd), "UI_PORT")
+
+
+def test_ui_port_in_use_is_refused_before_the_server_starts(cwd):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        refused(run_inprocess(["ui", "--port", str(busy.getsockname()[1])], cwd),
+                "LAUNCH_PORT_BUSY")
+
+
+@pytest.mark.parametrize("where", ["rank_id", "device_id", "server_count"])
+def test_rank_table_with_a_5000_digit_integer(cwd, where):
+    doc = sample(TABLE_4P)
+    if where == "server_count":
+        doc["server_count"] = BIG
+    else:
+        doc["server_list"][0]["device"][0][where] = BIG
+    table = write_json(cwd / "t.json", doc)
+    refused(run_inprocess(["ranktable", "check", str(table)], cwd), "RT_NOT_INTEGER")
+    shown = run_inprocess(["ranktable", "show", str(table)], cwd)  # shows what it can read
+    assert shown.rc in (0, 2) and "RT_NOT_INTEGER" in shown.text and not shown.traceback
+    cwd.joinpath(".env").write_text(f"RANK_TABLE_FILE={table}\n")
+    refused(run_inprocess(["env"], cwd), "RT_NOT_INTEGER")
+    refused(run_inprocess(["launch", "--", "python", "-c", "pass"], cwd), "RT_NOT_INTEGER")
+    doctor = run_inprocess(["doctor"], cwd)
+    assert doctor.rc in (0, 1, 2) and not doctor.traceback and "RT_NOT_INTEGER" in doctor.text
+
+
+@pytest.mark.parametrize("name", ["RANK_START", "RANK_ID", "RANK_SIZE", "DEVICE_ID"])
+def test_env_file_with_a_5000_digit_integer(cwd, name):
+    cwd.joinpath(".env").write_text(f"{name}={BIG}\n")
+    refused(run_inprocess(["env"], cwd), "ENV_NOT_INTEGER")
+    refused(run_inprocess(["launch", "--nproc", "1", "--", "true"], cwd), "ENV_NOT_INTEGER")
+
+
+def test_env_file_with_a_nul_byte(cwd):
+    cwd.joinpath(".env").write_bytes(b"A=1\nB=x\0y\n")
+    refused(run_inprocess(["env"], cwd), "ENV_FILE_NUL")
+    refused(run_inprocess(["launch", "--nproc", "1", "--", "true"], cwd), "ENV_FILE_NUL")
+
+
+@pytest.mark.parametrize("size, code", [(200 * 1024, "ENV_VALUE_TOO_LONG"),
+                                        (4 << 20, "ENV_FILE_TOO_LARGE")])
+def test_env_file_with_a_value_no_process_can_take(cwd, size, code):
+    cwd.joinpath(".env").write_text("BLOB=" + "a" * size + "\n")
+    refused(run_inprocess(["launch", "--nproc", "1", "--", "true"], cwd), code)
+
+
+def test_a_300_character_job_name(cwd):
+    refused(run_inprocess(["launch", "--nproc", "1", "--job-name", "j" * 300, "--", "true"],
+                          cwd), "LAUNCH_JOB_NAME")
+
+
+@pytest.mark.parametrize("how", ["--log-dir", "PLATFORM_LOG_DIR", "--cache-dir"])
+def test_a_folder_option_that_is_a_file(cwd, clean_environ, how):
+    cwd.joinpath("afile").write_text("x")
+    args = ["launch", "--nproc", "1", "--", "true"]
+    if how == "PLATFORM_LOG_DIR":
+        clean_environ.setenv("PLATFORM_LOG_DIR", str(cwd / "afile"))
+    else:
+        args[1:1] = [how, "afile/sub"]
+    code = "LAUNCH_CACHE_DIR_NOT_DIR" if how == "--cache-dir" else "LAUNCH_LOG_DIR_NOT_DIR"
+    refused(run_inprocess(args, cwd), code)
+
+
+@pytest.mark.parametrize("program, code", [
+    ("no-such-program-xyz", "LAUNCH_PROGRAM_MISSING"),
+    ("./missing.sh", "LAUNCH_PROGRAM_MISSING"),
+    ("./not_executable.sh", "LAUNCH_PROGRAM_NOT_EXECUTABLE"),
+    ("./empty.sh", "LAUNCH_PROGRAM_EMPTY"),
+    ("./a_folder", "LAUNCH_PROGRAM_NOT_EXECUTABLE"),
+    ("missing_script.py", "LAUNCH_SCRIPT_MISSING"),
+])
+def test_a_program_that_cannot_run_is_refused_before_the_job_exists(cwd, program, code):
+    cwd.joinpath("not_executable.sh").write_text("#!/bin/sh\necho hi\n")
+    cwd.joinpath("empty.sh").write_text("")
+    cwd.joinpath("empty.sh").chmod(0o755)
+    cwd.joinpath("a_folder").mkdir()
+    # default tracking: a refused job must not leave an MLflow store or runs behind either
+    refused(run_inprocess(["launch", "--nproc", "2", "--", program], cwd), code)
+
+
+def test_a_program_is_found_through_the_ranks_path(cwd, clean_environ):
+    """Resolved like the spawn does: PATH of the ranks (the .env may extend it)."""
+    bin_dir = cwd / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "mytool"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    env = clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+                    PLATFORM_CACHE_DIR=str(cwd / "cache"))
+    ok = run_subprocess(["launch", "--nproc", "1", "--tracking", "none", "--", "mytool"], cwd, env)
+    assert ok.rc == 0 and "tool ran" in ok.text, ok
+
+
+def test_notebook_bad_inputs(cwd):
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": "python3"},
+          "cells": [{"cell_type": "code", "metadata": {}, "source": "x = 1", "outputs": [],
+                     "execution_count": None, "id": "a"}]}
+    (cwd / "nb.ipynb").write_text(json.dumps(nb))
+    (cwd / "afile").write_text("x")
+    refused(run_inprocess(["debug", "nb.ipynb", "--timeout", "nan"], cwd), "NB_TIMEOUT")
+    refused(run_inprocess(["debug", "nb.ipynb", "--output", "afile/out.ipynb"], cwd),
+            "NB_OUTPUT_DIR_NOT_DIR")
+    refused(run_inprocess(["debug", "nb.ipynb", "--output", "/proc/no/out.ipynb"], cwd),
+            "NB_OUTPUT_DIR_READONLY")
+    dry = run_inprocess(["debug", "nb.ipynb", "--dry-run"], cwd)  # string kernelspec: python3
+    assert dry.rc == 0 and "python3" in dry.text, dry
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("metadata", [{"kernelspec": "python3"}, "v3"])
+def test_notebooks_without_a_usable_kernelspec_run_with_python3(tmp_path, metadata):
+    """The documented fallback: no kernelspec, a string one, or nbformat 3 -> python3."""
+    source = "print('value', x)"
+    if metadata == "v3":
+        doc = {"nbformat": 3, "nbformat_minor": 0, "metadata": {"name": "old"}, "worksheets": [
+            {"cells": [{"cell_type": "code", "input": "x = 1", "language": "python",
+                        "outputs": [], "metadata": {"tags": ["parameters"]}},
+                       {"cell_type": "code", "input": source, "language": "python",
+                        "outputs": [], "metadata": {}}]}]}
+    else:
+        cells = [{"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "x = 1",
+                  "outputs": [], "execution_count": None, "id": "p"},
+                 {"cell_type": "code", "metadata": {}, "source": source, "outputs": [],
+                  "execution_count": None, "id": "b"}]
+        doc = {"nbformat": 4, "nbformat_minor": 5, "metadata": metadata, "cells": cells}
+    (tmp_path / "nb.ipynb").write_text(json.dumps(doc))
+    done = run_subprocess(["debug", "nb.ipynb", "-p", "x", "5", "--output", "out.ipynb"],
+                          tmp_path)
+    assert done.rc == 0, done
+    assert "value 5" in (tmp_path / "out.ipynb").read_text()
