@@ -27,10 +27,24 @@ COMMANDS = [
 ]
 
 
+# words that run a command module of another name (the notebook module registers both)
+ALIASES = {"debug": "notebook", "full": "notebook"}
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors carry a code like every other refusal (exit 2, `[CLI_USAGE]`)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: [CLI_USAGE] {message}\n")
+
+
 def _chosen(argv: list[str]) -> str | None:
     """The sub-command named on the command line (the first word that is one), if any."""
     names = {name for name, _help in COMMANDS}
     for word in argv:
+        if word in ALIASES:
+            return ALIASES[word]
         if word in names:
             return word
         if not word.startswith("-"):
@@ -41,7 +55,7 @@ def _chosen(argv: list[str]) -> str | None:
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with only the chosen command's module imported (`--help` imports none):
     every other command is a placeholder that lists its name and help."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="platform-run",
         description="Distributed training on the AI靶场 platform, one trustworthy step.",
     )
