@@ -14,7 +14,7 @@ VENV_BIN = Path(sys.executable).parent
 # Variables a developer's shell (or another test) may hold that would change how jobs launch;
 # the platform sets them, never this machine. Tests start from none of them.
 PLATFORM_PREFIXES = ("RANK_", "DEVICE_", "MS_", "PLATFORM_", "MLFLOW_", "JOB_ID", "ASCEND_",
-                     "MASTER_", "WORLD_SIZE", "LOCAL_RANK", "GLOG_v")
+                     "MASTER_", "WORLD_SIZE", "LOCAL_RANK", "GLOG_v", "JPY_SESSION_NAME")
 
 
 def clean_env(**extra: str) -> dict[str, str]:

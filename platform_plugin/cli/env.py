@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 
 from platform_plugin import settings
@@ -39,14 +40,23 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def tracking_store(resolved) -> dict[str, str]:
+    """Where a job started here would track: the store (and why there) and the experiment."""
+    from platform_plugin.tracking import conventions
+    env = {**os.environ, **resolved.process_env()}
+    uri, source = conventions.default_store(None, env)
+    return {"uri": uri, "source": source, "experiment": conventions.experiment_name(env, None)}
+
+
 def run(args: argparse.Namespace) -> int:
     resolved = resolve_from_args(args)
+    store = tracking_store(resolved)
     if args.json:
         print(json.dumps({
             "mode": resolved.mode, "mode_source": resolved.mode_source,
             "env_file": resolved.env_file,
             "variables": [row.__dict__ for row in resolved.table],
-            "process_env": resolved.process_env(),
+            "process_env": resolved.process_env(), "tracking": store,
             "problems": [p.__dict__ for p in resolved.problems]}, indent=2))
         return 0
     if args.export:
@@ -59,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
              if resolved.user_env else ""))
     print(render_rows(["variable", "value", "source", "note"],
                       [[r.name, r.value, r.source, r.note] for r in resolved.table]))
+    print(f"MLflow store: {store['uri']} ({store['source']}); experiment: {store['experiment']}")
     for problem in resolved.problems:
         print(f"{problem.severity}: {problem}")
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import json
 import math
 import os
 import sys
@@ -95,6 +96,9 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     settings = settings_module.resolve(mode, environ=environ, env_file=env_file, cwd=str(project))
     env = {**settings.process_env()}
     env.setdefault("PLATFORM_RUN_MODE", mode)
+    # for tracking: the job's experiment, source and params (the parent run shows them)
+    env["PLATFORM_NOTEBOOK"] = str(path)
+    env["PLATFORM_NOTEBOOK_PARAMETERS"] = json.dumps(merged, default=str)
     out = Path(output).resolve() if output else default_output(project, mode, path)
     if out == path:
         raise ConfigError(f"--output {out} is the input notebook: choose another file",

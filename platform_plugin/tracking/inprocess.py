@@ -11,11 +11,11 @@ import os
 import sys
 from pathlib import Path
 
+from platform_plugin.tracking import conventions
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.identity import RankIdentity
 from platform_plugin.tracking.job_folders import log_dir
 from platform_plugin.tracking.sinks import choose_layout, get_sink
-from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
 from platform_plugin.tracking.state import SinkConfig
 
 
@@ -31,10 +31,12 @@ def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_c
     config = SinkConfig.load(spool_dir) or SinkConfig(
         sink=sink_name,
         layout=choose_layout(),
-        tracking_uri=default_tracking_uri() if sink_name == "mlflow" else None,
-        experiment_name=os.environ.get("MLFLOW_EXPERIMENT_NAME") or identity.job_name,
+        tracking_uri=conventions.default_store(None, os.environ)[0] if sink_name == "mlflow" else None,
+        experiment_name=conventions.experiment_name(os.environ, None),
         job={"job_id": identity.job_id, "job_name": identity.job_name, "parent": False,
-             "tags": {"command": " ".join(sys.argv), "mode": os.environ.get("PLATFORM_RUN_MODE", "")}},
+             "tags": {"command": " ".join(sys.argv), "mode": os.environ.get("PLATFORM_RUN_MODE", "")},
+             "user": conventions.user(),
+             "source": conventions.source(os.environ, sys.argv, None)[0], "source_type": "LOCAL"},
         ranks={identity.label: {"rank_id": identity.rank_id, "device_id": identity.device_id,
                                 "server_id": identity.server_id, "host": identity.host}},
     )

@@ -15,9 +15,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from platform_plugin.tracking import conventions
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
-from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
 from platform_plugin.tracking.state import SinkConfig
 
 PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", "PLATFORM_SERVER_ID",
@@ -88,8 +88,7 @@ class SpoolingJobTracking(JobTracking):
         self.forwarder.start()
 
     def finish(self, result) -> DeliveryReport:
-        ok = bool(getattr(result, "ok", False))
-        self.config.final_status = "FINISHED" if ok else "FAILED"
+        self.config.final_status = final_status(result)
         self.config.save(self.spool_dir)
         drained = self.forwarder.drain(drain_timeout(30))
         if self.forwarder.sink.unavailable(self.config) is None:
@@ -137,9 +136,17 @@ def job_environment(plan) -> dict:
     return {**os.environ, **(dict(ranks[0].env) if ranks else {})}
 
 
+def final_status(result) -> str:
+    """MLflow RunStatus of a job: an interrupted job was KILLED, it did not fail."""
+    if getattr(result, "ok", False):
+        return "FINISHED"
+    return "KILLED" if getattr(result, "status", "") == "interrupted" else "FAILED"
+
+
 def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
     ranks_ = workers(plan)
     first_env = job_environment(plan)
+    cwd = ranks_[0].cwd if ranks_ else None
     host = socket.gethostname()
     tags = {
         "job_id": plan.job_id,
@@ -156,13 +163,14 @@ def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
                          "log_path": str(r.log_path) if r.log_path else None}
         for r in ranks_
     }
+    source, source_type = conventions.source(first_env, plan.command, cwd)
     return SinkConfig(
         sink=sink_name, layout=layout,
-        tracking_uri=(first_env.get("MLFLOW_TRACKING_URI")
-                      or default_tracking_uri(ranks_[0].cwd if ranks_ else None))
-        if sink_name == "mlflow" else None,
-        experiment_name=first_env.get("MLFLOW_EXPERIMENT_NAME") or plan.job_name,
-        job={"job_id": plan.job_id, "job_name": plan.job_name, "parent": True, "tags": tags},
+        tracking_uri=conventions.default_store(cwd, first_env)[0] if sink_name == "mlflow" else None,
+        experiment_name=conventions.experiment_name(first_env, cwd),
+        job={"job_id": plan.job_id, "job_name": plan.job_name, "run_name": plan.job_id,
+             "parent": True, "tags": tags, "user": conventions.user(), "source": source,
+             "source_type": source_type, "params": conventions.notebook_parameters(first_env)},
         ranks=ranks,
     )
 

@@ -49,7 +49,7 @@ def test_runs_exist_before_ranks_start_and_every_point_arrives(tracking_env, tmp
     assert (report.delivered, report.pending, report.reason) == (2 * 1201, 0, "")
 
     parent = c.get_run(parent_id)
-    assert parent.info.run_name == "train" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == plan.job_id and parent.info.status == "FINISHED"
     tags = parent.data.tags
     assert tags["job_id"] == plan.job_id and tags["mode"] == "full" and tags["backend"] == "plain"
     assert tags["command"] == "python train.py" and tags["env.RANK_TABLE_FILE"] == "/x/hccl_2p.json"
@@ -199,7 +199,7 @@ def test_a_script_without_launcher_forwards_in_process_and_drains_at_exit(tracki
     (tmp_path / "solo.py").write_text(STANDALONE)
     subprocess.run([sys.executable, "solo.py"], cwd=tmp_path, check=True, timeout=300)
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    (run,) = c.search_runs([c.get_experiment_by_name("solo").experiment_id])
+    (run,) = c.search_runs([c.get_experiment_by_name(tmp_path.name).experiment_id])  # the folder
     assert run.info.run_name == "solo" and run.info.status == "FINISHED"
     assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(300))
 

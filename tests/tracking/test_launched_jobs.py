@@ -32,7 +32,7 @@ def test_mindspore_callback_job_on_the_ms_cluster_backend(tracking_env, tmp_path
     assert (report.delivered, report.pending, report.reason) == (2 * per_rank, 0, "")
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent = c.get_run(report.parent_run_id)
-    assert parent.info.run_name == "ms_train" and parent.info.status == "FINISHED"
+    assert parent.info.run_name == result.job_id and parent.info.status == "FINISHED"
     assert parent.data.tags["backend"] == "ms-cluster" and parent.data.tags["job_id"] == result.job_id
     children = child_runs(c, report.parent_run_id)
     assert [r.info.run_name for r in children] == ["rank-00", "rank-01"]

@@ -8,20 +8,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
+from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
+from platform_plugin.tracking.sinks.mlflow_conventions import quiet, standard_tags
 from platform_plugin.tracking.state import SinkConfig, StreamState
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
 PARENT_TAG = "mlflow.parentRunId"
+LOG_FILE = "mlflow.log"  # MLflow's own console output, kept out of the user's cell
 
 
-def default_tracking_uri(cwd: str | None = None) -> str:
-    """MLFLOW_TRACKING_URI, else an embedded store in the project folder."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    return f"sqlite:///{Path(cwd or os.getcwd()).resolve() / 'mlflow.db'}"
+def default_tracking_uri(cwd: str | None = None, environ=None) -> str:
+    """MLFLOW_TRACKING_URI, else an embedded store next to CODE/ (see conventions.py)."""
+    return conventions.default_store(cwd, os.environ if environ is None else environ)[0]
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -53,6 +53,8 @@ class MlflowSink:
 
     def __init__(self):
         self._clients: dict[str, object] = {}
+        self._log_path: Path | None = None  # the job's tracking folder / mlflow.log
+        self._tags: dict[str, dict[str, str]] = {}
 
     def client(self, uri: str):
         if uri not in self._clients:
@@ -61,7 +63,7 @@ class MlflowSink:
         return self._clients[uri]
 
     def unavailable(self, config: SinkConfig) -> str | None:
-        self.client(config.tracking_uri)  # imports MLflow once
+        import mlflow.tracking  # noqa: F401 - imports MLflow once; the store opens in ensure_runs
         if urlparse(config.tracking_uri or "").scheme not in ("http", "https"):
             return None  # a local store is always there
         import requests
@@ -73,21 +75,39 @@ class MlflowSink:
 
     # --- runs -------------------------------------------------------------------------------
     def ensure_runs(self, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
-        with store_lock(config.tracking_uri):
+        self._log_path = Path(spool_dir) / LOG_FILE
+        with quiet(self._log_path), store_lock(config.tracking_uri):
             client = self.client(config.tracking_uri)
             if config.experiment_id is None:
                 config.experiment_id = self._experiment(client, config)
                 config.save(spool_dir)
             if config.job.get("parent") and config.parent_run_id is None:
-                run = client.create_run(config.experiment_id, run_name=config.job["job_name"],
-                                        tags=config.job.get("tags", {}))
-                config.parent_run_id = run.info.run_id
+                config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
             for label in labels:
                 state = StreamState.load(spool_dir, stream_name(label))
                 if state.run_id is None:
                     state.run_id = self._run_for_rank(client, config, label)
                     state.save(spool_dir, stream_name(label))
+
+    def _standard_tags(self, config: SinkConfig) -> dict[str, str]:
+        key = config.job.get("job_id", "")
+        if key not in self._tags:  # a git lookup: once per job
+            self._tags[key] = standard_tags(config.job)
+        return self._tags[key]
+
+    def _parent_run(self, client, config: SinkConfig) -> str:
+        """Named after the job and its start time (the job id: unique, sorts by time), with
+        MLflow's standard tags and a notebook run's parameters as params."""
+        from mlflow.entities import Param
+        job = config.job
+        tags = {**job.get("tags", {}), **self._standard_tags(config)}
+        run = client.create_run(config.experiment_id, run_name=job.get("run_name") or job["job_name"],
+                                tags=tags)
+        params = [Param(k, v) for k, v in sorted(job.get("params", {}).items())]
+        for start in range(0, len(params), self.limits["p"]):
+            client.log_batch(run.info.run_id, params=params[start:start + self.limits["p"]])
+        return run.info.run_id
 
     def _experiment(self, client, config: SinkConfig) -> str:
         from mlflow.exceptions import MlflowException
@@ -112,6 +132,7 @@ class MlflowSink:
         tags = {k: str(v) for k, v in info.items() if k in ("rank_id", "device_id", "server_id",
                                                             "host") and v is not None}
         tags["job_id"] = config.job.get("job_id", "")
+        tags.update(self._standard_tags(config))  # "Created by" and "Source" on every run
         if config.parent_run_id:
             tags[PARENT_TAG] = config.parent_run_id
             name = run_name(label)
@@ -138,12 +159,13 @@ class MlflowSink:
             else:
                 artifacts.append(record)
         client = self.client(config.tracking_uri)
-        if metrics or params or tags:
-            client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
-        for _, local_path, artifact_path in artifacts:
-            if suffix:
-                artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
-            client.log_artifact(state.run_id, local_path, artifact_path)
+        with quiet(self._log_path):
+            if metrics or params or tags:
+                client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
+            for _, local_path, artifact_path in artifacts:
+                if suffix:
+                    artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
+                client.log_artifact(state.run_id, local_path, artifact_path)
 
     def is_permanent(self, exc: BaseException) -> bool:
         from mlflow.exceptions import MlflowException
@@ -153,6 +175,10 @@ class MlflowSink:
 
     # --- end of job -------------------------------------------------------------------------
     def end_job(self, config: SinkConfig, spool_dir: Path) -> None:
+        with quiet(Path(spool_dir) / LOG_FILE):
+            self._end_job(config, spool_dir)
+
+    def _end_job(self, config: SinkConfig, spool_dir: Path) -> None:
         client = self.client(config.tracking_uri)
         status = config.final_status or "FINISHED"
         for label, info in config.ranks.items():

@@ -1,0 +1,98 @@
+"""MLflow conventions, the facts side (stdlib only): which experiment, which store, which source.
+
+- Experiment: `MLFLOW_EXPERIMENT_NAME`, else one per project: the notebook being run
+  (`platform-run debug|full` sets PLATFORM_NOTEBOOK; Jupyter sets JPY_SESSION_NAME in its
+  kernels), else the project folder (the folder holding CODE/ when the ranks run inside a CODE/
+  folder, else the ranks' working folder). Never the script's stem: every `%%dist_run` cell
+  would land in an experiment `cell`, every typo in its own.
+- Store: `MLFLOW_TRACKING_URI`, else `sqlite:///<folder>/mlflow.db` where the folder is the one
+  holding CODE/ (the platform snapshots CODE/ and a full run cleans it: a store inside would be
+  copied into every snapshot and is no place for history) or, outside any CODE/ folder, the
+  ranks' working folder.
+- Source: the notebook (`NOTEBOOK`) of a notebook run, else the script of the command (`LOCAL`).
+The MLflow tag keys these facts become are MLflow's own constants (sinks/mlflow_tags.py).
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from pathlib import Path
+
+NOTEBOOK_ENV = "PLATFORM_NOTEBOOK"  # set by the notebook runner: the notebook's path
+NOTEBOOK_PARAMETERS_ENV = "PLATFORM_NOTEBOOK_PARAMETERS"  # its resolved parameters, JSON
+JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in every kernel it starts
+CODE_DIR_ENV = "PLATFORM_CODE_DIR"
+CODE_DIR_NAME = "CODE"
+MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+
+
+def code_dir(cwd: str | os.PathLike | None, environ) -> Path | None:
+    """The platform's snapshotted folder the ranks run in, if any: PLATFORM_CODE_DIR, else the
+    nearest ancestor of `cwd` named CODE."""
+    start = Path(os.path.abspath(cwd or os.getcwd()))
+    if environ.get(CODE_DIR_ENV):
+        explicit = Path(environ[CODE_DIR_ENV]).resolve()
+        return explicit if start == explicit or explicit in start.parents else None
+    return next((d for d in (start, *start.parents) if d.name == CODE_DIR_NAME), None)
+
+
+def project_dir(cwd: str | os.PathLike | None, environ) -> Path:
+    """The folder holding CODE/ when the ranks run inside one, else the ranks' folder."""
+    code = code_dir(cwd, environ)
+    return code.parent if code is not None else Path(os.path.abspath(cwd or os.getcwd()))
+
+
+def notebook_path(environ) -> str | None:
+    return environ.get(NOTEBOOK_ENV) or environ.get(JUPYTER_SESSION_ENV) or None
+
+
+def experiment_name(environ, cwd: str | os.PathLike | None) -> str:
+    if environ.get("MLFLOW_EXPERIMENT_NAME"):
+        return environ["MLFLOW_EXPERIMENT_NAME"]
+    notebook = notebook_path(environ)
+    if notebook and Path(notebook).stem:
+        return Path(notebook).stem
+    return project_dir(cwd, environ).name or "platform_plugin"
+
+
+def default_store(cwd: str | os.PathLike | None, environ) -> tuple[str, str]:
+    """(tracking URI, where it came from) — `platform-run env` shows both."""
+    if environ.get("MLFLOW_TRACKING_URI"):
+        return environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
+    code = code_dir(cwd, environ)
+    folder = project_dir(cwd, environ)
+    why = f"default: beside {code.name}/, outside what the platform snapshots" if code else \
+        "default: the working folder (no CODE/ folder around it)"
+    return f"sqlite:///{folder.resolve() / 'mlflow.db'}", why
+
+
+def source(environ, command, cwd: str | os.PathLike | None) -> tuple[str, str]:
+    """(source name, MLflow source type name) of a job: its notebook, else its script."""
+    notebook = environ.get(NOTEBOOK_ENV)
+    if notebook:
+        return str(Path(notebook).resolve()), "NOTEBOOK"
+    words = [command] if isinstance(command, str) else [str(w) for w in command]
+    script = next((w for w in words if w.endswith((".py", ".sh", ".ipynb"))), None)
+    if script is None:
+        return " ".join(words), "LOCAL"
+    return str((Path(cwd or os.getcwd()) / script).resolve()), "LOCAL"
+
+
+def notebook_parameters(environ) -> dict[str, str]:
+    """The notebook run's resolved parameters (the -p / profile values) as MLflow params."""
+    try:
+        params = json.loads(environ.get(NOTEBOOK_PARAMETERS_ENV) or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(params, dict):
+        return {}
+    return {str(k): (v if isinstance(v, str) else json.dumps(v))[:MAX_PARAM_CHARS]
+            for k, v in params.items()}
+
+
+def user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no passwd entry (containers): MLflow's own fallback
+        return "unknown"

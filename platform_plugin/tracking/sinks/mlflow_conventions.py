@@ -1,0 +1,100 @@
+"""MLflow conventions, the MLflow side: standard tags with MLflow's own keys and helpers, and
+MLflow's console output moved out of the user's cell into the job's log folder."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+def standard_tags(job: dict) -> dict[str, str]:
+    """`mlflow.user`, `mlflow.source.name/type` and, when the source is in a git repository,
+    `mlflow.source.git.commit/branch/repoURL` — what MLflow's own run-context providers set, so
+    the UI's "Created by" and "Source" are filled."""
+    from mlflow.entities import SourceType
+    from mlflow.utils import mlflow_tags as keys
+    tags = {}
+    if job.get("user"):
+        tags[keys.MLFLOW_USER] = job["user"]
+    source = job.get("source")
+    if source:
+        tags[keys.MLFLOW_SOURCE_NAME] = source
+        kind = getattr(SourceType, job.get("source_type") or "LOCAL", SourceType.LOCAL)
+        tags[keys.MLFLOW_SOURCE_TYPE] = SourceType.to_string(kind)
+        tags.update(git_tags(source))
+    return tags
+
+
+def git_tags(source: str) -> dict[str, str]:
+    path = Path(source)
+    path = path if path.exists() else path.parent  # a notebook run's copy may not exist yet
+    if not path.exists():
+        return {}
+    source = str(path)
+    from mlflow.utils import mlflow_tags as keys
+    from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
+    found = {keys.MLFLOW_GIT_COMMIT: get_git_commit(source),
+             keys.MLFLOW_GIT_BRANCH: get_git_branch(source),
+             keys.MLFLOW_GIT_REPO_URL: get_git_repo_url(source)}
+    return {k: v for k, v in found.items() if v}
+
+
+class _Divert(logging.Filter):
+    """On MLflow's console handlers: records logged by a thread inside `quiet()` go to that
+    thread's log file instead of the console; other threads (the user's own MLflow calls in the
+    same kernel) are untouched."""
+
+    def __init__(self):
+        super().__init__()
+        self.files: dict[int, logging.Handler] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        handler = self.files.get(record.thread)
+        if handler is None:
+            return True
+        handler.handle(record)
+        return False
+
+
+_divert = _Divert()
+_lock = threading.Lock()
+_URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # MLflow reads it at each set_terminated
+_saved_url_env: list = []  # the user's value while any thread is inside quiet()
+
+
+@contextmanager
+def quiet(log_path: Path | None):
+    """MLflow's INFO lines (store creation, migrations) and its "View run … at" print go to
+    `log_path` (the job's tracking folder) while this thread works in the block."""
+    if log_path is None:
+        yield
+        return
+    import mlflow  # noqa: F401 - importing it installs the console handlers filtered here
+    thread = threading.get_ident()
+    if thread in _divert.files:  # nested
+        yield
+        return
+    handler = logging.FileHandler(log_path, delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    with _lock:
+        for name in ("mlflow", "alembic"):
+            for h in logging.getLogger(name).handlers:
+                if _divert not in h.filters:
+                    h.addFilter(_divert)
+        if not _divert.files:
+            _saved_url_env.append(os.environ.get(_URL_ENV))
+            os.environ[_URL_ENV] = "true"
+        _divert.files[thread] = handler
+    try:
+        yield
+    finally:
+        with _lock:
+            _divert.files.pop(thread, None)
+            if not _divert.files:
+                saved = _saved_url_env.pop()
+                if saved is None:
+                    os.environ.pop(_URL_ENV, None)
+                else:
+                    os.environ[_URL_ENV] = saved
+        handler.close()

@@ -1,0 +1,102 @@
+"""MLflow conventions of a tracked job, against a real sqlite store: one experiment per project,
+unique run names, MLflow's standard tags, a notebook run's parameters, KILLED on interrupt, the
+store outside CODE/, and MLflow's console output kept out of the user's cell."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+from platform_plugin.cli import main
+from platform_plugin.tracking.job_tracking import JobTracking
+from tests.tracking.helpers import child_runs, client, make_plan
+
+
+class Result:  # what finish() reads of a JobResult
+    def __init__(self, status):
+        self.ok = status == "succeeded"
+        self.status = status
+
+
+def plan_in(folder: Path, tmp_path: Path, env: dict | None = None, **kwargs):
+    plan = make_plan(tmp_path, 2, env=env, **kwargs)
+    ranks = tuple(dataclasses.replace(r, cwd=str(folder)) for r in plan.ranks)
+    return dataclasses.replace(plan, ranks=ranks)
+
+
+def run_job(plan, status="succeeded"):
+    jt = JobTracking.create("mlflow", plan)
+    jt.prepare()
+    jt.start()
+    return jt.finish(Result(status))
+
+
+def git_repo(folder: Path) -> str:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+    git("init", "-q")
+    (folder / "train.py").write_text("print('hi')\n")
+    git("add", "train.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    return git("rev-parse", "HEAD")
+
+
+def test_a_notebook_run_in_code_gets_one_experiment_named_runs_params_and_standard_tags(
+        tracking_env, tmp_path, capfd):
+    code = tmp_path / "digits" / "CODE"
+    code.mkdir(parents=True)
+    commit = git_repo(code)
+    notebook = code / "train_digits.ipynb"
+    env = {"PLATFORM_NOTEBOOK": str(notebook),
+           "PLATFORM_NOTEBOOK_PARAMETERS": json.dumps({"epochs": 6, "lr": 0.05, "platform_mode": "full"})}
+    reports = [run_job(plan_in(code, tmp_path, env)), run_job(plan_in(code, tmp_path, env), "interrupted")]
+
+    # the store lives beside CODE/ (the platform snapshots CODE/, a full run cleans it)
+    assert not (code / "mlflow.db").exists() and (tmp_path / "digits" / "mlflow.db").is_file()
+    c = client(f"sqlite:///{tmp_path / 'digits' / 'mlflow.db'}")
+    parents = [c.get_run(r.parent_run_id) for r in reports]
+    assert {p.info.experiment_id for p in parents} == {parents[0].info.experiment_id}  # one experiment
+    assert c.get_experiment(parents[0].info.experiment_id).name == "train_digits"
+    names = [p.info.run_name for p in parents]
+    assert len(set(names)) == 2 and all(n.startswith("train-2026") for n in names)  # job + time
+    assert [p.info.status for p in parents] == ["FINISHED", "KILLED"]
+    tags = parents[0].data.tags
+    assert tags["mlflow.source.name"] == str(notebook) and tags["mlflow.source.type"] == "NOTEBOOK"
+    assert tags["mlflow.source.git.commit"] == commit and tags["mlflow.user"]
+    assert parents[0].data.params == {"epochs": "6", "lr": "0.05", "platform_mode": "full"}
+    children = child_runs(c, reports[1].parent_run_id)
+    assert [r.info.status for r in children] == ["KILLED", "KILLED"]
+    assert all(r.data.tags["mlflow.user"] == tags["mlflow.user"] for r in children)
+
+    # MLflow's console lines (store creation) went to the job's log, not to the cell
+    out, err = capfd.readouterr()
+    assert "mlflow" not in (out + err).lower(), out + err
+    log = Path(reports[0].spool_dir) / "mlflow.log"
+    assert "Creating initial MLflow database tables" in log.read_text()
+
+
+def test_scripts_outside_code_share_the_folder_experiment_and_env_shows_the_store(
+        tracking_env, tmp_path, capsys):
+    project = tmp_path / "myproject"
+    project.mkdir()
+    first = run_job(plan_in(project, tmp_path, job_name="cell", command=("python", "cell.py")))
+    second = run_job(plan_in(project, tmp_path, job_name="trian", command=("python", "trian.py")),
+                     status="failed")
+    c = client(f"sqlite:///{project / 'mlflow.db'}")
+    parents = [c.get_run(r.parent_run_id) for r in (first, second)]
+    assert [c.get_experiment(p.info.experiment_id).name for p in parents] == ["myproject"] * 2
+    assert parents[0].data.tags["mlflow.source.name"] == str(project / "cell.py")
+    assert parents[0].data.tags["mlflow.source.type"] == "LOCAL"
+    assert "mlflow.source.git.commit" not in parents[0].data.tags  # not a git repository
+    assert parents[1].info.status == "FAILED"
+
+    tracking_env.chdir(project)
+    assert main(["env"]) == 0
+    assert f"MLflow store: sqlite:///{project / 'mlflow.db'}" in capsys.readouterr().out
+    tracking_env.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    tracking_env.setenv("MLFLOW_EXPERIMENT_NAME", "shared")
+    assert main(["env", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tracking"] == {
+        "uri": "http://127.0.0.1:5999", "source": "MLFLOW_TRACKING_URI", "experiment": "shared"}
