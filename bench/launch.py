@@ -1,11 +1,13 @@
 """Launcher benchmarks, product and baseline side by side in one run.
 
-    .venv/bin/python bench/launch.py [--repeat 5] [--with-msrun] [--no-write]
+    .venv/bin/python bench/launch.py [--rounds 5] [--with-msrun] [--no-write]
 
 1. launch overhead, 8 no-op Python ranks: launch() in-process (what %dist_run does) vs a bare
    parallel Popen (the limit); `platform-run launch` vs `torchrun --standalone` (both CLIs).
 2. output throughput, 4 ranks x 250,000 lines through the launcher (logs + prefixed display
-   to /dev/null) vs the same ranks writing to /dev/null; every line counted in the logs.
+   to /dev/null) vs the same ranks with the same environment writing to /dev/null, unbuffered
+   (the launcher's default) and with the ranks' own buffering (`buffered=True`); every line
+   counted in the logs.
 3. rank death -> job stopped: a rank exits 1, the others would run 10 min (once dying on
    SIGTERM, once ignoring it = grace); `--with-msrun`: the same with `msrun --join` (~50 s).
 Results go to docs/benchmarks.md between the bench:launch markers.
@@ -23,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchdoc import write_section  # bench/benchdoc.py
+from benchdoc import alternate, load_text, spread, write_section  # bench/benchdoc.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -39,24 +41,17 @@ DIE = ("import os,signal,sys,time\nr=int(os.environ['RANK_ID'])\n"
        "if r == 1:\n    print('DIED', time.time(), flush=True); sys.exit(1)\ntime.sleep(600)\n")
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
-def median(fn, repeat: int) -> float:
-    fn()  # warm the page cache
-    return statistics.median(timed(fn) for _ in range(repeat))
-
-
-def bare_spawn(argvs) -> None:
-    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL) for a in argvs]
+def bare_spawn(argvs, env=None) -> None:
+    """The limit: a parallel Popen loop. Own sessions, as the launcher's ranks (under the kernel's
+    autogroup scheduling a session is a scheduling group: on a loaded machine both sides then
+    get the same share of the CPU)."""
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
+             for a in argvs]
     for p in procs:
         p.wait()
 
 
-def overhead(tmp: str, repeat: int) -> dict:
+def overhead(tmp: str, rounds: int) -> dict:
     script = Path(tmp, "noop.py")
     script.write_text("pass\n")
     noop = [PY, str(script)]
@@ -66,50 +61,49 @@ def overhead(tmp: str, repeat: int) -> dict:
     torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "8", str(script)]
     run = lambda argv: subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                       check=True)
-    return {
-        "bare": median(lambda: bare_spawn([noop] * 8), repeat),
-        "launch": median(lambda: launch(noop, nproc=8, backend="plain", **quiet), repeat),
-        "cli": median(lambda: run(cli), repeat),
-        "torchrun": median(lambda: run(torchrun), repeat),
-    }
+    return alternate({
+        "bare": lambda: bare_spawn([noop] * 8),
+        "launch": lambda: launch(noop, nproc=8, backend="plain", **quiet),
+        "cli": lambda: run(cli),
+        "torchrun": lambda: run(torchrun),
+    }, rounds)
 
 
-def throughput(tmp: str, repeat: int) -> dict:
-    runs = [_throughput_once(tmp) for _ in range(repeat)]
-    return {"baseline": statistics.median(r["baseline"] for r in runs),
-            "launch": statistics.median(r["launch"] for r in runs),
-            "cat": statistics.median(r["cat"] for r in runs),
-            "lost": sum(r["lost"] for r in runs), "runs": len(runs)}
+def throughput(tmp: str, rounds: int) -> dict:
+    """The same 4 writer ranks four ways, alternating: to /dev/null unbuffered (the environment
+    the launcher gives its ranks: PYTHONUNBUFFERED=1) and buffered, and through the launcher
+    both ways (`buffered=True` keeps the ranks' own buffering)."""
+    writers = [[PY, "-c", WRITER, str(r)] for r in range(4)]
+    unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    lost = []
 
-
-def piped_into_cat() -> None:
-    """The floor for any launcher that captures output: each rank piped into `cat`."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # as under the launcher: live output
-    ranks = [subprocess.Popen([PY, "-c", WRITER, str(r)], stdout=subprocess.PIPE, env=env)
-             for r in range(4)]
-    cats = [subprocess.Popen(["cat"], stdin=p.stdout, stdout=subprocess.DEVNULL) for p in ranks]
-    for p in ranks:
-        p.stdout.close()
-    for p in ranks + cats:
-        p.wait()
-
-
-def _throughput_once(tmp: str) -> dict:
-    baseline = timed(lambda: bare_spawn([[PY, "-c", WRITER, str(r)] for r in range(4)]))
-    cat = timed(piped_into_cat)
-    with open(os.devnull, "w") as devnull:
-        result = None
-
-        def product():
-            nonlocal result
+    def through_launcher(**kw):
+        with open(os.devnull, "w") as devnull:
             result = launch([PY, "-c", WRITER], nproc=4, backend="plain", tracking="none",
-                            log_dir=tmp, write=devnull.write)
-        ours = timed(product)
-    lost = 0
-    for r in range(4):
-        with open(f"{result.job_dir}/rank_{r}.log", "rb") as fh:
-            lost += 250000 - fh.read().count(b"\n")
-    return {"baseline": baseline, "cat": cat, "launch": ours, "lost": lost}
+                            log_dir=tmp, write=devnull.write, **kw)
+        lost.append(sum(250000 - Path(result.job_dir, f"rank_{r}.log").read_bytes().count(b"\n")
+                        for r in range(4)))
+        shutil.rmtree(result.job_dir, ignore_errors=True)
+
+    def piped_into_cat():
+        """The floor for anything that captures output: each rank piped into `cat`."""
+        ranks = [subprocess.Popen(w, stdout=subprocess.PIPE, env=unbuffered, start_new_session=True)
+                 for w in writers]
+        cats = [subprocess.Popen(["cat"], stdin=p.stdout, stdout=subprocess.DEVNULL) for p in ranks]
+        for proc in ranks:
+            proc.stdout.close()
+        for proc in ranks + cats:
+            proc.wait()
+
+    times = alternate({
+        "devnull": lambda: bare_spawn(writers, unbuffered),
+        "cat": piped_into_cat,
+        "launch": through_launcher,
+        "devnull_buffered": lambda: bare_spawn(writers, buffered),
+        "launch_buffered": lambda: through_launcher(buffered=True),
+    }, rounds)
+    return {**times, "lost": sum(lost), "runs": len(lost)}
 
 
 def death(tmp: str, mode: str, grace: float) -> float:
@@ -152,51 +146,67 @@ def msrun_death(tmp: str) -> float | None:
     return ended - float(found.group(1)) if found else None
 
 
+def ratio(times: dict, a: str, b: str) -> float:
+    return statistics.median(times[a]) / statistics.median(times[b])
+
+
+def verdict(value: float, goal: float) -> str:
+    return f"goal <= {goal}x: {'meets' if value <= goal else 'MISSES'}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--with-msrun", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
+    load_before = load_text()
     tmp = tempfile.mkdtemp(prefix="bench_launch_")
     try:
-        o = overhead(tmp, args.repeat)
-        t = throughput(tmp, args.repeat)
+        o = overhead(tmp, args.rounds)
+        t = throughput(tmp, args.rounds)
         d_term = death(tmp, "term", 3.0)
         d_ignore = death(tmp, "ignore", 3.0)
         ms = msrun_death(tmp) if args.with_msrun else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    r_bare, r_torch = o["launch"] / o["bare"], o["cli"] / o["torchrun"]
-    r_out = t["launch"] / t["baseline"]
+    r_bare, r_torch = ratio(o, "launch", "bare"), ratio(o, "cli", "torchrun")
+    r_out, r_out_buf = ratio(t, "launch", "devnull"), ratio(t, "launch_buffered", "devnull_buffered")
+    r_unbuf = ratio(t, "devnull", "devnull_buffered")
     ms_text = (f"{ms:.1f} s measured in this run" if ms is not None else
-               "not run this time (`--with-msrun`); earlier measurement on this machine: "
-               "46–48 s (from the issue, not re-measured here)")
+               "not run this time (`--with-msrun`)")
     lines = [
         "## launch", "",
-        f"Command: `.venv/bin/python bench/launch.py{' --with-msrun' if args.with_msrun else ''}`"
-        f" — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, 2-core VM shared with other "
-        "test runs (noisy: read ratios, not absolute numbers).", "",
-        f"Launch overhead, 8 no-op Python ranks, median of {args.repeat}:", "",
+        f"Command: `.venv/bin/python bench/launch.py --rounds {args.rounds}"
+        f"{' --with-msrun' if args.with_msrun else ''}` — "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_before} at the start, "
+        f"{load_text()} at the end. Sides alternate every round; median (min–max) of "
+        f"{args.rounds} rounds after one warm-up each.", "",
+        "Launch overhead, 8 no-op Python ranks:", "",
         "| what | seconds |", "|---|---|",
-        f"| bare parallel Popen (the limit) | {o['bare']:.3f} |",
-        f"| `platform_plugin.launch()` in-process (as `%dist_run`) | {o['launch']:.3f} |",
-        f"| `platform-run launch` CLI | {o['cli']:.3f} |",
-        f"| `torchrun --standalone --nproc-per-node 8` | {o['torchrun']:.3f} |", "",
-        f"launch()/bare = {r_bare:.2f}x (goal <= 1.2x: {'meets' if r_bare <= 1.2 else 'MISSES'}); "
-        f"CLI/torchrun = {r_torch:.2f}x (goal <= 0.5x: {'meets' if r_torch <= 0.5 else 'MISSES'}).",
-        "",
-        f"Output throughput, 4 ranks x 250,000 lines (~58 bytes each), median of {t['runs']}:",
-        "",
+        f"| bare parallel Popen (the limit) | {spread(o['bare'])} |",
+        f"| `platform_plugin.launch()` in-process (as `%dist_run`) | {spread(o['launch'])} |",
+        f"| `platform-run launch` CLI | {spread(o['cli'])} |",
+        f"| `torchrun --standalone --nproc-per-node 8` | {spread(o['torchrun'])} |", "",
+        f"launch()/bare = {r_bare:.2f}x ({verdict(r_bare, 1.2)}); "
+        f"CLI/torchrun = {r_torch:.2f}x ({verdict(r_torch, 0.5)}).", "",
+        "Output throughput, 4 ranks x 250,000 lines (~58 bytes each), the same ranks with the "
+        "same environment on both sides:", "",
         "| what | seconds |", "|---|---|",
-        f"| ranks writing to /dev/null | {t['baseline']:.2f} |",
-        f"| reference: each rank piped into `cat` (a pipe + a reader, PYTHONUNBUFFERED=1) | "
-        f"{t['cat']:.2f} |",
-        f"| through the launcher (rank logs + prefixed display to /dev/null) | {t['launch']:.2f} |",
-        "",
-        f"ratio {r_out:.2f}x (goal <= 1.5x: {'meets' if r_out <= 1.5 else 'MISSES'}); "
-        f"lines lost over all runs: {t['lost']}. Launcher / piped-into-cat = "
-        f"{t['launch'] / t['cat']:.2f}x.", "",
+        f"| ranks unbuffered (PYTHONUNBUFFERED=1, the launcher's default) to /dev/null | "
+        f"{spread(t['devnull'], digits=2)} |",
+        f"| the same ranks, each piped into `cat` (the floor for capturing output) | "
+        f"{spread(t['cat'], digits=2)} |",
+        f"| the same ranks through the launcher (rank logs + prefixed display to /dev/null) | "
+        f"{spread(t['launch'], digits=2)} |",
+        f"| ranks with their own buffering to /dev/null | {spread(t['devnull_buffered'], digits=2)} |",
+        f"| the same through the launcher with `buffered=True` (`--buffered`) | "
+        f"{spread(t['launch_buffered'], digits=2)} |", "",
+        f"Launcher vs the same ranks: {r_out:.2f}x unbuffered ({verdict(r_out, 1.2)}), "
+        f"{r_out_buf:.2f}x buffered; launcher vs piped into `cat` "
+        f"{ratio(t, 'launch', 'cat'):.2f}x; lines lost over {t['runs']} launcher runs: {t['lost']}. "
+        f"The cost of unbuffered output alone (a write per print): {r_unbuf:.2f}x — the reason "
+        "for `--buffered` where live output is not needed.", "",
         "Rank death -> job stopped (launch() returned), 4 ranks, grace 3 s:", "",
         "| what | seconds |", "|---|---|",
         f"| others die on SIGTERM | {d_term:.2f} |",

@@ -115,6 +115,9 @@ class LaunchOptions:
     max_lines_per_s: Optional[float] = opt(
         None, "display at most N lines per second per rank (the rest: logs only)",
         flags=("--max-lines-per-sec",), metavar="N", check=_at_least(0, above=True))
+    buffered: bool = opt(
+        False, "keep the ranks' own output buffering (no PYTHONUNBUFFERED=1): several times "
+        "faster for chatty ranks, but output arrives in blocks - for runs nobody watches live")
     kill_stale: bool = opt(False, "kill ranks of an earlier job that still hold this job's devices")
     tracking: str = opt("auto", "metrics sink (default auto)", choices=TRACKING_CHOICES)
     # keyword-only (not flags): what an embedding program passes

@@ -139,9 +139,12 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     cache_root = (options.cache_dir or base_env.get("PLATFORM_CACHE_DIR")
                   or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
     cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
+    if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
+        base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
     common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": job_id, "PLATFORM_JOB_NAME": job_name,
               "PLATFORM_JOB_DIR": job_dir, "PLATFORM_SERVER_ID": layout.server_id,
-              "PYTHONUNBUFFERED": "1",
+              # live output: a print reaches the display at once (costs a write per print)
+              **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     ranks = [_worker(layout, backend, i, command, base_env, common, options, cwd, job_dir,

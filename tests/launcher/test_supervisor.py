@@ -52,6 +52,17 @@ def test_success_sets_each_rank_env_and_leaves_the_callers_env_alone(run):
     assert any(line.startswith("[rank 2] ENV ") for line in "".join(run.shown).splitlines())
 
 
+def test_buffered_ranks_keep_their_own_buffering_and_lose_nothing(run, monkeypatch):
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")  # even when the caller's own env asks for it
+    result = run("env", nproc=2, backend="plain", buffered=True)
+    import json
+    envs = [json.loads(log_text(result.job_dir, str(i)).split("ENV ", 1)[1]) for i in range(2)]
+    assert all("PYTHONUNBUFFERED" not in env for env in envs)
+    lines = run("lines", 2000, nproc=2, backend="plain", buffered=True)
+    for rank in ("0", "1"):
+        assert log_text(lines.job_dir, rank).count("\n") >= 2000
+
+
 def test_crash_exit_3_stops_the_others_and_names_the_root_cause(run):
     with pytest.raises(JobFailed) as err:
         run("crash", nproc=3)
