@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from platform_plugin import JobFailed, launch
+from platform_plugin import ConfigError, JobFailed, launch
 from platform_plugin.launcher.jobfile import read
 from tests.launcher.helpers import BEHAVE, PY, job_processes, kill_job, log_text
 
@@ -149,11 +149,12 @@ def test_display_cap_holds_lines_back_but_logs_stay_complete(run):
     assert log_text(result.job_dir, "0").count("rank 0 line") == 3000
 
 
-def test_a_missing_program_fails_with_a_clear_result(run, tmp_path):
-    with pytest.raises(JobFailed) as err:
+def test_a_missing_program_is_refused_before_anything_is_created(run, tmp_path):
+    logs = tmp_path / "logs"
+    with pytest.raises(ConfigError) as err:
         launch([str(tmp_path / "nope.sh")], nproc=1, backend="plain", tracking="none",
-               log_dir=str(tmp_path), write=run.shown.append)
-    assert err.value.result.status == "failed" and "could not start" in err.value.result.reason
+               log_dir=str(logs), write=run.shown.append)
+    assert "LAUNCH_PROGRAM_MISSING" in str(err.value) and not logs.exists()
 
 
 def test_scheduler_failure_fails_the_job(run):
