@@ -63,7 +63,10 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
         report = _finish_tracking(job_tracking, result)
     result.tracking = report
     job_file.ended(result)
-    _print(options.write, _summary(result))
+    summary = _summary(result)
+    if job_file.error:  # a full disk: say what the record holds, it is still readable
+        summary += f"\n[launcher] job.json: {job_file.error}"
+    _print(options.write, summary)
     if options.check and not result.ok:
         raise JobFailed(result)
     return result

@@ -2,6 +2,11 @@
 
 `platform-run doctor` and people read it after the fact, so it is rewritten atomically (a
 reader never sees half a file) and holds only the launcher's own variables, never the full env.
+
+A full disk must not cost the result: the first write leaves `RESERVE` bytes of trailing
+blanks (valid JSON) so that when the atomic rewrite finds no space, the result is written
+over the file's own blocks instead (compacted if it must). Writing never raises: a failure is
+kept in `error` and reported by the launcher.
 """
 from __future__ import annotations
 
@@ -11,11 +16,14 @@ import time
 
 from platform_plugin.launcher.plan import LaunchPlan
 
+RESERVE = 64 * 1024  # room for the result when the disk is full by the end of the job
+
 
 class JobFile:
     def __init__(self, plan: LaunchPlan):
         self.plan = plan
         self.path = os.path.join(plan.job_dir, "job.json")
+        self.error = ""  # why the last write failed, if it did
         self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan.summary(),
                      "pids": {}, "result": None}
@@ -23,7 +31,7 @@ class JobFile:
     def started(self, supervisor) -> None:
         self.data["state"] = "running"
         self.data["pids"] = {p.spec.name: p.popen.pid for p in supervisor.procs}
-        self._write()
+        self._write(reserve=True)
 
     def ended(self, result) -> None:
         self.data["state"] = "ended"
@@ -31,12 +39,59 @@ class JobFile:
         self.data["result"] = result.to_dict()
         self._write()
 
-    def _write(self) -> None:
-        os.makedirs(self.plan.job_dir, exist_ok=True)
+    def _write(self, *, reserve: bool = False) -> bool:
+        text = json.dumps(self.data, indent=2, default=str) + "\n"
         tmp = f"{self.path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.data, fh, indent=2, default=str)
-        os.replace(tmp, self.path)
+        try:
+            os.makedirs(self.plan.job_dir, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text + (" " * RESERVE + "\n" if reserve else ""))
+            os.replace(tmp, self.path)
+            self.error = ""
+            return True
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc} writing {self.path}"
+        _remove(tmp)  # frees the blocks the failed copy took
+        return self._overwrite_in_place()
+
+    def _overwrite_in_place(self) -> bool:
+        """Write over the existing file's blocks (no new space needed while it fits)."""
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return False
+        for text in _smaller_forms(self.data):
+            if len(text.encode()) > size:
+                continue
+            try:
+                with open(self.path, "r+b") as fh:
+                    data = text.encode()
+                    fh.write(data + b" " * (size - len(data)))  # same length: no new blocks
+                self.error += " (written in place, over the space reserved at the start)"
+                return True
+            except OSError:
+                return False
+        return False
+
+
+def _smaller_forms(data: dict):
+    """The document, then more compact versions of it (the last lines of each failed rank go
+    last: they are also in the rank logs)."""
+    yield json.dumps(data, indent=2, default=str) + "\n"
+    yield json.dumps(data, separators=(",", ":"), default=str) + "\n"
+    result = data.get("result")
+    if isinstance(result, dict):
+        trimmed = dict(result, failures=[dict(f, last_lines=[]) for f in result.get("failures", [])],
+                       root_cause=(dict(result["root_cause"], last_lines=[])
+                                   if result.get("root_cause") else None))
+        yield json.dumps(dict(data, result=trimmed), separators=(",", ":"), default=str) + "\n"
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def read(job_dir: str) -> dict:

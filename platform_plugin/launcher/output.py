@@ -79,9 +79,22 @@ class _RankStream:
         self.refilled = time.monotonic()
         self.held_now = 0  # held since the last note
         self.held_total = 0
+        self.log_error: OSError | None = None  # the log could not be written (disk full)
+
+    def _log(self, data: bytes) -> None:
+        """Append to the log; a full or failing disk stops the logging (the supervisor then
+        stops the job), never the loop: the display and the tail keep working."""
+        if self.log_error is not None:
+            return
+        view = memoryview(data)
+        try:
+            while view:  # an unbuffered write may be short just before ENOSPC
+                view = view[self.log.write(view) or 0:]
+        except OSError as exc:
+            self.log_error = exc
 
     def feed(self, data: bytes, now: float, out: list[str]) -> None:
-        self.log.write(data)
+        self._log(data)
         data = self.partial + data
         cut = data.rfind(b"\n") + 1
         complete, self.partial = data[:cut], data[cut:]
@@ -140,7 +153,10 @@ class _RankStream:
         if self.shown and self.held_now:
             out.append(f"{self.prefix}... {self.held_now} lines held back (all in the log)\n")
             self.held_now = 0
-        self.log.close()
+        try:
+            self.log.close()
+        except OSError:  # pragma: no cover - unbuffered: nothing left to flush
+            pass
 
 
 class Output:
@@ -154,6 +170,7 @@ class Output:
         self._streams: dict[str, _RankStream] = {}
         self._pending: list[str] = []
         self.last_output = time.monotonic()
+        self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
@@ -162,7 +179,11 @@ class Output:
     def feed(self, name: str, data: bytes) -> None:
         now = time.monotonic()
         self.last_output = now
-        self._streams[name].feed(data, now, self._pending)
+        stream = self._streams[name]
+        stream.feed(data, now, self._pending)
+        if stream.log_error is not None and not self.log_failure:
+            exc = stream.log_error
+            self.log_failure = f"{exc.strerror or exc} writing {stream.log.name}"
 
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.output import Output
 from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.spawn import Lifeline, spawn
@@ -76,10 +77,15 @@ class Supervisor:
         self._selector = selectors.DefaultSelector()
         self._job = JobProcesses(plan.job_id, plan.job_dir)
         self._nothing_left = False  # set once the loop saw every process of the job gone
+        self._log_failure_seen = False
 
     # -- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
-        os.makedirs(self.plan.job_dir, exist_ok=True)
+        try:
+            os.makedirs(self.plan.job_dir, exist_ok=True)
+        except OSError as exc:  # checked writable just before; a disk can fill in between
+            raise PlatformPluginError(f"cannot create the job folder {self.plan.job_dir}: "
+                                      f"{exc.strerror or exc}") from None
         self.started = time.monotonic()
         lifeline = Lifeline(self.plan.job_id, self.plan.job_dir, self.grace)
         previous_sigint = self._catch_sigint()
@@ -210,6 +216,9 @@ class Supervisor:
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
+        if self.output.log_failure and not self._log_failure_seen:
+            self._log_failure_seen = True
+            self._log_failed()
         if self._stop is None:
             if self.timeout and now - self.started > self.timeout:
                 self._begin_stop("timeout", f"the job ran longer than --timeout {self.timeout:g}s")
@@ -245,6 +254,17 @@ class Supervisor:
         # a process that left its group (setsid daemon) may still hold a pipe: do not wait on it
         self._groups_empty_at = self._groups_empty_at or time.monotonic()
         return time.monotonic() - self._groups_empty_at > 1.0
+
+    def _log_failed(self) -> None:
+        """The logs are the job's record: a job that cannot keep them stops (or, if every rank
+        already ended well, is not reported as a success: its logs are incomplete)."""
+        reason = (f"the log disk is full or failing ({self.output.log_failure}); the job cannot "
+                  "keep its logs. Free space there or give --log-dir on another disk")
+        if self._stop is None:
+            self._begin_stop("failed", reason)
+        elif self._stop.status == "succeeded":
+            self._stop.status, self._stop.reason = "failed", reason
+            self.output.note(reason)
 
     def _begin_stop(self, status: str, reason: str) -> None:
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)

@@ -1,6 +1,7 @@
 """A rank that misbehaves on request: `behave.py MODE [ARG]`. Each rank reads RANK_ID.
 
-Modes: ok | env | crash | segv | hang | chatty | grandchild [nofail] | daemon | lines N | sched-dies
+Modes: ok | env | crash | segv | hang | chatty | grandchild [nofail] | daemon | lines N | flood
+       | sched-dies
        | escape ok|crash|hang
 Prints `READY <pid>` first so tests know the rank is running."""
 import json
@@ -73,6 +74,11 @@ elif mode == "lines":  # N numbered lines plus the awkward bytes a display must 
     out.write(b"bad bytes \xff\xfe end\n")
     out.write(b"no newline at the end")
     out.flush()
+elif mode == "flood":  # prints as fast as it can, forever (fills a log disk)
+    line = b"%d " % rank + b"x" * 1000 + b"\n"
+    while True:
+        sys.stdout.buffer.write(line * 64)
+        sys.stdout.buffer.flush()
 elif mode == "sched-dies":  # ms-cluster backend: the scheduler fails, workers wait for it
     if role == "MS_SCHED":
         time.sleep(0.3)
