@@ -78,7 +78,8 @@ class Forwarder:
     thread after a last complete pass (or when the time is up)."""
 
     def __init__(self, spool_dir: Path, config: SinkConfig, sink, *, labels: list[str] | None = None,
-                 interval: float = 0.5):
+                 interval: float = 0.5, aggregates=None):
+        self.aggregates = aggregates  # aggregates.JobAggregates: per-step stats for the job run
         self.spool_dir = Path(spool_dir)
         self.config = config
         self.sink = sink
@@ -112,6 +113,8 @@ class Forwarder:
         for label in labels:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ok &= self._pump_stream(label, blocking, left)
+        if self.aggregates is not None:
+            self.aggregates.send()  # its failures are its own (last_error): points come first
         if ok:
             self.last_error = ""
         return ok
@@ -135,6 +138,8 @@ class Forwarder:
                     if not self._send(label, state, batch):
                         state.save(self.spool_dir, stream)
                         return False
+                    if self.aggregates is not None:
+                        self.aggregates.delivered(label, [record for record, _ in batch])
                     state.offset = batch[-1][1]
                     state.skipped += _passed(bad_ends, state.offset)
                     state.save(self.spool_dir, stream)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from platform_plugin.tracking import conventions
+from platform_plugin.tracking.aggregates import JobAggregates
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
 from platform_plugin.tracking.state import SinkConfig
@@ -66,7 +67,10 @@ class SpoolingJobTracking(JobTracking):
         self.plan = plan
         self.spool_dir = Path(plan.job_dir) / "tracking"
         self.config = job_sink_config(sink_name, plan, layout)
-        self.forwarder = Forwarder(self.spool_dir, self.config, get_sink(sink_name))
+        sink = get_sink(sink_name)
+        aggregates = (JobAggregates(self.config.ranks, sink, self.config)
+                      if hasattr(sink, "deliver_aggregates") else None)
+        self.forwarder = Forwarder(self.spool_dir, self.config, sink, aggregates=aggregates)
         self.setup_error = ""
 
     def prepare(self) -> dict[str, str]:
@@ -92,6 +96,8 @@ class SpoolingJobTracking(JobTracking):
         self.config.save(self.spool_dir)
         drained = self.forwarder.drain(drain_timeout(30))
         if self.forwarder.sink.unavailable(self.config) is None:
+            if self.forwarder.aggregates is not None:
+                self.forwarder.aggregates.finish()  # the steps some rank never completed
             try:
                 self.forwarder.sink.end_job(self.config, self.spool_dir)
                 self.config.ended = True

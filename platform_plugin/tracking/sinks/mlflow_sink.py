@@ -167,6 +167,15 @@ class MlflowSink:
                     artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
                 client.log_artifact(state.run_id, local_path, artifact_path)
 
+    def deliver_aggregates(self, config: SinkConfig, points) -> None:
+        """Per-step aggregates across ranks (aggregates.py) into the job's parent run."""
+        if not config.parent_run_id:
+            return
+        from mlflow.entities import Metric
+        metrics = [Metric(p.key, p.value, p.timestamp_ms, p.step) for p in points]
+        with quiet(self._log_path):
+            self.client(config.tracking_uri).log_batch(config.parent_run_id, metrics=metrics)
+
     def is_permanent(self, exc: BaseException) -> bool:
         from mlflow.exceptions import MlflowException
         if isinstance(exc, (FileNotFoundError, IsADirectoryError)):

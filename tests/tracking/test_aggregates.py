@@ -1,0 +1,80 @@
+"""Per-step aggregates across ranks in the job's parent run: computed by the forwarder as points
+arrive, checked against numpy over the children's points read back from a real sqlite store."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from platform_plugin.tracking.aggregates import StepAggregator, is_throughput
+from platform_plugin.tracking.identity import RankIdentity
+from platform_plugin.tracking.job_tracking import JobTracking
+from platform_plugin.tracking.tracker import Tracker
+from tests.tracking.helpers import child_runs, client, make_plan
+
+
+class Ok:
+    ok, status = True, "succeeded"
+
+
+def test_a_step_is_emitted_once_every_rank_has_it_or_moved_past_it():
+    agg = StepAggregator(["0", "1"])
+    assert agg.add("0", "loss", 1.0, 0, 10) == []  # rank 1 has not reached step 0
+    assert agg.add("0", "loss", 3.0, 1, 20) == []
+    done = agg.add("1", "loss", 2.0, 0, 15)
+    assert [(p.key, p.value, p.step, p.timestamp_ms) for p in done] == [
+        ("loss/mean", 1.5, 0, 15), ("loss/min", 1.0, 0, 15), ("loss/max", 2.0, 0, 15)]
+    done = agg.add("1", "loss", 5.0, 2, 30)  # rank 1 skipped step 1: it is done with 1 ranks' value
+    assert {p.key: p.value for p in done if p.step == 1} == {"loss/mean": 3.0, "loss/min": 3.0,
+                                                             "loss/max": 3.0}
+    assert agg.open_steps() == 1  # step 2 waits for rank 0
+    assert {p.key: p.value for p in agg.flush()} == {"loss/mean": 5.0, "loss/min": 5.0, "loss/max": 5.0}
+    assert agg.open_steps() == 0
+
+
+def test_throughput_names_get_a_sum():
+    assert all(map(is_throughput, ["samples_per_s", "epoch_samples_per_s", "tokens_per_s",
+                                   "throughput", "io/Throughput_MBps"]))
+    assert not any(map(is_throughput, ["loss", "per_sample_loss", "step_time_s"]))
+    agg = StepAggregator(["0", "1"])
+    agg.add("0", "samples_per_s", 100.0, 0, 1)
+    keys = {p.key: p.value for p in agg.add("1", "samples_per_s", 50.0, 0, 2)}
+    assert keys["samples_per_s/sum"] == 150.0 and keys["samples_per_s/mean"] == 75.0
+
+
+def test_parent_run_holds_mean_min_max_sum_per_step_equal_to_numpy_over_the_children(tracking_env, tmp_path):
+    plan = make_plan(tmp_path, 3)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    jt.start()
+    rng = np.random.default_rng(7)
+    for rank in range(3):
+        t = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"], RankIdentity.from_env({**plan.ranks[rank].env, **env}))
+        for step in range(40 if rank != 2 else 25):  # rank 2 stops early (its steps end at flush)
+            if rank == 1 and step == 5:
+                continue  # rank 1 skips a step
+            t.log_metric("loss", float(rng.normal(1.0 / (step + 1), 0.05)), step=step)
+            t.log_metric("samples_per_s", float(rng.uniform(90, 110)), step=step)
+        t.close()
+    report = jt.finish(Ok())
+    assert report.pending == 0
+
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    children = child_runs(c, report.parent_run_id)
+    assert len(children) == 3
+    for name in ("loss", "samples_per_s"):
+        per_step = defaultdict(list)
+        for run in children:
+            for m in c.get_metric_history(run.info.run_id, name):
+                per_step[m.step].append(m.value)
+        steps = sorted(per_step)
+        expected = {"mean": [np.mean(per_step[s]) for s in steps], "min": [np.min(per_step[s]) for s in steps],
+                    "max": [np.max(per_step[s]) for s in steps]}
+        if name == "samples_per_s":
+            expected["sum"] = [np.sum(per_step[s]) for s in steps]
+        for stat, values in expected.items():
+            history = sorted(c.get_metric_history(report.parent_run_id, f"{name}/{stat}"), key=lambda m: m.step)
+            assert [m.step for m in history] == steps, (name, stat)
+            assert [m.value for m in history] == pytest.approx(values, rel=1e-12), (name, stat)
+    assert c.get_metric_history(report.parent_run_id, "loss/sum") == []  # not a throughput
