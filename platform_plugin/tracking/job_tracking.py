@@ -69,7 +69,7 @@ class SpoolingJobTracking(JobTracking):
         self.config = job_sink_config(sink_name, plan, layout)
         sink = get_sink(sink_name)
         aggregates = (JobAggregates(self.config.ranks, sink, self.config)
-                      if hasattr(sink, "deliver_aggregates") else None)
+                      if hasattr(sink, "deliver_aggregates") and layout == "runs" else None)
         self.forwarder = Forwarder(self.spool_dir, self.config, sink, aggregates=aggregates)
         self.setup_error = ""
 
