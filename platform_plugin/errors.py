@@ -28,6 +28,11 @@ class PlatformPluginError(Exception):
 
     exit_code = 1
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows in a cell instead of a traceback: the error is deliberate and its
+        message says what to do, so the plugin's frames would only hide it."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
 
 class ConfigError(PlatformPluginError):
     """Bad input (rank table, variables, options, files): nothing was started. Exit code 2."""
@@ -39,6 +44,10 @@ class ConfigError(PlatformPluginError):
             problems = [Problem(code, problems)]
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mConfigError\x1b[0m: nothing was started"] + [
+            f"  {p}" for p in self.problems]
 
 
 def errors_only(problems: list[Problem]) -> list[Problem]:

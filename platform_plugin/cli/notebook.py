@@ -6,7 +6,9 @@ import json
 import re
 import sys
 
+from platform_plugin.errors import ConfigError
 from platform_plugin.notebook import run as notebook
+from platform_plugin.notebook.params import parse_yaml_parameters
 from platform_plugin.notebook.run import CellFailure, NotebookResult, NotebookRun
 from platform_plugin.cli.clean import add_cleanup_options
 
@@ -23,11 +25,17 @@ def register(subparsers) -> None:
     for mode in notebook.MODES:
         parser = subparsers.add_parser(mode, help=HELP[mode], description=HELP[mode])
         parser.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb file to run")
+        parser.add_argument("output_path", nargs="?", metavar="OUT.ipynb",
+                            help="where the executed notebook goes (as papermill's second "
+                                 "argument; same as --output)")
         parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
                             metavar=("NAME", "VALUE"),
                             help="set a parameter (repeatable; typed like papermill's -p)")
         parser.add_argument("-f", "--parameters-file", metavar="PARAMS.yaml",
                             help="YAML mapping of parameters (overrides the profile)")
+        parser.add_argument("-y", "--parameters-yaml", action="append", default=[],
+                            metavar="YAML", help="parameters as a YAML mapping, e.g. "
+                            "-y '{epochs: 3}' (as papermill's -y; -p wins over it)")
         parser.add_argument("--profile", metavar="platform.toml",
                             help=f"profile with [{mode}.parameters] (default: "
                                  "platform.toml in --cwd, if present)")
@@ -36,7 +44,7 @@ def register(subparsers) -> None:
                                  ".ipynb under --cwd)")
         parser.add_argument("--cwd", metavar="DIR",
                             help="project folder: the kernel's working directory (default: .)")
-        parser.add_argument("--kernel", metavar="NAME",
+        parser.add_argument("-k", "--kernel", metavar="NAME",
                             help="Jupyter kernel (default: the notebook's kernelspec)")
         parser.add_argument("--timeout", type=float, metavar="S",
                             help="fail a cell that runs longer than S seconds")
@@ -44,6 +52,11 @@ def register(subparsers) -> None:
                             help="user settings file (default: .env in --cwd)")
         parser.add_argument("--dry-run", action="store_true",
                             help="show what would run and be cleaned; run nothing")
+        parser.add_argument("--log-output", action="store_true",
+                            help="accepted for papermill habits: cell output always streams "
+                                 "to the terminal")
+        parser.add_argument("--verbose", action="store_true",
+                            help="also show library chatter and the kernel's own warnings")
         if mode == "full":
             parser.add_argument("--no-cleanup", dest="cleanup", action="store_false",
                                 help="do not clean CODE/ before the run")
@@ -51,10 +64,18 @@ def register(subparsers) -> None:
         parser.set_defaults(func=run, mode=mode)
 
 
+def _output(args: argparse.Namespace) -> str | None:
+    if args.output_path and args.output and args.output_path != args.output:
+        raise ConfigError(f"two output notebooks: {args.output_path} and --output {args.output}; "
+                          "give one", code="NB_OUTPUT")
+    return args.output_path or args.output
+
+
 def run(args: argparse.Namespace) -> int:
     run_spec = notebook.prepare_run(
         args.mode, args.notebook, pairs=[tuple(p) for p in args.parameter],
-        params_file=args.parameters_file, profile=args.profile, output=args.output,
+        parameters=parse_yaml_parameters(args.parameters_yaml) or None,
+        params_file=args.parameters_file, profile=args.profile, output=_output(args),
         cwd=args.cwd, kernel=args.kernel, timeout=args.timeout, env_file=args.env_file)
     cleaning = None
     if getattr(args, "cleanup", False):
@@ -69,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
           file=sys.stderr, flush=True)
     try:
-        result = notebook.execute(run_spec)
+        result = notebook.execute(run_spec, verbose=args.verbose)
     except KeyboardInterrupt:
         print(f"\n[platform-run] interrupted; the notebook so far: {run_spec.output}",
               file=sys.stderr)

@@ -12,11 +12,13 @@ from typing import Any
 
 from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.job_tracking import JobTracking
-from platform_plugin.launcher.backends import npus_present
+from platform_plugin.launcher.backends import default_nproc, npus_present
 from platform_plugin.launcher import preflight
 from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
+from platform_plugin.launcher.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.output import Output, check_show
+from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.result import JobFailed, JobResult
 from platform_plugin.launcher.supervisor import Supervisor
@@ -43,11 +45,33 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     host = Host(base_env=_rank_base_env({**os.environ, **settings.process_env()}),  # a copy
                 npu_present=npus_present())
     plan = build_plan(cmd, settings, options, host)
-    shown = check_show(options.show, plan)
-    output = Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write)
+    if options.nproc is None and plan.backend != "rank-table":
+        _print(options.write, f"[launcher] --nproc not given: {default_nproc(host)[1]}")
+    output = _display(options, check_show(options.show, plan))
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, output.note)
+    with libraries_to_log(plan.job_dir, options.verbose):
+        result, job_file_error = _supervise(plan, options, output)
+    summary = _summary(result, output.hidden())
+    if job_file_error:  # a full disk: say what the record holds, it is still readable
+        summary += f"\n[launcher] job.json: {job_file_error}"
+    _print(options.write, summary)
+    if options.check and not result.ok:
+        raise JobFailed(result)
+    return result
 
+
+def _display(options: LaunchOptions, shown) -> Output:
+    """The live board inside a Jupyter kernel unless --show was given; prefixed lines elsewhere."""
+    hide = hide_pattern(options.verbose)
+    if options.show is None and options.write is None and in_kernel():
+        return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
+    return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
+
+
+def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
+    """(result, what went wrong writing job.json or None)."""
+    __tracebackhide__ = True
     job_tracking = JobTracking.create(options.tracking, plan)
     plan = _with_env(plan, job_tracking.prepare())  # before spawning: every rank gets it
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
@@ -56,20 +80,14 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     job_file = JobFile(plan)
     job_tracking.start()
     result = None
-    try:
-        result = Supervisor(plan, output, [job_file], timeout=options.timeout,
+    try:  # the output observes the supervisor too: the board shows each process's status
+        result = Supervisor(plan, output, [job_file, output], timeout=options.timeout,
                             silence_timeout=options.silence_timeout, grace=options.grace).run()
     finally:
         report = _finish_tracking(job_tracking, result)
     result.tracking = report
     job_file.ended(result)
-    summary = _summary(result)
-    if job_file.error:  # a full disk: say what the record holds, it is still readable
-        summary += f"\n[launcher] job.json: {job_file.error}"
-    _print(options.write, summary)
-    if options.check and not result.ok:
-        raise JobFailed(result)
-    return result
+    return result, job_file.error
 
 
 def _rank_base_env(env: dict) -> dict:
@@ -96,7 +114,7 @@ def _finish_tracking(job_tracking, result):
         return None
 
 
-def _summary(result: JobResult) -> str:
+def _summary(result: JobResult, hidden: int = 0) -> str:
     if result.ok:
         text = (f"[launcher] job {result.job_id} succeeded in {result.duration_s:.1f}s "
                 f"({len(result.exitcodes)} processes); logs in {result.job_dir}")
@@ -105,6 +123,9 @@ def _summary(result: JobResult) -> str:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
     else:
         text = result.render()
+    if hidden:
+        text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
+                 "logs (--verbose shows them)")
     # a failed job's metrics matter too (what happened before the crash): say where they went
     hint = getattr(result.tracking, "ui_hint", "")
     return text + (f"\n[launcher] tracking: {hint}" if hint else "")

@@ -52,13 +52,34 @@ def _fail(code: str, message: str, path: str = "") -> ConfigError:
     return ConfigError([Problem(code, message, path)])
 
 
+# --nproc when none is given and no rank table says it: 2 ranks on a machine without NPUs (a
+# CPU box runs the README's commands as written, and 2 is the smallest job that is distributed),
+# never more than its cores.
+CPU_DEFAULT_NPROC = 2
+
+
+def default_nproc(host) -> tuple[int, str]:
+    """(processes, why) when --nproc is not given: the visible NPUs, else CPU_DEFAULT_NPROC."""
+    if host.npu_present:
+        devices = sorted(int(n[len("davinci"):]) for n in _listdir("/dev")
+                         if re.fullmatch(r"davinci\d+", n))
+        visible = (host.base_env or {}).get("ASCEND_RT_VISIBLE_DEVICES", "")
+        if visible.strip():
+            devices = [d for d in devices if str(d) in {v.strip() for v in visible.split(",")}]
+        if devices:
+            return len(devices), f"{len(devices)} visible NPU(s)"
+    count = max(1, min(CPU_DEFAULT_NPROC, os.cpu_count() or 1))
+    return count, f"no NPUs: default {count} (set --nproc N)"
+
+
 def grid_layout(settings: Settings, options: LaunchOptions, *, needs_port: bool) -> Layout:
-    """nnodes x nproc ranks, devices numbered by local rank (CPU, GPU, or NPUs without a table)."""
+    """nnodes x nproc ranks, devices numbered by local rank (CPU, GPU, or NPUs without a table).
+    build_plan has replaced a missing --nproc by `default_nproc`."""
     nproc = options.nproc
-    if not nproc:
-        raise _fail("LAUNCH_NPROC", "say how many processes to start on this server: --nproc N "
-                    "(or launch(..., nproc=N)); only the rank-table backend reads it from the table",
-                    "--nproc")
+    if not nproc or nproc < 1:
+        raise _fail("LAUNCH_NPROC", f"--nproc {nproc}: start at least 1 process (leave --nproc "
+                    "out for the default: the rank table's devices, else the visible NPUs, else "
+                    f"{CPU_DEFAULT_NPROC})", "--nproc")
     nnodes, node_rank = options.nnodes, options.node_rank
     if not 0 <= node_rank < nnodes:
         raise _fail("LAUNCH_NODE_RANK", f"--node-rank {node_rank} must be between 0 and "

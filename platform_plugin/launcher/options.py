@@ -58,6 +58,11 @@ def _show(value: str) -> Optional[str]:
     return "use all, none, sched or comma-separated rank numbers such as 0,3"
 
 
+def _no_restarts(value: int) -> Optional[str]:
+    return None if value == 0 else ("restarting a failed job is not supported yet: run it again "
+                                    "(or leave --max-restarts out)")
+
+
 def _name(value: str) -> Optional[str]:
     return None if value.strip() and "/" not in value and value not in (".", "..") else \
         "must be a non-empty name without '/'"
@@ -80,8 +85,10 @@ class LaunchOptions:
     """What the caller asked for. Defaults here are the only defaults."""
 
     nproc: Optional[int] = opt(
-        None, "processes on this server (default: this server's devices in the rank table; "
-        "required without a table)", metavar="N", check=_within(1, MAX_NPROC), code="LAUNCH_NPROC")
+        None, "processes on this server (default: this server's devices in the rank table, else "
+        "the visible NPUs, else 2 on a machine without NPUs)", metavar="N",
+        check=_within(1, MAX_NPROC), code="LAUNCH_NPROC",
+        flags=("--nproc", "--nproc-per-node", "--nproc_per_node"), aliases=("nproc_per_node",))
     backend: str = opt("auto", "how ranks find each other (default auto: printed with its reason)",
                        choices=BACKEND_CHOICES, code="LAUNCH_BACKEND")
     rank_table: Optional[str] = opt(None, "HCCL rank table (else RANK_TABLE_FILE)", metavar="FILE")
@@ -92,12 +99,13 @@ class LaunchOptions:
     nnodes: int = opt(1, "servers in the job (one launcher per server)", metavar="N",
                       check=_within(1, MAX_NNODES))
     node_rank: int = opt(0, "this server's index, 0..nnodes-1", metavar="I", check=_at_least(0),
-                         code="LAUNCH_NODE_RANK")
+                         code="LAUNCH_NODE_RANK", flags=("--node-rank", "--node_rank"))
     master_addr: str = opt("127.0.0.1", "address of node 0 (scheduler / MASTER_ADDR)",
-                           metavar="ADDR")
+                           metavar="ADDR", flags=("--master-addr", "--master_addr"))
     master_port: Optional[int] = opt(
         None, "rendezvous port (default: a free one; required when --nnodes > 1)", metavar="PORT",
-        check=_within(1, 65535), code="LAUNCH_MASTER_PORT")
+        check=_within(1, 65535), code="LAUNCH_MASTER_PORT",
+        flags=("--master-port", "--master_port"))
     log_dir: Optional[str] = opt(None, "job folders go here (else PLATFORM_LOG_DIR, else "
                                  "./platform_logs)", metavar="DIR")
     cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs (else PLATFORM_CACHE_DIR, "
@@ -110,8 +118,10 @@ class LaunchOptions:
         check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
     grace: float = opt(3.0, "seconds between SIGTERM and SIGKILL when stopping (default 3)",
                        metavar="S", check=_at_least(0), code="LAUNCH_TIMEOUT")
-    show: str = opt("all", "ranks whose output is displayed (logs always hold everything)",
-                    metavar="all|none|0,3", check=_show, code="LAUNCH_BAD_SHOW")
+    show: Optional[str] = opt(
+        None, "ranks whose output is streamed as prefixed lines (default: the live rank board in "
+        "a notebook, all elsewhere; the logs hold everything)", metavar="all|none|0,3",
+        check=_show, code="LAUNCH_BAD_SHOW")
     max_lines_per_s: Optional[float] = opt(
         None, "display at most N lines per second per rank (the rest: logs only)",
         flags=("--max-lines-per-sec",), metavar="N", check=_at_least(0, above=True))
@@ -120,6 +130,11 @@ class LaunchOptions:
         "faster for chatty ranks, but output arrives in blocks - for runs nobody watches live")
     kill_stale: bool = opt(False, "kill ranks of an earlier job that still hold this job's devices")
     tracking: str = opt("auto", "metrics sink (default auto)", choices=TRACKING_CHOICES)
+    verbose: bool = opt(False, "also show library chatter (MindSpore networking, MLflow INFO, "
+                        "warnings) that otherwise goes to the logs only")
+    max_restarts: int = opt(0, "restart the whole job up to N times after a failure (torchrun's "
+                            "flag; only 0 is supported yet)", metavar="N", check=_no_restarts,
+                            code="LAUNCH_MAX_RESTARTS", flags=("--max-restarts", "--max_restarts"))
     # keyword-only (not flags): what an embedding program passes
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",

@@ -65,7 +65,8 @@ def _last_state(line: bytes) -> bytes:
 
 
 class _RankStream:
-    def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None):
+    def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None,
+                 hide=None):
         self.name = name
         self.label = "sched" if name == "sched" else f"rank {name}"
         self.prefix = f"[{self.label}] "
@@ -79,6 +80,8 @@ class _RankStream:
         self.refilled = time.monotonic()
         self.held_now = 0  # held since the last note
         self.held_total = 0
+        self.hide = hide  # compiled bytes regex of lines kept out of the display (quiet.py)
+        self.hidden = 0
         self.log_error: OSError | None = None  # the log could not be written (disk full)
 
     def _log(self, data: bytes) -> None:
@@ -120,6 +123,10 @@ class _RankStream:
         lines = complete[:-1].split(b"\n") if b"\r" in complete else None
         if lines is not None:
             complete = b"\n".join(_last_state(line) for line in lines) + b"\n"
+        if self.hide is not None and self.hide.search(complete):  # one search: the common case
+            complete = self._without_hidden(complete)
+            if not complete:
+                return
         self.tail.extend(complete[:-1].rsplit(b"\n", TAIL_LINES)[-TAIL_LINES:])
         if not self.shown:
             return
@@ -129,6 +136,12 @@ class _RankStream:
                 return
         text = complete[:-1].decode("utf-8", errors="replace")
         out.append(self.prefix + text.replace("\n", "\n" + self.prefix) + "\n")
+
+    def _without_hidden(self, complete: bytes) -> bytes:
+        lines = complete[:-1].split(b"\n")
+        kept = [line for line in lines if not self.hide.match(line)]
+        self.hidden += len(lines) - len(kept)
+        return b"\n".join(kept) + b"\n" if kept else b""
 
     def _within_rate(self, complete: bytes, now: float, out: list[str]) -> bytes:
         self.tokens = min(self.rate, self.tokens + (now - self.refilled) * self.rate)
@@ -163,7 +176,8 @@ class Output:
     """All streams of one job. `write` defaults to the current sys.stdout at flush time."""
 
     def __init__(self, show: str | set[str] | None = "all", *, max_lines_per_s: float | None = None,
-                 write: Callable[[str], object] | None = None):
+                 write: Callable[[str], object] | None = None, hide=None):
+        self.hide = hide
         self.show = parse_show(show) if isinstance(show, str) or show is None else set(show)
         self.max_lines_per_s = max_lines_per_s
         self._write = write
@@ -174,7 +188,8 @@ class Output:
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
-        self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s)
+        self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s,
+                                          self.hide)
 
     def feed(self, name: str, data: bytes) -> None:
         now = time.monotonic()
@@ -208,6 +223,10 @@ class Output:
         if stream.partial:
             lines = (lines + [_last_state(stream.partial)])[-TAIL_LINES:]
         return [line.decode("utf-8", errors="replace") for line in lines]
+
+    def hidden(self) -> int:
+        """Lines kept out of the display as library chatter (quiet.py)."""
+        return sum(s.hidden for s in self._streams.values())
 
     def held_back(self) -> dict[str, int]:
         return {name: s.held_total for name, s in self._streams.items() if s.held_total}

@@ -131,6 +131,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     backend = BACKENDS[name]
     if backend.needs_port and options.master_port is None and options.nnodes == 1:
         options = replace(options, master_port=free_port("0.0.0.0"))
+    if options.nproc is None and name != "rank-table":
+        options = replace(options, nproc=default_nproc(host)[0])
     layout = backend.layout(settings, options)
     job_name = _safe(options.job_name) if options.job_name else default_job_name(command)
     job_id = options.job_id or new_job_id(job_name)

@@ -68,10 +68,29 @@ def load_params_file(path: str | Path | None) -> dict:
     return data
 
 
+def parse_yaml_parameters(texts: Iterable[str]) -> dict:
+    """papermill's `-y '{epochs: 3, lr: 0.1}'`: each a YAML mapping, later ones win."""
+    import yaml
+
+    merged: dict = {}
+    for text in texts:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"-y {text!r} is not valid YAML: {exc}", code="NB_PARAMS")
+        if data is None:
+            continue
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+            raise ConfigError(f"-y {text!r} must be a YAML mapping such as '{{epochs: 3}}'",
+                              code="NB_PARAMS")
+        merged.update(data)
+    return merged
+
+
 def merge_parameters(mode: str, profile: dict, from_file: dict,
                      pairs: Iterable[tuple[str, str]] = (), typed: dict | None = None
                      ) -> tuple[dict, dict[str, str]]:
-    """Later sources win: profile < -f file < typed (Python API) < -p pairs (typed like
+    """Later sources win: profile < -f file < typed (Python API, -y) < -p pairs (typed like
     papermill's -p). Returns the parameters and where each came from."""
     parameters: dict[str, Any] = {}
     sources: dict[str, str] = {}

@@ -30,6 +30,7 @@ from platform_plugin import settings as settings_module
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.notebook.failure import (CellFailure, CellWatcher, escaped_failure_kind,
     failure_from, record_escaped_failure)
+from platform_plugin.launcher.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import load_params_file, load_profile, merge_parameters
 from platform_plugin.util.folders import check_writable_folder
 
@@ -167,8 +168,16 @@ def default_output(project: Path, mode: str, notebook: Path) -> Path:
 
 # ------------------------------------------------------------------ executing
 
-def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
-    """Run the notebook with papermill; os.environ is restored when this returns."""
+# the kernel's own warning about plain-TCP transport (it listens on loopback only) and its
+# other startup chatter: shown with --verbose
+QUIET_KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+
+
+def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> NotebookResult:
+    """Run the notebook with papermill; os.environ is restored when this returns.
+
+    `live`: cell output streams to this process's stdout/stderr, and `%dist_run` inside the
+    kernel streams its ranks' prefixed lines to the terminal while the notebook gets the board."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
@@ -177,13 +186,15 @@ def execute(run: NotebookRun, *, live: bool = True) -> NotebookResult:
     started = time.monotonic()
     failure = None
     try:
-        with _exported(run.env), _quiet_injected_parameter():
+        env = {**run.env, **({TERMINAL_ENV: "1"} if live else {})}
+        with _exported(env), _quiet_injected_parameter():
             papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,
                 kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
                 cwd=str(run.cwd), progress_bar=False,
                 stdout_file=sys.stdout if live else None,
                 stderr_file=sys.stderr if live else None,
+                extra_arguments=[] if verbose else QUIET_KERNEL_ARGS,
                 **watcher.engine_options())
     except PapermillExecutionError as error:
         failure = failure_from(error, watcher)

@@ -9,7 +9,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from platform_plugin import settings as settings_mod
 from platform_plugin.errors import ConfigError
-from platform_plugin.launcher.backends import choose, program_source
+from platform_plugin.launcher.backends import choose, default_nproc, program_source
 from platform_plugin.launcher.output import parse_show
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.plan import Host, build_plan, default_job_name, normalize_command
@@ -97,7 +97,7 @@ def test_multi_node_ms_cluster_second_node_has_no_scheduler():
 @pytest.mark.parametrize("kw, code", [
     (dict(nnodes=2, node_rank=1), "LAUNCH_MASTER_PORT"),
     (dict(nnodes=2, node_rank=2, master_port=1), "LAUNCH_NODE_RANK"),
-    (dict(nproc=None), "LAUNCH_NPROC"),
+    (dict(nproc=0), "LAUNCH_NPROC"),
     (dict(backend="bogus"), "LAUNCH_BACKEND"),
 ])
 def test_bad_options_are_config_errors(kw, code):
@@ -106,6 +106,23 @@ def test_bad_options_are_config_errors(kw, code):
     with pytest.raises(ConfigError) as err:
         plan_of(["python", "t.py"], NO_TABLE, opts(**options))
     assert err.value.problems[0].code == code
+
+
+def test_nproc_defaults_to_two_without_npus_and_to_the_visible_npus():
+    """The README's first commands give no --nproc: on a CPU box they run 2 ranks (no /dev/davinci
+    here, so the NPU branch is exercised through a stand-in listing)."""
+    plan = build_plan(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=None))
+    assert len(plan.workers) == min(2, os.cpu_count() or 1)
+    assert default_nproc(opts())[1].startswith("no NPUs")
+
+
+def test_nproc_default_counts_visible_npus(monkeypatch):
+    from platform_plugin.launcher import backends
+    monkeypatch.setattr(backends, "_listdir", lambda path: [f"davinci{i}" for i in range(8)]
+                        + ["davinci_manager", "null"])
+    assert default_nproc(opts(npu_present=True))[0] == 8
+    visible = opts(npu_present=True, base_env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
+    assert default_nproc(visible) == (4, "4 visible NPU(s)")
 
 
 def test_rank_table_8p(ranktables):

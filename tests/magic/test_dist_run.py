@@ -5,26 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from jupyter_client.manager import start_new_kernel
-
-from tests.launcher.helpers import BEHAVE, kill_job, log_text, wait_for, wait_no_processes
+from tests.launcher.helpers import BEHAVE, log_text, wait_for, wait_no_processes
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("kernel")
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
-    kc.log_dir = cwd / "logs"
-    try:
-        yield km, kc
-    finally:
-        if kc.log_dir.exists():
-            for job in kc.log_dir.iterdir():
-                kill_job(str(job))
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
 
 
 def run_cell(kc, code, timeout=120):
@@ -42,7 +25,7 @@ def run_cell(kc, code, timeout=120):
 
 def test_line_and_cell_magic_and_a_failing_rank(kernel):
     km, kc = kernel
-    opts = f"--tracking none --log-dir {kc.log_dir}"
+    opts = f"--tracking none --log-dir {kc.log_dir} --show all"  # streaming, not the board
     reply, _ = run_cell(kc, "%load_ext platform_plugin")
     assert reply["status"] == "ok"
     # braces and $ arrive intact: IPython must not expand the line
@@ -71,7 +54,7 @@ def test_line_and_cell_magic_and_a_failing_rank(kernel):
 def test_chatty_rank_is_capped_in_the_cell(kernel):
     km, kc = kernel
     reply, out = run_cell(kc, f"%dist_run --nproc 1 --tracking none --log-dir {kc.log_dir} "
-                              f"--job-name chatty python {BEHAVE} lines 5000")
+                              f"--show all --job-name chatty python {BEHAVE} lines 5000")
     assert reply["status"] == "ok", out[-2000:]
     assert out.count("[rank 0] rank 0 line") < 1000 and "held back" in out
     job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("chatty"))

@@ -1,0 +1,132 @@
+"""The rank board as text and HTML (pure: a `BoardView` in, strings out).
+
+One row per process (status, runtime, last step, last metric values, steps/s, last output
+line), then each rank's last lines with the count held back. The text form is what a saved
+notebook shows without HTML (papermill, nbconvert to text) and what the terminal shows.
+"""
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+
+from platform_plugin.util.texttable import render_rows
+
+LAST_LINE_CHARS = 60
+METRIC_CHARS = 34
+OK_STATUSES = ("running", "ok", "starting")
+
+
+@dataclass
+class RankRow:
+    name: str  # "0", "1", ... or "sched"
+    status: str  # starting | running | ok | exit N | SIGTERM ...
+    runtime_s: float
+    step: int | None = None
+    metrics: dict = field(default_factory=dict)
+    steps_per_s: float | None = None
+    lines: int = 0  # lines the rank printed
+    tail: list = field(default_factory=list)  # its last lines (decoded)
+
+    @property
+    def label(self) -> str:
+        return "sched" if self.name == "sched" else f"rank {self.name}"
+
+    @property
+    def held_back(self) -> int:
+        return max(0, self.lines - len(self.tail))
+
+
+@dataclass
+class BoardView:
+    title: str
+    rows: list
+    notes: list = field(default_factory=list)
+    log_dir: str = ""
+    final: bool = False
+
+
+def _number(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def metrics_text(metrics: dict, width: int = METRIC_CHARS) -> str:
+    # loss-like keys first: they are what a user watches
+    keys = sorted(metrics, key=lambda k: (not any(w in k.lower() for w in ("loss", "acc")), k))
+    return _clip(" ".join(f"{k}={_number(metrics[k])}" for k in keys), width)
+
+
+def _clip(text: str, width: int) -> str:
+    text = text.replace("\t", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cells(row: RankRow) -> tuple:
+    rate = f"{row.steps_per_s:.2f}" if row.steps_per_s is not None else ""
+    last = row.tail[-1] if row.tail else ""
+    return (row.label, row.status, f"{row.runtime_s:.0f}s", "" if row.step is None else
+            str(row.step), metrics_text(row.metrics), rate, _clip(last, LAST_LINE_CHARS))
+
+
+HEADERS = ["process", "status", "time", "step", "metrics", "steps/s", "last line"]
+
+
+def render_text(view: BoardView) -> str:
+    lines = [view.title, render_rows(HEADERS, [_cells(r) for r in view.rows], indent="  ")]
+    lines += [f"  {note}" for note in view.notes]
+    for row in view.rows:
+        if not row.tail:
+            continue
+        held = f", {row.held_back} earlier lines in the log" if row.held_back else ""
+        lines.append(f"-- {row.label} ({row.lines} lines{held}) --")
+        lines += [f"  {line}" for line in row.tail]
+    if view.log_dir:
+        lines.append(f"logs: {view.log_dir}")
+    return "\n".join(lines)
+
+
+_STYLE = ("<style>.ppb{font:12px/1.35 var(--jp-code-font-family,monospace);}"
+          ".ppb table{border-collapse:collapse;margin:2px 0 6px}"
+          ".ppb th,.ppb td{padding:1px 8px;text-align:left;white-space:pre;border-bottom:"
+          "1px solid rgba(128,128,128,.25)}"
+          ".ppb .bad{color:#c62828;font-weight:bold}.ppb .ok{color:#2e7d32}"
+          ".ppb .run{color:#1565c0}"
+          ".ppb .tails{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));"
+          "gap:4px 12px}.ppb .tail{overflow:hidden}.ppb .tail pre{margin:0;white-space:pre;"
+          "overflow:hidden;text-overflow:ellipsis;background:rgba(128,128,128,.08);padding:2px 4px}"
+          ".ppb .head{color:gray}</style>")
+
+
+def _status_class(status: str) -> str:
+    if status == "ok":
+        return "ok"
+    return "run" if status in OK_STATUSES else "bad"
+
+
+def render_html(view: BoardView) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
+    body = []
+    for row in view.rows:
+        cells = list(_cells(row))
+        tds = [f"<td>{esc(c)}</td>" for c in cells]
+        tds[1] = f"<td class='{_status_class(row.status)}'>{esc(row.status)}</td>"
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    parts = [_STYLE, "<div class='ppb'>", f"<div><b>{esc(view.title)}</b></div>",
+             f"<table><tr>{head}</tr>{''.join(body)}</table>"]
+    parts += [f"<div class='head'>{esc(note)}</div>" for note in view.notes]
+    tails = []
+    for row in view.rows:
+        if not row.tail:
+            continue
+        held = f", {row.held_back} earlier lines in the log" if row.held_back else ""
+        tails.append(f"<div class='tail'><div class='head'>{esc(row.label)} ({row.lines} lines"
+                     f"{held})</div><pre>{esc(chr(10).join(row.tail))}</pre></div>")
+    if tails:
+        parts.append(f"<div class='tails'>{''.join(tails)}</div>")
+    if view.log_dir:
+        parts.append(f"<div class='head'>logs: {esc(view.log_dir)}</div>")
+    parts.append("</div>")
+    return "".join(parts)

@@ -1,0 +1,60 @@
+"""Quiet by default: library chatter goes to the logs, not to the cell or the terminal.
+
+Two sources, two treatments (`--verbose` turns both off):
+- rank output: lines of MindSpore's networking (`[WARNING] DISTRIBUTED(...)`, `[INFO] ...`:
+  the cluster's connect/retry/register messages, a dozen per rank and job) are kept out of
+  the display; the rank logs keep every byte. Their ERROR lines are always shown.
+- the launcher's own process (the kernel, in a notebook): MLflow's and alembic's INFO lines
+  (store migration, "View run ...") and Python warnings raised while the job is set up,
+  supervised and reported (tqdm's TqdmWarning when ipywidgets is missing) are written to
+  `<job_dir>/launcher.log` instead of stderr.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import warnings
+from typing import Iterator
+
+# glog lines of MindSpore below ERROR from its networking submodule
+CHATTER = re.compile(rb"^\[(?:WARNING|INFO|DEBUG)\] DISTRIBUTED\(", re.M)
+WARNINGS_LOGGER = "platform_plugin.warnings"
+LIBRARY_LOGGERS = ("mlflow", "alembic", WARNINGS_LOGGER)
+LOG_NAME = "launcher.log"
+
+
+def hide_pattern(verbose: bool):
+    return None if verbose else CHATTER
+
+
+@contextlib.contextmanager
+def libraries_to_log(job_dir: str, verbose: bool) -> Iterator[None]:
+    """Route MLflow/alembic logging and Python warnings to `<job_dir>/launcher.log`."""
+    if verbose:
+        yield
+        return
+    os.makedirs(job_dir, exist_ok=True)
+    handler = logging.FileHandler(os.path.join(job_dir, LOG_NAME), encoding="utf-8", delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = []
+    for name in LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.handlers[:], logger.propagate))
+        logger.handlers = [handler]
+        logger.propagate = False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = _to_logger
+            yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
+        handler.close()
+
+
+def _to_logger(message, category, filename, lineno, file=None, line=None) -> None:
+    logging.getLogger(WARNINGS_LOGGER).warning("%s:%s: %s: %s", filename, lineno, category.__name__,
+                                        message)

@@ -1,0 +1,58 @@
+"""The cell experience in a real kernel: the live board, errors as one block, quiet output."""
+from __future__ import annotations
+
+import pytest
+
+from tests.launcher.helpers import ASSETS, log_text
+from tests.magic.helpers import run_cell
+
+pytestmark = pytest.mark.slow
+RANK = ASSETS / "board_rank.py"
+
+
+def test_board_rows_metrics_tail_and_quiet(kernel):
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    cell = run_cell(kc, f"%dist_run --nproc 3 --backend plain --log-dir {kc.log_dir} "
+                        f"--job-name board python {RANK} 40 0.05")
+    assert cell.ok, cell.stream + "\n".join(cell.error)
+    # one block updated in place, not a stream of rank lines
+    assert cell.displays[0][0] == "display_data"
+    assert {kind for kind, _ in cell.displays[1:]} == {"update_display_data"}
+    assert "[rank " not in cell.stream and "step 3" not in cell.stream
+    board = cell.board
+    assert "succeeded" in board.splitlines()[0]
+    for rank in range(3):
+        row = next(line for line in board.splitlines() if line.strip().startswith(f"rank {rank} "))
+        assert " ok " in row and " 39 " in row and "loss=0.025" in row, row  # last step, metric
+        assert f"rank {rank} finished" in row  # the last output line
+        # the tail: the last lines, the count of earlier ones (42 = chatter + 40 steps + finished)
+        assert f"-- rank {rank} (42 lines, 37 earlier lines in the log) --" in board
+    assert "DISTRIBUTED(" not in board  # MindSpore networking chatter: logs only
+    job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("board"))
+    assert "DISTRIBUTED(" in log_text(str(job), "0") and "rank 0 step 0" in log_text(str(job), "0")
+    assert "3 lines of MindSpore networking chatter" in cell.stream
+    html = cell.displays[-1][1]["text/html"]
+    assert "<table>" in html and "rank 2 finished" in html
+    # --verbose brings the chatter back; --show all streams prefixed lines as before
+    cell = run_cell(kc, f"%dist_run --nproc 1 --backend plain --tracking none --verbose "
+                        f"--show all --log-dir {kc.log_dir} python {RANK} 2 0")
+    assert cell.ok and "[rank 0] [WARNING] DISTRIBUTED(" in cell.stream and not cell.displays
+
+
+def test_errors_are_one_block_without_plugin_frames(kernel):
+    km, kc = kernel
+    run_cell(kc, "%load_ext platform_plugin")
+    cell = run_cell(kc, "%dist_run --nproc 0 python x.py")
+    assert not cell.ok and cell.reply["ename"] == "ConfigError"
+    assert cell.error[0] == "ConfigError: nothing was started"
+    assert cell.error[1].strip().startswith("[LAUNCH_NPROC] at --nproc:")
+    assert len(cell.error) == 2
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --grace 1 --tracking none "
+                        f"--log-dir {kc.log_dir} python {RANK} 3 0 1")
+    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    assert len(cell.error) == 1 and cell.error[0].startswith("JobFailed: job "), cell.error
+    assert "ROOT CAUSE" in cell.stream and "rank 1 about to fail" in cell.stream
+    text = "\n".join(cell.error) + cell.stream
+    assert "magic.py" not in text and "Traceback" not in text and 'File "' not in text
+    assert "exit 3" in cell.board  # the board's last state shows the failed rank
