@@ -27,6 +27,7 @@ from platform_plugin.settings import job_log_dir
 from platform_plugin.launcher.api import run as run_job
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
 from platform_plugin.launcher.result import JobFailed
+from platform_plugin.util.suggest import with_suggestions
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
 NOTEBOOK_MAX_LINES_PER_S = 20.0
@@ -34,13 +35,15 @@ NOTEBOOK_MAX_LINES_PER_S = 20.0
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would sys.exit() and kill the cell with SystemExit
-        raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {message}", "%dist_run")])
+        raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {with_suggestions(self, message)}"
+                                   "\n  (`%dist_run --help` lists every option)", "%dist_run")])
 
 
 def _magic_only(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expand", action="store_true",
                         help="(first option only) expand $name and {expr} from the notebook's "
                         "variables")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,9 +53,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXAMPLES = """
+examples:
+  %dist_run python train.py --epochs 3          2 ranks on a CPU machine, the table's devices on Ascend
+  %dist_run --nproc 8 --show all python train.py    stream every line instead of the live board
+  %%dist_run --nproc 2 -- --lr 0.1                  the cell body runs on every rank (args after --)
+  %dist_compare                                     the last job's ranks side by side, with a chart
+  %platform_clean --dry-run                         what a full run would remove from CODE/
+The last JobResult is `_dist_result`; from Python: platform_plugin.launch(cmd, **options) with
+the same options as keywords (help(platform_plugin.launch)).
+"""
+
+
 def magic_help() -> str:
     """Every %dist_run option, generated from the options record."""
-    return render_help("%dist_run", extra=_magic_only)
+    return render_help("%dist_run", extra=_magic_only) + EXAMPLES
 
 
 def _cell_script(body: str, log_dir: str | None) -> str:
@@ -75,6 +90,9 @@ class DistRunMagics(Magics):
         if line.lstrip().startswith("--expand"):  # opt-in, and only as the first option
             line = DollarFormatter().vformat(line, args=[], kwargs=self.shell.user_ns)
         args = _parser().parse_args(shlex.split(line))
+        if args.help:
+            print(magic_help())
+            return None
         defaults = {"max_lines_per_s": NOTEBOOK_MAX_LINES_PER_S}
         if cell is not None:
             defaults["job_name"] = "cell"
@@ -95,6 +113,10 @@ class DistRunMagics(Magics):
         finally:
             self.shell.user_ns["_dist_result"] = result
         return None
+
+
+DistRunMagics.dist_run.__doc__ = (
+    "Run a command (line magic) or the cell (cell magic) once per rank.\n\n" + magic_help())
 
 
 def register(ipython) -> None:

@@ -12,41 +12,39 @@ import importlib
 import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
+from platform_plugin.util.suggest import with_suggestions
 
-# (command module, help shown in `platform-run --help`) in the order they are listed
+# (command, module that registers it, help shown in `platform-run --help`) in listing order
 COMMANDS = [
-    ("env", "show the resolved platform variables and where each came from"),
-    ("ranktable", "check, show, generate or merge HCCL rank tables"),
-    ("doctor", "check rank table, variables, running ranks and limits"),
-    ("launch", "start one process per device and supervise them"),
-    ("notebook", "run a notebook in the debug or full-run environment"),
-    ("clean", "remove operator caches, logs and models from CODE/"),
-    ("sync", "deliver tracked params/metrics still waiting in a job's spool"),
-    ("compare", "compare ranks of a job: per-rank table, straggler, plot, MLflow URL"),
-    ("ui", "start a local MLflow UI on the configured store"),
+    ("init", "init", "write the starter files (platform.toml, .env.example, notebook, run.sh)"),
+    ("env", "env", "show the resolved platform variables and where each came from"),
+    ("ranktable", "ranktable", "check, show, generate or merge HCCL rank tables"),
+    ("doctor", "doctor", "check rank table, variables, running ranks and limits"),
+    ("launch", "launch", "start one process per device and supervise them"),
+    ("debug", "notebook", "run a notebook in the debug environment (调试环境) through papermill"),
+    ("full", "notebook", "full run (全量运行): clean CODE/, then run a notebook through papermill"),
+    ("clean", "clean", "remove operator caches, logs and models from CODE/"),
+    ("sync", "sync", "deliver tracked params/metrics still waiting in a job's spool"),
+    ("compare", "compare", "compare ranks of a job: per-rank table, straggler, plot, MLflow URL"),
+    ("ui", "ui", "start a local MLflow UI on the configured store"),
 ]
 
 
-# words that run a command module of another name (the notebook module registers both)
-ALIASES = {"debug": "notebook", "full": "notebook"}
-
-
 class _Parser(argparse.ArgumentParser):
-    """Usage errors carry a code like every other refusal (exit 2, `[CLI_USAGE]`)."""
+    """Usage errors carry a code like every other refusal (exit 2, `[CLI_USAGE]`) and the
+    closest flag or command for a typo. Sub-parsers are of the same class."""
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: [CLI_USAGE] {message}\n")
+        self.exit(2, f"{self.prog}: error: [CLI_USAGE] {with_suggestions(self, message)}\n")
 
 
 def _chosen(argv: list[str]) -> str | None:
-    """The sub-command named on the command line (the first word that is one), if any."""
-    names = {name for name, _help in COMMANDS}
+    """The module of the sub-command named on the command line (the first word), if any."""
+    modules = {name: module for name, module, _help in COMMANDS}
     for word in argv:
-        if word in ALIASES:
-            return ALIASES[word]
-        if word in names:
-            return word
+        if word in modules:
+            return modules[word]
         if not word.startswith("-"):
             return None
     return None
@@ -61,18 +59,31 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = _chosen(sys.argv[1:] if argv is None else argv)
-    for name, help_text in COMMANDS:
-        if name == chosen:
-            importlib.import_module(f"platform_plugin.cli.{name}").register(sub)
-        else:
+    for name, module, help_text in COMMANDS:
+        if module != chosen:
             sub.add_parser(name, help=help_text, add_help=False)
+        elif chosen not in {m for n, m, _h in COMMANDS[:COMMANDS.index((name, module, help_text))]}:
+            importlib.import_module(f"platform_plugin.cli.{module}").register(sub)
     return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Like parse_args, but an unknown flag is reported by the sub-command's own parser (its
+    usage, its flags suggested), not by the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        argv = sys.argv[1:] if argv is None else argv
+        name = next((w for w in argv if not w.startswith("-")), "")  # the sub-command
+        owner = sub.choices.get(name, parser)
+        owner.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(argv)
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return 2

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose
+from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose, default_nproc
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.util.ports import free_port
 from platform_plugin.settings import Settings, job_log_dir

@@ -111,17 +111,17 @@ def test_bad_options_are_config_errors(kw, code):
 def test_nproc_defaults_to_two_without_npus_and_to_the_visible_npus():
     """The README's first commands give no --nproc: on a CPU box they run 2 ranks (no /dev/davinci
     here, so the NPU branch is exercised through a stand-in listing)."""
-    plan = build_plan(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=None))
+    plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="plain", nproc=None))
     assert len(plan.workers) == min(2, os.cpu_count() or 1)
-    assert default_nproc(opts())[1].startswith("no NPUs")
+    assert default_nproc(Host())[1].startswith("no NPUs")
 
 
 def test_nproc_default_counts_visible_npus(monkeypatch):
     from platform_plugin.launcher import backends
     monkeypatch.setattr(backends, "_listdir", lambda path: [f"davinci{i}" for i in range(8)]
                         + ["davinci_manager", "null"])
-    assert default_nproc(opts(npu_present=True))[0] == 8
-    visible = opts(npu_present=True, base_env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
+    assert default_nproc(Host(npu_present=True))[0] == 8
+    visible = Host(npu_present=True, base_env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
     assert default_nproc(visible) == (4, "4 visible NPU(s)")
 
 

@@ -56,3 +56,19 @@ def test_errors_are_one_block_without_plugin_frames(kernel):
     text = "\n".join(cell.error) + cell.stream
     assert "magic.py" not in text and "Traceback" not in text and 'File "' not in text
     assert "exit 3" in cell.board  # the board's last state shows the failed rank
+
+
+def test_help_in_the_cell_and_suggestions(kernel):
+    km, kc = kernel
+    run_cell(kc, "%load_ext platform_plugin")
+    cell = run_cell(kc, "%dist_run --help")
+    assert cell.ok and not cell.displays
+    for flag in ("--nproc N, --nproc-per-node N", "--show", "--verbose", "--expand", "examples:"):
+        assert flag in cell.stream, flag
+    assert "docs/" not in cell.stream  # a pip user has no docs folder
+    cell = run_cell(kc, "%dist_run?")
+    pager = cell.reply["payload"][0]["data"]["text/plain"]
+    assert "--max-lines-per-sec" in pager and "--nproc" in pager
+    cell = run_cell(kc, "%dist_run --nprocs 2 python x.py")
+    assert cell.reply["ename"] == "ConfigError"
+    assert any("did you mean --nproc?" in line for line in cell.error), cell.error
