@@ -75,7 +75,8 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
     job_tracking = JobTracking.create(options.tracking, plan)
     plan = _with_env(plan, job_tracking.prepare())  # before spawning: every rank gets it
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
-                f"{' + scheduler' if len(plan.ranks) > len(plan.workers) else ''}, backend "
+                f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
+                f", backend "
                 f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}")
     job_file = JobFile(plan)
     job_tracking.start()
@@ -88,6 +89,9 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
     result.tracking = report
     job_file.ended(result)
     return result, job_file.error
+
+
+_HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
 
 
 def _rank_base_env(env: dict) -> dict:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Callable
 from typing import TYPE_CHECKING
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin import ranktable
+from platform_plugin.launcher import torch_store
 from platform_plugin.launcher.options import BACKEND_CHOICES, LaunchOptions
 
 if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
@@ -43,9 +45,11 @@ class Layout:
 
 @dataclass(frozen=True)
 class Helper:
-    name: str  # "sched"
+    name: str  # "sched" | "store"
     role: str  # RankSpec.role
     env: dict
+    # the job's command -> this helper's argv; None: the command itself (ms-cluster scheduler)
+    argv_of: Callable[[tuple], tuple] | None = None
 
 
 def _fail(code: str, message: str, path: str = "") -> ConfigError:
@@ -125,7 +129,16 @@ class TorchBackend(Backend):
         return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
                 "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
                 "GROUP_RANK": str(layout.node_rank), "MASTER_ADDR": layout.master_addr,
-                "MASTER_PORT": str(layout.master_port)}
+                "MASTER_PORT": str(layout.master_port), **torch_store.AGENT_STORE,
+                # gloo's own listening sockets: on loopback for a single-server job
+                **({"GLOO_SOCKET_IFNAME": "lo"} if layout.nnodes == 1 else {})}
+
+    def helpers(self, layout: Layout) -> list[Helper]:
+        """Node 0 hosts the rendezvous store on MASTER_ADDR only (torch_store.py says why)."""
+        if layout.node_rank != 0:
+            return []
+        env = {"MASTER_ADDR": layout.master_addr, "MASTER_PORT": str(layout.master_port)}
+        return [Helper(torch_store.NAME, torch_store.ROLE, env, argv_of=torch_store.argv)]
 
 
 class MsClusterBackend(Backend):

@@ -18,6 +18,7 @@ from platform_plugin.errors import ConfigError, Problem
 if TYPE_CHECKING:
     from platform_plugin.launcher.plan import LaunchPlan
 
+HELPER_NAMES = ("sched", "store")  # processes of a job that are not ranks
 TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
@@ -68,7 +69,7 @@ class _RankStream:
     def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None,
                  hide=None):
         self.name = name
-        self.label = "sched" if name == "sched" else f"rank {name}"
+        self.label = name if name in HELPER_NAMES else f"rank {name}"
         self.prefix = f"[{self.label}] "
         self.log = open(log_path, "wb", buffering=0)  # unbuffered: the file is complete even if we die
         self.shown = shown

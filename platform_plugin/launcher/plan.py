@@ -41,7 +41,7 @@ class RankSpec:
     env: dict
     cwd: str
     log_path: str
-    role: str = "worker"  # "worker" | "sched"
+    role: str = "worker"  # "worker" | "sched" | "service" (torch store: stopped after the workers)
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     ranks = [_worker(layout, backend, i, command, base_env, common, options, cwd, job_dir,
                      cache_dir) for i in range(len(layout.ranks))]
-    helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None, argv=command,
+    helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
+                        argv=h.argv_of(command) if h.argv_of else command,
                         env={**base_env, **common, **h.env,
                              "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", h.name),
                              **options.env},

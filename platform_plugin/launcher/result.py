@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.util.texttable import render_rows
 
+HELPERS = ("sched", "store")  # processes that are not ranks (output.HELPER_NAMES)
 STATUSES = ("succeeded", "failed", "timeout", "hung", "interrupted")
 
 
@@ -50,7 +51,7 @@ class RankFailure:
 
     @property
     def label(self) -> str:
-        return "sched" if self.name == "sched" else f"rank {self.name}"
+        return _name_label(self.name)
 
 
 @dataclass
@@ -88,7 +89,7 @@ class JobResult:
                          f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
                          f"{cause.runtime_s:.1f}s")
             if cause.last_lines:
-                log = "sched.log" if cause.name == "sched" else f"rank_{cause.name}.log"
+                log = f"{cause.name}.log" if cause.name in HELPERS else f"rank_{cause.name}.log"
                 lines.append(f"  last {len(cause.last_lines)} lines of {log}:")
                 lines.extend(f"    | {line}" for line in cause.last_lines)
         if self.failures or not self.ok:
@@ -131,7 +132,7 @@ def _table(result: JobResult) -> str:
 
 
 def _name_label(name: str) -> str:
-    return "sched" if name == "sched" else f"rank {name}"
+    return name if name in HELPERS else f"rank {name}"
 
 
 def _dash(value) -> str:

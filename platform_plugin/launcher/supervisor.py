@@ -78,6 +78,7 @@ class Supervisor:
         self._job = JobProcesses(plan.job_id, plan.job_dir)
         self._nothing_left = False  # set once the loop saw every process of the job gone
         self._log_failure_seen = False
+        self._services_stopped = False
 
     # -- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
@@ -202,17 +203,28 @@ class Supervisor:
             # an exit found after the stop began counts as stopped, even a same-instant failure:
             # SIGTERM may already have landed, and the root cause is the first one found anyway
             proc.ended_while_stopping = self._stop is not None
-            if proc.popen.returncode != 0:
+            if proc.popen.returncode != 0 and not (proc.spec.role == "service"
+                                                   and self._services_stopped):
                 proc.failure_order = len(self._failures)
                 self._failures.append(proc)
                 if self._stop is None:
-                    label = "the scheduler" if proc.spec.role == "sched" else f"rank {proc.spec.name}"
+                    label = {"sched": "the scheduler", "service": "the rendezvous store"}.get(
+                        proc.spec.role, f"rank {proc.spec.name}")
                     self._begin_stop("failed", f"{label} {_how(proc.popen.returncode)}; "
                                      "stopping the other processes")
-        if self._stop is None and self.procs and all(p.ended is not None for p in self.procs):
+        if self._stop is None and self.procs and all(p.ended is not None for p in self.procs
+                                                     if p.spec.role != "service"):
             # every process succeeded; leftovers (a daemon a rank started) get SIGTERM from
             # _finished, whose scan finds them anyway: a clean end pays for no extra scan
             self._stop = _Stop("succeeded", "", kill_at=now + self.grace, terminated=False)
+            self._stop_services()
+
+    def _stop_services(self) -> None:
+        """Services (the torch store) serve the workers: done when they are, not a failure."""
+        self._services_stopped = True
+        for proc in self.procs:
+            if proc.spec.role == "service" and proc.ended is None:
+                signal_pids([proc.popen.pid], signal.SIGTERM)
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()

@@ -54,7 +54,7 @@ def kill_job(job_dir: str) -> None:
 
 
 def log_text(job_dir: str, name: str) -> str:
-    path = Path(job_dir) / (f"{name}.log" if name == "sched" else f"rank_{name}.log")
+    path = Path(job_dir) / (f"{name}.log" if name in ("sched", "store") else f"rank_{name}.log")
     return path.read_text(errors="replace") if path.exists() else ""
 
 

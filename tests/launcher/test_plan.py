@@ -62,11 +62,24 @@ def test_torch_sets_the_torchrun_variables():
     plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="torch", nproc=2))
     port = plan.master_port
     assert isinstance(port, int) and port > 0
-    for i, rank in enumerate(plan.ranks):
+    for i, rank in enumerate(plan.workers):
         e = rank.env
         assert (e["RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"]) == (
             str(i), str(i), "2", "2")
         assert e["MASTER_ADDR"] == "127.0.0.1" and e["MASTER_PORT"] == str(port)
+        # every rank is a client of the launcher's store; gloo on loopback (single server)
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True" and e["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_torch_store_is_a_helper_on_node_0_only():
+    plan = plan_of(["python", "t.py"], NO_TABLE, opts(backend="torch", nproc=2))
+    [store] = [r for r in plan.ranks if r.role != "worker"]
+    assert (store.name, store.role) == ("store", "service") and store.argv[1] == "-c"
+    assert store.log_path.endswith("/store.log") and "master_listen_fd" in store.argv[2]
+    node1 = plan_of(["python", "t.py"], NO_TABLE, opts(backend="torch", nproc=2, nnodes=2,
+                                                       node_rank=1, master_port=29500))
+    assert all(r.role == "worker" for r in node1.ranks)
+    assert "GLOO_SOCKET_IFNAME" not in node1.ranks[0].env
 
 
 def test_ms_cluster_has_one_scheduler_and_workers_with_node_ids():
