@@ -31,7 +31,7 @@ def check_plan(plan: LaunchPlan) -> None:
                       f"at most {MAX_JOB_NAME} (it names the job's folder)", "--job-name")
     check_writable_folder(os.path.dirname(plan.job_dir), "log", "LAUNCH_LOG_DIR", "--log-dir")
     check_writable_folder(os.path.dirname(plan.cache_dir), "cache", "LAUNCH_CACHE_DIR", "--cache-dir")
-    for spec in plan.ranks[:1]:  # every rank runs the same argv in the same folder
+    for spec in plan.workers[:1]:  # every rank runs the same argv in the same folder
         check_program(list(spec.argv), spec.env, spec.cwd)
     for spec in plan.ranks:
         check_exec_size(list(spec.argv), spec.env)

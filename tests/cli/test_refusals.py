@@ -161,3 +161,9 @@ def test_notebooks_without_a_usable_kernelspec_run_with_python3(tmp_path, metada
                           tmp_path)
     assert done.rc == 0, done
     assert "value 5" in (tmp_path / "out.ipynb").read_text()
+
+
+def test_a_missing_program_is_refused_whatever_the_backend(cwd):
+    for backend in ("torch", "ms-cluster", "plain"):
+        refused(run_inprocess(["launch", "--nproc", "2", "--backend", backend, "--",
+                               "no-such-program-xyz"], cwd), "LAUNCH_PROGRAM_MISSING")
