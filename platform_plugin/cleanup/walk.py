@@ -3,25 +3,39 @@
 Every folder is read and every entry in it decided (remove or keep) before anything in it
 is removed, and the decisions never depend on whether removing is switched on — so
 `--dry-run` (removing off) lists exactly what a real run removes, and a real run reads the
-tree once instead of twice (a cleanup of 100,000 files costs about what `rm -rf` does).
+tree once instead of twice.
 
 Safety comes from how the tree is opened: every folder is opened relative to its parent's
 file descriptor with O_NOFOLLOW, so a symlink is never followed — not at the start, and not
 when a folder is swapped for a link while the walk runs — and nothing outside ROOT is
-reachable (the same guard `rm -rf` and `shutil.rmtree` use on Linux).
+reachable (the same guard `rm -rf` and `shutil.rmtree` use on Linux). A folder on another
+filesystem (`st_dev` differs from ROOT's) or listed as a mount point is never entered: it is
+reported as skipped.
 
-A matched folder that holds something that must stay (a `device_0/` copy of `train.py`,
-say) is not removed as a whole: everything else inside it is, and the protected files and
-the folders leading to them stay.
+The walk is iterative (a tree 100,000 levels deep is fine): each folder is a generator that
+yields the subfolders it wants visited; the driver keeps at most FD_WINDOW of their
+descriptors open and reopens a parent through its child's ".." (checked by device and inode)
+when it gets back to it.
+
+A matched folder is removed wholesale: no rule is tested inside it, only the protected names
+(and keeps) that must stay wherever they are. One that holds something that must stay (a
+`device_0/` copy of `train.py`, say) is not removed as a whole: everything else inside it is,
+and the protected files and the folders leading to them stay.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Generator, Protocol
+
+from platform_plugin.cleanup.mounts import mount_points_below
+from platform_plugin.cleanup.tracking_data import spool_hold
+from platform_plugin.errors import ConfigError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+FD_WINDOW = 64  # folder descriptors kept open at most, whatever the depth
+_SPOOL_HINTS = ("sink.json", "tracking", "rank_")  # names that may make a folder a spool
 
 
 @dataclass(frozen=True)
@@ -36,124 +50,277 @@ class Removal:
 
 
 class Matcher(Protocol):
-    """What the walk asks about each entry (implemented by `cleanup.CleanupRules`)."""
+    """What the walk asks about each entry (implemented by `cleanup.rules.CleanupRules`)."""
 
+    checks_paths: bool
+
+    def stays_by_name(self, name: str) -> bool: ...
+    def stays_by_path(self, rel: str) -> bool: ...
     def directory_category(self, parts: tuple[str, ...]) -> str | None: ...
     def file_category(self, parts: tuple[str, ...]) -> str | None: ...
     def link_category(self, parts: tuple[str, ...]) -> str | None: ...
-    def must_stay(self, parts: tuple[str, ...]) -> bool: ...
-    def never_enter(self, name: str) -> bool: ...
 
 
 @dataclass
 class WalkResult:
     removals: list[Removal] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # "rel: reason", left in place
+    skipped: list[str] = field(default_factory=list)  # "rel/: another filesystem", not entered
+    kept: list[str] = field(default_factory=list)  # "rel/: why" (tracking data), kept whole
+
+
+@dataclass(eq=False)
+class _Folder:
+    name: str
+    parts: tuple[str, ...]
+    fd: int | None  # None while closed to bound open descriptors
+    dev: int
+    ino: int
+    entries: list[os.DirEntry]
+
+    @property
+    def rel(self) -> str:
+        return "/".join(self.parts)
+
+
+@dataclass(frozen=True)
+class _Visit:
+    """A folder's request to the driver: enter this subfolder (as matched when `category`)."""
+
+    name: str
+    parts: tuple[str, ...]
+    category: str | None
+
+
+@dataclass
+class _Outcome:
+    """What a matched folder tells its parent once it is done."""
+
+    whole: bool  # everything in it went (the driver then removes the folder itself)
+    files: int
+    bytes: int
+    pieces: list[tuple[str, str, int]]  # (name, kind, bytes) removed directly inside
+    inner: list[Removal]  # what went from its subfolders
+
+    def removals(self, rel: str, category: str) -> list[Removal]:
+        if self.whole:
+            return [Removal(rel, category, "dir", self.files, self.bytes)]
+        return [Removal(f"{rel}/{name}", category, kind, 1, size)
+                for name, kind, size in self.pieces] + self.inner
+
+
+class _Moved(Exception):
+    """A folder is no longer where the walk left it: stop rather than guess."""
+
+
+Visitor = Generator[_Visit, "_Outcome | None", "_Outcome | None"]
 
 
 def walk(root: Path, matcher: Matcher, *, remove: bool,
          progress: Callable[[int], None] | None = None) -> WalkResult:
     """Plan (remove=False) or plan-and-remove (remove=True) below ROOT."""
-    cleaning = _Walk(matcher, remove, progress)
-    root_fd = os.open(root, _DIR_FLAGS)
     try:
-        cleaning.unmatched(root_fd, ())
+        root_fd = os.open(root, _DIR_FLAGS)
+    except OSError as exc:
+        raise ConfigError(f"cleanup root {root} cannot be opened as a folder ({exc.strerror}); "
+                          f"it must be a real folder, not a symlink", code="CLEAN_ROOT")
+    cleaning = _Walk(root, matcher, remove, progress)
+    top = _Folder("", (), root_fd, 0, 0, [])
+    try:
+        stat = os.fstat(root_fd)
+        top.dev, top.ino = stat.st_dev, stat.st_ino
+        cleaning.dev = stat.st_dev  # the one filesystem the walk may touch
+        top.entries = _read(root_fd)
+        cleaning.drive(top)
+    except _Moved as exc:
+        cleaning.result.errors.append(f"{exc}: the cleanup stopped there")
+    except OSError as exc:
+        cleaning.result.errors.append(f"./: not read ({exc.strerror or exc})")
     finally:
-        os.close(root_fd)
+        _close(top)
     cleaning.result.removals.sort(key=lambda item: item.rel)
     return cleaning.result
 
 
 class _Walk:
-    def __init__(self, matcher: Matcher, remove: bool, progress: Callable[[int], None] | None):
-        self.matcher, self.remove, self.progress = matcher, remove, progress
+    def __init__(self, root: Path, matcher: Matcher, remove: bool,
+                 progress: Callable[[int], None] | None):
+        self.root, self.matcher, self.remove, self.progress = root, matcher, remove, progress
         self.result = WalkResult()
+        self.dev = 0
+        self.mounts = mount_points_below(str(root))
+        self.mount_parents = frozenset(parts[:-1] for parts in self.mounts)
 
-    def unmatched(self, fd: int, parts: tuple[str, ...]) -> None:
+    # ---------------------------------------------------------------- the driver
+    def drive(self, top: _Folder) -> None:
+        stack: list[tuple[Visitor, _Folder]] = [(self.unmatched(top), top)]
+        reply: _Outcome | None = None
+        try:
+            while stack:
+                visitor, folder = stack[-1]
+                try:
+                    request = visitor.send(reply)
+                except StopIteration as done:
+                    stack.pop()
+                    reply = done.value
+                    if stack:
+                        self._back_to(stack[-1][1], folder)
+                        if reply is not None and reply.whole and not self._rmdir(
+                                stack[-1][1], folder.name, folder.rel):
+                            reply.whole = False
+                    _close(folder)
+                    continue
+                reply = None
+                child = self._enter(folder, request)
+                if child is None:
+                    continue  # the parent hears None: not entered
+                visitor = (self.matched(child, request.category) if request.category
+                           else self.unmatched(child))
+                stack.append((visitor, child))
+                if len(stack) > FD_WINDOW:
+                    _close(stack[-FD_WINDOW - 1][1])
+        finally:
+            for _, folder in stack:
+                _close(folder)
+
+    def _enter(self, parent: _Folder, visit: _Visit) -> _Folder | None:
+        rel = "/".join(visit.parts)
+        try:
+            fd = os.open(visit.name, _DIR_FLAGS, dir_fd=parent.fd)
+        except OSError as exc:  # e.g. ELOOP: swapped for a symlink since it was listed
+            self.result.errors.append(f"{rel}/: not entered ({exc.strerror or exc})")
+            return None
+        folder = None
+        try:
+            stat = os.fstat(fd)
+            if stat.st_dev != self.dev or visit.parts in self.mounts:
+                what = "another filesystem" if stat.st_dev != self.dev else "a mount point"
+                self.result.skipped.append(f"{rel}/: {what}, not entered")
+                return None
+            folder = _Folder(visit.name, visit.parts, fd, stat.st_dev, stat.st_ino, _read(fd))
+            hold = self._spool_hold(folder)
+            if hold:
+                self.result.kept.append(f"{rel}/: {hold}")
+                folder = None
+            return folder
+        except OSError as exc:
+            self.result.errors.append(f"{rel}/: not read ({exc.strerror or exc})")
+            return None
+        finally:
+            if folder is None:
+                os.close(fd)
+
+    def _spool_hold(self, folder: _Folder) -> str | None:
+        for entry in folder.entries:
+            if entry.name.startswith(_SPOOL_HINTS):
+                return spool_hold(self.root.joinpath(*folder.parts), folder.entries)
+        return None
+
+    def _back_to(self, parent: _Folder, child: _Folder) -> None:
+        """Reopen `parent` (closed to bound descriptors) through `child`'s "..", refusing a
+        folder that is not the one the walk left (moved or swapped meanwhile)."""
+        if parent.fd is not None:
+            return
+        fd = os.open("..", _DIR_FLAGS, dir_fd=child.fd)
+        stat = os.fstat(fd)
+        if (stat.st_dev, stat.st_ino) != (parent.dev, parent.ino):
+            os.close(fd)
+            raise _Moved(f"{parent.rel or '.'}/ moved while it was cleaned")
+        parent.fd = fd
+
+    # ---------------------------------------------------------------- the visitors
+    def unmatched(self, folder: _Folder) -> Visitor:
         """Outside any matched folder: look for matches, descend into the rest."""
-        matcher = self.matcher
-        for entry in _read(fd):
-            child = parts + (entry.name,)
-            if matcher.never_enter(entry.name) or matcher.must_stay(child):
-                continue
+        matcher, removals = self.matcher, self.result.removals
+        for entry in folder.entries:
+            name = entry.name
+            child = folder.parts + (name,)
             rel = "/".join(child)
+            if matcher.stays_by_name(name) or (matcher.checks_paths
+                                               and matcher.stays_by_path(rel)):
+                continue
             if entry.is_symlink():
                 category = matcher.link_category(child)
-                if category and self._unlink(fd, entry.name, "/".join(parts)):
-                    self.result.removals.append(Removal(rel, category, "link", 1, 0))
+                if category and self._unlink(folder.fd, name, rel):
+                    removals.append(Removal(rel, category, "link", 1, 0))
             elif entry.is_dir(follow_symlinks=False):
                 category = matcher.directory_category(child)
-                if category:
-                    self.result.removals.extend(self.matched(fd, entry.name, child, category)[1])
-                else:
-                    self._descend(fd, entry.name, rel, lambda sub: self.unmatched(sub, child))
+                outcome = yield _Visit(name, child, category)
+                if category and outcome is not None:
+                    removals.extend(outcome.removals(rel, category))
             else:
                 category = matcher.file_category(child)
-                if category:
-                    size = entry.stat(follow_symlinks=False).st_size
-                    if self._unlink(fd, entry.name, "/".join(parts)):
-                        self.result.removals.append(Removal(rel, category, "file", 1, size))
+                if category and not self._mounted(child, rel):
+                    size = _size(entry)
+                    if self._unlink(folder.fd, name, rel):
+                        removals.append(Removal(rel, category, "file", 1, size))
+        return None
 
-    def matched(self, parent_fd: int, name: str, parts: tuple[str, ...],
-                category: str) -> tuple[bool, list[Removal]]:
-        """Inside a matched folder everything goes except what must stay. Returns (went as
-        a whole, removals): one Removal for the folder, or the pieces that went."""
-        rel = "/".join(parts)
-        totals = [0, 0]  # files, bytes
-        whole = True
-        pieces: list[tuple[str, bool, int]] = []  # (name, is a link, bytes) of what went
-        inner: list[Removal] = []  # what went from subfolders, in case this folder stays
-
-        def visit(fd: int) -> None:
-            # the hot loop of a big cleanup: one pass per entry, lookups bound once
-            nonlocal whole
-            never_enter, must_stay, unlink = (self.matcher.never_enter, self.matcher.must_stay,
-                                              self._unlink)
-            count = size = 0
-            for entry in _read(fd):
-                name = entry.name
-                child = parts + (name,)
-                if never_enter(name) or must_stay(child):
+    def matched(self, folder: _Folder, category: str) -> Visitor:
+        """Inside a matched folder everything goes except what must stay. The hot loop of a
+        big cleanup: per file one name test, one lstat (the byte count), one unlink."""
+        matcher = self.matcher
+        stays, checks_paths = matcher.stays_by_name, matcher.checks_paths
+        unlink = os.unlink if self.remove else None
+        prefix = folder.rel + "/"
+        has_mounts = folder.parts in self.mount_parents
+        whole, files, size = True, 0, 0
+        pieces: list[tuple[str, str, int]] = []
+        inner: list[Removal] = []
+        fd = folder.fd
+        for entry in folder.entries:
+            name = entry.name
+            if stays(name) or (checks_paths and matcher.stays_by_path(prefix + name)):
+                whole = False
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                outcome = yield _Visit(name, folder.parts + (name,), category)
+                fd = folder.fd  # may have been closed and reopened meanwhile
+                if outcome is None:
                     whole = False
                     continue
-                if entry.is_dir(follow_symlinks=False):
-                    sub_whole, sub = self.matched(fd, name, child, category)
-                    whole = whole and sub_whole
-                    inner.extend(sub)
-                    totals[0] += sum(item.files for item in sub)
-                    totals[1] += sum(item.bytes for item in sub)
-                    continue
+                files += outcome.files
+                size += outcome.bytes
+                whole = whole and outcome.whole
+                inner += outcome.removals(prefix + name, category)
+                continue
+            if has_mounts and self._mounted(folder.parts + (name,), prefix + name):
+                whole = False
+                continue
+            try:
                 link = entry.is_symlink()
                 nbytes = 0 if link else entry.stat(follow_symlinks=False).st_size
-                if not unlink(fd, name, rel):
-                    whole = False
-                    continue
-                pieces.append((name, link, nbytes))
-                count += 1
-                size += nbytes
-            totals[0] += count
-            totals[1] += size
-            if self.progress and count:
-                self.progress(count)
+                if unlink is not None:
+                    unlink(name, dir_fd=fd)
+            except OSError as exc:
+                self.result.errors.append(f"{prefix}{name}: {exc.strerror or exc}")
+                whole = False
+                continue
+            pieces.append((name, "link" if link else "file", nbytes))
+            files += 1
+            size += nbytes
+        if self.progress and pieces:
+            self.progress(len(pieces))
+        return _Outcome(whole, files, size, pieces, inner)
 
-        if not self._descend(parent_fd, name, rel, visit):
-            return False, []
-        if whole and self._rmdir(parent_fd, name, rel):
-            return True, [Removal(rel, category, "dir", totals[0], totals[1])]
-        # this folder stays: report what went from it, item by item
-        return False, [Removal(f"{rel}/{n}", category, "link" if link else "file", 1, b)
-                       for n, link, b in pieces] + inner
-
-    # --- the only places that touch the tree; a dry run answers "done" without touching
-    def _unlink(self, dir_fd: int, name: str, parent_rel: str) -> bool:
-        return self._apply(os.unlink, dir_fd, name, f"{parent_rel}/{name}" if parent_rel else name)
-
-    def _rmdir(self, dir_fd: int, name: str, rel: str) -> bool:
-        return self._apply(os.rmdir, dir_fd, name, f"{rel}/")
-
-    def _apply(self, remove: Callable[..., None], dir_fd: int, name: str, shown: str) -> bool:
-        if not self.remove:
+    # ---------------------------------------------------------------- touching the tree
+    def _mounted(self, parts: tuple[str, ...], rel: str) -> bool:
+        """A bind-mounted file: never unlinked (the kernel would refuse anyway)."""
+        if parts in self.mounts:
+            self.result.skipped.append(f"{rel}: a mount point, not removed")
             return True
+        return False
+
+    def _unlink(self, dir_fd: int | None, name: str, rel: str) -> bool:
+        return self._apply(os.unlink, dir_fd, name, rel)
+
+    def _rmdir(self, parent: _Folder, name: str, rel: str) -> bool:
+        return self._apply(os.rmdir, parent.fd, name, f"{rel}/")
+
+    def _apply(self, remove: Callable[..., None], dir_fd: int | None, name: str,
+               shown: str) -> bool:
+        if not self.remove:
+            return True  # a dry run answers "done" without touching anything
         try:
             remove(name, dir_fd=dir_fd)
             return True
@@ -161,17 +328,18 @@ class _Walk:
             self.result.errors.append(f"{shown}: {exc.strerror or exc}")
             return False
 
-    def _descend(self, parent_fd: int, name: str, rel: str, visit: Callable[[int], None]) -> bool:
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-        except OSError as exc:  # e.g. ELOOP: swapped for a symlink since it was listed
-            self.result.errors.append(f"{rel}/: not entered ({exc.strerror or exc})")
-            return False
-        try:
-            visit(fd)
-        finally:
-            os.close(fd)
-        return True
+
+def _size(entry: os.DirEntry) -> int:
+    try:
+        return entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0  # gone since it was listed: the unlink will say so
+
+
+def _close(folder: _Folder) -> None:
+    if folder.fd is not None:
+        os.close(folder.fd)
+        folder.fd = None
 
 
 def _read(fd: int) -> list[os.DirEntry]:
