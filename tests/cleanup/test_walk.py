@@ -176,10 +176,12 @@ def test_cli_clean_dry_run_then_real(tmp_path):
 # ---------------------------------------------------------------- generated trees
 
 DIR_NAMES = ["kernel_meta", "rank_0", "rank_12", "graph_cache", "logs", "device_3", "device_x",
-             "__pycache__", ".git", "platform_logs", "src", "data dir", "ünï", "new\nline"]
+             "__pycache__", ".git", "platform_logs", "src", "data dir", "ünï", "new\nline",
+             "mlruns", "mlartifacts"]
 FILE_NAMES = ["a.ckpt", "x.log", "worker_1.log", "g.ir", "train.py", "notes.md", "run.sh",
               ".env", "platform.toml", "nb.ipynb", "data.bin", "sp ace.onnx", "ü.mindir",
-              "weird\nname.log", "weird\nname.py", "fusion_result.json", "keep.ckpt"]
+              "weird\nname.log", "weird\nname.py", "fusion_result.json", "keep.ckpt",
+              "mlflow.db", "mlflow.db-wal", "rank_1.log"]
 KINDS = ["file", "file", "file", "link-out-dir", "link-out-file", "link-in"]
 
 entries = st.lists(st.tuples(st.lists(st.sampled_from(DIR_NAMES), max_size=3),
@@ -230,6 +232,9 @@ def expected_removed_leaves(leaves: dict[str, str], keep: list[str]) -> set[str]
         parts = tuple(rel.split("/"))
         name = parts[-1]
         if ".git" in parts or kept(parts):
+            continue
+        # tracking stores, wherever they are: never entered, never deleted
+        if any(p in ("mlruns", "mlartifacts") or p.startswith("mlflow.db") for p in parts):
             continue
         if name.endswith((".py", ".ipynb", ".sh", ".md")) or name in {".env", "platform.toml"}:
             continue
