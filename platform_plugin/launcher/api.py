@@ -22,6 +22,7 @@ from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.result import JobFailed, JobResult
 from platform_plugin.launcher.supervisor import Supervisor
+from platform_plugin.launcher.sysmetrics import SystemMetrics
 
 
 def launch(cmd: list[str] | str, **options: Any) -> JobResult:
@@ -73,7 +74,10 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
     """(result, what went wrong writing job.json or None)."""
     __tracebackhide__ = True
     job_tracking = JobTracking.create(options.tracking, plan)
-    plan = _with_env(plan, job_tracking.prepare())  # before spawning: every rank gets it
+    tracking_env = job_tracking.prepare()
+    plan = _with_env(plan, tracking_env)  # before spawning: every rank gets it
+    system_metrics = SystemMetrics(tracking_env.get("PLATFORM_TRACKING_SPOOL_DIR"),
+                                   0 if options.no_system_metrics else options.system_metrics_interval)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                 f", backend "
@@ -82,7 +86,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
     job_tracking.start()
     result = None
     try:  # the output observes the supervisor too: the board shows each process's status
-        result = Supervisor(plan, output, [job_file, output], timeout=options.timeout,
+        result = Supervisor(plan, output, [job_file, output, system_metrics], timeout=options.timeout,
                             silence_timeout=options.silence_timeout, grace=options.grace).run()
     finally:
         report = _finish_tracking(job_tracking, result)

@@ -55,5 +55,6 @@ class SpoolTail:
             self._offsets[name] = chunk.end
             metrics = self.metrics.setdefault(name, RankMetrics())
             for record, _ in chunk.records:
-                if record[0] == "m" and isinstance(record[2], (int, float)):
+                if record[0] == "m" and isinstance(record[2], (int, float)) \
+                        and not str(record[1]).startswith("system/"):  # the launcher's samples
                     metrics.add(str(record[1]), record[2], int(record[3]), int(record[4]))

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from dataclasses import dataclass, field
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has
+# one device's metric (the launcher's system/npu_4_*, system/gpu_0_*): only its rank logs it
+PER_DEVICE = re.compile(r"^system/(npu|gpu)_\d+_")
 
 
 def is_throughput(name: str) -> bool:
@@ -29,6 +32,11 @@ def is_throughput(name: str) -> bool:
 
 def is_aggregate(name: str) -> bool:
     return name.rsplit("/", 1)[-1] in ("mean", "min", "max", "sum") and "/" in name
+
+
+def aggregated(name: str) -> bool:
+    """Whether a metric gets aggregates: not one that is itself an aggregate or one device's."""
+    return not is_aggregate(name) and not PER_DEVICE.match(name)
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,7 @@ class StepAggregator:
 
     def add(self, label: str, name: str, value: float, step: int, timestamp_ms: int) -> list[AggregatePoint]:
         """Record one delivered point; return the aggregates of the steps it completed."""
-        if is_aggregate(name):
+        if not aggregated(name):
             return []
         metric = self.metrics.setdefault(name, _Metric())
         if step not in metric.open:

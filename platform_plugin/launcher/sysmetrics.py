@@ -1,0 +1,177 @@
+"""System metrics per rank, sampled by the launcher: nothing runs in the rank.
+
+Every `interval` seconds a thread in the launcher samples, for each rank, its process tree
+(psutil: CPU %, RSS, threads), the machine (CPU %, memory — what MLflow's own monitor logs), the
+rank's NPU from `npu-smi info` (AI Core %, HBM) and, when NVML is there (pynvml), its GPU. The
+points are appended to the rank's spool like the rank's own metrics, so the forwarder ships them
+to the rank's child run under MLflow's `system/` prefix (the run page's "System metrics" tab)
+and the parent run gets their per-step aggregates. Step = sample number, as MLflow's monitor.
+
+Names: MLflow's own where MLflow has one (`system/cpu_utilization_percentage`,
+`system/system_memory_usage_megabytes|percentage`, `system/gpu_{i}_utilization_percentage`,
+`system/gpu_{i}_memory_usage_megabytes|percentage`), the same pattern otherwise
+(`system/process_*` for the rank's process tree, `system/npu_{i}_*` for its NPU).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from platform_plugin.tracking.spool import SPOOL_SUFFIX, SpoolWriter, encode_metric
+from platform_plugin.util import npu_smi
+
+PREFIX = "system/"
+
+
+def physical_device(device_id, env: dict) -> int | None:
+    """DEVICE_ID is renumbered within ASCEND_RT_VISIBLE_DEVICES; npu-smi shows physical ids."""
+    if device_id is None:
+        return None
+    visible = [x.strip() for x in env.get("ASCEND_RT_VISIBLE_DEVICES", "").split(",") if x.strip()]
+    if visible and int(device_id) < len(visible) and visible[int(device_id)].isdigit():
+        return int(visible[int(device_id)])
+    return int(device_id)
+
+
+class _Tree:
+    """One rank's process tree; psutil.Process objects are kept so cpu_percent has a baseline."""
+
+    def __init__(self, pid: int):
+        import psutil
+        self.psutil = psutil
+        self.root = pid
+        self.procs: dict[int, object] = {}
+
+    def sample(self) -> dict[str, float] | None:
+        try:
+            root = self.procs.get(self.root) or self.psutil.Process(self.root)
+            members = [root, *root.children(recursive=True)]
+        except self.psutil.Error:
+            return None  # the rank ended
+        cpu = rss = threads = 0.0
+        alive = {}
+        for proc in members:
+            proc = self.procs.get(proc.pid, proc)
+            try:
+                with proc.oneshot():
+                    cpu += proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
+                    threads += proc.num_threads()
+                alive[proc.pid] = proc
+            except self.psutil.Error:
+                continue
+        self.procs = alive
+        return {"process_cpu_utilization_percentage": cpu, "process_memory_rss_megabytes": rss / 1e6,
+                "process_threads": threads}
+
+
+class SystemMetrics:
+    """A Supervisor observer: `started(supervisor)` starts the sampling thread, `ended(result)`
+    stops it. `interval <= 0` or no spool: does nothing."""
+
+    def __init__(self, spool_dir: str | None, interval: float, *, npu_smi_exe: str | None = None):
+        self.spool_dir = Path(spool_dir) if spool_dir else None
+        self.interval = interval
+        self.npu_smi = npu_smi_exe or shutil.which("npu-smi")
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ranks: list[tuple[str, _Tree, int | None, SpoolWriter]] = []
+        self._nvml = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.spool_dir is not None and self.interval > 0
+
+    def started(self, supervisor) -> None:
+        if not self.enabled:
+            return
+        import psutil
+        psutil.cpu_percent(None)  # baseline of the machine's CPU %
+        for proc in supervisor.procs:
+            spec = proc.spec
+            if getattr(spec, "role", "worker") != "worker" or spec.rank_id is None:
+                continue
+            path = self.spool_dir / f"rank_{spec.rank_id}{SPOOL_SUFFIX}"
+            self._ranks.append((str(spec.rank_id), _Tree(proc.popen.pid),
+                                physical_device(spec.device_id, spec.env), SpoolWriter(path)))
+        for _, tree, _, _ in self._ranks:
+            tree.sample()  # baseline of each tree's CPU %
+        self._nvml = _nvml()
+        self._thread = threading.Thread(target=self._loop, name="system-metrics", daemon=True)
+        self._thread.start()
+
+    def ended(self, result) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(self.interval + 10)
+        for *_, writer in self._ranks:
+            writer.close()
+
+    def _loop(self) -> None:
+        # a fixed pause after each sample: two samples are never closer than the interval
+        while not self._stop.wait(self.interval):
+            self.sample_once()
+
+    def sample_once(self) -> None:
+        import psutil
+        now = int(time.time() * 1000)
+        memory = psutil.virtual_memory()
+        machine = {"cpu_utilization_percentage": psutil.cpu_percent(None),
+                   "system_memory_usage_megabytes": memory.used / 1e6,
+                   "system_memory_usage_percentage": memory.percent}
+        npus = npu_smi.sample(self.npu_smi) if self.npu_smi else {}
+        step = self.samples
+        for label, tree, device, writer in self._ranks:
+            values = tree.sample()
+            if values is None:
+                continue
+            values.update(machine)
+            values.update(_npu_values(npus.get(device)) if device is not None else {})
+            values.update(_gpu_values(self._nvml, device))
+            for name, value in values.items():
+                writer.append(encode_metric(json.dumps(PREFIX + name), float(value), step, now))
+            writer.flush()
+        self.samples += 1
+
+
+def _npu_values(npu) -> dict[str, float]:
+    if npu is None:
+        return {}
+    out = {}
+    if npu.aicore_percent is not None:
+        out[f"npu_{npu.npu_id}_utilization_percentage"] = npu.aicore_percent
+    if npu.hbm_used_mb is not None:
+        out[f"npu_{npu.npu_id}_hbm_usage_megabytes"] = npu.hbm_used_mb
+        if npu.hbm_total_mb:
+            out[f"npu_{npu.npu_id}_hbm_usage_percentage"] = 100.0 * npu.hbm_used_mb / npu.hbm_total_mb
+    return out
+
+
+def _nvml():
+    """pynvml, initialised, or None (optional: no NVIDIA GPU, or the package is not installed)."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # noqa: BLE001 - ImportError, NVMLError: no GPU metrics
+        return None
+
+
+def _gpu_values(nvml, device) -> dict[str, float]:
+    """MLflow's GPU monitor names, for the rank's GPU (its DEVICE_ID / local index)."""
+    if nvml is None or device is None:
+        return {}
+    try:
+        handle = nvml.nvmlDeviceGetHandleByIndex(device)
+        memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+        usage = nvml.nvmlDeviceGetUtilizationRates(handle)
+    except Exception:  # noqa: BLE001 - NVMLError: no such device
+        return {}
+    return {f"gpu_{device}_utilization_percentage": usage.gpu,
+            f"gpu_{device}_memory_usage_megabytes": memory.used / 1e6,
+            f"gpu_{device}_memory_usage_percentage": 100.0 * memory.used / memory.total}
