@@ -131,7 +131,7 @@ class LaunchOptions:
     kill_stale: bool = opt(False, "kill ranks of an earlier job that still hold this job's devices")
     tracking: str = opt("auto", "metrics sink (default auto)", choices=TRACKING_CHOICES)
     system_metrics_interval: float = opt(
-        5.0, "sample each rank's CPU %, memory, threads and its NPU/GPU every S seconds into its "
+        5.0, "sample each rank's CPU, memory, threads and its NPU/GPU every S seconds into its "
         "run's System metrics (default 5)", metavar="S", check=_at_least(0, above=True),
         code="LAUNCH_BAD_VALUE")
     no_system_metrics: bool = opt(False, "do not sample system metrics")
