@@ -6,6 +6,7 @@ of them can import the types without a cycle; `ranktable` re-exports everything 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.numbers import whole_number
@@ -30,11 +31,12 @@ class Server:
     server_id: str  # usually the host IP
     devices: tuple[Device, ...]
 
-    @property
+    # cached: `ranktable show` asks once per device row (quadratic on a 100,000-device table)
+    @cached_property
     def first_rank(self) -> int:
         return min(d.rank_id for d in self.devices)
 
-    @property
+    @cached_property
     def rank_ids(self) -> tuple[int, ...]:
         return tuple(sorted(d.rank_id for d in self.devices))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 from typing import Callable
 
 from platform_plugin.errors import Problem
@@ -41,14 +42,26 @@ def rule_servers_present(table: RankTable) -> list[Problem]:
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
-def is_host(text: str) -> bool:
-    """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
-    server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
+def is_ip(text: str) -> bool:
+    """IPv4 or IPv6 address. inet_pton first: ipaddress alone is most of the time of checking
+    a 100,000-device table."""
+    try:
+        socket.inet_pton(socket.AF_INET, text)
+        return True
+    except (OSError, ValueError):
+        pass
     try:
         ipaddress.ip_address(text)
         return True
     except ValueError:
-        pass
+        return False
+
+
+def is_host(text: str) -> bool:
+    """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
+    server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
+    if is_ip(text):
+        return True
     if not text or len(text) > 253:
         return False
     return all(_HOST_LABEL.fullmatch(label) for label in text.rstrip(".").split("."))
@@ -121,9 +134,7 @@ def rule_device_ips(table: RankTable) -> list[Problem]:
                                             "the NPUs' own NICs): take it from /etc/hccn.conf or "
                                             "`hccn_tool -i N -ip -g`.", path))
                 continue
-            try:
-                ipaddress.ip_address(ip.strip())
-            except ValueError:
+            if not is_ip(ip.strip()):
                 problems.append(Problem("RT_DEVICE_IP_INVALID", f"device_ip {ip!r} is not an IP "
                                         "address: use the NPU NIC address from /etc/hccn.conf "
                                         f"(address_{device.device_id}=...).", path))
