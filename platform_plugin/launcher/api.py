@@ -14,6 +14,9 @@ from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.job_tracking import JobTracking
 from platform_plugin.launcher.backends import default_nproc, npus_present
 from platform_plugin.launcher import preflight
+from platform_plugin.launcher.attempts import PeerNotice, attempt_record, keep_attempt_logs
+from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
+from platform_plugin.launcher.joblink import open_link
 from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
 from platform_plugin.launcher.notebook_display import in_kernel, make_board
@@ -45,17 +48,30 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
                                     cwd=options.cwd)
     host = Host(base_env=_rank_base_env({**os.environ, **settings.process_env()}),  # a copy
                 npu_present=npus_present())
+    options = options.replace(job_id=explicit_job_id(options.job_id, host.base_env))
     plan = build_plan(cmd, settings, options, host)
+    if options.job_id is None and plan.backend == "rank-table" and plan.nnodes > 1:
+        # the servers of a multi-server table share no rendezvous: they derive one key
+        options = options.replace(job_id=rank_table_job_id(plan.job_name, _table_file(plan),
+                                                           host.base_env))
+        plan = build_plan(cmd, settings, options, host)
     if options.nproc is None and plan.backend != "rank-table":
         _print(options.write, f"[launcher] --nproc not given: {default_nproc(host)[1]}")
-    output = _display(options, check_show(options.show, plan))
+    shown = check_show(options.show, plan)
     preflight.check_plan(plan)
-    preflight.check_ports_and_devices(plan, options, host.npu_present, output.note)
-    with libraries_to_log(plan.job_dir, options.verbose):
-        result, job_file_error = _supervise(plan, options, output)
-    summary = _summary(result, output.hidden())
-    if job_file_error:  # a full disk: say what the record holds, it is still readable
-        summary += f"\n[launcher] job.json: {job_file_error}"
+    preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
+    link = open_link(plan)
+    try:
+        agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
+        if agreed != plan.job_id:
+            plan = build_plan(cmd, settings, options.replace(job_id=agreed), host)
+        with libraries_to_log(plan.job_dir, options.verbose):
+            result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
+    finally:
+        link.close()
+    summary = _summary(result, hidden)
+    if result.job_file_error:  # a full disk: say what the record holds, it is still readable
+        summary += f"\n[launcher] job.json: {result.job_file_error}"
     _print(options.write, summary)
     if options.check and not result.ok:
         raise JobFailed(result)
@@ -70,8 +86,51 @@ def _display(options: LaunchOptions, shown) -> Output:
     return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 
-def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
-    """(result, what went wrong writing job.json or None)."""
+def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, shown,
+                  link) -> tuple[JobResult, int]:
+    """--max-restarts N: after a failure every process stops, then the whole job starts again
+    (all servers together: each attempt is agreed through the job link), same job id.
+    Returns (the last attempt's result, lines hidden from the display)."""
+    attempts: list[dict] = []
+    while True:
+        attempt = len(attempts)
+        if attempt:  # every server reached this attempt (the first one was agreed in run())
+            link.agree(plan.job_id, attempt)
+            options = options.replace(job_id=plan.job_id, attempt=attempt,
+                                      master_port=_port_for(options, plan, attempt))
+            plan = build_plan(cmd, settings, options, host)
+            keep_attempt_logs(plan.job_dir, attempt - 1)
+        output = _display(options, shown)
+        result = _supervise(plan, options, output, link, attempts,
+                            last=attempt >= options.max_restarts)
+        _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
+        if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
+            return result, output.hidden()
+        attempts.append(attempt_record(result, attempt))
+        _print(options.write, result.render() + f"\n[launcher] attempt {attempt + 1} of "
+               f"{options.max_restarts + 1} {result.status}: restarting the whole job "
+               "(--max-restarts)")
+
+
+def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> None:
+    """A multi-server job succeeded only if every server's ranks did: this server's clean end
+    becomes a failure when another server failed after it."""
+    others = [s for s in failed_servers if s != server_id]
+    if result.ok and others:
+        result.ok, result.status = False, "failed"
+        result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
+
+
+def _port_for(options: LaunchOptions, plan: LaunchPlan, attempt: int) -> int | None:
+    """A restarted single-server job gets a fresh port (the old scheduler's may linger in
+    TIME_WAIT); a multi-server one keeps the port every server was given."""
+    if attempt and options.master_port is None and plan.nnodes == 1:
+        return None
+    return plan.master_port
+
+
+def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
+               attempts: list[dict], last: bool) -> JobResult:
     __tracebackhide__ = True
     job_tracking = JobTracking.create(options.tracking, plan)
     tracking_env = job_tracking.prepare()
@@ -81,18 +140,34 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output):
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                 f", backend "
-                f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}")
-    job_file = JobFile(plan)
+                f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
+                + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
+    job_file = JobFile(plan, attempts)
+    peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
     job_tracking.start()
     result = None
     try:  # the output observes the supervisor too: the board shows each process's status
-        result = Supervisor(plan, output, [job_file, output, system_metrics], timeout=options.timeout,
-                            silence_timeout=options.silence_timeout, grace=options.grace).run()
+        result = Supervisor(plan, output, [job_file, output, system_metrics, peers],
+                            timeout=options.timeout, silence_timeout=options.silence_timeout,
+                            grace=options.grace, stop_check=peers.stop_reason).run()
     finally:
-        report = _finish_tracking(job_tracking, result)
+        report = _finish_tracking(job_tracking, result, last)
     result.tracking = report
+    result.attempts = list(attempts)
+    result.server_id = plan.server_id
     job_file.ended(result)
-    return result, job_file.error
+    result.job_file_error = job_file.error or ""
+    return result
+
+
+def _note(write):
+    def note(text: str) -> None:
+        _print(write, f"[launcher] {text}")
+    return note
+
+
+def _table_file(plan: LaunchPlan) -> str:
+    return next(r.env["RANK_TABLE_FILE"] for r in plan.workers)
 
 
 _HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
@@ -113,10 +188,10 @@ def _with_env(plan: LaunchPlan, extra: dict | None) -> LaunchPlan:
     return dataclasses.replace(plan, ranks=ranks)
 
 
-def _finish_tracking(job_tracking, result):
+def _finish_tracking(job_tracking, result, last: bool = True):
     """Tracking must never turn a finished job into a crash: a failing sink becomes a note."""
     try:
-        return job_tracking.finish(result)
+        return job_tracking.finish(result, last=last)
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         print(f"[launcher] tracking could not finish: {exc}", file=sys.stderr)
         return None

@@ -93,9 +93,16 @@ def grid_layout(settings: Settings, options: LaunchOptions, *, needs_port: bool)
                     "server (and --master-addr = the address of node 0)", "--master-port")
     first = node_rank * nproc
     return Layout(world_size=nnodes * nproc, node_rank=node_rank, nnodes=nnodes,
-                  server_id=settings.server.server_id if settings.server else "localhost",
+                  server_id=(settings.server.server_id if settings.server
+                             else grid_server_id(nnodes, node_rank)),
                   ranks=tuple((first + i, i) for i in range(nproc)),
                   master_addr=options.master_addr, master_port=options.master_port)
+
+
+def grid_server_id(nnodes: int, node_rank: int) -> str:
+    """Without a rank table: `localhost` for one server, `node<I>` for node I of --nnodes (so
+    the servers of one job, simulated on one machine too, never share an id)."""
+    return "localhost" if nnodes == 1 else f"node{node_rank}"
 
 
 class Backend:

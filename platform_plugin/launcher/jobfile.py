@@ -20,13 +20,15 @@ RESERVE = 64 * 1024  # room for the result when the disk is full by the end of t
 
 
 class JobFile:
-    def __init__(self, plan: LaunchPlan):
+    def __init__(self, plan: LaunchPlan, attempts: list[dict] | None = None):
         self.plan = plan
         self.path = os.path.join(plan.job_dir, "job.json")
         self.error = ""  # why the last write failed, if it did
         self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan.summary(),
-                     "pids": {}, "result": None}
+                     "pids": {}, "result": None,
+                     # --max-restarts: the root-cause table of every earlier failed attempt
+                     "attempt": plan.attempt + 1, "failed_attempts": list(attempts or [])}
 
     def started(self, supervisor) -> None:
         self.data["state"] = "running"

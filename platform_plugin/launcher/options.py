@@ -58,11 +58,6 @@ def _show(value: str) -> Optional[str]:
     return "use all, none, sched or comma-separated rank numbers such as 0,3"
 
 
-def _no_restarts(value: int) -> Optional[str]:
-    return None if value == 0 else ("restarting a failed job is not supported yet: run it again "
-                                    "(or leave --max-restarts out)")
-
-
 def _name(value: str) -> Optional[str]:
     return None if value.strip() and "/" not in value and value not in (".", "..") else \
         "must be a non-empty name without '/'"
@@ -137,15 +132,19 @@ class LaunchOptions:
     no_system_metrics: bool = opt(False, "do not sample system metrics")
     verbose: bool = opt(False, "also show library chatter (MindSpore networking, MLflow INFO, "
                         "warnings) that otherwise goes to the logs only")
-    max_restarts: int = opt(0, "restart the whole job up to N times after a failure (torchrun's "
-                            "flag; only 0 is supported yet)", metavar="N", check=_no_restarts,
-                            code="LAUNCH_MAX_RESTARTS", flags=("--max-restarts", "--max_restarts"))
+    job_id: Optional[str] = opt(
+        None, "the job's id on every server (else PLATFORM_JOB_ID, else agreed by the servers of "
+        "the job, else generated from the job name)", metavar="ID", check=_name)
+    max_restarts: int = opt(0, "after a failure stop all, then start the whole job again, up to "
+                            "N times (same job id, new attempt)", metavar="N",
+                            check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",
+                            flags=("--max-restarts", "--max_restarts"))
     # keyword-only (not flags): what an embedding program passes
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",
                              cli=False)
-    job_id: Optional[str] = opt(None, "the job id (default: generated from the job name)",
-                                cli=False, check=_name)
+    attempt: int = opt(0, "which attempt this is (set by --max-restarts; 0 = the first)",
+                       cli=False, check=_at_least(0))
     check: bool = opt(True, "raise JobFailed when the job failed (False: return the result)",
                       cli=False)
     write: Optional[Callable[[str], Any]] = opt(

@@ -20,7 +20,7 @@ from platform_plugin.settings import Settings, job_log_dir
 
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
 RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM_JOB_NAME",
-                  "PLATFORM_JOB_DIR", "PLATFORM_SERVER_ID", "PYTHONUNBUFFERED")
+                  "PLATFORM_JOB_DIR", "PLATFORM_SERVER_ID", "PLATFORM_ATTEMPT", "PYTHONUNBUFFERED")
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class LaunchPlan:
     cache_dir: str = ""
     master_addr: str = "127.0.0.1"
     master_port: int | None = None
+    attempt: int = 0
 
     @property
     def workers(self) -> tuple[RankSpec, ...]:
@@ -73,6 +74,7 @@ class LaunchPlan:
             "world_size": self.world_size, "node_rank": self.node_rank, "nnodes": self.nnodes,
             "server_id": self.server_id, "cache_dir": self.cache_dir, "command": list(self.command),
             "master_addr": self.master_addr, "master_port": self.master_port,
+            "attempt": self.attempt,
             "ranks": [{"name": r.name, "role": r.role, "rank_id": r.rank_id,
                        "local_rank": r.local_rank, "device_id": r.device_id, "argv": list(r.argv),
                        "cwd": r.cwd, "log_path": r.log_path,
@@ -147,8 +149,11 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               "PLATFORM_JOB_DIR": job_dir, "PLATFORM_SERVER_ID": layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
+              "PLATFORM_ATTEMPT": str(options.attempt),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
+    if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
+        common["RANK_START"] = str(layout.ranks[0][0])
     ranks = [_worker(layout, backend, i, command, base_env, common, options, cwd, job_dir,
                      cache_dir) for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
@@ -163,7 +168,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       node_rank=layout.node_rank, nnodes=layout.nnodes,
                       ranks=tuple(helpers + ranks), command=command, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
-                      master_port=layout.master_port)
+                      master_port=layout.master_port, attempt=options.attempt)
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],

@@ -1,7 +1,7 @@
 """Find and stop every process of one job, wherever it went.
 
 A job's processes are its ranks' process groups plus every process of this user whose
-environment carries the job's JOB_ID or PLATFORM_JOB_DIR. The groups catch children that
+environment carries the job's PLATFORM_JOB_DIR (or its JOB_ID without a PLATFORM_JOB_DIR). The groups catch children that
 rewrote their environment (`env -i`); the environment catches grandchildren that left the
 groups (`setsid`, a double fork, `nohup ... &` in a new session) since every process a rank
 starts inherits it. Both values are generated per job (timestamp + random hex, a folder named
@@ -49,8 +49,14 @@ class JobProcesses:
     def strays(self) -> list[int]:
         """The job's live processes outside its groups (setsid grandchildren, daemons)."""
         return [p.pid for p in user_processes("JOB_ID")
-                if p.pgid not in self.pgids and (p.env.get("JOB_ID") == self.job_id
-                                                 or p.env.get("PLATFORM_JOB_DIR") == self.job_dir)]
+                if p.pgid not in self.pgids and self._ours(p.env)]
+
+    def _ours(self, env: dict) -> bool:
+        """The job folder decides; JOB_ID alone only for a process that dropped the folder
+        variable. The servers of one multi-server job share the JOB_ID (one job), and when
+        they are simulated on one machine each has its own folder: never reap the others'."""
+        folder = env.get("PLATFORM_JOB_DIR")
+        return folder == self.job_dir or (folder is None and env.get("JOB_ID") == self.job_id)
 
     def alive(self) -> bool:
         return bool(self.live_groups() or self.strays())

@@ -69,6 +69,9 @@ class JobResult:
     tracking: object = None  # tracking.job.DeliveryReport, set after the ranks ended
     reason: str = ""  # why the launcher ended the job (timeout, silence, interrupt), if it did
     held_back: dict[str, int] = field(default_factory=dict)  # lines not displayed, per rank
+    attempts: list[dict] = field(default_factory=list)  # earlier failed attempts (--max-restarts)
+    server_id: str = "localhost"
+    job_file_error: str = ""  # job.json could not be written completely (a full disk)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -99,6 +102,11 @@ class JobResult:
             parts = ", ".join(f"{_name_label(k)}: {v}" for k, v in held.items())
             lines.append(f"  lines held back from the display (complete in the logs): {parts}")
         lines.append(f"  logs: {self.job_dir}")
+        if self.attempts and not self.ok:
+            lines.append(f"  all {len(self.attempts) + 1} attempts failed; the earlier ones:")
+            for earlier in self.attempts:
+                lines.extend(f"  | {line}" for line in
+                             [f"attempt {earlier['attempt']}:"] + earlier["table"].splitlines())
         return "\n".join(lines)
 
 

@@ -64,8 +64,10 @@ class _Stop:
 class Supervisor:
     def __init__(self, plan: LaunchPlan, output: Output, observers=(), *,
                  timeout: float | None = None, silence_timeout: float | None = None,
-                 grace: float = 3.0):
+                 grace: float = 3.0, stop_check=None):
         self.plan, self.output, self.observers = plan, output, list(observers)
+        # another server's launcher asking this one to stop: () -> reason or None
+        self.stop_check = stop_check
         self.timeout, self.silence_timeout, self.grace = timeout, silence_timeout, grace
         self.host = socket.gethostname()
         self.procs: list[_Proc] = []
@@ -237,6 +239,10 @@ class Supervisor:
             elif self.silence_timeout and now - self.output.last_output > self.silence_timeout:
                 self._begin_stop("hung", f"no output from any process for --silence-timeout "
                                  f"{self.silence_timeout:g}s: a hang (HCCL's own timeout is 30 min)")
+            elif self.stop_check is not None:
+                remote = self.stop_check()
+                if remote:
+                    self._begin_stop("failed", f"stopped because {remote}", remote=True)
         elif not self._stop.killed and now >= self._stop.kill_at:
             self._stop.killed = True
             self._job.signal(signal.SIGKILL, only_live_groups=False)
@@ -278,10 +284,12 @@ class Supervisor:
             self._stop.status, self._stop.reason = "failed", reason
             self.output.note(reason)
 
-    def _begin_stop(self, status: str, reason: str) -> None:
+    def _begin_stop(self, status: str, reason: str, remote: bool = False) -> None:
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
         self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
         self._job.signal(signal.SIGTERM, only_live_groups=False)
+        if not remote:  # the other servers' launchers stop their ranks too (joblink.py)
+            self._notify("stopping", (status, reason))
 
     def _kill_everything(self) -> None:
         """Last resort on the way out (an exception escaped the loop): nothing outlives us."""

@@ -57,7 +57,7 @@ class JobTracking:
     def start(self) -> None:
         pass
 
-    def finish(self, result) -> DeliveryReport:
+    def finish(self, result, last: bool = True) -> DeliveryReport:
         return DeliveryReport()
 
 
@@ -91,7 +91,7 @@ class SpoolingJobTracking(JobTracking):
     def start(self) -> None:
         self.forwarder.start()
 
-    def finish(self, result) -> DeliveryReport:
+    def finish(self, result, last: bool = True) -> DeliveryReport:
         self.config.final_status = final_status(result)
         self.config.save(self.spool_dir)
         drained = self.forwarder.drain(drain_timeout(30))

@@ -64,7 +64,7 @@ def test_torchrun_spellings_are_aliases_and_restarts_are_refused(capsys):
     options = from_arguments(args)
     assert (options.nproc, options.node_rank, options.nnodes, options.master_addr,
             options.master_port) == (4, 1, 2, "10.0.0.1", 29500)
-    assert main(["launch", "--max-restarts", "2", "--", "python", "t.py"]) == 2
+    assert main(["launch", "--max-restarts", "-1", "--", "python", "t.py"]) == 2
     assert "[LAUNCH_MAX_RESTARTS]" in capsys.readouterr().err
 
 

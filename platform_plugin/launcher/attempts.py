@@ -1,0 +1,59 @@
+"""What a multi-server or restarted job adds around one supervised attempt: telling the other
+servers' launchers that this one stops (and hearing them), and keeping every failed attempt."""
+from __future__ import annotations
+
+import os
+import time
+
+# how often the tracking server is asked whether another server stopped the job (rank-table
+# route only: the --nnodes routes hear it at once over the job link)
+TRACKING_POLL_S = 1.0
+
+
+class PeerNotice:
+    """A supervisor observer and its stop check. When this server's job stops for a reason of
+    its own (a rank failed, a timeout, Ctrl-C), the other servers hear it through the job link
+    and, for jobs tracked in a shared MLflow store, through a tag on the job's parent run."""
+
+    def __init__(self, link, job_tracking, server_id: str, attempt: int):
+        self.link, self.job_tracking = link, job_tracking
+        self.server_id, self.attempt = server_id, attempt
+        self._next_poll = 0.0
+
+    def stopping(self, payload) -> None:
+        status, reason = payload
+        self.link.tell_failed(self.server_id, reason, self.attempt)
+        tell = getattr(self.job_tracking, "tell_stopping", None)
+        if tell is not None:
+            tell(self.server_id, reason)
+
+    def stop_reason(self) -> str | None:
+        reason = self.link.stop_reason(self.attempt)
+        if reason:
+            return reason
+        poll = getattr(self.job_tracking, "stop_requested", None)
+        if poll is None or time.monotonic() < self._next_poll:
+            return None
+        self._next_poll = time.monotonic() + TRACKING_POLL_S
+        return poll(self.server_id)
+
+
+def attempt_record(result, attempt: int) -> dict:
+    """What job.json and the final error keep of a failed attempt: its root-cause table."""
+    cause = result.root_cause
+    return {"attempt": attempt + 1, "status": result.status, "reason": result.reason,
+            "duration_s": round(result.duration_s, 3),
+            "root_cause": None if cause is None else {
+                "name": cause.name, "rank_id": cause.rank_id, "device_id": cause.device_id,
+                "host": cause.host, "how": cause.how, "last_lines": cause.last_lines},
+            "table": result.render()}
+
+
+def keep_attempt_logs(job_dir: str, attempt: int) -> None:
+    """Before a restart: move the logs of attempt N into `attempt-N/`, so `rank_K.log` is
+    always the current attempt's and every earlier one is kept."""
+    target = os.path.join(job_dir, f"attempt-{attempt + 1}")
+    os.makedirs(target, exist_ok=True)
+    for name in os.listdir(job_dir):
+        if name.endswith(".log"):
+            os.replace(os.path.join(job_dir, name), os.path.join(target, name))

@@ -1,0 +1,360 @@
+"""The launchers of one multi-server job talk to each other: one job id, start together, stop
+together, restart together.
+
+No new daemon: node 0's launcher listens on `--master-port + 1` of `--master-addr` (the address
+every server already reaches for the rendezvous) for the life of the job; the launchers of the
+other nodes connect to it before starting their ranks and keep the connection open.
+
+Protocol (one JSON object per line):
+    node>=1 -> node 0   {"op": "join", "node": I, "server": ID, "attempt": A, "nnodes": N}
+    node 0  -> node>=1  {"op": "go", "job_id": ..., "attempt": A}      once all N-1 joined
+    any     -> node 0   {"op": "failed", "server": ID, "reason": ..., "attempt": A}
+    node 0  -> node>=1  {"op": "stop", "server": ID, "reason": ..., "attempt": A}
+    node>=1 -> node 0   {"op": "ended", "attempt": A, "ok": B, "server": ID}   its ranks ended
+    node 0  -> node>=1  {"op": "outcome", "attempt": A, "failed": [IDs]}    all servers ended
+    either  -> other    {"op": "bye"}                                   before a clean close
+A connection that closes without "bye" means that launcher died: the others stop (its ranks
+are gone, so a collective would hang for its 30-minute timeout).
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket
+import threading
+import time
+
+from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
+
+CONTROL_PORT_OFFSET = 1  # the control port is the rendezvous port + 1
+
+
+def join_timeout() -> float:
+    """How long the launchers wait for each other at the start (node 0 for the others to join,
+    the others for node 0 to listen): PLATFORM_RENDEZVOUS_TIMEOUT, default 300 s."""
+    return float(os.environ.get("PLATFORM_RENDEZVOUS_TIMEOUT") or 300)
+
+
+class JobLink:
+    """A single-server job: nobody to talk to. Every multi-server link has the same methods."""
+
+    def agree(self, job_id: str, attempt: int) -> str:
+        """Block until every launcher of the job reached this attempt; returns node 0's job id."""
+        return job_id
+
+    def tell_failed(self, server: str, reason: str, attempt: int) -> None:
+        pass
+
+    def stop_reason(self, attempt: int) -> str | None:
+        """Why another server's launcher asked to stop this attempt, or None."""
+        return None
+
+    def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
+        """Block until every server's ranks of this attempt ended; the servers that failed."""
+        return [] if ok else [server]
+
+    def close(self) -> None:
+        pass
+
+
+class _Peer:
+    """One line-oriented JSON connection."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buffer = b""
+        self.node: int | None = None
+        self.said_bye = False
+        self.lock = threading.Lock()
+
+    def send(self, message: dict) -> None:
+        with self.lock:
+            try:
+                self.sock.sendall(json.dumps(message).encode() + b"\n")
+            except OSError:
+                pass  # the reader sees the connection close and reports it
+
+    def read(self) -> list[dict] | None:
+        """The complete messages now readable; None at EOF."""
+        try:
+            data = self.sock.recv(65536)
+        except (BlockingIOError, InterruptedError, socket.timeout):
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+class _Linked(JobLink):
+    """State shared by both ends: what each attempt was told, guarded by one condition."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.stops: dict[int, str] = {}
+        self.outcomes: dict[int, dict] = {}  # attempt -> {node: failed server or ""} / result
+        self.closing = False
+        self.broken = ""  # set when the other end vanished (applies to every later attempt)
+        self.thread: threading.Thread | None = None
+
+    def stop_reason(self, attempt: int) -> str | None:
+        with self.cond:
+            return self.stops.get(attempt) or self.broken or None
+
+    def _start_reader(self, target) -> None:
+        self.thread = threading.Thread(target=target, name="job-link", daemon=True)
+        self.thread.start()
+
+
+class Hub(_Linked):
+    """Node 0: accepts the other launchers, hands out the job id, fans out stop requests."""
+
+    def __init__(self, addr: str, port: int, nnodes: int):
+        super().__init__()
+        self.nnodes = nnodes
+        self.peers: list[_Peer] = []
+        self.joined: dict[int, set[int]] = {}
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((addr, port))
+        self.listener.listen(max(8, nnodes))
+        self.listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, None)
+        self._start_reader(self._loop)
+
+    def agree(self, job_id: str, attempt: int) -> str:
+        deadline = time.monotonic() + join_timeout()
+        with self.cond:
+            while len(self.joined.get(attempt, ())) < self.nnodes - 1:
+                if self.broken:
+                    raise PlatformPluginError(f"multi-server start failed: {self.broken}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
+                    raise PlatformPluginError(
+                        f"node(s) {missing} did not join within {join_timeout():g}s (they connect "
+                        f"to --master-addr:--master-port+1 before starting their ranks); "
+                        "PLATFORM_RENDEZVOUS_TIMEOUT sets the wait")
+                self.cond.wait(min(left, 0.5))
+            peers = list(self.peers)
+        for peer in peers:
+            peer.send({"op": "go", "job_id": job_id, "attempt": attempt})
+        return job_id
+
+    def tell_failed(self, server: str, reason: str, attempt: int) -> None:
+        self._stop_all(server, reason, attempt, source=None)
+
+    def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
+        with self.cond:
+            ended = self.outcomes.setdefault(attempt, {})
+            ended[0] = "" if ok else server
+            while len(ended) < self.nnodes:
+                self.cond.wait(0.5)
+            failed = sorted({f for f in ended.values() if f})
+            peers = list(self.peers)
+        for peer in peers:
+            peer.send({"op": "outcome", "attempt": attempt, "failed": failed})
+        return failed
+
+    def _stop_all(self, server: str, reason: str, attempt: int, source) -> None:
+        with self.cond:
+            if attempt in self.stops:
+                return
+            self.stops[attempt] = f"server {server}: {reason}"
+            self.cond.notify_all()
+            peers = [p for p in self.peers if p is not source]
+        for peer in peers:
+            peer.send({"op": "stop", "server": server, "reason": reason, "attempt": attempt})
+
+    def _loop(self) -> None:
+        while not self.closing:
+            for key, _ in self.selector.select(timeout=0.2):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._receive(key.data)
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:
+            return
+        sock.setblocking(False)
+        peer = _Peer(sock)
+        with self.cond:
+            self.peers.append(peer)
+        self.selector.register(sock, selectors.EVENT_READ, peer)
+
+    def _receive(self, peer: _Peer) -> None:
+        try:
+            messages = peer.read()
+        except ValueError:
+            messages = None  # not our protocol: drop the connection
+        if messages is None:
+            self.selector.unregister(peer.sock)
+            peer.sock.close()
+            with self.cond:
+                self.peers.remove(peer)
+            if not peer.said_bye and peer.node is not None and not self.closing:
+                attempt = self._current()
+                self._stop_all(f"node{peer.node}", "its launcher is gone", attempt, peer)
+                with self.cond:  # it will never report: its part of the job failed
+                    self.outcomes.setdefault(attempt, {}).setdefault(peer.node, f"node{peer.node}")
+                    self.cond.notify_all()
+            return
+        for message in messages:
+            self._handle(peer, message)
+
+    def _current(self) -> int:
+        with self.cond:
+            return max(self.joined, default=0)
+
+    def _handle(self, peer: _Peer, message: dict) -> None:
+        op = message.get("op")
+        if op == "join":
+            peer.node = int(message.get("node", -1))
+            if int(message.get("nnodes", self.nnodes)) != self.nnodes:
+                peer.send({"op": "refused", "reason": f"node 0 runs --nnodes {self.nnodes}, "
+                           f"this launcher {message.get('nnodes')}"})
+                return
+            with self.cond:
+                self.joined.setdefault(int(message["attempt"]), set()).add(peer.node)
+                self.cond.notify_all()
+        elif op == "failed":
+            self._stop_all(str(message.get("server")), str(message.get("reason")),
+                           int(message.get("attempt", 0)), peer)
+        elif op == "ended":
+            with self.cond:
+                self.outcomes.setdefault(int(message["attempt"]), {})[peer.node] = (
+                    "" if message.get("ok") else str(message.get("server")))
+                self.cond.notify_all()
+        elif op == "bye":
+            peer.said_bye = True
+
+    def close(self) -> None:
+        with self.cond:
+            peers = list(self.peers)
+        for peer in peers:
+            peer.send({"op": "bye"})
+        self.closing = True
+        if self.thread is not None:
+            self.thread.join(2)
+        for key in list(self.selector.get_map().values()):
+            key.fileobj.close()
+        self.selector.close()
+
+
+class Spoke(_Linked):
+    """Node >= 1: joins node 0 and learns the job id from it; hears stop requests."""
+
+    def __init__(self, addr: str, port: int, node: int, nnodes: int, server: str):
+        super().__init__()
+        self.node, self.nnodes, self.server = node, nnodes, server
+        self.goes: dict[int, str] = {}
+        self.refused = ""
+        self.peer = _Peer(self._connect(addr, port))
+        self._start_reader(self._loop)
+
+    @staticmethod
+    def _connect(addr: str, port: int) -> socket.socket:
+        deadline = time.monotonic() + join_timeout()
+        while True:
+            try:
+                return socket.create_connection((addr, port), timeout=2)
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise PlatformPluginError(
+                        f"cannot reach node 0's launcher at {addr}:{port} ({exc.strerror or exc}) "
+                        f"within {join_timeout():g}s: start node 0 with the same --master-addr and "
+                        "--master-port (PLATFORM_RENDEZVOUS_TIMEOUT sets the wait)") from None
+                time.sleep(0.2)
+
+    def agree(self, job_id: str, attempt: int) -> str:
+        self.peer.send({"op": "join", "node": self.node, "server": self.server,
+                        "attempt": attempt, "nnodes": self.nnodes})
+        deadline = time.monotonic() + join_timeout()
+        with self.cond:
+            while attempt not in self.goes:
+                if self.refused or self.broken:
+                    raise PlatformPluginError(f"node 0 refused this launcher: "
+                                              f"{self.refused or self.broken}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PlatformPluginError(f"node 0 did not start the job within "
+                                              f"{join_timeout():g}s (other nodes missing?)")
+                self.cond.wait(min(left, 0.5))
+            return self.goes[attempt]
+
+    def tell_failed(self, server: str, reason: str, attempt: int) -> None:
+        with self.cond:
+            self.stops.setdefault(attempt, f"server {server}: {reason}")
+        self.peer.send({"op": "failed", "server": server, "reason": reason, "attempt": attempt})
+
+    def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
+        self.peer.send({"op": "ended", "attempt": attempt, "ok": ok, "server": server})
+        with self.cond:
+            while attempt not in self.outcomes:
+                if self.broken:  # node 0 gone: its part of the job is lost
+                    return sorted({"node0"} | (set() if ok else {server}))
+                self.cond.wait(0.5)
+            return list(self.outcomes[attempt]["failed"])
+
+    def _loop(self) -> None:
+        self.peer.sock.settimeout(0.2)
+        while not self.closing:
+            try:
+                messages = self.peer.read()
+            except ValueError:
+                messages = None
+            if messages is None:
+                with self.cond:
+                    if not self.closing and not self.peer.said_bye:
+                        self.broken = "node 0's launcher is gone"
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                for message in messages:
+                    op = message.get("op")
+                    if op == "go":
+                        self.goes[int(message["attempt"])] = str(message["job_id"])
+                    elif op == "stop":
+                        self.stops.setdefault(int(message["attempt"]),
+                                              f"server {message.get('server')}: "
+                                              f"{message.get('reason')}")
+                    elif op == "refused":
+                        self.refused = str(message.get("reason"))
+                    elif op == "outcome":
+                        self.outcomes[int(message["attempt"])] = message
+                    elif op == "bye":
+                        self.peer.said_bye = True
+                self.cond.notify_all()
+
+    def close(self) -> None:
+        self.closing = True
+        self.peer.send({"op": "bye"})
+        if self.thread is not None:
+            self.thread.join(2)
+        self.peer.sock.close()
+
+
+def open_link(plan) -> JobLink:
+    """The link of a plan: node 0 listens, the others connect; a single server needs none.
+    The rank-table route has no rendezvous address: its servers agree on a job key instead
+    (job_key.py) and stop each other through the tracking server."""
+    if plan.nnodes <= 1 or plan.master_port is None or plan.backend == "rank-table":
+        return JobLink()
+    port = plan.master_port + CONTROL_PORT_OFFSET
+    if plan.node_rank == 0:
+        try:
+            return Hub(plan.master_addr, port, plan.nnodes)
+        except OSError as exc:
+            raise ConfigError([Problem(
+                "LAUNCH_PORT_BUSY", f"the launchers' control port {port} (--master-port + 1) on "
+                f"{plan.master_addr} cannot be bound ({exc.strerror}): choose another "
+                "--master-port on every server", "--master-port")]) from None
+    return Spoke(plan.master_addr, port, plan.node_rank, plan.nnodes, plan.server_id)

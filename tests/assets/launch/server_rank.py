@@ -1,0 +1,40 @@
+"""A rank of a simulated multi-server job: `server_rank.py MODE [ARG]`.
+
+env           print `ENV {...}` (the launcher's variables) and end
+train         log `loss` for 20 steps through platform_plugin.tracking, then end
+fail-on N     rank N exits 3 after 1 s (after logging 5 points); the others log and sleep 120 s
+fail-once     on the first attempt (PLATFORM_ATTEMPT=0) rank 0 exits 4; later attempts succeed
+"""
+import json
+import os
+import sys
+import time
+
+mode = sys.argv[1]
+rank = int(os.environ["RANK_ID"])
+env = {k: v for k, v in os.environ.items()
+       if k.startswith(("RANK_", "JOB_ID", "PLATFORM_", "DEVICE_ID", "MASTER_"))}
+print("ENV " + json.dumps(env), flush=True)
+
+
+def log(steps):
+    if os.environ.get("PLATFORM_TRACKING", "none") == "none":
+        return
+    from platform_plugin import tracking
+    tracker = tracking.get_tracker()
+    for step in range(steps):
+        tracker.log_metric("loss", 1.0 / (step + 1) + rank, step=step)
+
+
+if mode == "train":
+    log(20)
+elif mode == "fail-on":
+    log(5)
+    if rank == int(sys.argv[2]):
+        time.sleep(1)
+        sys.exit(3)
+    time.sleep(120)
+elif mode == "fail-once":
+    log(5)
+    if rank == 0 and os.environ.get("PLATFORM_ATTEMPT") == "0":
+        sys.exit(4)

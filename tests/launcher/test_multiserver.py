@@ -1,0 +1,172 @@
+"""Multi-server jobs simulated on this machine: one launcher per "server", each with its own log
+folder, all on loopback. Real launcher processes; the ranks are small Python scripts (the
+framework runs are in test_frameworks.py and tests/tracking/test_multiserver_tracking.py).
+The rank-table route uses hccl_standin.py as the HCCL stand-in (no NPU or HCCL here)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.launcher.helpers import ASSETS, PY, kill_job, log_text, read_job, start_cli
+from platform_plugin.util.ports import free_port
+
+RANK = str(ASSETS / "server_rank.py")
+STANDIN = str(ASSETS / "hccl_standin.py")
+pytestmark = pytest.mark.slow
+
+
+def start_servers(tmp_path, nnodes, args, *, order=None, delay=0.0, nproc=2, extra=()):
+    """One `platform-run launch` per simulated server, all at the same instant unless `delay`
+    (seconds between starts, in `order`)."""
+    port = free_port()
+    procs = {}
+    for node in order or range(nnodes):
+        log_dir = tmp_path / f"server{node}"
+        log_dir.mkdir(exist_ok=True)
+        procs[node] = start_cli(["--nproc", str(nproc), "--nnodes", str(nnodes), "--node-rank",
+                                 str(node), "--master-port", str(port), "--backend", "plain",
+                                 "--show", "none", *extra, "--", PY, RANK, *args], log_dir,
+                                cwd=str(tmp_path))
+        time.sleep(delay)
+    return [procs[n] for n in range(nnodes)]
+
+
+def finish_all(procs, timeout=90):
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            outs.append((proc.returncode, out + err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return outs
+
+
+def job_dirs(tmp_path, nnodes):
+    dirs = []
+    for node in range(nnodes):
+        found = [d for d in (tmp_path / f"server{node}").iterdir() if d.is_dir()]
+        assert len(found) == 1, found
+        dirs.append(str(found[0]))
+    return dirs
+
+
+def rank_env(job_dir, rank):
+    line = next(x for x in log_text(job_dir, str(rank)).splitlines() if x.startswith("ENV "))
+    return json.loads(line[4:])
+
+
+@pytest.mark.parametrize("nnodes, order, delay", [
+    (2, None, 0.0),        # started at the same instant
+    (2, [1, 0], 1.0),      # node 1 first: it waits for node 0
+    (4, None, 0.0),
+])
+def test_servers_of_one_job_agree_on_its_id_rank_start_and_server_ids(tmp_path, nnodes, order,
+                                                                      delay):
+    outs = finish_all(start_servers(tmp_path, nnodes, ["env"], order=order, delay=delay))
+    assert all(code == 0 for code, _ in outs), outs
+    dirs = job_dirs(tmp_path, nnodes)
+    assert len({os.path.basename(d) for d in dirs}) == 1  # one job id, nobody passed one
+    for node, job_dir in enumerate(dirs):
+        for local in range(2):
+            env = rank_env(job_dir, 2 * node + local)
+            assert env["JOB_ID"] == os.path.basename(job_dir)
+            assert env["RANK_START"] == str(2 * node)
+            assert env["PLATFORM_SERVER_ID"] == f"node{node}"
+            assert env["RANK_SIZE"] == str(2 * nnodes)
+
+
+def test_explicit_job_id_from_the_environment(tmp_path):
+    log_dir = tmp_path / "logs"
+    proc = subprocess.run([PY, "-m", "platform_plugin", "launch", "--log-dir", str(log_dir),
+                           "--tracking", "none", "--nproc", "1", "--backend", "plain", "--",
+                           PY, RANK, "env"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PLATFORM_JOB_ID": "team-run-7"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert rank_env(str(log_dir / "team-run-7"), 0)["JOB_ID"] == "team-run-7"
+
+
+def test_a_failed_rank_on_one_server_stops_the_other_servers(tmp_path):
+    """Rank 5 (server 2 of 3) fails after 1 s; the ranks elsewhere would sleep 120 s (a
+    collective would wait 30 minutes): every launcher stops its ranks and names the server."""
+    procs = start_servers(tmp_path, 3, ["fail-on", "5"])
+    outs = finish_all(procs, timeout=60)  # far below the 120 s the healthy ranks would sleep
+    dirs = job_dirs(tmp_path, 3)
+    try:
+        assert [code for code, _ in outs] == [1, 1, 1], outs
+        for node in (0, 1):
+            result = read_job(dirs[node])["result"]
+            assert "server node2" in result["reason"] and "rank 5" in result["reason"]
+            assert all(f["stopped_by_launcher"] for f in result["failures"])
+        assert read_job(dirs[2])["result"]["root_cause"]["rank_id"] == 5
+    finally:
+        for job_dir in dirs:
+            kill_job(job_dir)
+
+
+def test_max_restarts_starts_the_whole_job_again_on_every_server(tmp_path):
+    outs = finish_all(start_servers(tmp_path, 2, ["fail-once"], extra=["--max-restarts", "1"]))
+    assert [code for code, _ in outs] == [0, 0], outs
+    dirs = job_dirs(tmp_path, 2)
+    for node, job_dir in enumerate(dirs):
+        job = read_job(job_dir)
+        assert job["attempt"] == 2 and job["result"]["status"] == "succeeded"
+        [first] = job["failed_attempts"]
+        assert first["attempt"] == 1 and first["status"] == "failed"
+        if node == 0:
+            assert first["root_cause"]["rank_id"] == 0 and "exit 4" in first["table"]
+        assert rank_env(job_dir, 2 * node)["PLATFORM_ATTEMPT"] == "1"
+        assert os.path.isfile(os.path.join(job_dir, "attempt-1", f"rank_{2 * node}.log"))
+
+
+def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
+    log_dir = tmp_path / "logs"
+    proc = subprocess.run([PY, "-m", "platform_plugin", "launch", "--log-dir", str(log_dir),
+                           "--tracking", "none", "--nproc", "2", "--backend", "plain",
+                           "--max-restarts", "1", "--", PY, RANK, "fail-on", "1"],
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 1
+    assert "all 2 attempts failed" in proc.stdout and "attempt 1:" in proc.stdout
+    [job_dir] = [str(d) for d in log_dir.iterdir()]
+    assert len(read_job(job_dir)["failed_attempts"]) == 1
+
+
+def _table_copy(ranktables, tmp_path):
+    """The 2-server 16-device sample table, with server ids unique to this test run."""
+    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
+    text = (ranktables / "hccl_2s_16p.json").read_text().replace('"10.0.0.', f'"10.{tag}.')
+    path = tmp_path / "rank_table.json"
+    path.write_text(text)
+    return path
+
+
+def _table_servers(tmp_path, table, tag):
+    procs = []
+    for node, start in enumerate((0, 8)):
+        log_dir = tmp_path / tag / f"server{node}"
+        log_dir.mkdir(parents=True)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_"))}
+        env.update(RANK_TABLE_FILE=str(table), RANK_START=str(start), PLATFORM_RUN_MODE="full")
+        procs.append(start_cli(["--backend", "rank-table", "--show", "none", "--", PY, STANDIN],
+                               log_dir, env=env, cwd=str(tmp_path)))
+    outs = finish_all(procs)
+    assert all(code == 0 for code, _ in outs), outs
+    return [os.path.basename(str(next((tmp_path / tag / f"server{n}").iterdir())))
+            for n in (0, 1)]
+
+
+def test_rank_table_servers_derive_one_job_id_and_the_next_job_another(tmp_path, ranktables):
+    """HCCL stand-in ranks; each launcher sees only the shared table and its RANK_START."""
+    table = _table_copy(ranktables, tmp_path)
+    first = _table_servers(tmp_path, table, "job1")
+    assert first[0] == first[1]
+    os.utime(table, (time.time() + 5, time.time() + 5))  # the platform writes a new table per job
+    second = _table_servers(tmp_path, table, "job2")
+    assert second[0] == second[1] != first[0]
