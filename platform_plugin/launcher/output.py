@@ -201,6 +201,12 @@ class Output:
             exc = stream.log_error
             self.log_failure = f"{exc.strerror or exc} writing {stream.log.name}"
 
+    def log_only(self, name: str, data: bytes) -> None:
+        """Launcher text for one rank's log, not the display (its Python stack, stacks.py)."""
+        stream = self._streams.get(name)
+        if stream is not None:
+            stream._log(data)
+
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""
         self._pending.append(f"[launcher] {text}\n")

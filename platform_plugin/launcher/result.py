@@ -40,6 +40,7 @@ class RankFailure:
     last_lines: list[str] = field(default_factory=list)
     root_cause: bool = False
     stopped_by_launcher: bool = False  # a consequence: the launcher stopped it after the root cause
+    stack: list[str] = field(default_factory=list)  # innermost Python frames when stopped (py-spy)
 
     @property
     def how(self) -> str:
@@ -122,21 +123,26 @@ class JobFailed(PlatformPluginError):
         super().__init__(f"job {result.job_id} {result.status}: {what} (logs: {result.job_dir})")
 
 
+STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in the log
+
+
 def _table(result: JobResult) -> str:
     by_name = {f.name: f for f in result.failures}
+    stacks = any(f.stack for f in result.failures)  # a stopped job (hang, timeout, interrupt)
     rows = []
     for name, code in result.exitcodes.items():
         failure = by_name.get(name)
         if failure is None:
             _, sig = describe_exit(code)
-            rows.append((_name_label(name), "", "", "", sig or f"exit {code}", "", "ok"))
+            rows.append((_name_label(name), "", "", "", sig or f"exit {code}", "", "ok", "")[:8 if stacks else 7])
             continue
         note = ("ROOT CAUSE" if failure.root_cause else
                 "stopped by launcher" if failure.stopped_by_launcher else "failed later")
-        rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
-                     _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note))
-    return render_rows(["process", "rank", "device", "pid", "ended", "runtime", "note"], rows,
-                       indent="  ")
+        row = (failure.label, _dash(failure.rank_id), _dash(failure.device_id),
+               _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note)
+        rows.append(row + ((" < ".join(failure.stack[:STACK_FRAMES]) or "-",) if stacks else ()))
+    header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
+    return render_rows(header + (["stuck in (innermost frames)"] if stacks else []), rows, indent="  ")
 
 
 def _name_label(name: str) -> str:

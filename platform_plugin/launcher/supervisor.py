@@ -18,12 +18,14 @@ import time
 from dataclasses import dataclass
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.launcher import stacks
 from platform_plugin.launcher.output import Output
 from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.spawn import Lifeline, spawn
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
 from platform_plugin.launcher.result import JobResult, RankFailure, describe_exit
 
+DUMP_STATUSES = ("timeout", "hung", "interrupted")  # stops whose cause is where ranks are stuck
 POLL_S = 0.05
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 READ_SIZE = 1 << 20
@@ -79,6 +81,7 @@ class Supervisor:
         self._selector = selectors.DefaultSelector()
         self._job = JobProcesses(plan.job_id, plan.job_dir)
         self._nothing_left = False  # set once the loop saw every process of the job gone
+        self._stacks: dict[str, list[str]] = {}  # name -> innermost frames, when dumped
         self._log_failure_seen = False
         self._services_stopped = False
 
@@ -285,11 +288,24 @@ class Supervisor:
             self.output.note(reason)
 
     def _begin_stop(self, status: str, reason: str, remote: bool = False) -> None:
+        if status in DUMP_STATUSES:
+            self._dump_stacks(reason)  # before SIGTERM: where each rank is stuck, not how it died
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
         self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
         self._job.signal(signal.SIGTERM, only_live_groups=False)
         if not remote:  # the other servers' launchers stop their ranks too (joblink.py)
             self._notify("stopping", (status, reason))
+
+    def _dump_stacks(self, why: str) -> None:
+        live = {p.spec.name: p.popen.pid for p in self.procs if p.ended is None and p.popen.poll() is None}
+        if not live:
+            return
+        for name, dump in stacks.dump_all(live).items():
+            self._stacks[name] = dump.frames or [f"({dump.error or 'no frames'})"]
+            self.output.log_only(name, stacks.log_block(dump, why))
+            stacks.save(self.plan.job_dir, name, dump)
+        self.output.note(f"Python stack of every rank saved in "
+                         f"{os.path.join(self.plan.job_dir, stacks.STACK_DIR)} and the rank logs")
 
     def _kill_everything(self) -> None:
         """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
@@ -325,7 +341,7 @@ class Supervisor:
             runtime_s=(proc.ended or time.monotonic()) - proc.started,
             last_lines=self.output.tail(proc.spec.name),
             root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
-            stopped_by_launcher=proc.ended_while_stopping)
+            stopped_by_launcher=proc.ended_while_stopping, stack=self._stacks.get(proc.spec.name, []))
 
     def _notify(self, event: str, payload) -> None:
         for observer in self.observers:

@@ -197,6 +197,10 @@ class MlflowSink:
             if run_id and log_path and Path(log_path).is_file():
                 where = f"logs/rank_{label}" if run_id == config.parent_run_id else "logs"
                 client.log_artifact(run_id, log_path, where)
+            stack = Path(spool_dir).parent / "stacks" / f"rank_{label}.txt"  # a stopped job's
+            if run_id and stack.is_file():
+                where = f"stacks/rank_{label}" if run_id == config.parent_run_id else "stacks"
+                client.log_artifact(run_id, str(stack), where)
             if state.run_id and state.run_id != config.parent_run_id:
                 client.set_terminated(state.run_id, status)
         if config.parent_run_id:

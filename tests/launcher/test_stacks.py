@@ -1,0 +1,65 @@
+"""Hang diagnosis: a job stopped for silence shows where every rank was stuck (py-spy, taken
+before the ranks are stopped) in the result table, the rank logs and the child runs."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from platform_plugin.launcher import launch
+from platform_plugin.launcher.stacks import main_thread_frames
+from tests.tracking.conftest import tracking_env  # noqa: F401 - the tracking tests' fixture
+from tests.tracking.helpers import child_runs, client
+
+HUNG = """
+import os, time
+
+def fake_allreduce():      # rank 0: waits in a collective that never completes
+    time.sleep(600)
+
+def load_batch():          # rank 1: waits for data that never comes
+    time.sleep(600)
+
+if os.environ["RANK_ID"] == "0":
+    fake_allreduce()
+else:
+    load_batch()
+"""
+
+DUMP = '''Process 4242: python train.py
+Python v3.11.7 (/usr/bin/python3.11)
+
+Thread 4243 (idle): "pin_memory"
+    wait (threading.py:327)
+Thread 4242 (idle): "MainThread"
+    fake_allreduce (train.py:5)
+    <module> (train.py:11)
+'''
+
+
+def test_the_main_thread_is_picked_among_the_threads_py_spy_prints():
+    assert main_thread_frames(DUMP, 4242) == ["fake_allreduce (train.py:5)", "<module> (train.py:11)"]
+    assert main_thread_frames("Thread 7 (idle)\n    f (a.py:1)\n", 99) == ["f (a.py:1)"]
+    assert main_thread_frames("no threads here", 1) == []
+
+
+@pytest.mark.slow
+def test_a_hung_job_shows_each_ranks_innermost_frame_and_keeps_the_dumps(tracking_env, tmp_path):
+    (tmp_path / "hung.py").write_text(HUNG)
+    result = launch([sys.executable, "hung.py"], nproc=2, cwd=str(tmp_path), silence_timeout=2,
+                    grace=1, check=False, no_system_metrics=True, write=lambda text: None)
+    assert result.status == "hung"
+    by_rank = {f.name: f for f in result.failures}
+    assert by_rank["0"].stack[0].startswith("fake_allreduce (hung.py:")
+    assert by_rank["1"].stack[0].startswith("load_batch (hung.py:")
+    table = result.render()
+    assert "stuck in (innermost frames)" in table
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0 "))
+    assert "fake_allreduce (hung.py:" in row0 and "<module> (hung.py:" in row0
+    for rank, frame in (("0", "fake_allreduce"), ("1", "load_batch")):
+        log = (tmp_path / "platform_logs" / result.job_id / f"rank_{rank}.log").read_text()
+        assert "Python stack of pid" in log and frame in log
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for rank, run in enumerate(child_runs(c, result.tracking.parent_run_id)):
+        assert [a.path for a in c.list_artifacts(run.info.run_id, "stacks")] == [f"stacks/rank_{rank}.txt"]
+        assert run.info.status == "FAILED"
