@@ -50,8 +50,8 @@ def _read_text(path: str) -> str:
     except FileNotFoundError:
         raise RankTableError(f"rank table {path} does not exist: check RANK_TABLE_FILE / the "
                              "path you gave.", code="RT_FILE_MISSING") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RankTableError(f"cannot read rank table {path}: {exc}",
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise RankTableError(f"cannot read rank table {path!r}: {exc}",
                              code="RT_FILE_UNREADABLE") from None
 
 
