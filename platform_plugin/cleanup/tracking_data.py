@@ -14,11 +14,9 @@ only when a spool is actually found, so a cleanup without spools never imports i
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Mapping
-from urllib.parse import unquote, urlparse
 
 URI_VARIABLE = "MLFLOW_TRACKING_URI"
 SINK_FILE = "sink.json"  # = tracking.state.SINK_FILE (not imported: it would load tracking)
@@ -42,6 +40,8 @@ def store_paths(root: Path, environ: Mapping[str, str]) -> list[Path]:
 def uri_paths(uri: str, *, bases: Iterable[Path]) -> list[Path]:
     """The files and folders a tracking URI keeps its data in. A relative path is taken
     relative to each of `bases` (the cwd and ROOT: a run may have started in either)."""
+    from urllib.parse import unquote, urlparse  # only when a store is configured
+
     parsed = urlparse(uri)
     if parsed.scheme == "sqlite":
         raw = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
@@ -96,6 +96,8 @@ def _job_uris(root: Path) -> list[str]:
 
 
 def _read_sink(path: Path) -> dict:
+    import json  # only when a job folder with a spool exists
+
     try:
         with open(path, "rb") as fh:
             data = json.loads(fh.read(ENV_FILE_MAX_BYTES))
