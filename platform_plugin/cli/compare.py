@@ -5,7 +5,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from platform_plugin.tracking import compare
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.tracking import compare, diagnosis
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
@@ -15,8 +16,10 @@ DEFAULT_UI = "http://127.0.0.1:5000"
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare ranks of a job: per-rank table, straggler, plot, MLflow URL")
     p.add_argument("job", nargs="?", help="job id or job folder (default: the latest job)")
-    p.add_argument("--metric", default="loss", help="metric to compare (default: loss)")
-    p.add_argument("--plot", metavar="PNG", help="write per-rank curves here and log the PNG to the job's run")
+    p.add_argument("--metric", action="append", metavar="NAME[,NAME]",
+                   help="metric(s) to compare: repeat or comma-separate (default: loss)")
+    p.add_argument("--plot", metavar="PNG", help="write per-rank curves here (the PNG and the "
+                   "tables are logged to the job's run under compare/)")
     p.add_argument("--url", action="store_true", help="print the MLflow page overlaying every rank")
     p.add_argument("--ui", help="MLflow UI base URL (default: PLATFORM_MLFLOW_UI, an http tracking "
                                 f"URI, else {DEFAULT_UI} as `platform-run ui` starts it)")
@@ -34,23 +37,47 @@ def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
     return DEFAULT_UI
 
 
+def metrics_of(args) -> list[str]:
+    names = [n.strip() for value in (args.metric or ["loss"]) for n in value.split(",") if n.strip()]
+    return list(dict.fromkeys(names))
+
+
 def run(args) -> int:
     spool_dir = find_spool_dirs(args.job, args.log_dir)[0]
     runs = compare.job_runs(spool_dir)
     client = MlflowSink().client(runs.config.tracking_uri)
-    series = compare.load_series(runs, args.metric, client)
-    rows = compare.rank_rows(series, args.metric, tolerance=args.tolerance)
+    metrics = metrics_of(args)
+    series = {m: compare.load_series(runs, m, client) for m in metrics}
+    missing = [m for m in metrics if not any(series[m].values())]
     job_id = runs.config.job.get("job_id", spool_dir.parent.name)
-    if not rows:
-        print(f"{job_id}: no rank logged {args.metric!r}")
-        return 1
+    if missing:
+        known = compare.available_metrics(runs, client)
+        raise ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
+                                   f"{', '.join(map(repr, missing))}; its metrics: "
+                                   f"{', '.join(known) or 'none'}", "--metric")])
+    system = diagnosis.system_summary(client, runs.run_ids)
     print(f"job {job_id}  ({runs.config.tracking_uri})")
-    print(compare.render(rows, args.metric))
+    target = runs.config.parent_run_id or next(iter(runs.run_ids.values()))
+    for metric in metrics:
+        rows = compare.rank_rows(series[metric], metric, tolerance=args.tolerance)
+        print(compare.render(rows, metric))
+        for line in diagnosis.render(rows, system):
+            print(line)
+        data = compare.table_data(rows, metric)
+        _log(lambda: client.log_table(target, data=data, artifact_file=f"compare/{metric}.json"),
+             f"compare/{metric}.json", target)
     if args.plot:
-        png = compare.plot(series, args.metric, Path(args.plot), f"{job_id}: {args.metric} per rank")
-        target = runs.config.parent_run_id or next(iter(runs.run_ids.values()))
-        client.log_artifact(target, str(png), "compare")
-        print(f"plot: {png} (also logged to run {target})")
+        png = compare.plot(series, Path(args.plot), f"{job_id}: per rank")
+        _log(lambda: client.log_artifact(target, str(png), "compare"), f"compare/{png.name}", target)
+        print(f"plot: {png} (also logged to run {target} under compare/)")
     if args.url:
-        print(compare.metric_url(ui_base(args.ui, runs.config.tracking_uri), runs, args.metric))
+        print(compare.metric_url(ui_base(args.ui, runs.config.tracking_uri), runs, metrics))
     return 0
+
+
+def _log(call, where: str, run_id: str) -> None:
+    """Logging the report to the job's run is a bonus: a refusing store is a note, not a failure."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001
+        print(f"note: could not log {where} to run {run_id}: {type(exc).__name__}: {exc}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from platform_plugin.errors import ConfigError
+from platform_plugin.tracking.aggregates import is_throughput
 from platform_plugin.tracking.identity import run_name, stream_name
 from platform_plugin.tracking.state import SinkConfig, StreamState
 
@@ -25,34 +26,46 @@ class RankRow:
     label: str
     final: float
     best: float
-    steps: int
+    steps: int  # points logged
     wall_s: float
-    steps_per_s: float | None
+    steps_per_s: float | None  # the metric's step axis per second (a throughput: its mean)
     flags: list[str] = field(default_factory=list)
     end: float = 0.0  # mean of the last tenth of the points: what deviation is judged on
+
+
+OUTLIER_Z = 3.5  # modified z-score (Iglewicz & Hoaglin) above which an end value is an outlier
+MAD_TO_SIGMA = 1.4826
 
 
 def lower_is_better(metric: str) -> bool:
     return any(word in metric.lower() for word in ("loss", "err", "perplexity", "time", "mse", "mae"))
 
 
+def rate_label(metric: str) -> str:
+    """A throughput metric is its own speed: its mean, not a step rate, is the pace column."""
+    return f"mean {metric}" if is_throughput(metric) else "steps/s"
+
+
+def _row(label: str, points: list[Point], metric: str) -> RankRow:
+    pick = min if lower_is_better(metric) else max
+    points = sorted(points, key=lambda p: (p.step, p.timestamp_ms))
+    wall = (points[-1].timestamp_ms - points[0].timestamp_ms) / 1000
+    if is_throughput(metric):
+        rate = statistics.fmean(p.value for p in points)
+    else:
+        rate = (points[-1].step - points[0].step) / wall if wall > 0 else None
+    tail = points[-max(1, len(points) // 10):]
+    return RankRow(label, points[-1].value, pick(p.value for p in points), len(points), wall,
+                   rate, end=statistics.fmean(p.value for p in tail))
+
+
 def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float = 0.1) -> list[RankRow]:
     """Pure: one row per rank with points. Flags `straggler` on the slowest rank when it runs
-    more than `tolerance` below the median rate, and `deviates` on a rank whose end value (the
+    more than `tolerance` below the median pace, and `deviates` on an outlier end value (the
     mean of its last tenth of points: in data parallel each rank's loss is over its own shard,
-    so single points are noisy) is more than `tolerance` (relative) away from the median of the
-    others' — with three ranks or more, since two ranks that differ have no odd one out."""
-    pick = min if lower_is_better(metric) else max
-    rows = []
-    for label, points in series.items():
-        if not points:
-            continue
-        points = sorted(points, key=lambda p: (p.step, p.timestamp_ms))
-        wall = (points[-1].timestamp_ms - points[0].timestamp_ms) / 1000
-        rate = (len(points) - 1) / wall if wall > 0 else None
-        tail = points[-max(1, len(points) // 10):]
-        rows.append(RankRow(label, points[-1].value, pick(p.value for p in points), len(points), wall,
-                            rate, end=statistics.fmean(p.value for p in tail)))
+    so single points are noisy) — see `deviating`. With three ranks or more: of two ranks that
+    differ neither is the odd one out."""
+    rows = [_row(label, points, metric) for label, points in series.items() if points]
     rows.sort(key=lambda r: (not r.label.isdigit(), int(r.label) if r.label.isdigit() else 0, r.label))
     if len(rows) < 2:
         return rows
@@ -64,24 +77,35 @@ def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float =
             slowest.flags.append("straggler")
     if len(rows) >= 3:
         for row in rows:
-            if _apart(row.end, statistics.median(r.end for r in rows if r is not row), tolerance):
+            if deviating(row.end, [r.end for r in rows if r is not row], tolerance):
                 row.flags.append("deviates")
     return rows
 
 
-def _apart(value: float, reference: float, tolerance: float) -> bool:
-    return abs(value - reference) > tolerance * max(abs(reference), 1e-12)
+def deviating(value: float, others: list[float], tolerance: float) -> bool:
+    """An outlier among the other ranks: more than `tolerance` (relative) from their median AND
+    more than OUTLIER_Z robust standard deviations (MAD) from it. The relative test alone fired
+    on every rank of an 8-rank job: per-shard losses spread by more than 10 % by nature."""
+    reference = statistics.median(others)
+    gap = abs(value - reference)
+    if gap <= tolerance * max(abs(reference), 1e-12):
+        return False
+    mad = statistics.median(abs(x - reference) for x in others)
+    return mad == 0 or gap > OUTLIER_Z * MAD_TO_SIGMA * mad
 
 
 def render(rows: list[RankRow], metric: str) -> str:
-    header = f"{'rank':<10}{'final ' + metric:>16}{'best':>12}{'steps':>8}{'wall s':>9}{'steps/s':>9}  flags"
+    pace = rate_label(metric)
+    width = max(9, len(pace) + 2)
+    header = (f"{'rank':<10}{'final ' + metric:>{max(16, len(metric) + 8)}}{'best':>12}{'points':>8}"
+              f"{'wall s':>9}{pace:>{width}}  flags")
     lines = [header, "-" * len(header)]
     for r in rows:
-        rate = f"{r.steps_per_s:.2f}" if r.steps_per_s is not None else "-"
-        lines.append(f"{run_name(r.label):<10}{r.final:>16.6g}{r.best:>12.6g}{r.steps:>8}"
-                     f"{r.wall_s:>9.1f}{rate:>9}  {', '.join(r.flags)}")
+        rate = f"{r.steps_per_s:.4g}" if r.steps_per_s is not None else "-"
+        lines.append(f"{run_name(r.label):<10}{r.final:>{max(16, len(metric) + 8)}.6g}{r.best:>12.6g}"
+                     f"{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  {', '.join(r.flags)}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
-        lines.append("no straggler: every rank within tolerance of the median rate")
+        lines.append("no straggler: every rank within tolerance of the median pace")
     return "\n".join(lines)
 
 
@@ -111,12 +135,27 @@ def load_series(runs: JobRuns, metric: str, client) -> dict[str, list[Point]]:
             for label, run_id in runs.run_ids.items()}
 
 
-def metric_url(ui: str, runs: JobRuns, metric: str) -> str:
+def available_metrics(runs: JobRuns, client) -> list[str]:
+    """The metrics the job's ranks logged (the ranks' own first, the launcher's system/ last)."""
+    names: set[str] = set()
+    for label, run_id in runs.run_ids.items():
+        for key in client.get_run(run_id).data.metrics:
+            if runs.config.layout == "flat":
+                if not key.endswith(f"-{label}"):
+                    continue
+                key = key[:-len(label) - 1]
+            names.add(key)
+    return sorted(names, key=lambda k: (k.startswith("system/"), k))
+
+
+def metric_url(ui: str, runs: JobRuns, metrics) -> str:
     """The UI's own metric-page route (MLflow 3.17 `getMetricPageRoute`, hash router):
     `#/metric?runs=[...]&metric="loss"&experiments=[...]&plot_metric_keys=["loss"]`, plus
-    `x_axis=step` so the ranks line up step by step (the page defaults to relative time)."""
+    `x_axis=step` so the ranks line up step by step (the page defaults to relative time).
+    Several metrics: one chart with every key."""
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     run_ids = sorted(set(runs.run_ids.values()))
-    keys = sorted({runs.key(metric, lb) for lb in runs.run_ids})
+    keys = [k for metric in metrics for k in sorted({runs.key(metric, lb) for lb in runs.run_ids})]
     return (f"{ui.rstrip('/')}/#/metric?runs={json.dumps(run_ids, separators=(',', ':'))}"
             f"&metric={quote(json.dumps(keys[0]))}"
             f"&experiments={json.dumps([runs.config.experiment_id], separators=(',', ':'))}"
@@ -124,18 +163,28 @@ def metric_url(ui: str, runs: JobRuns, metric: str) -> str:
             "&x_axis=step")
 
 
-def plot(series: dict[str, list[Point]], metric: str, path: Path, title: str) -> Path:
+def table_data(rows: list[RankRow], metric: str) -> dict[str, list]:
+    """The table as columns, for `MlflowClient.log_table` (the run's Evaluation/Artifacts view)."""
+    return {"rank": [run_name(r.label) for r in rows], f"final {metric}": [r.final for r in rows],
+            "best": [r.best for r in rows], "points": [r.steps for r in rows],
+            "wall_s": [r.wall_s for r in rows], rate_label(metric): [r.steps_per_s for r in rows],
+            "flags": [", ".join(r.flags) for r in rows]}
+
+
+def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> Path:
+    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for label in sorted(series, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x)):
-        points = sorted(series[label], key=lambda p: p.step)
-        ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label))
-    ax.set_xlabel("step")
-    ax.set_ylabel(metric)
-    ax.set_title(title)
-    ax.legend(loc="best", fontsize="small")
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 3.2 * len(series) + 1.3), squeeze=False)
+    for ax, (metric, per_rank) in zip(axes[:, 0], series.items()):
+        for label in sorted(per_rank, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x)):
+            points = sorted(per_rank[label], key=lambda p: p.step)
+            ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label))
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.legend(loc="best", fontsize="small")
+    axes[0, 0].set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -85,7 +85,8 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
     assert "straggler" in table["rank-01"] and "deviates" not in out  # two ranks: no odd one out
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert [a.path for a in c.list_artifacts(report.parent_run_id, "compare")] == ["compare/ranks.png"]
+    assert sorted(a.path for a in c.list_artifacts(report.parent_run_id, "compare")) == \
+        ["compare/loss.json", "compare/ranks.png"]  # the table (log_table) and the plot
 
     url = next(line for line in out.splitlines() if line.startswith("http://127.0.0.1:5999/#/metric?"))
     query = parse_qs(urlsplit(url.replace("/#/", "/")).query)
@@ -93,9 +94,40 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
     assert json.loads(query["runs"][0]) == sorted(r.info.run_id for r in children)
     assert json.loads(query["metric"][0]) == "loss" and json.loads(query["plot_metric_keys"][0]) == ["loss"]
     assert json.loads(query["experiments"][0]) == [children[0].info.experiment_id]
-    assert main(["compare", plan.job_id, "--metric", "nonexistent"]) == 1
+    assert main(["compare", plan.job_id, "--metric", "nonexistent"]) == 2
+    assert "no rank logged 'nonexistent'; its metrics: loss" in capsys.readouterr().err
 
 
+# per-shard end losses of 8 data-parallel ranks spread by more than 10 % by nature; rank 5 is
+# the one real outlier. The old relative-only test flagged most of them.
+SHARD_SPREAD = [0.0, 0.17, -0.15, 0.12, -0.2, 0.0, 0.08, -0.11]
+OUTLIER = 5
+
+
+def test_eight_ranks_flag_only_the_real_outlier_and_several_metrics_at_once(tracking_env, tmp_path, capsys):
+    plan = make_plan(tmp_path, 8)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    for rank in range(8):
+        t = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"], RankIdentity.from_env({**plan.ranks[rank].env, **env}))
+        end = 0.1 * (1 + SHARD_SPREAD[rank]) + (0.25 if rank == OUTLIER else 0.0)
+        for step in range(30):
+            t.log_metric("loss", end + 1.0 / (step + 1) ** 2, step=step)
+            t.log_metric("samples_per_s", 400.0 + rank, step=step)
+        t.close()
+    jt.start()
+
+    class Ok:
+        ok, status = True, "succeeded"
+    assert jt.finish(Ok()).pending == 0
+    assert main(["compare", "--metric", "loss,samples_per_s", "--metric", "loss"]) == 0
+    out = capsys.readouterr().out
+    tables = out.split("final samples_per_s")
+    assert len(tables) == 2 and "final loss" in tables[0]  # two tables, loss once
+    flagged = [line.split()[0] for line in tables[0].splitlines() if "deviates" in line]
+    assert flagged == [f"rank-0{OUTLIER}"]
+    header = next(line for line in tables[1].splitlines() if "mean samples_per_s" in line)
+    assert "steps/s" not in header  # a throughput is its own pace, not a step rate
 def test_compare_unknown_job_is_a_configuration_error(tracking_env, capsys):
     assert main(["compare", "no-such-job"]) == 2
     assert "no tracked job 'no-such-job'" in capsys.readouterr().err
