@@ -13,6 +13,7 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.plan import LaunchPlan
 from platform_plugin.launcher.stale import refuse_or_kill
+from platform_plugin.ranktable.rules import is_host
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.ports import check_free
 
@@ -29,6 +30,9 @@ def check_plan(plan: LaunchPlan) -> None:
     if len(plan.job_name) > MAX_JOB_NAME:
         raise _refuse("LAUNCH_JOB_NAME", f"the job name is {len(plan.job_name)} characters; use "
                       f"at most {MAX_JOB_NAME} (it names the job's folder)", "--job-name")
+    if not is_host(plan.master_addr):
+        raise _refuse("LAUNCH_MASTER_ADDR", f"--master-addr {plan.master_addr[:80]!r} is neither an "
+                      "IP address nor a host name", "--master-addr")
     check_writable_folder(os.path.dirname(plan.job_dir), "log", "LAUNCH_LOG_DIR", "--log-dir")
     check_writable_folder(os.path.dirname(plan.cache_dir), "cache", "LAUNCH_CACHE_DIR", "--cache-dir")
     for spec in plan.workers[:1]:  # every rank runs the same argv in the same folder

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tests.helpers import VENV_BIN, clean_env
 
-CODE = re.compile(r"\[[A-Z][A-Z0-9_]+\]")
+CODE = re.compile(r"\[[A-Z][A-Z0-9_]+\]|\"code\": \"[A-Z][A-Z0-9_]+\"")  # text or --json
 HANG_S = 20  # a case still running after this is a hang
 
 

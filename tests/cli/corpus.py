@@ -1,0 +1,227 @@
+"""The fuzz corpus: hostile rank tables, .env files, CLI arguments and notebooks.
+
+Deterministic (a fixed seed): a failure names its case, and the same case fails again. Every
+case is (id, files to write into an empty working folder, argv, expect) where expect is
+"refuse" (exit 2 with an error code) or "any" (exit 0, or a refusal). No case may print a
+traceback, hang, or leave anything in the working folder.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+from dataclasses import dataclass, field
+
+from tests.ranktable.samples import table_dict
+
+SEED = 20261130
+MISSING_PROGRAM = "no-such-program-xyz"  # a launch that gets past every check is refused here
+BIG = "9" * 5000  # over Python's int() limit
+HOSTILE_TEXT = [
+    "", " ", "-1", "1e5", "0x10", "+3", "3.0", "١٢", "nan", "inf", "-inf", BIG, "9" * 19,
+    "\u0000", "a\u0000b", "x" * 10000, "ä", "💥", "../../x;$(touch y)", "$(id)", "`id`", "a b",
+    "-rf", "/", ".", "..", "~", "C:\\x", "\n", "'\"", "%s%n", "{}", "[]", "null", "true",
+]
+HOSTILE_JSON = [None, True, False, 0, -1, 1.5, 1e308, [], {}, [[]], {"a": {}}, "\uffff"] + \
+    HOSTILE_TEXT[:20]
+SERVER_IDS = ["../../x;$(touch y)", "$(id)", "a b", "-rf", "x" * 300, "1.2.3.4.5", "::1",
+              "localhost", "host_name", "ä.example", "10.0.0.01", "", " ", "a..b", ".", "1.2.3",
+              "fe80::1%eth0", "a\u0000b", "10.0.0.1\n", "*"]
+ENV_KEYS = ["RANK_START", "RANK_ID", "DEVICE_ID", "RANK_SIZE", "RANK_TABLE_FILE",
+            "PLATFORM_RUN_MODE", "ASCEND_RT_VISIBLE_DEVICES", "PLATFORM_LOG_DIR", "X", "PATH"]
+
+
+@dataclass
+class Case:
+    id: str
+    argv: list
+    files: dict = field(default_factory=dict)  # relative path -> str | bytes | dict (JSON)
+    expect: str = "any"  # "refuse" | "any"
+
+
+def _mutate(doc: dict, rnd: random.Random) -> dict:
+    """Replace one value anywhere in `doc` by a hostile one."""
+    doc = copy.deepcopy(doc)
+    parent, key = None, None
+    target = doc
+    for _ in range(rnd.randint(1, 4)):
+        keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+        if not keys:
+            break
+        parent, key = target, rnd.choice(keys)
+        if not isinstance(target[key], (dict, list)) or rnd.random() < 0.3:
+            break
+        target = target[key]
+    if parent is not None:
+        parent[key] = rnd.choice(HOSTILE_JSON)
+    return doc
+
+
+def rank_table_cases(rnd: random.Random) -> list[Case]:
+    cases, docs = [], []
+    for i in range(160):
+        docs.append((f"mutated-{i}", _mutate(table_dict(servers=rnd.randint(1, 2),
+                                                        cards=rnd.randint(1, 8)), rnd)))
+    for i, sid in enumerate(SERVER_IDS):
+        doc = table_dict(servers=1, cards=2)
+        doc["server_list"][0]["server_id"] = sid
+        docs.append((f"server-id-{i}", doc))
+    for field_name in ("rank_id", "device_id", "device_ip"):
+        for j, value in enumerate([BIG, "-1", "1" * 19, "00000000000000000000001"]):
+            doc = table_dict(servers=1, cards=2)
+            doc["server_list"][0]["device"][0][field_name] = value
+            docs.append((f"field-{field_name}-{j}", doc))
+    raw = {"not-json": "{", "top-list": "[]", "top-number": "1", "top-null": "null",
+           "unquoted-big": '{"server_count": ' + BIG + "}", "deep": "[" * 5000 + "]" * 5000,
+           "bom": "\ufeff" + json.dumps(table_dict()), "empty": "", "nul": "\u0000",
+           "truncated": json.dumps(table_dict())[:200], "group-list-bad": '{"group_list": 5}',
+           "board": '{"board_id": "0x0000", "group_count": "1", "group_list": []}'}
+    files = [(name, text) for name, text in raw.items()]
+    files.append(("bad-utf8", b"\xff\xfe{\x00"))
+    for name, doc in docs:
+        files.append((name, doc))
+    for n, (name, content) in enumerate(files):
+        command = [["ranktable", "check", "t.json"], ["ranktable", "show", "t.json"],
+                   ["ranktable", "check", "--json", "t.json"],
+                   ["ranktable", "show", "--json", "t.json"]][n % 4]
+        cases.append(Case(f"ranktable-{name}", command, {"t.json": content}))
+        if n % 3 == 0:  # the same table reaching the launcher and the env resolution
+            cases.append(Case(f"ranktable-launch-{name}", ["launch", "--rank-table", "t.json",
+                                                            "--", MISSING_PROGRAM],
+                              {"t.json": content}, "refuse"))
+            cases.append(Case(f"ranktable-env-{name}", ["env"],
+                              {"t.json": content, ".env": "RANK_TABLE_FILE=t.json\n"}))
+    cases.append(Case("ranktable-merge-bad", ["ranktable", "merge", "a.json", "b.json"],
+                      {"a.json": "{", "b.json": "[]"}))
+    for j, spec in enumerate(["", "0-99999999", "[0,8", "8-0", "17", "0,0,0", "1-" + BIG, "a",
+                              "0," * 70 + "0", "[5,5)"]):
+        cases.append(Case(f"generate-devices-{j}", ["ranktable", "generate", "--devices", spec,
+                                                     "--hccn-conf", "h.conf", "--server-ip",
+                                                     "10.0.0.1"],
+                          {"h.conf": "".join(f"address_{d}=192.168.1.{d}\n" for d in range(16))}))
+    for j, sid in enumerate(SERVER_IDS[:8]):
+        cases.append(Case(f"generate-server-ip-{j}", ["ranktable", "generate", "--hccn-conf",
+                                                       "h.conf", "--server-ip", sid],
+                          {"h.conf": "address_0=192.168.1.1\n"}))
+    return cases
+
+
+def env_cases(rnd: random.Random) -> list[Case]:
+    cases = []
+    raw = {"nul": b"A=1\nB=x\x00y\n", "bad-utf8": b"A=\xff\xfe\n", "huge-file": b"A=" + b"a" * (2 << 20),
+           "long-value": b"A=" + b"a" * (200 * 1024) + b"\n", "only-equals": b"=\n=\n",
+           "no-equals": b"JUSTAKEY\n", "quotes": b"A='unterminated\n", "export": b"export A=1\n",
+           "crlf": b"A=1\r\nB=2\r\n", "interp": b"A=${B}\nB=${A}\n", "binary": bytes(range(1, 256))}
+    for name, content in raw.items():
+        cases.append(Case(f"env-raw-{name}", ["env"], {".env": content}))
+        cases.append(Case(f"env-raw-launch-{name}", ["launch", "--nproc", "1", "--",
+                                                      MISSING_PROGRAM], {".env": content}, "refuse"))
+    for i in range(200):
+        lines = [f"{rnd.choice(ENV_KEYS)}={rnd.choice(HOSTILE_TEXT).replace(chr(10), '')}"
+                 for _ in range(rnd.randint(1, 3))]
+        files = {".env": "\n".join(lines) + "\n"}
+        command = [["env"], ["env", "--json"], ["doctor"], ["launch", "--nproc", "1", "--",
+                                                             MISSING_PROGRAM]][i % 4]
+        cases.append(Case(f"env-{i}", command, files, "refuse" if command[0] == "launch" else "any"))
+    return cases
+
+
+LAUNCH_BAD_NUMBERS = [
+    ("--grace", "nan"), ("--grace", "-1"), ("--grace", "inf"), ("--timeout", "nan"),
+    ("--timeout", "-5"), ("--timeout", "0"), ("--silence-timeout", "nan"),
+    ("--silence-timeout", "-1"), ("--max-lines-per-sec", "nan"), ("--max-lines-per-sec", "-3"),
+    ("--master-port", "70000"), ("--master-port", "-1"), ("--nproc", "99999999999"),
+    ("--nproc", "10000"), ("--nproc", "0"), ("--nproc", "-2"), ("--show", "999"),
+    ("--show", "0,999"), ("--show", "x"), ("--nnodes", "0"), ("--node-rank", "-1"),
+    ("--node-rank", "7"), ("--rank-start", BIG), ("--nproc", BIG), ("--master-port", BIG),
+    ("--timeout", "1e999"), ("--grace", "1e999"), ("--backend", "mpi"), ("--tracking", "x"),
+    ("--mode", "prod"), ("--job-name", "a/b"), ("--job-name", "j" * 300), ("--job-name", ""),
+    ("--log-dir", "afile"), ("--cache-dir", "afile"), ("--log-dir", "afile/sub"),
+    ("--rank-table", "missing.json"), ("--rank-table", "afile"), ("--master-addr", ""),
+    ("--master-addr", "../../x;$(touch y)"), ("--master-addr", "a b"),
+]
+VALUES = ["nan", "inf", "-1", "0", "1", "2", "1e309", "99999999999", "", "x", BIG[:30], "💥",
+          "0x1f", " 3", "3 ", "1_000"]
+
+
+def cli_cases(rnd: random.Random) -> list[Case]:
+    cases = []
+    afile = {"afile": "x"}
+    for j, (flag, value) in enumerate(LAUNCH_BAD_NUMBERS):
+        # with a program that runs: the bad value itself must be refused
+        # (--tracking none first: a value that slipped through runs a short job, no MLflow)
+        nproc = [] if flag == "--nproc" else ["--nproc", "1"]
+        cases.append(Case(f"launch-bad-{j}{flag}", ["launch", "--tracking", "none", *nproc, flag,
+                                                     value, "--", "true"], dict(afile), "refuse"))
+    flags = [f for f, _ in LAUNCH_BAD_NUMBERS]
+    for i in range(160):
+        argv = ["launch"]
+        for _ in range(rnd.randint(1, 4)):
+            argv += [rnd.choice(flags), rnd.choice(VALUES)]
+        # every program here is refused: whatever the options, nothing may start
+        argv += ["--", rnd.choice([MISSING_PROGRAM, "", "./afile", "/", "python"])]
+        if argv[-1] == "python":
+            argv.append("missing_script.py")
+        cases.append(Case(f"launch-random-{i}", argv, dict(afile), "refuse"))
+    for j, port in enumerate(["99999", "-1", "65536", "1e3", "x", "", BIG[:25], "nan"]):
+        cases.append(Case(f"ui-port-{j}", ["ui", "--port", port], {}, "refuse"))
+    for j, store in enumerate(["http://127.0.0.1:1", "https://x"]):
+        cases.append(Case(f"ui-store-{j}", ["ui", "--port", "99999", "--store", store], {},
+                          "refuse"))
+    odd = [["--nonsense"], ["launch"], ["launch", "--"], ["launch", "--nproc"], ["ranktable"],
+           ["ranktable", "check"], ["ranktable", "check", "missing.json"], ["env", "--mode", "x"],
+           ["env", "--env-file", "missing.env"], ["doctor", "--rank-table", "missing.json"],
+           ["debug"], ["full"], ["debug", "missing.ipynb"], ["sync", "--wait", "nan"],
+           ["compare", "--metric"], ["💥"], [""], ["launch", "--nproc", "1", "--", "\x00"]]
+    for j, argv in enumerate(odd):
+        cases.append(Case(f"odd-{j}", argv, {}, "any"))
+    return cases
+
+
+def _notebook(rnd: random.Random, i: int):
+    cell = {"cell_type": "code", "metadata": {"tags": ["parameters"]}, "source": "x = 1",
+            "outputs": [], "execution_count": None, "id": "p"}
+    doc = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {
+        "name": "python3", "language": "python", "display_name": "Python 3"}}, "cells": [cell]}
+    variants = [
+        lambda d: d["metadata"].update(kernelspec="python3"),
+        lambda d: d["metadata"].pop("kernelspec"),
+        lambda d: d["metadata"].update(kernelspec={"name": rnd.choice(HOSTILE_TEXT[:12])}),
+        lambda d: d["metadata"].update(kernelspec=rnd.choice(HOSTILE_JSON)),
+        lambda d: d.update(nbformat=rnd.choice([3, 5, 99, "4", None])),
+        lambda d: d.update(cells=rnd.choice(HOSTILE_JSON)),
+        lambda d: d["cells"][0].update(source=rnd.choice(HOSTILE_JSON)),
+        lambda d: d.update(metadata=rnd.choice(HOSTILE_JSON)),
+    ]
+    variants[i % len(variants)](doc)
+    return doc
+
+
+def notebook_cases(rnd: random.Random) -> list[Case]:
+    cases = []
+    for i in range(24):  # each costs a kernel-spec lookup (~0.3 s on a loaded machine)
+        mode = ["debug", "full"][i % 2]
+        argv = [mode, "nb.ipynb", "--dry-run"] + (["--no-cleanup"] if mode == "full" else [])
+        cases.append(Case(f"notebook-{i}", argv, {"nb.ipynb": _notebook(rnd, i)}))
+    good = _notebook(random.Random(0), 0)
+    options = [["--timeout", "nan"], ["--timeout", "-1"], ["--timeout", "inf"],
+               ["--timeout", "0"], ["--output", "afile/o.ipynb"], ["--output", "nb.ipynb"],
+               ["--output", "/proc/x/o.ipynb"], ["--kernel", "nope"], ["--cwd", "afile"],
+               ["--profile", "missing.toml"], ["-f", "missing.yaml"], ["--env-file", "missing"],
+               ["--profile", "afile"], ["-f", "afile"]]
+    for j, extra in enumerate(options):
+        cases.append(Case(f"notebook-option-{j}", ["debug", "nb.ipynb", "--dry-run", *extra],
+                          {"nb.ipynb": good, "afile": "x = [\n"}, "refuse"))
+    raw = {"not-json": "{", "empty": "", "list": "[]", "bad-utf8": b"\xff", "deep": "[" * 3000}
+    for name, content in raw.items():
+        cases.append(Case(f"notebook-raw-{name}", ["debug", "nb.ipynb", "--dry-run"],
+                          {"nb.ipynb": content}, "refuse"))
+    return cases
+
+
+def build() -> list[Case]:
+    rnd = random.Random(SEED)
+    cases = rank_table_cases(rnd) + env_cases(rnd) + cli_cases(rnd) + notebook_cases(rnd)
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return cases
