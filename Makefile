@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS ?= mindspore,torch,dev
 
-.PHONY: demo test install system-deps bench clean-venv
+.PHONY: demo test install system-deps bench soak clean-venv
 
 install: $(STAMP)
 
@@ -33,6 +33,12 @@ bench: $(STAMP)
 	$(PY) bench/tracking.py
 	$(PY) bench/notebook.py
 	$(PY) bench/cleanup.py
+
+# 100 failure cycles of real jobs (crash, SIGSEGV, TERM-ignoring and setsid grandchildren, double
+# fork, SIGINT/SIGTERM/SIGKILL to the launcher, kernel interrupt): 0 processes may be left.
+# Not part of `make test` (about 6 minutes); the suite runs a sample. CYCLES=N to change.
+soak: $(STAMP)
+	$(PY) tests/launcher/soak.py --cycles $(or $(CYCLES),100)
 
 clean-venv:
 	rm -rf $(VENV)

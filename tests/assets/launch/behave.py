@@ -1,7 +1,7 @@
 """A rank that misbehaves on request: `behave.py MODE [ARG]`. Each rank reads RANK_ID.
 
 Modes: ok | env | crash | segv | hang | chatty | grandchild [nofail] | daemon | lines N | flood
-       | sched-dies
+       | doublefork | sched-dies
        | escape ok|crash|hang
 Prints `READY <pid>` first so tests know the rank is running."""
 import json
@@ -74,6 +74,17 @@ elif mode == "lines":  # N numbered lines plus the awkward bytes a display must 
     out.write(b"bad bytes \xff\xfe end\n")
     out.write(b"no newline at the end")
     out.flush()
+elif mode == "doublefork":  # a daemon the classic way: fork, fork, parent exits; ignores TERM
+    if os.fork() == 0:
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print(f"DAEMON {os.getpid()}", flush=True)
+            time.sleep(600)
+        os._exit(0)
+    time.sleep(0.5)
+    if rank == 1:
+        sys.exit(3)
+    time.sleep(600)
 elif mode == "flood":  # prints as fast as it can, forever (fills a log disk)
     line = b"%d " % rank + b"x" * 1000 + b"\n"
     while True:
