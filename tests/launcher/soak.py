@@ -104,6 +104,7 @@ def run(cycles: int, only: list[str] | None = None, out=sys.stdout) -> dict[str,
     """`cycles` cycles round-robin over the scenarios; returns processes left per scenario."""
     names = only or SCENARIOS
     left: dict[str, int] = {n: 0 for n in names}
+    errors: list[str] = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="platform-soak-") as tmp:
         for i in range(cycles):
@@ -111,14 +112,28 @@ def run(cycles: int, only: list[str] | None = None, out=sys.stdout) -> dict[str,
             root = Path(tmp) / f"cycle{i}"
             root.mkdir()
             t0 = time.monotonic()
-            pids, what = kernel_cycle(root) if name == "kernel-interrupt" else cli_cycle(name, root)
+            try:
+                pids, what = (kernel_cycle(root) if name == "kernel-interrupt"
+                              else cli_cycle(name, root))
+            except Exception as exc:  # noqa: BLE001 - a broken cycle is reported, the soak goes on
+                pids, what = [], f"ERROR {type(exc).__name__}: {exc} {_listing(root)}"
+                errors.append(f"cycle {i + 1} {name}: {what}")
             left[name] += len(pids)
             print(f"cycle {i + 1:3}/{cycles} {name:26} {what:22} left {len(pids)} "
                   f"({time.monotonic() - t0:.1f}s)", file=out, flush=True)
     total = sum(left.values())
     print(f"{cycles} cycles in {time.monotonic() - started:.0f}s: {total} process(es) left "
-          f"{left if total else ''}", file=out, flush=True)
+          f"{left if total else ''}; {len(errors)} cycle(s) could not run", file=out, flush=True)
+    if errors:
+        left["errors"] = len(errors)
     return left
+
+
+def _listing(root: Path) -> str:
+    """What the job folder held when a cycle broke (for the report)."""
+    files = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    heads = {p.name: p.read_text(errors="replace")[:80] for p in root.rglob("*.log")}
+    return f"files={files[:12]} logs={heads}"
 
 
 def main(argv: list[str] | None = None) -> int:
