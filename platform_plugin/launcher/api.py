@@ -133,8 +133,10 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
                attempts: list[dict], last: bool) -> JobResult:
     __tracebackhide__ = True
     job_tracking = JobTracking.create(options.tracking, plan)
+    # before spawning, and without the sink: every rank gets where to spool; the forwarding
+    # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
     tracking_env = job_tracking.prepare()
-    plan = _with_env(plan, tracking_env)  # before spawning: every rank gets it
+    plan = _with_env(plan, tracking_env)
     system_metrics = SystemMetrics(tracking_env.get("PLATFORM_TRACKING_SPOOL_DIR"),
                                    0 if options.no_system_metrics else options.system_metrics_interval)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
@@ -144,10 +146,9 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
                 + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
     job_file = JobFile(plan, attempts)
     peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
-    job_tracking.start()
     result = None
     try:  # the output observes the supervisor too: the board shows each process's status
-        result = Supervisor(plan, output, [job_file, output, system_metrics, peers],
+        result = Supervisor(plan, output, [job_file, output, system_metrics, peers, job_tracking],
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
                             grace=options.grace, stop_check=peers.stop_reason).run()
     finally:

@@ -8,17 +8,24 @@ A crash between 2's send and 3's rename is the only window in which a batch can 
 MLflow's SQL store ignores an exact repeat of a metric (same key, value, step, timestamp - the
 timestamp is taken in the rank and kept in the spool) and of a param, so the replay adds nothing
 there. `sync` and a live forwarder cannot overlap on a stream (the flock).
+
+Nothing blocks a stream for good: a line too large to deliver is copied to
+`<stream>.jsonl.quarantine` and passed; a record the sink refuses for good is counted as
+rejected and passed; `["r", ...]` lines (refused by the tracker in the rank) are counted only.
+Streams are forwarded in parallel (`workers` threads, one stream per thread at a time, so each
+stream keeps its order). Observers (`delivered(label, records)`) see every accepted batch.
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from platform_plugin.tracking.identity import stream_name
-from platform_plugin.tracking.spool import SPOOL_SUFFIX, count_pending, read_complete
+from platform_plugin.tracking.spool import SPOOL_SUFFIX, Chunk, count_pending, read_complete
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
@@ -32,7 +39,7 @@ def batches(records: list[tuple[list, int]], limits: dict[str, int]):
     for item in records:
         kind = item[0][0]
         keyed = (kind, item[0][1]) if kind in KEYED_KINDS else None
-        full = (counts.get(kind, 0) >= limits[kind] or len(batch) >= limits["total"]
+        full = (counts.get(kind, 0) >= limits.get(kind, limits["total"]) or len(batch) >= limits["total"]
                 or (keyed is not None and keyed in keys))
         if full and batch:
             yield batch
@@ -51,7 +58,8 @@ def drain_timeout(default: float) -> float:
 
 
 def spool_labels(spool_dir: Path) -> list[str]:
-    return sorted(p.name[len("rank_"):-len(SPOOL_SUFFIX)] for p in spool_dir.glob(f"rank_*{SPOOL_SUFFIX}"))
+    labels = (p.name[len("rank_"):-len(SPOOL_SUFFIX)] for p in spool_dir.glob(f"rank_*{SPOOL_SUFFIX}"))
+    return sorted(label for label in labels if "." not in label)  # rank ids and `no-rank` only
 
 
 def _passed(bad_ends: list[int], offset: int) -> int:
@@ -69,25 +77,34 @@ class Counts:
     pending: int = 0
     skipped: int = 0
     rejected: int = 0
+    refused: int = 0
+    quarantined: int = 0
     partial_lines: int = 0
     errors: list[str] = field(default_factory=list)
 
 
 class Forwarder:
     """`pump()` does one pass; `start()` runs passes on a thread; `drain(timeout)` stops the
-    thread after a last complete pass (or when the time is up)."""
+    thread after a last complete pass (or when the time is up). `stop_at` (epoch seconds): no
+    batch is sent after it (the drain deadline, kept across processes)."""
 
     def __init__(self, spool_dir: Path, config: SinkConfig, sink, *, labels: list[str] | None = None,
-                 interval: float = 0.5, aggregates=None):
+                 interval: float = 0.5, workers: int = 1, observers: list | None = None,
+                 aggregates=None):
         self.aggregates = aggregates  # aggregates.JobAggregates: per-step stats for the job run
         self.spool_dir = Path(spool_dir)
         self.config = config
         self.sink = sink
         self.only = labels  # None: every stream in the folder
         self.interval = interval
+        self.workers = workers
+        self.observers = list(observers or [])
+        self.stop_at: float | None = None
         self.last_error = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._observe_lock = threading.Lock()  # observers see one batch at a time
 
     # --- one pass -------------------------------------------------------------------------
     def labels(self) -> list[str]:
@@ -106,18 +123,29 @@ class Forwarder:
         try:
             self.sink.ensure_runs(self.config, self.spool_dir, sorted(set(labels) | set(self.config.ranks)))
         except Exception as exc:  # noqa: BLE001 - a sink error must never reach training
-            self.last_error = f"cannot create runs: {type(exc).__name__}: {exc}"
+            self.last_error = f"cannot create runs: {type(exc).__name__}: {exc}"[:500]
             return False
-        ok = True
         deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
-        for label in labels:
+
+        def one(label: str) -> bool:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ok &= self._pump_stream(label, blocking, left)
+            return self._pump_stream(label, blocking, left)
+
+        if self.workers > 1 and len(labels) > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracking-stream")
+            ok = all(list(self._pool.map(one, labels)))
+        else:
+            ok = all([one(label) for label in labels])  # a list: every stream gets its pass
         if self.aggregates is not None:
-            self.aggregates.send()  # its failures are its own (last_error): points come first
+            with self._observe_lock:
+                self.aggregates.send()  # its failures are its own (last_error): points come first
         if ok:
             self.last_error = ""
         return ok
+
+    def past_deadline(self) -> bool:
+        return self.stop_at is not None and time.time() >= self.stop_at
 
     def _pump_stream(self, label: str, blocking: bool, lock_timeout: float | None = None) -> bool:
         stream = stream_name(label)
@@ -129,29 +157,44 @@ class Forwarder:
             if not held:
                 return True  # another forwarder (a sync) is on it
             state = StreamState.load(self.spool_dir, stream)
-            while True:
+            while not self.past_deadline():
                 chunk = read_complete(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", state.offset)
                 if chunk.end == state.offset:
                     return True
-                bad_ends = list(chunk.bad_ends)  # counted as skipped once the offset passes them
-                for batch in batches(chunk.records, self.sink.limits):
-                    if not self._send(label, state, batch):
-                        state.save(self.spool_dir, stream)
-                        return False
-                    if self.aggregates is not None:
-                        self.aggregates.delivered(label, [record for record, _ in batch])
-                    state.offset = batch[-1][1]
-                    state.skipped += _passed(bad_ends, state.offset)
-                    state.save(self.spool_dir, stream)
-                state.offset = chunk.end  # past trailing bad lines too
-                state.skipped += _passed(bad_ends, state.offset)
+                if not self._deliver_chunk(label, stream, state, chunk):
+                    return False
+            return True
+
+    def _deliver_chunk(self, label: str, stream: str, state: StreamState, chunk: Chunk) -> bool:
+        passed = _Passed(chunk, self.spool_dir / f"{stream}{SPOOL_SUFFIX}",
+                         self.spool_dir / f"{stream}.jsonl.quarantine")
+        for batch in batches(chunk.records, self.sink.limits):
+            if self.past_deadline():
+                return True
+            if not self._send(label, state, batch):
                 state.save(self.spool_dir, stream)
+                return False
+            state.offset = batch[-1][1]
+            passed.up_to(state)
+            state.save(self.spool_dir, stream)
+        state.offset = chunk.end  # past trailing bad lines too
+        passed.up_to(state)
+        state.save(self.spool_dir, stream)
+        return True
 
     def _send(self, label: str, state: StreamState, batch) -> bool:
-        records = [record for record, _ in batch]
+        refused = sum(1 for record, _ in batch if record[0] == "r")
+        records = [record for record, _ in batch if record[0] != "r"]
+        if records and not self._send_records(label, state, records):
+            return False
+        state.refused += refused
+        return True
+
+    def _send_records(self, label: str, state: StreamState, records: list) -> bool:
         try:
             self.sink.deliver(self.config, label, state, records)
             state.delivered += len(records)
+            self._observe(label, records)
             return True
         except Exception as exc:  # noqa: BLE001
             if not self.sink.is_permanent(exc):
@@ -162,13 +205,25 @@ class Forwarder:
             try:
                 self.sink.deliver(self.config, label, state, [record])
                 state.delivered += 1
+                self._observe(label, [record])
             except Exception as exc:  # noqa: BLE001
                 if not self.sink.is_permanent(exc):
                     self.last_error = state.last_error = f"{type(exc).__name__}: {exc}"[:500]
                     return False  # resending the ones already sent: the sink ignores repeats
                 state.rejected += 1
-                state.last_error = f"rejected {record[:2]}: {exc}"[:500]
+                state.last_error = f"rejected {str(record[:2])[:200]}: {exc}"[:500]
         return True
+
+    def _observe(self, label: str, records: list) -> None:
+        """Observers (e.g. per-step aggregates) see each accepted batch; one failing must not
+        stop delivery, so its error is kept in last_error and the batch counts as delivered."""
+        observers = self.observers + ([self.aggregates] if self.aggregates is not None else [])
+        with self._observe_lock:  # streams are forwarded in parallel; observers need not be thread-safe
+            for observer in observers:
+                try:
+                    observer.delivered(label, records)
+                except Exception as exc:  # noqa: BLE001
+                    self.last_error = f"observer {type(observer).__name__}: {type(exc).__name__}: {exc}"[:500]
 
     # --- totals ---------------------------------------------------------------------------
     def counts(self) -> Counts:
@@ -180,9 +235,29 @@ class Forwarder:
             total.delivered += state.delivered
             total.skipped += state.skipped
             total.rejected += state.rejected
+            total.refused += state.refused
+            total.quarantined += state.quarantined
             total.pending += pending
             total.partial_lines += int(partial)
         return total
+
+    def stream_pending(self, label: str) -> int:
+        stream = stream_name(label)
+        offset = StreamState.load(self.spool_dir, stream).offset
+        return count_pending(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", offset)[0]
+
+    def all_delivered(self) -> bool:
+        """Cheap: every stream's offset is at its last complete line (polled by the launcher)."""
+        for label in self.labels():
+            stream = stream_name(label)
+            offset = StreamState.load(self.spool_dir, stream).offset
+            path = self.spool_dir / f"{stream}{SPOOL_SUFFIX}"
+            try:
+                if path.stat().st_size > offset and count_pending(path, offset)[0]:
+                    return False
+            except FileNotFoundError:
+                continue
+        return True
 
     # --- background thread ----------------------------------------------------------------
     def start(self) -> None:
@@ -199,8 +274,9 @@ class Forwarder:
 
     def drain(self, timeout: float) -> bool:
         """Stop the thread and make final passes until everything complete is delivered or
-        `timeout` passes. Never waits longer than `timeout` (a request stuck in MLflow's
-        retries keeps running on the abandoned daemon thread)."""
+        `timeout` passes. Never waits longer than `timeout`, and sends nothing after it (a
+        request stuck in MLflow's retries keeps running on the abandoned daemon thread)."""
+        self.stop_at = time.time() + timeout
         deadline = time.monotonic() + timeout
         if self._thread is not None:
             self._stop.set()
@@ -209,7 +285,38 @@ class Forwarder:
                 self.last_error = self.last_error or "forwarder still busy at the drain deadline"
                 return False
         while time.monotonic() < deadline:
-            if self.pump(blocking=False) and self.counts().pending == 0:
+            if self.pump(blocking=False) and self.all_delivered():
                 return True
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        return False
+        return self.all_delivered()
+
+
+class _Passed:
+    """Counts the bad lines (skipped) and moves the oversized ones (quarantined) of a chunk as
+    the stream's offset passes them."""
+
+    def __init__(self, chunk: Chunk, spool: Path, quarantine: Path):
+        self.bad_ends = list(chunk.bad_ends)
+        self.big = list(chunk.big)
+        self.spool, self.quarantine = spool, quarantine
+
+    def up_to(self, state: StreamState) -> None:
+        state.skipped += _passed(self.bad_ends, state.offset)
+        while self.big and self.big[0][1] <= state.offset:
+            start, end = self.big.pop(0)
+            _copy_range(self.spool, self.quarantine, start, end)
+            state.quarantined += 1
+            state.last_error = (f"a {end - start:,}-byte line at offset {start} was moved to "
+                                f"{self.quarantine.name}: too large to deliver")
+
+
+def _copy_range(source: Path, target: Path, start: int, end: int) -> None:
+    with open(source, "rb") as src, open(target, "ab") as dst:
+        src.seek(start)
+        left = end - start
+        while left > 0:
+            block = src.read(min(left, 1 << 20))
+            if not block:
+                break
+            dst.write(block)
+            left -= len(block)

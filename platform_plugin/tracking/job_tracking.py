@@ -1,9 +1,15 @@
 """The launcher's single handle on tracking (contract in docs/internals.md).
 
     job_tracking = JobTracking.create(choice, plan)
-    env = job_tracking.prepare()      # before spawning: store, experiment, parent + child runs
-    job_tracking.start()              # forwarder thread in the supervisor
-    report = job_tracking.finish(result)
+    env = job_tracking.prepare()      # before spawning: the spool folder and sink.json; no MLflow
+    ...Supervisor(plan, output, [job_tracking]).run()   # started(): the forwarding helper starts
+    report = job_tracking.finish(result)   # end.json, then wait for delivery up to the deadline
+
+Nothing of the sink runs in the launcher's process: the forwarding helper process
+(`tracking/delivery.py`) imports MLflow, opens the store under its lock, creates the experiment
+and the runs, forwards while the ranks run, and ends the runs after `finish()` returned. A
+tracking failure never stops or delays the job: the points wait in the spool and the report
+says why.
 
 `create(..., "none")` returns the base class, whose steps do nothing except tell the ranks that
 tracking is off (so a rank's `get_tracker()` doesn't forward on its own).
@@ -12,17 +18,18 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from platform_plugin.tracking import conventions
-from platform_plugin.tracking.aggregates import JobAggregates
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
-from platform_plugin.tracking.state import SinkConfig
+from platform_plugin.tracking.state import HelperStatus, JobEnd, SinkConfig
 
 PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", "PLATFORM_SERVER_ID",
                       "PLATFORM_RUN_MODE")
+FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything delivered"
 
 
 @dataclass
@@ -36,6 +43,25 @@ class DeliveryReport:
     skipped: int = 0  # spool lines that were not records (a rank killed mid-write)
     rejected: int = 0  # records the sink refused for good
     spool_dir: str = ""
+    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
+    quarantined: int = 0  # spool lines too large to deliver, kept in rank_<N>.jsonl.quarantine
+
+    def wait_ended(self, timeout: float = 120.0) -> bool:
+        """Wait until the forwarding helper has finished (runs ended, or left open for sync):
+        for tests and scripts that read the runs right after `launch()`. Refreshes the report."""
+        if not self.spool_dir:
+            return True
+        spool_dir = Path(self.spool_dir)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = HelperStatus.load(spool_dir)
+            if status is not None and (status.phase == "done" or not _alive(status.pid)):
+                break
+            time.sleep(0.05)
+        else:
+            return False
+        self.parent_run_id = (SinkConfig.load(spool_dir) or SinkConfig("")).parent_run_id
+        return True
 
 
 class JobTracking:
@@ -57,6 +83,10 @@ class JobTracking:
     def start(self) -> None:
         pass
 
+    def started(self, supervisor=None) -> None:
+        """Supervisor observer: the ranks are running."""
+        self.start()
+
     def finish(self, result, last: bool = True) -> DeliveryReport:
         return DeliveryReport()
 
@@ -67,68 +97,104 @@ class SpoolingJobTracking(JobTracking):
         self.plan = plan
         self.spool_dir = Path(plan.job_dir) / "tracking"
         self.config = job_sink_config(sink_name, plan, layout)
-        sink = get_sink(sink_name)
-        aggregates = (JobAggregates(self.config.ranks, sink, self.config)
-                      if hasattr(sink, "deliver_aggregates") and layout == "runs" else None)
-        self.forwarder = Forwarder(self.spool_dir, self.config, sink, aggregates=aggregates)
+        self.helper = None
         self.setup_error = ""
 
     def prepare(self) -> dict[str, str]:
+        """Cheap and sink-free: the ranks only need to know where to spool."""
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.config.save(self.spool_dir)
-        # Runs exist before any rank starts; a dead sink only defers this to the forwarder.
-        self.setup_error = self.forwarder.sink.unavailable(self.config) or ""
-        if not self.setup_error:
-            try:
-                self.forwarder.sink.ensure_runs(self.config, self.spool_dir, list(self.config.ranks))
-            except Exception as exc:  # noqa: BLE001 - tracking must not stop the job
-                self.setup_error = f"cannot create runs: {type(exc).__name__}: {exc}"
         return {"PLATFORM_TRACKING": self.sink,
                 "PLATFORM_TRACKING_SPOOL_DIR": str(self.spool_dir),
                 "PLATFORM_TRACKING_FORWARDER": "supervisor",
                 "PLATFORM_TRACKING_LAYOUT": self.config.layout}
 
     def start(self) -> None:
-        self.forwarder.start()
+        """Start the forwarding helper (once); a failure to start it is reported, not raised."""
+        if self.helper is not None or self.setup_error:
+            return
+        from platform_plugin.tracking.delivery import start_helper
+        try:
+            self.helper = start_helper(self.spool_dir, helper_environment(self.plan))
+        except Exception as exc:  # noqa: BLE001 - tracking must not stop the job
+            self.setup_error = f"cannot start the forwarding helper: {type(exc).__name__}: {exc}"
 
     def finish(self, result, last: bool = True) -> DeliveryReport:
-        self.config.final_status = final_status(result)
-        self.config.save(self.spool_dir)
-        drained = self.forwarder.drain(drain_timeout(30))
-        if self.forwarder.sink.unavailable(self.config) is None:
-            if self.forwarder.aggregates is not None:
-                self.forwarder.aggregates.finish()  # the steps some rank never completed
+        self.start()  # the ranks may have failed to start: the runs are still created and ended
+        timeout = drain_timeout(30)
+        JobEnd(final_status(result), time.time() + timeout).save(self.spool_dir)
+        if self.helper is not None and self.helper.stdin is not None:
             try:
-                self.forwarder.sink.end_job(self.config, self.spool_dir)
-                self.config.ended = True
-                self.config.save(self.spool_dir)
-            except Exception as exc:  # noqa: BLE001
-                self.forwarder.last_error = f"cannot end runs: {type(exc).__name__}: {exc}"
-        return delivery_report(self.sink, self.spool_dir, self.forwarder, self.config,
-                               self.plan.job_id, drained)
+                self.helper.stdin.close()  # wakes the helper: the job ended
+            except OSError:
+                pass
+        forwarder = Forwarder(self.spool_dir, self.config, get_sink(self.sink))
+        drained = self._wait_delivered(forwarder, timeout)
+        return delivery_report(self.sink, self.spool_dir, forwarder, self.config,
+                               self.plan.job_id, drained, self._helper_error())
+
+    def _wait_delivered(self, forwarder: Forwarder, timeout: float) -> bool:
+        """Poll the offset files (no sink in this process) until every complete line is
+        delivered, the helper is gone, or the deadline."""
+        deadline = time.monotonic() + timeout
+        pause = FIRST_POLL_S
+        while True:
+            if forwarder.all_delivered():
+                return True
+            if self.helper is None or self.helper.poll() is not None or time.monotonic() >= deadline:
+                return False
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, MAX_POLL_S)
+
+    def _helper_error(self) -> str:
+        status = HelperStatus.load(self.spool_dir)
+        error = self.setup_error or (status.error if status else "")
+        if not error and self.helper is not None and self.helper.poll() not in (None, 0):
+            error = f"the forwarding helper exited with code {self.helper.returncode} (see {self.spool_dir / 'helper.log'})"
+        return error
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def delivery_report(sink: str, spool_dir: Path, forwarder: Forwarder, config: SinkConfig,
-                    job_id: str, drained: bool) -> DeliveryReport:
+                    job_id: str, drained: bool, error: str = "") -> DeliveryReport:
     counts = forwarder.counts()
     notes = []
     if counts.pending:
-        why = forwarder.last_error or ("drain timed out" if not drained else "not yet forwarded")
+        why = error or forwarder.last_error or ("drain timed out" if not drained else "not yet forwarded")
         notes.append(f"{counts.pending} records wait in {spool_dir} ({why}); deliver them with "
                      f"`platform-run sync {job_id}`")
+    elif error:
+        notes.append(f"tracking: {error}")
     if counts.partial_lines:
         notes.append(f"{counts.partial_lines} rank(s) stopped mid-line: that last line is ignored")
     if counts.skipped:
         notes.append(f"{counts.skipped} unreadable spool lines skipped")
     if counts.rejected:
         notes.append(f"{counts.rejected} records refused by {sink} (see *.state.json last_error)")
+    if counts.refused:
+        notes.append(f"{counts.refused} records refused in the ranks: over MLflow's size limits "
+                     "(see the ranks' warnings)")
+    if counts.quarantined:
+        notes.append(f"{counts.quarantined} spool lines too large to deliver, kept in "
+                     f"{spool_dir}/rank_*.jsonl.quarantine")
     hint = f"{sink}: {counts.delivered} records delivered" + (f"; {notes[0]}" if notes else "")
     if sink == "mlflow":
         hint += f"; compare ranks: platform-run compare {job_id} --url"
+    saved = SinkConfig.load(spool_dir) or config
     return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,
-                          reason="; ".join(notes), parent_run_id=config.parent_run_id,
+                          reason="; ".join(notes), parent_run_id=saved.parent_run_id,
                           ui_hint=hint, skipped=counts.skipped, rejected=counts.rejected,
-                          spool_dir=str(spool_dir))
+                          spool_dir=str(spool_dir), refused=counts.refused,
+                          quarantined=counts.quarantined)
 
 
 def workers(plan) -> list:
@@ -147,6 +213,14 @@ def final_status(result) -> str:
     if getattr(result, "ok", False):
         return "FINISHED"
     return "KILLED" if getattr(result, "status", "") == "interrupted" else "FAILED"
+
+
+def helper_environment(plan) -> dict:
+    """The launcher's environment plus the MLflow settings the ranks got from a .env file
+    (credentials, HTTP timeouts), so the helper talks to the store as the ranks would."""
+    ranks = workers(plan)
+    extra = {k: v for k, v in (dict(ranks[0].env) if ranks else {}).items() if k.startswith("MLFLOW_")}
+    return {**os.environ, **extra}
 
 
 def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:

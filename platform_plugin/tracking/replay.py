@@ -1,5 +1,6 @@
 """`platform-run sync`: deliver what a job's spool still holds, exactly once (see forwarder),
-then end the job's runs if the job has ended and they were left open."""
+then end the job's runs if the job has ended and they were left open (with the status the
+launcher recorded in end.json, or `--end`)."""
 from __future__ import annotations
 
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.forwarder import Counts, Forwarder
 from platform_plugin.tracking.sinks import get_sink
-from platform_plugin.tracking.state import SinkConfig
+from platform_plugin.tracking.state import JobEnd, SinkConfig
 
 # A sink that has just (re)started, or a loaded machine, can refuse or time out for a while
 # (MLflow's first request on a restarted server opens its store; the health probe allows 2 s).
@@ -57,12 +58,14 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
     before = forwarder.counts().delivered
     attempts = deliver_all(forwarder, wait)
     counts = forwarder.counts()
-    if end_status:
-        config.final_status = end_status
+    config = SinkConfig.load(spool_dir) or config  # run ids a live helper may have added
+    forwarder.config = config
+    end = JobEnd.load(spool_dir)
+    config.final_status = end_status or config.final_status or (end.status if end else None)
     ended = config.ended
     if config.final_status and not config.ended and counts.pending == 0 and not forwarder.last_error:
         try:
-            forwarder.sink.end_job(config, spool_dir)
+            forwarder.sink.end_job(config, spool_dir, {})
             config.ended = ended = True
             config.save(spool_dir)
         except Exception as exc:  # noqa: BLE001 - reported, the next sync retries

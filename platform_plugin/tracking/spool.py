@@ -7,6 +7,8 @@ One line is one record, a JSON array whose first item says what it is:
     ["p", key, value]                          param
     ["t", key, value]                          tag
     ["a", local_path, artifact_path|null]      artifact
+    ["r", kind, name, reason]                  refused in the rank (over the sink's size limits):
+                                               never sent, counted in the delivery report
 
 Lines are written whole with one `os.write` on an O_APPEND descriptor, so a rank killed
 mid-write leaves at most one partial line at the end. Readers consume complete lines only; a
@@ -18,11 +20,15 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 SPOOL_SUFFIX = ".jsonl"
 FLUSH_LINES = 1000  # a full buffer is written at once; the timer writes the rest
+# No valid record comes near this (the tracker refuses values over MLflow's limits, 8,000
+# characters at most): a longer line is moved aside (quarantined) instead of being sent, so it
+# can never hold up the records after it.
+MAX_LINE_BYTES = 1 << 20
 
 
 def encode_metric(key_json: str, value: float, step: int, timestamp_ms: int) -> str:
@@ -43,7 +49,8 @@ class SpoolWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        self._lock = threading.Lock()
+        # re-entrant: the SIGTERM handler flushes from the main thread, maybe inside append()
+        self._lock = threading.RLock()
         self._lines: list[str] = []
         self._terminate_partial_line()
 
@@ -68,15 +75,15 @@ class SpoolWriter:
     def _write_locked(self) -> None:
         if not self._lines or self._fd < 0:
             return
-        data = "".join(self._lines).encode()
-        self._lines = []
+        lines, self._lines = self._lines, []  # swap first: a nested flush (SIGTERM) sees none
+        data = "".join(lines).encode()
         while data:  # a regular file takes it all at once; loop for the short-write case
             written = os.write(self._fd, data)
             data = data[written:]
 
     def drop_buffer(self) -> None:
         """In a forked child: the parent's buffered lines are the parent's to write."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._lines = []
 
     def close(self) -> None:
@@ -93,6 +100,7 @@ class Chunk:
     end: int  # offset after the last complete line read (bad lines included)
     bad_ends: list[int]  # offset just after each complete line that was not a valid record
     partial_tail: bool  # bytes after `end` with no newline yet
+    big: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of lines > MAX_LINE_BYTES
 
     @property
     def bad_lines(self) -> int:
@@ -101,23 +109,41 @@ class Chunk:
 
 def read_complete(path: str | os.PathLike, offset: int, max_bytes: int = 8 << 20) -> Chunk:
     """Complete lines from `offset`. A trailing fragment is not consumed: its writer may still
-    finish it."""
+    finish it. A line longer than MAX_LINE_BYTES is returned in `big`, not decoded."""
     with open(path, "rb") as f:
         f.seek(offset)
         data = f.read(max_bytes)
-    last_newline = data.rfind(b"\n")
+        last_newline = data.rfind(b"\n")
+        if last_newline < 0 and len(data) == max_bytes:  # one line longer than a whole read
+            return _long_line(f, offset)
     complete = data[: last_newline + 1]
-    records, bad_ends, position = [], [], offset
+    records, bad_ends, big, position = [], [], [], offset
     for raw in complete.splitlines(keepends=True):
-        position += len(raw)
-        record = _decode(raw)
-        if record is None:
+        start, position = position, position + len(raw)
+        record = None if len(raw) > MAX_LINE_BYTES else _decode(raw)
+        if len(raw) > MAX_LINE_BYTES:
+            big.append((start, position))
+        elif record is None:
             bad_ends.append(position)
         else:
             records.append((record, position))
     # a read that stopped at max_bytes mid-line is not a partial tail, only an unread rest
     partial = len(data) > len(complete) and len(data) < max_bytes
-    return Chunk(records, offset + len(complete), bad_ends, partial)
+    return Chunk(records, offset + len(complete), bad_ends, partial, big)
+
+
+def _long_line(f, offset: int) -> Chunk:
+    """Find the end of a line that started at `offset` and did not fit in one read."""
+    position = f.tell()
+    while True:
+        block = f.read(1 << 20)
+        if not block:  # still being written: wait for its newline
+            return Chunk([], offset, [], True)
+        newline = block.find(b"\n")
+        if newline >= 0:
+            end = position + newline + 1
+            return Chunk([], end, [], False, [(offset, end)])
+        position += len(block)
 
 
 def _decode(raw: bytes) -> list | None:
@@ -130,7 +156,7 @@ def _decode(raw: bytes) -> list | None:
     return record if len(record) == KINDS[record[0]] else None
 
 
-KINDS = {"m": 5, "p": 3, "t": 3, "a": 3}  # kind -> fields per record
+KINDS = {"m": 5, "p": 3, "t": 3, "a": 3, "r": 4}  # kind -> fields per record
 
 
 def count_pending(path: str | os.PathLike, offset: int) -> tuple[int, bool]:

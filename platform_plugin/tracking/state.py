@@ -5,6 +5,10 @@ leaves either the old or the new content, never a torn file.
   its points go to. The offset is written right after each accepted batch.
 - `sink.json`: the job's sink (kind, tracking URI, experiment, parent run, layout, job tags
   and the final status), so `platform-run sync` can finish the job without the launcher.
+- `end.json`: written by the launcher when the ranks have ended: the job's final status and
+  the drain deadline (epoch seconds). The forwarding helper stops delivering at the deadline;
+  `platform-run sync` ends the runs with this status once everything is delivered.
+- `helper.json`: what the forwarding helper process is doing (pid, phase, last error).
 - `<stream>.lock`: an flock held while a stream is being forwarded, so a `sync` and a live
   forwarder never send the same lines twice.
 """
@@ -40,6 +44,8 @@ class StreamState:
     delivered: int = 0
     skipped: int = 0  # complete lines that were not valid records
     rejected: int = 0  # valid records the sink refused for good (e.g. a param changing value)
+    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
+    quarantined: int = 0  # lines too large to deliver, moved to <stream>.jsonl.quarantine
     run_id: str | None = None  # MLflow run of this stream (layout "runs")
     last_error: str = ""
 
@@ -80,6 +86,45 @@ class SinkConfig:
 
     def save(self, spool_dir: Path) -> None:
         write_json_atomic(spool_dir / SINK_FILE, asdict(self))
+
+
+END_FILE = "end.json"
+HELPER_FILE = "helper.json"
+
+
+@dataclass
+class JobEnd:
+    """The launcher's word that the ranks have ended (end.json)."""
+    status: str  # "FINISHED" | "FAILED"
+    deadline: float  # epoch seconds: deliver until then, leave the rest to `sync`
+
+    @classmethod
+    def load(cls, spool_dir: Path) -> "JobEnd | None":
+        data = read_json(spool_dir / END_FILE)
+        return None if data is None else cls(str(data["status"]), float(data["deadline"]))
+
+    def save(self, spool_dir: Path) -> None:
+        write_json_atomic(spool_dir / END_FILE, asdict(self))
+
+
+@dataclass
+class HelperStatus:
+    """The forwarding helper's progress (helper.json), read by the launcher and by tests."""
+    pid: int = 0
+    phase: str = "starting"  # starting | forwarding | ending | done
+    error: str = ""  # why the sink could not be set up or reached, if it could not
+    runs_ended: bool = False
+
+    @classmethod
+    def load(cls, spool_dir: Path) -> "HelperStatus | None":
+        data = read_json(spool_dir / HELPER_FILE)
+        if data is None:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, spool_dir: Path) -> None:
+        write_json_atomic(spool_dir / HELPER_FILE, asdict(self))
 
 
 LOCK_POLL_S = 0.1

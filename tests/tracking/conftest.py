@@ -23,8 +23,11 @@ def wflogger_standin(tracking_env, tmp_path, monkeypatch):
     """Make the platform's private wflogger SDK importable as a STAND-IN that records every call
     (tests/assets/tracking/wf_analyse); forgotten again afterwards so `auto` picks MLflow in the
     next test. Yields the file of recorded calls."""
+    import os
     import sys
     monkeypatch.syspath_prepend(STANDIN_PATH)
+    # the forwarding helper is a process of its own: it finds the STAND-IN through PYTHONPATH
+    tracking_env.setenv("PYTHONPATH", os.pathsep.join(p for p in (STANDIN_PATH, os.environ.get("PYTHONPATH")) if p))
     calls = tmp_path / "wflogger_calls.jsonl"
     tracking_env.setenv("WFLOGGER_STANDIN_LOG", str(calls))
     yield calls

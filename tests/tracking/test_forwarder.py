@@ -1,5 +1,6 @@
 """JobTracking + forwarder against a real sqlite MLflow store (no server, no rank processes:
-the ranks' trackers write the spools from this process, exactly as they would from theirs)."""
+the ranks' trackers write the spools from this process, exactly as they would from theirs; the
+forwarding helper is the real helper process, or a Forwarder driven by the test)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,8 @@ from platform_plugin.tracking.forwarder import Forwarder
 from platform_plugin.tracking.identity import RankIdentity
 from platform_plugin.tracking.job_tracking import JobTracking
 from platform_plugin.tracking.replay import sync_spool_dir
-from platform_plugin.tracking.state import SinkConfig, StreamState
+from platform_plugin.tracking.sinks import get_sink
+from platform_plugin.tracking.state import HelperStatus, SinkConfig, StreamState
 from platform_plugin.tracking.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan, refused_url
 
@@ -23,22 +25,27 @@ class Result:  # the two JobResult attributes finish() reads
         self.status = "succeeded" if ok else "failed"
 
 
+def test_forwarder(jt) -> Forwarder:
+    """A forwarder of the job's spool driven by the test (what the helper process runs)."""
+    return Forwarder(jt.spool_dir, jt.config, get_sink(jt.sink))
+
+
+test_forwarder.__test__ = False  # a helper, not a test
+
+
 def rank_tracker(env: dict, plan, rank: int) -> Tracker:
     rank_env = {**plan.ranks[rank].env, **env}
     return Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"], RankIdentity.from_env(rank_env))
 
 
-def test_runs_exist_before_ranks_start_and_every_point_arrives(tracking_env, tmp_path):
+def test_ranks_need_no_sink_and_every_point_arrives(tracking_env, tmp_path):
     plan = make_plan(tmp_path, 2, env={"RANK_TABLE_FILE": "/x/hccl_2p.json", "PLATFORM_RUN_MODE": "full"})
     jt = JobTracking.create("mlflow", plan)
-    env = jt.prepare()
+    env = jt.prepare()  # no store, no runs: the ranks start at once
     assert env["PLATFORM_TRACKING_FORWARDER"] == "supervisor"
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # default: the project folder (ranks' cwd)
-    c = client(uri)
-    parent_id = SinkConfig.load(Path(env["PLATFORM_TRACKING_SPOOL_DIR"])).parent_run_id
-    children = child_runs(c, parent_id)
-    assert [r.info.run_name for r in children] == ["rank-00", "rank-01"]  # before any rank ran
-    jt.start()
+    assert not (tmp_path / "mlflow.db").exists() and jt.config.tracking_uri == uri
+    jt.started()  # the supervisor's word: ranks run, the forwarding helper starts
     for rank in (0, 1):
         t = rank_tracker(env, plan, rank)
         t.log_param("lr", 0.01 * (rank + 1))
@@ -47,7 +54,10 @@ def test_runs_exist_before_ranks_start_and_every_point_arrives(tracking_env, tmp
         t.close()
     report = jt.finish(Result(ok=True))
     assert (report.delivered, report.pending, report.reason) == (2 * 1201, 0, "")
-
+    assert report.wait_ended() and HelperStatus.load(jt.spool_dir).runs_ended
+    c = client(uri)
+    parent_id = report.parent_run_id
+    assert [r.info.run_name for r in child_runs(c, parent_id)] == ["rank-00", "rank-01"]
     parent = c.get_run(parent_id)
     assert parent.info.run_name == plan.job_id and parent.info.status == "FINISHED"
     tags = parent.data.tags
@@ -82,7 +92,7 @@ def test_a_crash_between_send_and_offset_write_replays_without_duplicates(tracki
 
     monkeypatch.setattr(StreamState, "save", crash_after_send)
     with pytest.raises(KeyboardInterrupt):
-        jt.forwarder.pump()
+        test_forwarder(jt).pump()
     monkeypatch.setattr(StreamState, "save", real_save)
     assert StreamState.load(spool, "rank_0").offset == 0  # the replay will resend everything
 
@@ -106,8 +116,9 @@ def test_partial_line_waits_and_a_refused_record_does_not_block_the_rest(trackin
     t.close()
     with open(spool / "rank_0.jsonl", "ab") as f:
         f.write(b'["m","loss",0.9,1,17')  # a writer still mid-line
-    assert jt.forwarder.pump()
-    counts = jt.forwarder.counts()
+    forwarder = test_forwarder(jt)
+    assert forwarder.pump()
+    counts = forwarder.counts()
     assert (counts.delivered, counts.rejected, counts.pending, counts.partial_lines) == (2, 1, 0, 1)
     assert "Changing param values is not allowed" in StreamState.load(spool, "rank_0").last_error
     with open(spool / "rank_0.jsonl", "ab") as f:
@@ -115,6 +126,7 @@ def test_partial_line_waits_and_a_refused_record_does_not_block_the_rest(trackin
     report = jt.finish(Result(ok=False))
     assert (report.delivered, report.pending, report.rejected) == (3, 0, 1)
     assert "refused by mlflow" in report.reason
+    assert report.wait_ended()
     c = client(jt.config.tracking_uri)
     run = c.get_run(StreamState.load(spool, "rank_0").run_id)
     assert run.info.status == "FAILED" and run.data.params == {"lr": "0.1"}
@@ -133,6 +145,7 @@ def test_flat_layout_puts_every_rank_in_the_job_run_with_suffixed_keys(tracking_
         t.log_metrics({"loss": 1.0, "acc": 0.5})
         t.close()
     report = jt.finish(Result(ok=True))
+    assert report.wait_ended()
     c = client(jt.config.tracking_uri)
     run = c.get_run(report.parent_run_id)
     assert set(run.data.metrics) == {"loss-0", "acc-0", "loss-1", "acc-1"}
@@ -148,7 +161,7 @@ def test_wflogger_names_carry_the_rank(wflogger_standin, tmp_path):
     jt = JobTracking.create("auto", plan)  # SDK importable and no MLflow URI: wflogger
     assert jt.sink == "wflogger"
     env = jt.prepare()
-    jt.start()
+    jt.started()
     for rank in (0, 1):
         t = rank_tracker(env, plan, rank)
         t.log_param("learning", 0.01)
@@ -168,15 +181,17 @@ def test_dead_server_at_start_defers_everything_to_sync(tracking_env, tmp_path):
         plan = make_plan(tmp_path, 1)
         jt = JobTracking.create("mlflow", plan)
         env = jt.prepare()  # returns at once: the ranks can start
-        assert "unreachable" in jt.setup_error
+        jt.started()
         t = rank_tracker(env, plan, 0)
         t.log_metric("loss", 1.0)
         t.close()
         tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "1")
         report = jt.finish(Result(ok=True))
         assert report.delivered == 0 and report.pending == 1
-        assert f"platform-run sync {plan.job_id}" in report.reason and "unreachable" in report.reason
-        assert Forwarder(Path(report.spool_dir), jt.config, jt.forwarder.sink).counts().pending == 1
+        assert f"platform-run sync {plan.job_id}" in report.reason
+        assert report.wait_ended()  # the helper gave up at the deadline and said why
+        assert "unreachable" in HelperStatus.load(jt.spool_dir).error
+        assert test_forwarder(jt).counts().pending == 1
         # sync retries a sink that is down for --wait seconds, then reports it; nothing moved
         res = sync_spool_dir(Path(report.spool_dir), wait=3.0)
     assert res.attempts >= 2 and "unreachable" in res.error and not res.ended
@@ -229,7 +244,8 @@ def test_a_failed_pass_neither_loses_nor_double_counts(tracking_env, tmp_path):
         f.seek(0)
         f.write(b"".join(lines))
         f.truncate()
-    real_deliver, calls = jt.forwarder.sink.deliver, []
+    forwarder = test_forwarder(jt)
+    real_deliver, calls = forwarder.sink.deliver, []
 
     def deliver_failing_second_batch(*args):
         calls.append(1)
@@ -237,11 +253,11 @@ def test_a_failed_pass_neither_loses_nor_double_counts(tracking_env, tmp_path):
             raise ConnectionError("connection dropped")
         return real_deliver(*args)
 
-    jt.forwarder.sink.deliver = deliver_failing_second_batch
-    assert not jt.forwarder.pump()
-    assert (jt.forwarder.counts().delivered, jt.forwarder.counts().skipped) == (100, 0)
-    assert jt.forwarder.pump()
-    counts = jt.forwarder.counts()
+    forwarder.sink.deliver = deliver_failing_second_batch
+    assert not forwarder.pump()
+    assert (forwarder.counts().delivered, forwarder.counts().skipped) == (100, 0)
+    assert forwarder.pump()
+    counts = forwarder.counts()
     assert (counts.delivered, counts.skipped, counts.pending) == (149, 1, 0)
     run = client(jt.config.tracking_uri).get_run(StreamState.load(spool, "rank_0").run_id)
     assert len(run.data.params) == 149 and "p120" not in run.data.params

@@ -30,6 +30,7 @@ def test_mindspore_callback_job_on_the_ms_cluster_backend(tracking_env, tmp_path
     assert result.ok and result.backend == "ms-cluster"
     per_rank = 4 + 2 * 8 + 2 * 4  # params, a loss per step, 4 metrics per epoch
     assert (report.delivered, report.pending, report.reason) == (2 * per_rank, 0, "")
+    assert report.wait_ended()  # the helper ends the runs after launch() returned
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent = c.get_run(report.parent_run_id)
     assert parent.info.run_name == result.job_id and parent.info.status == "FINISHED"
@@ -77,6 +78,7 @@ def test_flat_layout_and_wflogger_through_the_launcher(tracking_env, tmp_path, w
     (tmp_path / "plain.py").write_text(PLAIN)
     tracking_env.setenv("PLATFORM_TRACKING_LAYOUT", "flat")
     result = launch([sys.executable, "plain.py"], nproc=2, cwd=str(tmp_path), tracking="mlflow", **QUIET)
+    assert result.tracking.wait_ended()
     run = client(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(result.tracking.parent_run_id)
     assert set(run.data.params) == {"learning-0", "learning-1"}
     assert set(run.data.metrics) == {"loss-0", "loss-1"} and run.data.metrics["loss-1"] == pytest.approx(1.05)
@@ -148,6 +150,7 @@ def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_p
         report = result.tracking
         assert (report.delivered, report.pending) == (40, 80), report.reason
         assert "unreachable" in report.reason and f"platform-run sync {result.job_id}" in report.reason
+        assert report.wait_ended()  # the helper gave up at the deadline: runs left open for sync
 
         # sync first, the server back later (same port, held meanwhile; same store): sync keeps
         # retrying while the server starts, then delivers exactly what is missing
@@ -196,6 +199,7 @@ def test_sigkilled_rank_keeps_its_earlier_points(tracking_env, tmp_path):
     assert not result.ok
     report = result.tracking
     assert (report.delivered, report.pending) == (60, 0), report.reason
+    assert report.wait_ended()
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     for run in child_runs(c, report.parent_run_id):
         assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(30))

@@ -33,7 +33,9 @@ class Sink(Protocol):
     def is_permanent(self, exc: BaseException) -> bool:
         """True when resending the same records can never succeed."""
 
-    def end_job(self, config: SinkConfig, spool_dir: Path) -> None: ...
+    def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
+        """End the job's runs with config.final_status; runs of streams with `pending` records
+        stay open (marked) for `sync`. True when everything was ended."""
 
 
 def _mlflow():

@@ -1,5 +1,11 @@
 """MLflow sink: one parent run per job and one child run per rank (layout "runs"), or every
-rank in the job's run with keys suffixed `-{RANK_ID}` (layout "flat")."""
+rank in the job's run with keys suffixed `-{RANK_ID}` (layout "flat").
+
+A store is first opened (MLflow creates and migrates a fresh sqlite store on open) under a
+cross-process lock beside the sqlite file: several launchers opening one fresh store at once
+race on the migration (`duplicate column name: step`) and can leave it unopenable. Metric
+points go into SQL stores through `mlflow_sql` (one INSERT per batch), the rest through
+MLflow's client."""
 from __future__ import annotations
 
 import fcntl
@@ -11,7 +17,7 @@ from urllib.parse import urlparse
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
 from platform_plugin.tracking.sinks.mlflow_conventions import quiet, standard_tags
-from platform_plugin.tracking.state import SinkConfig, StreamState
+from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
@@ -30,10 +36,14 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):])
 
 
+PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
+
+
 @contextmanager
 def store_lock(uri: str):
-    """Serialise store creation between processes: several processes opening a fresh sqlite
-    store at once race on its schema migration and corrupt it (measured with 8 ranks)."""
+    """Serialise store opening between processes: several processes opening a fresh sqlite
+    store at once race on its schema migration and corrupt it (measured with 8 ranks and with
+    3 launchers). Nothing to lock for an http store (the server opens it once)."""
     db = sqlite_path(uri)
     if db is None:
         yield
@@ -47,6 +57,9 @@ def store_lock(uri: str):
         os.close(fd)
 
 
+PERMANENT_CODES = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
+
+
 class MlflowSink:
     name = "mlflow"
     limits = {"m": 1000, "p": 100, "t": 100, "a": 1, "total": 1000}  # MLflow's log_batch limits
@@ -55,12 +68,22 @@ class MlflowSink:
         self._clients: dict[str, object] = {}
         self._log_path: Path | None = None  # the job's tracking folder / mlflow.log
         self._tags: dict[str, dict[str, str]] = {}
+        self._writers: dict[str, object] = {}
 
     def client(self, uri: str):
         if uri not in self._clients:
             from mlflow.tracking import MlflowClient
-            self._clients[uri] = MlflowClient(tracking_uri=uri)
+            with store_lock(uri):  # the first open creates/migrates a fresh store
+                self._clients[uri] = MlflowClient(tracking_uri=uri)
         return self._clients[uri]
+
+    def metric_writer(self, uri: str):
+        """The SQL fast path for this store, or None (http, file store, other databases)."""
+        if uri not in self._writers:
+            from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
+            store = getattr(getattr(self.client(uri), "_tracking_client", None), "store", None)
+            self._writers[uri] = SqlMetricWriter.for_store(store) if store is not None else None
+        return self._writers[uri]
 
     def unavailable(self, config: SinkConfig) -> str | None:
         import mlflow.tracking  # noqa: F401 - imports MLflow once; the store opens in ensure_runs
@@ -75,16 +98,28 @@ class MlflowSink:
 
     # --- runs -------------------------------------------------------------------------------
     def ensure_runs(self, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
+        """Create what is missing. Idempotent across processes: the forwarding helper and a
+        `sync` of the same job take the spool's `runs` lock and re-read the ids on disk, so a
+        job never gets two parent runs; launchers sharing a store take the store's lock, so
+        they never create one experiment twice. The store's first open happens here."""
         self._log_path = Path(spool_dir) / LOG_FILE
-        with quiet(self._log_path), store_lock(config.tracking_uri):
-            client = self.client(config.tracking_uri)
+        missing = [label for label in labels
+                   if StreamState.load(spool_dir, stream_name(label)).run_id is None]
+        if config.experiment_id and (config.parent_run_id or not config.job.get("parent")) and not missing:
+            return
+        with quiet(self._log_path), stream_lock(spool_dir, "runs", blocking=True):
+            client = self.client(config.tracking_uri)  # opens the store under its own lock
+            saved = SinkConfig.load(spool_dir)
+            if saved is not None:
+                config.experiment_id = config.experiment_id or saved.experiment_id
+                config.parent_run_id = config.parent_run_id or saved.parent_run_id
             if config.experiment_id is None:
                 config.experiment_id = self._experiment(client, config)
                 config.save(spool_dir)
             if config.job.get("parent") and config.parent_run_id is None:
                 config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
-            for label in labels:
+            for label in missing:
                 state = StreamState.load(spool_dir, stream_name(label))
                 if state.run_id is None:
                     state.run_id = self._run_for_rank(client, config, label)
@@ -160,6 +195,10 @@ class MlflowSink:
                 artifacts.append(record)
         client = self.client(config.tracking_uri)
         with quiet(self._log_path):
+            writer = self.metric_writer(config.tracking_uri) if metrics else None
+            if writer is not None:
+                writer.log_metrics(state.run_id, [(m.key, m.value, m.step, m.timestamp) for m in metrics])
+                metrics = []
             if metrics or params or tags:
                 client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
             for _, local_path, artifact_path in artifacts:
@@ -180,16 +219,23 @@ class MlflowSink:
         from mlflow.exceptions import MlflowException
         if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
             return True
-        return isinstance(exc, MlflowException) and exc.error_code == "INVALID_PARAMETER_VALUE"
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if status == 413:  # a request too large for the server: resending cannot help
+            return True
+        return isinstance(exc, MlflowException) and exc.error_code in PERMANENT_CODES
 
     # --- end of job -------------------------------------------------------------------------
-    def end_job(self, config: SinkConfig, spool_dir: Path) -> None:
+    def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
+        """Upload rank logs and end the runs with the job's status. A run whose stream still
+        has `pending[label]` records is left RUNNING with a tag saying how many (and so is the
+        job's run): `sync` ends them once it has delivered them. True when every run ended."""
         with quiet(Path(spool_dir) / LOG_FILE):
-            self._end_job(config, spool_dir)
+            return self._end_job(config, spool_dir, pending)
 
-    def _end_job(self, config: SinkConfig, spool_dir: Path) -> None:
+    def _end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None) -> bool:
         client = self.client(config.tracking_uri)
         status = config.final_status or "FINISHED"
+        pending = {k: v for k, v in (pending or {}).items() if v}
         for label, info in config.ranks.items():
             state = StreamState.load(spool_dir, stream_name(label))
             run_id = state.run_id or config.parent_run_id
@@ -202,6 +248,16 @@ class MlflowSink:
                 where = f"stacks/rank_{label}" if run_id == config.parent_run_id else "stacks"
                 client.log_artifact(run_id, str(stack), where)
             if state.run_id and state.run_id != config.parent_run_id:
-                client.set_terminated(state.run_id, status)
+                _end_or_mark(client, state.run_id, status, pending.get(label, 0))
         if config.parent_run_id:
-            client.set_terminated(config.parent_run_id, status)
+            _end_or_mark(client, config.parent_run_id, status, sum(pending.values()))
+        return not pending
+
+
+def _end_or_mark(client, run_id: str, status: str, pending: int) -> None:
+    if pending:
+        client.set_tag(run_id, PENDING_TAG, str(pending))
+        return
+    if PENDING_TAG in client.get_run(run_id).data.tags:
+        client.delete_tag(run_id, PENDING_TAG)
+    client.set_terminated(run_id, status)

@@ -66,5 +66,5 @@ class WfloggerSink:
     def is_permanent(self, exc: BaseException) -> bool:
         return isinstance(exc, (WfloggerUnsupported, TypeError, ValueError))
 
-    def end_job(self, config: SinkConfig, spool_dir: Path) -> None:
-        pass
+    def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
+        return True  # wflogger has no runs to end

@@ -1,0 +1,146 @@
+"""The forwarding helper: one process per launched job that ships the ranks' spools to the sink.
+
+The launcher starts it once the ranks run (`start_helper`), so MLflow's import (~2.5 s, ~200
+MiB), the store's first open (under its lock), the experiment and the runs never stand in front
+of a rank, and never live in the launcher's (or a notebook kernel's) memory:
+
+    python -m platform_plugin.tracking.delivery SPOOL_DIR
+
+Its stdin is a pipe from the launcher. The launcher writes `end.json` (final status, drain
+deadline) when the ranks have ended and closes the pipe; the helper delivers until everything
+is in or the deadline passed, then ends the runs (a run with records still pending stays
+RUNNING, tagged, for `platform-run sync`) and exits. If the pipe closes without an `end.json`
+the launcher died: the helper delivers for PLATFORM_TRACKING_DRAIN_TIMEOUT (default 10) seconds
+more and exits, leaving the runs open (`platform-run sync JOB --end FAILED`).
+Progress and the last error are in `helper.json`; its own stderr goes to `helper.log`.
+"""
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
+from platform_plugin.tracking.state import HelperStatus, JobEnd, SinkConfig
+
+PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
+MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
+STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
+HELPER_ENV = "PLATFORM_TRACKING_HELPER"  # marks the helper's process (tests, process sweeps)
+
+
+def start_helper(spool_dir: Path, environ: dict | None = None) -> subprocess.Popen:
+    """Start the helper for a spool folder; reaped by a daemon thread of the caller."""
+    env = dict(os.environ if environ is None else environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env[HELPER_ENV] = str(spool_dir)
+    with open(Path(spool_dir) / "helper.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "platform_plugin.tracking.delivery", str(spool_dir)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                env=env, start_new_session=True, close_fds=True)
+    threading.Thread(target=proc.wait, name="tracking-helper-reaper", daemon=True).start()
+    return proc
+
+
+class Helper:
+    def __init__(self, spool_dir: Path, control=None):
+        from platform_plugin.tracking.observers import make_observers
+        from platform_plugin.tracking.sinks import get_sink
+        self.spool_dir = Path(spool_dir)
+        self.config = SinkConfig.load(self.spool_dir)
+        self.status = HelperStatus(pid=os.getpid())
+        self.status.save(self.spool_dir)
+        sink = get_sink(self.config.sink)
+        self.forwarder = Forwarder(self.spool_dir, self.config, sink, workers=STREAM_WORKERS,
+                                   observers=make_observers(self.config, sink, self.spool_dir),
+                                   aggregates=job_aggregates(self.config, sink))
+        self.control = control  # the launcher's pipe: EOF = launcher done or dead
+        self.orphaned = False
+
+    def run(self) -> None:
+        self._set(phase="forwarding")
+        backoff = PASS_INTERVAL_S
+        while True:
+            end = JobEnd.load(self.spool_dir)
+            if end is not None:
+                self.forwarder.stop_at = end.deadline
+            ok = self.forwarder.pump()
+            self._set(error=self.forwarder.last_error)
+            if (end is not None or self.orphaned) and (self.forwarder.past_deadline()
+                                                       or (ok and self.forwarder.all_delivered())):
+                break
+            backoff = PASS_INTERVAL_S if ok else min(backoff * 2, MAX_BACKOFF_S)
+            self._wait(backoff)
+        if end is not None:
+            self._end_runs(end)
+        self._set(phase="done")
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep, but wake at once when the launcher closes the pipe (job ended or launcher
+        died); a pipe closed without end.json means the launcher died."""
+        if self.control is None:
+            time.sleep(seconds)
+            return
+        ready, _, _ = select.select([self.control], [], [], seconds)
+        if ready and not os.read(self.control.fileno(), 4096):  # EOF
+            self.control = None
+            if JobEnd.load(self.spool_dir) is None and not self.orphaned:
+                self.orphaned = True
+                self.forwarder.stop_at = time.time() + drain_timeout(10)
+
+    def _end_runs(self, end: JobEnd) -> None:
+        self._set(phase="ending")
+        for observer in self.forwarder.observers:
+            if hasattr(observer, "job_ending"):
+                try:
+                    observer.job_ending(end.status)
+                except Exception as exc:  # noqa: BLE001 - reported, the runs still end
+                    self._set(error=f"observer {type(observer).__name__}: {exc}"[:500])
+        if self.forwarder.sink.unavailable(self.config):
+            return  # the runs stay open; sync ends them
+        if self.forwarder.aggregates is not None:
+            self.forwarder.aggregates.finish()  # the steps some rank never completed
+        pending = {label: self.forwarder.stream_pending(label) for label in self.forwarder.labels()}
+        self.config.final_status = end.status
+        try:
+            ended = self.forwarder.sink.end_job(self.config, self.spool_dir, pending)
+        except Exception as exc:  # noqa: BLE001 - sync retries the ending
+            self._set(error=f"cannot end runs: {type(exc).__name__}: {exc}"[:500])
+            return
+        self.config.ended = bool(ended)
+        self.config.save(self.spool_dir)
+        self._set(runs_ended=bool(ended))
+
+    def _set(self, **changes) -> None:
+        if any(getattr(self.status, k) != v for k, v in changes.items()):
+            for k, v in changes.items():
+                setattr(self.status, k, v)
+            self.status.save(self.spool_dir)
+
+
+def job_aggregates(config: SinkConfig, sink):
+    """Per-step aggregates across ranks into the job's run (layout runs, a sink that has them)."""
+    if not (hasattr(sink, "deliver_aggregates") and config.layout == "runs" and config.job.get("parent")):
+        return None
+    from platform_plugin.tracking.aggregates import JobAggregates
+    return JobAggregates(config.ranks, sink, config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    helper = Helper(Path(args[0]), control=sys.stdin)
+    try:
+        helper.run()
+    except Exception as exc:  # noqa: BLE001 - the spool keeps everything; say why in helper.json
+        helper._set(phase="done", error=f"helper failed: {type(exc).__name__}: {exc}"[:500])
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

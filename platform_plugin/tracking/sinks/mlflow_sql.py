@@ -1,0 +1,109 @@
+"""Metric points straight into an MLflow SQL store (sqlite, PostgreSQL), many per statement.
+
+MLflow's `log_batch` builds one ORM object per point and costs about 0.4 ms a point of Python
+(measured: ~2,400 points/s into sqlite, and threads do not help - it is CPU in one interpreter).
+The spool already holds validated, deduplicated points with their timestamps, so the forwarder
+writes them with one multi-row INSERT per batch into MLflow's own tables - the table objects
+come from the installed MLflow (`SqlMetric.__table__`), so the columns always match its schema -
+with the same semantics as `SqlAlchemyStore._log_metrics`:
+
+- an exact repeat of a point (same key, value, step, timestamp) is ignored (the primary key;
+  ON CONFLICT DO NOTHING), so a replayed batch adds no duplicate;
+- NaN is stored as 0 with `is_nan`, +/-inf as +/-max float;
+- `latest_metrics` keeps the point with the greatest (step, timestamp, value) per key;
+- only an active run takes points; metric names pass MLflow's own name validation.
+
+Any other store (a file store, an http server) goes through `log_batch` as before.
+"""
+from __future__ import annotations
+
+import math
+
+FAST_DIALECTS = ("sqlite", "postgresql")
+MAX_FLOAT = 1.7976931348623157e308
+
+
+class SqlMetricWriter:
+    def __init__(self, store):
+        from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
+        self.engine = store.engine
+        self.dialect = self.engine.dialect.name
+        self.metrics = SqlMetric.__table__
+        self.latest = SqlLatestMetric.__table__
+        self.runs = SqlRun.__table__
+        self._valid_keys: set[str] = set()
+
+    @classmethod
+    def for_store(cls, store) -> "SqlMetricWriter | None":
+        engine = getattr(store, "engine", None)
+        if engine is None or engine.dialect.name not in FAST_DIALECTS:
+            return None
+        return cls(store)
+
+    def _insert_ignoring_repeats(self, table):
+        if self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        return insert(table).on_conflict_do_nothing()
+
+    def log_metrics(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+        """points: (key, value, step, timestamp_ms). All or nothing (one transaction)."""
+        self._validate_keys({p[0] for p in points})
+        rows = {}
+        for key, value, step, timestamp in points:
+            is_nan, stored = _sanitize(float(value))
+            row = (key, stored, int(timestamp), int(step), is_nan)
+            rows[row] = {"run_uuid": run_id, "key": key, "value": stored, "timestamp": int(timestamp),
+                         "step": int(step), "is_nan": is_nan}
+        with self.engine.begin() as conn:
+            self._check_active(conn, run_id)
+            conn.execute(self._insert_ignoring_repeats(self.metrics), list(rows.values()))
+            self._update_latest(conn, run_id, rows.values())
+
+    def _validate_keys(self, keys: set[str]) -> None:
+        from mlflow.utils.validation import _validate_metric_name
+        for key in keys - self._valid_keys:
+            _validate_metric_name(key)  # raises MlflowException(INVALID_PARAMETER_VALUE)
+            self._valid_keys.add(key)
+
+    def _check_active(self, conn, run_id: str) -> None:
+        from mlflow.exceptions import MlflowException
+        from sqlalchemy import select
+        stage = conn.execute(select(self.runs.c.lifecycle_stage)
+                             .where(self.runs.c.run_uuid == run_id)).scalar()
+        if stage != "active":
+            raise MlflowException(f"The run {run_id} must be in the 'active' state. Current state "
+                                  f"is {stage}.", error_code="INVALID_PARAMETER_VALUE")
+
+    def _update_latest(self, conn, run_id: str, rows) -> None:
+        from sqlalchemy import select, update
+        newest: dict[str, dict] = {}
+        for row in rows:
+            best = newest.get(row["key"])
+            if best is None or _order(row) > _order(best):
+                newest[row["key"]] = row
+        t = self.latest
+        existing = {r.key: r for r in conn.execute(
+            select(t.c.key, t.c.step, t.c.timestamp, t.c.value)
+            .where(t.c.run_uuid == run_id, t.c.key.in_(sorted(newest))))}
+        for key, row in newest.items():
+            old = existing.get(key)
+            if old is None:
+                conn.execute(self._insert_ignoring_repeats(t), [row])
+            elif _order(row) > (old.step, old.timestamp, old.value):
+                conn.execute(update(t).where(t.c.run_uuid == run_id, t.c.key == key).values(
+                    value=row["value"], timestamp=row["timestamp"], step=row["step"],
+                    is_nan=row["is_nan"]))
+
+
+def _order(row: dict) -> tuple:
+    return (row["step"], row["timestamp"], row["value"])
+
+
+def _sanitize(value: float) -> tuple[bool, float]:
+    if math.isnan(value):
+        return True, 0.0
+    if math.isinf(value):
+        return False, MAX_FLOAT if value > 0 else -MAX_FLOAT
+    return False, value
