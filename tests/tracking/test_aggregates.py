@@ -58,7 +58,7 @@ def test_parent_run_holds_mean_min_max_sum_per_step_equal_to_numpy_over_the_chil
             t.log_metric("samples_per_s", float(rng.uniform(90, 110)), step=step)
         t.close()
     report = jt.finish(Ok())
-    assert report.pending == 0
+    assert report.pending == 0 and report.wait_ended()  # the last steps go in as the job ends
 
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     children = child_runs(c, report.parent_run_id)

@@ -29,7 +29,9 @@ def run_job(plan, status="succeeded"):
     jt = JobTracking.create("mlflow", plan)
     jt.prepare()
     jt.start()
-    return jt.finish(Result(status))
+    report = jt.finish(Result(status))
+    assert report.wait_ended()  # the forwarding helper creates and ends the runs
+    return report
 
 
 def git_repo(folder: Path) -> str:
