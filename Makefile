@@ -1,19 +1,37 @@
 # Two commands set everything up on a fresh machine: `make demo` and `make test`.
+# pyproject.toml declares ranges; the exact versions installed here come from the lock
+# (constraints/py311.txt, constraints/py39.txt; refresh with scripts/constraints.sh).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 EXTRAS ?= mindspore,torch,dev
+LOCK   ?= constraints/py311.txt
 
-.PHONY: demo test install system-deps bench soak clean-venv
+# `make test-compat`: the oldest supported Python with the oldest supported releases
+# (MLflow 3.1, MindSpore 2.9). No torch there: PyPI's torch for 3.9 is a CUDA build of GBs.
+PYTHON39 ?= $(shell bash scripts/find-python.sh 3.9)
+VENV39   ?= .venv39
+PY39     := $(VENV39)/bin/python
+STAMP39  := $(VENV39)/.installed
+EXTRAS39 ?= mindspore,dev
+LOCK39   ?= constraints/py39.txt
+
+.PHONY: demo test test-compat install system-deps bench soak clean-venv
 
 install: $(STAMP)
 
-# Re-install when the package's declared dependencies change.
-$(STAMP): pyproject.toml
+# Re-install when the package's declared dependencies or the lock change.
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -e ".[$(EXTRAS)]" -c $(LOCK)
+	touch $@
+
+$(STAMP39): pyproject.toml $(LOCK39)
+	test -x $(PY39) || $(PYTHON39) -m venv $(VENV39)
+	$(PY39) -m pip install -q --upgrade pip
+	$(PY39) -m pip install -e ".[$(EXTRAS39)]" -c $(LOCK39)
 	touch $@
 
 # Debian's chromium renders the MLflow UI for the browser test (Playwright drives it).
@@ -25,6 +43,11 @@ demo: $(STAMP)
 
 test: $(STAMP) system-deps
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+# On Python 3.9: the fast suite, plus the tests marked `compat` (a real 2-rank MindSpore job
+# tracked into MLflow, `platform-run full` of the example notebook).
+test-compat: $(STAMP39) system-deps
+	$(PY39) -m pytest -ra -m "not slow or compat" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/ranktable.py
@@ -41,4 +64,4 @@ soak: $(STAMP)
 	$(PY) tests/launcher/soak.py --cycles $(or $(CYCLES),100)
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV39)

@@ -15,8 +15,6 @@ import io
 import os
 from dataclasses import dataclass
 
-from dotenv import dotenv_values
-
 from platform_plugin.errors import ConfigError, Problem, errors_only
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment, load,
@@ -100,6 +98,9 @@ def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str |
             raise ConfigError(f"env file {path} does not exist: fix --env-file.",
                               code="ENV_FILE_MISSING")
         return {}, None
+    # imported here: a rank's tracker reaches this module (job_log_dir) and must need only
+    # the standard library
+    from dotenv import dotenv_values
     text = _env_file_text(path)
     try:
         # the explicit file, never find_dotenv(): that searches from the caller's source file

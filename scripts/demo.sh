@@ -7,7 +7,7 @@
 # DEMO_DIR (default build/demo) holds CODE/ and the MLflow store, outside what is cleaned.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-BIN="$REPO/.venv/bin"
+BIN="${DEMO_BIN:-$REPO/.venv/bin}"  # make test-compat runs it with .venv39/bin
 DEMO_DIR="$(mkdir -p "${DEMO_DIR:-$REPO/build/demo}" && cd "${DEMO_DIR:-$REPO/build/demo}" && pwd)"
 CODE="$DEMO_DIR/CODE"
 NOTEBOOK=mindspore_digits_data_parallel.ipynb

@@ -44,7 +44,13 @@ def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_c
     sink = get_sink(sink_name)
     # Import the sink's library now: an import first attempted at interpreter exit fails
     # (MLflow registers atexit hooks while importing).
-    sink.unavailable(config)
+    try:
+        sink.unavailable(config)
+    except ImportError as exc:  # e.g. an image's Python without MLflow: spool, never fail
+        print(f"platform_plugin.tracking: {sink_name} is not importable in this interpreter "
+              f"({exc}); records are kept in {spool_dir}: deliver them with `platform-run sync "
+              f"{spool_dir.parent}` where it is installed", file=sys.stderr)
+        return tracker_cls(spool_dir, identity)
     forwarder = Forwarder(spool_dir, config, sink, labels=[identity.label], interval=1.0)
 
     def finish() -> None:

@@ -7,14 +7,15 @@ import subprocess
 
 import pytest
 
-from tests.helpers import REPO
+from tests.helpers import REPO, VENV_BIN
 from tests.examples.helpers import assert_data_parallel_run, example_env
 
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.compat  # make test-compat: `platform-run full` of the example on Python 3.9
 def test_demo_runs_the_full_run_and_compares_ranks(tmp_path):
-    env = {**example_env(tmp_path), "DEMO_DIR": str(tmp_path / "demo"),
+    env = {**example_env(tmp_path), "DEMO_DIR": str(tmp_path / "demo"), "DEMO_BIN": str(VENV_BIN),
            "RANK_START": "8"}  # a stray platform variable in the shell must not break the demo
     result = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh")], env=env, cwd=tmp_path,
                             capture_output=True, text=True, timeout=600)

@@ -24,6 +24,7 @@ def run_job(script: str, tmp_path: Path, **kwargs):
     return launch([sys.executable, script], nproc=2, cwd=str(tmp_path), **QUIET, **kwargs)
 
 
+@pytest.mark.compat  # make test-compat: the 2-rank MindSpore job on Python 3.9, MLflow 3.1
 def test_mindspore_callback_job_on_the_ms_cluster_backend(tracking_env, tmp_path):
     result = run_job("ms_train.py", tmp_path, backend="ms-cluster")
     report = result.tracking

@@ -1,0 +1,52 @@
+"""The code stays runnable on Python 3.9 (checked statically here on any Python; `make
+test-compat` runs the suite on a real 3.9)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.compat.floor import check_file, source_files
+
+REPO = Path(__file__).resolve().parents[2]
+# everything that runs under the package's supported Pythons: the package, the tests and
+# their assets (ranks, notebooks' scripts), benchmarks, scripts, examples and templates
+FOLDERS = ("platform_plugin", "tests", "bench", "scripts", "notebooks", "templates")
+
+
+def test_sources_use_nothing_newer_than_python_39():
+    problems = []
+    for path in source_files(REPO, FOLDERS):
+        package = path.relative_to(REPO).parts[0] == "platform_plugin"
+        problems += check_file(path, require_future=package)
+    assert not problems, "\n".join(str(p).replace(str(REPO) + "/", "") for p in problems)
+
+
+BREAKS_ON_39 = '''\
+import tomllib
+from enum import StrEnum
+import datetime
+from dataclasses import dataclass
+Alias = int | None
+def f(a: int | None = None) -> str | None:
+    flags = 1 | 2          # ints: fine
+    merged = {} | {}       # dict merge: fine on 3.9
+    isinstance(a, int | str)
+    list(zip([1], [2], strict=True))
+    return datetime.UTC
+@dataclass(slots=True)
+class A:
+    x: int | None = None
+'''
+
+
+def test_the_check_finds_what_breaks_on_39(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(BREAKS_ON_39)
+    found = {line.split(":", 2)[1] for line in check_file(sample)}
+    # 1 tomllib, 2 StrEnum, 5 alias, 6 annotation without the future import, 9 isinstance,
+    # 10 zip(strict=), 11 datetime.UTC, 12 dataclass(slots=); 7 and 8 are fine
+    assert found == {"1", "2", "5", "6", "9", "10", "11", "12"}
+    sample.write_text("def g():\n    match 1:\n        case 1: pass\n")
+    assert "not Python 3.9 syntax" in check_file(sample)[0]
+    sample.write_text('"""doc"""\nx = 1\n')
+    assert check_file(sample) == []
+    assert "no `from __future__ import annotations`" in check_file(sample, require_future=True)[0]
