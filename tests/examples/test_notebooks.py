@@ -36,10 +36,11 @@ def test_notebook_trains_two_identical_ranks_under_papermill(framework, tmp_path
         {s["rank"]: s["params_sha256"] for s in summaries}
     # The notebook's own check cell ran and passed (it fails the run when ranks diverge).
     executed = nbformat.read(output, as_version=4)
-    texts = "".join(o.get("text", "") for c in executed.cells if c.cell_type == "code"
-                    for o in c.get("outputs", []))
+    # streams, and the rank board's final text (display_data) that holds each rank's tail
+    texts = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                    for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "2 rank(s) identical" in texts
-    assert "[rank 1]" in texts
+    assert "-- rank 1 (" in texts  # rank 1's own last lines, under the board
 
 
 def test_failing_rank_fails_the_debug_run_with_its_reason(tmp_path):
