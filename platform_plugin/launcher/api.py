@@ -194,7 +194,10 @@ def _finish_tracking(job_tracking, result, last: bool = True):
     try:
         return job_tracking.finish(result, last=last)
     except Exception as exc:  # noqa: BLE001 - reported, not raised
-        print(f"[launcher] tracking could not finish: {exc}", file=sys.stderr)
+        plan = getattr(job_tracking, "plan", None)
+        hint = (f"; what the ranks spooled stays in {plan.job_dir}/tracking: `platform-run sync "
+                f"{plan.job_id}` delivers it (e.g. once the disk has space again)" if plan else "")
+        print(f"[launcher] tracking could not finish: {exc}{hint}", file=sys.stderr)
         return None
 
 

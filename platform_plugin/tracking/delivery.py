@@ -69,7 +69,11 @@ class Helper:
             end = JobEnd.load(self.spool_dir)
             if end is not None:
                 self.forwarder.stop_at = end.deadline
-            ok = self.forwarder.pump()
+            try:
+                ok = self.forwarder.pump()
+            except OSError as exc:  # a full disk: offsets cannot be saved; the spool stays whole
+                ok = False
+                self.forwarder.last_error = f"{exc.strerror or exc} in {self.spool_dir}"[:500]
             self._set(error=self.forwarder.last_error)
             if (end is not None or self.orphaned) and (self.forwarder.past_deadline()
                                                        or (ok and self.forwarder.all_delivered())):
@@ -120,7 +124,10 @@ class Helper:
         if any(getattr(self.status, k) != v for k, v in changes.items()):
             for k, v in changes.items():
                 setattr(self.status, k, v)
-            self.status.save(self.spool_dir)
+            try:
+                self.status.save(self.spool_dir)
+            except OSError:  # a full disk: the status is a courtesy, the spool is what counts
+                pass
 
 
 def job_aggregates(config: SinkConfig, sink):

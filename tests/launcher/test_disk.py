@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.helpers import clean_env
-from tests.launcher.helpers import BEHAVE, PY, job_processes
+from tests.launcher.helpers import ASSETS, BEHAVE, PY, job_processes
 
 # mount the tmpfs, run the launcher in it, copy the job folder's record out
 SCRIPT = r"""
@@ -85,4 +85,19 @@ def test_log_disk_full_mid_run_stops_the_job_cleanly(tmp_path):
     assert job["state"] == "ended" and job["result"]["status"] == "failed"
     assert "log disk is full" in job["result"]["reason"]
     assert {f["name"] for f in job["result"]["failures"]} == {"0", "1"}
+    assert job_processes(got["job_dir"]) == []
+
+
+@pytest.mark.slow
+def test_log_disk_full_with_tracking_keeps_the_spool_and_says_how_to_deliver(tmp_path):
+    """Same, with MLflow tracking (store outside the full disk): no traceback from the
+    launcher or the forwarding helper, the spool stays, `platform-run sync` is named."""
+    flood = str(ASSETS / "track_flood.py")
+    got = run_on_tmpfs(tmp_path, "1m", "rw", ["--nproc", "2", "--tracking", "mlflow",
+                                              "--show", "none", "--", PY, flood], timeout=240)
+    assert got["rc"] == 1, got
+    assert "Traceback" not in got["err"] + got["out"], got
+    assert "log disk is full" in got["out"] and got["job"]["result"]["status"] == "failed"
+    assert ".spool" in got["listing"] or "tracking" in got["listing"], got["listing"]
+    assert "platform-run sync" in got["err"] + got["out"]
     assert job_processes(got["job_dir"]) == []
