@@ -20,7 +20,7 @@ import socket
 from platform_plugin.errors import Problem, errors_only
 from platform_plugin.ranktable import (Device, RankTable, RankTableError, Server, parse_file,
     parse_visible_devices, to_hccl_dict, validate)
-from platform_plugin.ranktable.rules import MAX_DEVICES_PER_SERVER
+from platform_plugin.ranktable.rules import MAX_DEVICES_PER_SERVER, is_host
 
 DEFAULT_HCCN_CONF = "/etc/hccn.conf"
 _ADDRESS = re.compile(r"^\s*address_(\d{1,6})\s*=\s*(\S+)\s*$")
@@ -116,6 +116,9 @@ def generate(*, devices: str = "0-7", hccn_conf: str = DEFAULT_HCCN_CONF,
                              f"{', '.join(map(str, missing))}: configure their NIC with hccn_tool "
                              "or choose other --devices.", code="RT_HCCN_DEVICE")
     server_id = server_ip or default_server_ip()
+    if not is_host(server_id):  # it becomes PLATFORM_SERVER_ID, folder names and tags
+        raise RankTableError(f"--server-ip {server_id[:80]!r} is neither an IP address nor a "
+                             "host name.", code="RT_SERVER_ID_INVALID")
     warnings = _group_warnings(physical)
     if server_id.startswith("127."):
         warnings.append(Problem("RT_SERVER_LOOPBACK", f"server_id {server_id} is a loopback "

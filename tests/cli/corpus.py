@@ -100,9 +100,10 @@ def rank_table_cases(rnd: random.Random) -> list[Case]:
                                                      "10.0.0.1"],
                           {"h.conf": "".join(f"address_{d}=192.168.1.{d}\n" for d in range(16))}))
     for j, sid in enumerate(SERVER_IDS[:8]):
+        valid = sid in ("::1", "localhost")
         cases.append(Case(f"generate-server-ip-{j}", ["ranktable", "generate", "--hccn-conf",
                                                        "h.conf", "--server-ip", sid],
-                          {"h.conf": "address_0=192.168.1.1\n"}))
+                          {"h.conf": "address_0=192.168.1.1\n"}, "any" if valid else "refuse"))
     return cases
 
 
