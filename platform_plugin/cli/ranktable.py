@@ -6,9 +6,10 @@ import json
 import os
 import sys
 
+from platform_plugin.util.folders import check_writable_folder
 from platform_plugin import ranktable
 from platform_plugin.ranktable import tools as ranktable_tools
-from platform_plugin.errors import Problem, errors_only
+from platform_plugin.errors import ConfigError, Problem, errors_only
 from platform_plugin.util.texttable import render_rows
 
 
@@ -136,8 +137,14 @@ def _emit(doc: dict, output: str | None, name: str = "hccl.json") -> None:
     if output and os.path.isdir(output):
         output = os.path.join(output, name)
     if output:
-        with open(output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        check_writable_folder(os.path.dirname(os.path.abspath(output)), "output", "RT_OUTPUT",
+                              "--output")
+        try:
+            with open(output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:  # e.g. a folder of that name, or the disk is full
+            raise ConfigError([Problem("RT_OUTPUT", f"cannot write {output}: "
+                                       f"{exc.strerror or exc}", "--output")]) from None
         print(f"wrote {output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

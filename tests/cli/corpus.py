@@ -99,6 +99,14 @@ def rank_table_cases(rnd: random.Random) -> list[Case]:
                                                      "--hccn-conf", "h.conf", "--server-ip",
                                                      "10.0.0.1"],
                           {"h.conf": "".join(f"address_{d}=192.168.1.{d}\n" for d in range(16))}))
+    table = table_dict(servers=1, cards=2)
+    for j, out in enumerate(["afile/t.json", "/proc/x/t.json", "missing/deeper/t.json"]):
+        cases.append(Case(f"ranktable-output-{j}", ["ranktable", "show", "t.json", "-o", out],
+                          {"t.json": table, "afile": "x"}, "refuse"))
+        cases.append(Case(f"generate-output-{j}", ["ranktable", "generate", "--devices", "0",
+                                                    "--hccn-conf", "h.conf", "--server-ip",
+                                                    "10.0.0.1", "-o", out],
+                          {"h.conf": "address_0=192.168.1.1\n", "afile": "x"}, "refuse"))
     for j, sid in enumerate(SERVER_IDS[:8]):
         valid = sid in ("::1", "localhost")
         cases.append(Case(f"generate-server-ip-{j}", ["ranktable", "generate", "--hccn-conf",
