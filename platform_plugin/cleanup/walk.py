@@ -30,23 +30,13 @@ from pathlib import Path
 from typing import Callable, Generator, Protocol
 
 from platform_plugin.cleanup.mounts import mount_points_below
+from platform_plugin.cleanup.remover import LINK, FolderOutcome, Removal, Remover
 from platform_plugin.cleanup.tracking_data import spool_hold
 from platform_plugin.errors import ConfigError
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 FD_WINDOW = 64  # folder descriptors kept open at most, whatever the depth
 _SPOOL_HINTS = ("sink.json", "tracking", "rank_")  # names that may make a folder a spool
-
-
-@dataclass(frozen=True)
-class Removal:
-    """One removed (or, in a dry run, removable) item. `rel` is relative to ROOT, "/"-joined."""
-
-    rel: str
-    category: str
-    kind: str  # "dir" (the whole tree) | "file" | "link"
-    files: int  # files and links (a folder counts what was inside it)
-    bytes: int  # apparent size (st_size) of those files; links count 0
 
 
 class Matcher(Protocol):
@@ -92,28 +82,11 @@ class _Visit:
     category: str | None
 
 
-@dataclass
-class _Outcome:
-    """What a matched folder tells its parent once it is done."""
-
-    whole: bool  # everything in it went (the driver then removes the folder itself)
-    files: int
-    bytes: int
-    pieces: list[tuple[str, str, int]]  # (name, kind, bytes) removed directly inside
-    inner: list[Removal]  # what went from its subfolders
-
-    def removals(self, rel: str, category: str) -> list[Removal]:
-        if self.whole:
-            return [Removal(rel, category, "dir", self.files, self.bytes)]
-        return [Removal(f"{rel}/{name}", category, kind, 1, size)
-                for name, kind, size in self.pieces] + self.inner
-
-
 class _Moved(Exception):
     """A folder is no longer where the walk left it: stop rather than guess."""
 
 
-Visitor = Generator[_Visit, "_Outcome | None", "_Outcome | None"]
+Visitor = Generator[_Visit, "FolderOutcome | None", "FolderOutcome | None"]
 
 
 def walk(root: Path, matcher: Matcher, *, remove: bool,
@@ -127,6 +100,7 @@ def walk(root: Path, matcher: Matcher, *, remove: bool,
     cleaning = _Walk(root, matcher, remove, progress)
     top = _Folder("", (), root_fd, 0, 0, [])
     try:
+        cleaning.remover = Remover(cleaning.result.errors) if remove else None
         stat = os.fstat(root_fd)
         top.dev, top.ino = stat.st_dev, stat.st_ino
         cleaning.dev = stat.st_dev  # the one filesystem the walk may touch
@@ -138,8 +112,9 @@ def walk(root: Path, matcher: Matcher, *, remove: bool,
         cleaning.result.errors.append(f"./: not read ({exc.strerror or exc})")
     finally:
         _close(top)
-    cleaning.result.removals.sort(key=lambda item: item.rel)
-    return cleaning.result
+        if cleaning.remover is not None:
+            cleaning.remover.close()  # every queued removal done: outcomes are final
+    return cleaning.report()
 
 
 class _Walk:
@@ -150,11 +125,27 @@ class _Walk:
         self.dev = 0
         self.mounts = mount_points_below(str(root))
         self.mount_parents = frozenset(parts[:-1] for parts in self.mounts)
+        self.remover: Remover | None = None
+        self.finished: list[FolderOutcome] = []  # matched folders, children before parents
+
+    def report(self) -> WalkResult:
+        """Resolve the matched folders once the remover is done. The outermost ones (found
+        outside any match; or whose parent never finished, when the walk stopped) are what
+        the report lists."""
+        inner = {id(child) for outcome in self.finished for child in outcome.children}
+        outermost = [outcome for outcome in self.finished if id(outcome) not in inner]
+        for outcome in self.finished:
+            outcome.resolve()
+        for outcome in outermost:
+            self.result.removals += outcome.removals
+        self.result.removals.sort(key=lambda item: item.rel)
+        self.result.errors.sort()
+        return self.result
 
     # ---------------------------------------------------------------- the driver
     def drive(self, top: _Folder) -> None:
         stack: list[tuple[Visitor, _Folder]] = [(self.unmatched(top), top)]
-        reply: _Outcome | None = None
+        reply: FolderOutcome | None = None
         try:
             while stack:
                 visitor, folder = stack[-1]
@@ -163,12 +154,13 @@ class _Walk:
                 except StopIteration as done:
                     stack.pop()
                     reply = done.value
-                    if stack:
-                        self._back_to(stack[-1][1], folder)
-                        if reply is not None and reply.whole and not self._rmdir(
-                                stack[-1][1], folder.name, folder.rel):
-                            reply.whole = False
-                    _close(folder)
+                    try:
+                        if stack:
+                            self._back_to(stack[-1][1], folder)
+                            if reply is not None and reply.planned_whole and self.remover:
+                                self.remover.rmdir(stack[-1][1].fd, folder.name, reply)
+                    finally:
+                        _close(folder)
                     continue
                 reply = None
                 child = self._enter(folder, request)
@@ -245,9 +237,7 @@ class _Walk:
                     removals.append(Removal(rel, category, "link", 1, 0))
             elif entry.is_dir(follow_symlinks=False):
                 category = matcher.directory_category(child)
-                outcome = yield _Visit(name, child, category)
-                if category and outcome is not None:
-                    removals.extend(outcome.removals(rel, category))
+                yield _Visit(name, child, category)  # a matched one reports at the end
             else:
                 category = matcher.file_category(child)
                 if category and not self._mounted(child, rel):
@@ -258,50 +248,52 @@ class _Walk:
 
     def matched(self, folder: _Folder, category: str) -> Visitor:
         """Inside a matched folder everything goes except what must stay. The hot loop of a
-        big cleanup: per file one name test, one lstat (the byte count), one unlink."""
+        big cleanup: per file one name test and one lstat (the byte count); the unlinks go to
+        the remover's thread as one job per folder."""
         matcher = self.matcher
         stays, checks_paths = matcher.stays_by_name, matcher.checks_paths
-        unlink = os.unlink if self.remove else None
         prefix = folder.rel + "/"
         has_mounts = folder.parts in self.mount_parents
-        whole, files, size = True, 0, 0
-        pieces: list[tuple[str, str, int]] = []
-        inner: list[Removal] = []
-        fd = folder.fd
+        outcome = FolderOutcome(folder.rel, category)
+        names, sizes, children = outcome.names, outcome.sizes, outcome.children
+        size = 0
         for entry in folder.entries:
             name = entry.name
             if stays(name) or (checks_paths and matcher.stays_by_path(prefix + name)):
-                whole = False
+                outcome.planned_whole = False
                 continue
             if entry.is_dir(follow_symlinks=False):
-                outcome = yield _Visit(name, folder.parts + (name,), category)
-                fd = folder.fd  # may have been closed and reopened meanwhile
-                if outcome is None:
-                    whole = False
+                child = yield _Visit(name, folder.parts + (name,), category)
+                if child is None:
+                    outcome.planned_whole = False
                     continue
-                files += outcome.files
-                size += outcome.bytes
-                whole = whole and outcome.whole
-                inner += outcome.removals(prefix + name, category)
+                children.append(child)
+                outcome.files += child.files
+                outcome.bytes += child.bytes
+                outcome.planned_whole = outcome.planned_whole and child.planned_whole
                 continue
             if has_mounts and self._mounted(folder.parts + (name,), prefix + name):
-                whole = False
+                outcome.planned_whole = False
+                continue
+            if entry.is_symlink():
+                names.append(name)
+                sizes.append(LINK)
                 continue
             try:
-                link = entry.is_symlink()
-                nbytes = 0 if link else entry.stat(follow_symlinks=False).st_size
-                if unlink is not None:
-                    unlink(name, dir_fd=fd)
-            except OSError as exc:
-                self.result.errors.append(f"{prefix}{name}: {exc.strerror or exc}")
-                whole = False
-                continue
-            pieces.append((name, "link" if link else "file", nbytes))
-            files += 1
+                nbytes = entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                nbytes = 0  # gone since it was listed: its unlink will say so
+            names.append(name)
+            sizes.append(nbytes)
             size += nbytes
-        if self.progress and pieces:
-            self.progress(len(pieces))
-        return _Outcome(whole, files, size, pieces, inner)
+        outcome.files += len(names)
+        outcome.bytes += size
+        if names and self.remover is not None:
+            self.remover.unlink_all(folder.fd, outcome)  # the folder is open: it is running
+        if self.progress and names:
+            self.progress(len(names))
+        self.finished.append(outcome)
+        return outcome
 
     # ---------------------------------------------------------------- touching the tree
     def _mounted(self, parts: tuple[str, ...], rel: str) -> bool:
@@ -313,9 +305,6 @@ class _Walk:
 
     def _unlink(self, dir_fd: int | None, name: str, rel: str) -> bool:
         return self._apply(os.unlink, dir_fd, name, rel)
-
-    def _rmdir(self, parent: _Folder, name: str, rel: str) -> bool:
-        return self._apply(os.rmdir, parent.fd, name, f"{rel}/")
 
     def _apply(self, remove: Callable[..., None], dir_fd: int | None, name: str,
                shown: str) -> bool:
