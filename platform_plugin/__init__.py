@@ -24,6 +24,7 @@ _LAZY = {
     "PlatformPluginError": "platform_plugin.errors",
     "run_notebook": "platform_plugin.notebook.run",
     "get_tracker": "platform_plugin.tracking.tracker",
+    "compare": "platform_plugin.notebook.compare_view",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.launcher.result import JobFailed, JobResult
     from platform_plugin.notebook.run import run_notebook
     from platform_plugin.tracking.tracker import get_tracker
+    from platform_plugin.notebook.compare_view import compare
 
 
 def __getattr__(name: str) -> Any:
@@ -51,4 +53,4 @@ def load_ipython_extension(ipython) -> None:
 
 
 __all__ = ["launch", "JobResult", "JobFailed", "ConfigError", "PlatformPluginError",
-           "run_notebook", "get_tracker", "__version__", "load_ipython_extension"]
+           "run_notebook", "get_tracker", "compare", "__version__", "load_ipython_extension"]

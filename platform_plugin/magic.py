@@ -120,4 +120,6 @@ DistRunMagics.dist_run.__doc__ = (
 
 
 def register(ipython) -> None:
+    from platform_plugin import magic_tools
     ipython.register_magics(DistRunMagics)
+    magic_tools.register(ipython)

@@ -21,6 +21,12 @@ def register(subparsers) -> None:
         "clean", help="remove operator caches, logs and models from CODE/",
         description="Remove operator caches, logs and models from the platform's CODE/ folder. "
                     "Source, notebooks, .env, platform.toml and .git/ are never removed.")
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `platform-run clean`, also those of `%platform_clean`."""
     parser.add_argument("--root", metavar="DIR",
                         help=f"folder to clean (default: ${cleanup.ROOT_ENV}, else the nearest "
                              "ancestor named CODE, else the current folder if it holds a "
@@ -32,7 +38,6 @@ def register(subparsers) -> None:
                         help="list every removed item (always on with --dry-run)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                         help="never show a progress bar")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -34,7 +34,9 @@ def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
         return explicit or os.environ["PLATFORM_MLFLOW_UI"]
     if urlparse(tracking_uri or "").scheme in ("http", "https"):
         return tracking_uri
-    return DEFAULT_UI
+    from platform_plugin.notebook.jupyter_ui import browser_base, jupyter_server
+    server = jupyter_server()  # in a JupyterLab terminal: the UI through the Jupyter server
+    return browser_base(int(urlparse(DEFAULT_UI).port), server) if server else DEFAULT_UI
 
 
 def metrics_of(args) -> list[str]:

@@ -28,9 +28,32 @@ def run(args: argparse.Namespace) -> int:
                          flags={"RANK_TABLE_FILE": args.rank_table,
                                 "RANK_START": args.rank_start, "RANK_ID": args.rank_id})
     ctx.flags = {k: v for k, v in ctx.flags.items() if v is not None}
-    rows = doctor.run_checks(ctx)
+    rows = doctor.run_checks(ctx) + cleanup_rows(ctx.cwd)
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=2))
     else:
         print(doctor.render(rows))
     return 1 if any(row.status == "FAIL" for row in rows) else 0
+
+
+def cleanup_rows(cwd: str) -> list:
+    """WARN when CODE/ holds what a full run would clean: the platform's full run (全量运行)
+    snapshots CODE/ as it is, caches and checkpoints included. (Here, not in doctor/: the
+    cleanup workflow sits above the doctor's facts.)"""
+    from platform_plugin.cleanup import run as cleanup
+    from platform_plugin.errors import ConfigError
+    try:
+        root = cleanup.find_root(cwd=cwd)
+        report = cleanup.clean(root, dry_run=True, progress=False)
+    except ConfigError as exc:
+        return [doctor.Row("SKIP", "CODE/ cleanup", f"no project folder to check: "
+                           f"{str(exc).splitlines()[0]}")]
+    totals = {k: v for k, v in report.totals().items() if v[0]}
+    if not totals:
+        return [doctor.Row("OK", "CODE/ cleanup", f"{root}: nothing a full run would clean")]
+    what = ", ".join(f"{name} {files} files {cleanup.human_bytes(size)}"
+                     for name, (files, size) in totals.items())
+    return [doctor.Row("WARN", "CODE/ cleanup", f"{root} holds what a full run would clean "
+                       f"({what}); the platform's full run snapshots CODE/ as it is",
+                       "platform-run clean --dry-run (or %platform_clean --dry-run in the "
+                       "notebook), then without --dry-run before the full run")]

@@ -5,6 +5,7 @@ import signal
 import tempfile
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.notebook.jupyter_ui import browser_base, jupyter_server
 from platform_plugin.tracking import compare
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.util.ports import check_free, free_port
@@ -58,6 +59,10 @@ def run(args) -> int:
     try:
         wait_healthy(ui, proc, log_path=log)
         print(f"MLflow UI: {ui}  (store {uri}; server log {log}; Ctrl-C stops it)", flush=True)
+        server = jupyter_server()
+        if server is not None:  # a JupyterLab terminal: the browser reaches the UI through it
+            ui = browser_base(port, server).rstrip("/")
+            print(f"from your browser (through JupyterLab): {ui}/", flush=True)
         url = latest_comparison(ui, args.metric, args.log_dir)
         print(f"latest job, ranks compared: {url}" if url else "no tracked job yet", flush=True)
         proc.wait()

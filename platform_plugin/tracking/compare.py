@@ -171,12 +171,14 @@ def table_data(rows: list[RankRow], metric: str) -> dict[str, list]:
             "flags": [", ".join(r.flags) for r in rows]}
 
 
-def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> Path:
-    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(len(series), 1, figsize=(8, 3.2 * len(series) + 1.3), squeeze=False)
+def figure(series: dict[str, dict[str, list[Point]]], title: str):
+    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid. A
+    matplotlib Figure made without pyplot: a notebook's inline backend is left alone."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(8, 3.2 * len(series) + 1.3))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(series), 1, squeeze=False)
     for ax, (metric, per_rank) in zip(axes[:, 0], series.items()):
         for label in sorted(per_rank, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x)):
             points = sorted(per_rank[label], key=lambda p: p.step)
@@ -186,6 +188,9 @@ def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> P
         ax.legend(loc="best", fontsize="small")
     axes[0, 0].set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
+
+
+def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> Path:
+    figure(series, title).savefig(path, dpi=100)
     return path

@@ -1,0 +1,115 @@
+"""`%dist_compare [JOB]` and `%platform_clean [--dry-run]`: the CLI's compare and clean, in the
+cell where the user already is.
+
+    %dist_compare                 # the latest job: per-rank table, chart, MLflow page (IFrame)
+    %dist_compare JOB --metric acc
+    %platform_clean --dry-run     # what the full run (全量运行) would remove from CODE/
+    %platform_clean               # clean now, before clicking the platform's full-run button
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from pathlib import Path
+from stat import S_ISREG
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.suggest import with_suggestions
+
+
+class MagicParser(argparse.ArgumentParser):
+    """argparse would sys.exit() and kill the cell: a bad line is a ConfigError (one block)."""
+
+    def error(self, message):
+        raise ConfigError([Problem("MAGIC_BAD_OPTION", f"{with_suggestions(self, message)}\n  "
+                                   f"(`{self.prog} --help` lists every option)", self.prog)])
+
+    def exit(self, status=0, message=None):  # --help printed its text: end the magic, not the kernel
+        if message:
+            print(message)
+        raise _HelpShown()
+
+
+class _HelpShown(Exception):
+    pass
+
+
+def _compare_parser() -> MagicParser:
+    parser = MagicParser(prog="%dist_compare", description="The ranks of a job side by side: "
+                         "per-rank table, a chart of every rank's curve, the MLflow page.")
+    parser.add_argument("job", nargs="?", help="job id or folder (default: the latest job)")
+    parser.add_argument("--metric", default="loss", help="metric to compare (default: loss)")
+    parser.add_argument("--tolerance", type=float, default=0.1,
+                        help="relative gap that flags a straggler or a deviating rank")
+    parser.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or "
+                        "./platform_logs)")
+    parser.add_argument("--no-ui", dest="ui", action="store_false",
+                        help="no MLflow UI (table and chart only)")
+    return parser
+
+
+def _clean_parser() -> MagicParser:
+    from platform_plugin.cli.clean import add_arguments
+    parser = MagicParser(prog="%platform_clean", description="Remove operator caches, logs and "
+                         "models from CODE/ by the same rules as `platform-run clean` (and the "
+                         "full run). Source, notebooks, .env, platform.toml, .git/ are kept.")
+    add_arguments(parser)
+    return parser
+
+
+def folder_size(root: Path) -> int:
+    """Bytes of the regular files under `root` (symlinks are not followed)."""
+    total = 0
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                stat = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue
+            total += stat.st_size if S_ISREG(stat.st_mode) else 0
+    return total
+
+
+@magics_class
+class PlatformMagics(Magics):
+    @line_magic
+    def dist_compare(self, line: str):
+        """Compare the ranks of a job (default: the latest). `%dist_compare --help` for options."""
+        __tracebackhide__ = True
+        try:
+            args = _compare_parser().parse_args(shlex.split(line))
+        except _HelpShown:
+            return None
+        from platform_plugin.notebook.compare_view import compare
+        self.shell.user_ns["_dist_compare"] = compare(
+            args.job, args.metric, log_dir=args.log_dir, tolerance=args.tolerance, ui=args.ui)
+        return None
+
+    @line_magic
+    def platform_clean(self, line: str):
+        """Clean CODE/ as a full run would; `--dry-run` lists what would go. `--help` for more."""
+        __tracebackhide__ = True
+        try:
+            args = _clean_parser().parse_args(shlex.split(line))
+        except _HelpShown:
+            return None
+        from platform_plugin.cleanup import run as cleanup
+        from platform_plugin.cleanup.run import human_bytes
+        root = cleanup.find_root(args.root)
+        before = folder_size(root)
+        report = cleanup.clean(root, only=args.only, keep=args.keep, dry_run=args.dry_run,
+                               progress=False)
+        print(report.render(list_items=args.dry_run or args.list_items))
+        after = before - sum(size for _files, size in report.totals().values()) \
+            if args.dry_run else folder_size(root)
+        print(f"size of {root}: {human_bytes(before)} before, {human_bytes(after)} "
+              f"{'after a real run' if args.dry_run else 'after'}")
+        self.shell.user_ns["_platform_clean"] = report
+        return None
+
+
+def register(ipython) -> None:
+    ipython.register_magics(PlatformMagics)
