@@ -23,7 +23,7 @@ from platform_plugin.launcher.result import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
 
 REFRESH_S = 0.5  # at most two redraws a second: each one is a message to the browser
-TAIL_LINES = 5
+TAIL_LINES = 4  # 8 ranks x 4 lines + the table fit one screen
 
 
 class Board(Output):

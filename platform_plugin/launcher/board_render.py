@@ -82,18 +82,16 @@ def render_text(view: BoardView) -> str:
         held = f", {row.held_back} earlier lines in the log" if row.held_back else ""
         lines.append(f"-- {row.label} ({row.lines} lines{held}) --")
         lines += [f"  {line}" for line in row.tail]
-    if view.log_dir:
-        lines.append(f"logs: {view.log_dir}")
     return "\n".join(lines)
 
 
 _STYLE = ("<style>.ppb{font:12px/1.35 var(--jp-code-font-family,monospace);}"
           ".ppb table{border-collapse:collapse;margin:2px 0 6px}"
-          ".ppb th,.ppb td{padding:1px 8px;text-align:left;white-space:pre;border-bottom:"
+          ".ppb th,.ppb td{padding:1px 8px;text-align:left!important;white-space:pre;border-bottom:"
           "1px solid rgba(128,128,128,.25)}"
           ".ppb .bad{color:#c62828;font-weight:bold}.ppb .ok{color:#2e7d32}"
           ".ppb .run{color:#1565c0}"
-          ".ppb .tails{display:grid;grid-template-columns:repeat(auto-fill,minmax(440px,1fr));"
+          ".ppb .tails{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));"
           "gap:4px 12px}.ppb .tail{overflow:hidden}.ppb .tail pre{margin:0;white-space:pre;"
           "overflow:hidden;text-overflow:ellipsis;background:rgba(128,128,128,.08);padding:2px 4px}"
           ".ppb .head{color:gray}</style>")
@@ -126,7 +124,5 @@ def render_html(view: BoardView) -> str:
                      f"{held})</div><pre>{esc(chr(10).join(row.tail))}</pre></div>")
     if tails:
         parts.append(f"<div class='tails'>{''.join(tails)}</div>")
-    if view.log_dir:
-        parts.append(f"<div class='head'>logs: {esc(view.log_dir)}</div>")
     parts.append("</div>")
     return "".join(parts)
