@@ -84,3 +84,19 @@ def test_papermill_habits_positional_output_and_yaml_parameters(tmp_path, capsys
     assert main(["debug", str(tmp_path / "in.ipynb"), "a.ipynb", "--output", "b.ipynb",
                  "--dry-run"]) == 2
     assert "[NB_OUTPUT]" in capsys.readouterr().err
+
+
+def test_doctor_warns_when_code_holds_what_a_full_run_would_clean(tmp_path, monkeypatch, capsys):
+    from tests.helpers import clean_env
+    code = tmp_path / "CODE"
+    (code / "kernel_meta").mkdir(parents=True)
+    (code / "train.py").write_text("print(1)\n")
+    monkeypatch.chdir(code)
+    monkeypatch.setattr("os.environ", clean_env())
+    main(["doctor"])
+    assert "OK    CODE/ cleanup" in capsys.readouterr().out  # nothing yet: the folder is empty
+    (code / "kernel_meta" / "op.o").write_bytes(b"x" * 2048)
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert "WARN  CODE/ cleanup" in out and "caches 1 files 2.0 KiB" in out, out
+    assert "%platform_clean --dry-run" in out

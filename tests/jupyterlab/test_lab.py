@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 SHOTS = {"running": "notebook-board-running.png", "done": "notebook-board.png"}
 CELLS = [
     "%load_ext platform_plugin",
-    "%dist_run --nproc 8 --backend plain --job-name board python board_rank.py 50 0.1",
+    "%dist_run --nproc 8 --backend plain --job-name board python board_rank.py 50 0.2",
     "%dist_run --nproc 2 --backend plain --tracking none --grace 1 --job-name failing "
     "python board_rank.py 3 0 1",
     "%dist_run --nproc 2 --backend plain --tracking none --grace 1 --job-name stopped "

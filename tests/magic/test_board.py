@@ -27,7 +27,7 @@ def test_board_rows_metrics_tail_and_quiet(kernel):
         assert " ok " in row and " 39 " in row and "loss=0.025" in row, row  # last step, metric
         assert f"rank {rank} finished" in row  # the last output line
         # the tail: the last lines, the count of earlier ones (42 = chatter + 40 steps + finished)
-        assert f"-- rank {rank} (42 lines, 37 earlier lines in the log) --" in board
+        assert f"-- rank {rank} (42 lines, 38 earlier lines in the log) --" in board
     assert "DISTRIBUTED(" not in board  # MindSpore networking chatter: logs only
     job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("board"))
     assert "DISTRIBUTED(" in log_text(str(job), "0") and "rank 0 step 0" in log_text(str(job), "0")
