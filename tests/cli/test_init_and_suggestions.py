@@ -52,14 +52,15 @@ def test_typos_get_the_sub_command_usage_and_a_suggestion(argv, usage, hint, cap
     assert err.startswith(usage) and hint in err, err
 
 
-def test_torchrun_spellings_are_aliases_and_restarts_are_refused(capsys):
+def test_torchrun_spellings_are_aliases(capsys):
     from platform_plugin.launcher.options import from_arguments
     import argparse
     from platform_plugin.launcher.options import add_arguments
     parser = argparse.ArgumentParser(prog="x")
     add_arguments(parser)
     args = parser.parse_args(["--nproc-per-node", "4", "--node_rank", "1", "--nnodes", "2",
-                              "--master_addr", "10.0.0.1", "--master-port", "29500", "--",
+                              "--master_addr", "10.0.0.1", "--master-port", "29500",
+                              "--max_restarts", "2", "--",
                               "python", "t.py"])
     options = from_arguments(args)
     assert (options.nproc, options.node_rank, options.nnodes, options.master_addr,
