@@ -72,3 +72,19 @@ def test_help_in_the_cell_and_suggestions(kernel):
     cell = run_cell(kc, "%dist_run --nprocs 2 python x.py")
     assert cell.reply["ename"] == "ConfigError"
     assert any("did you mean --nproc?" in line for line in cell.error), cell.error
+
+
+def test_platform_clean_reports_and_sizes_code(kernel, tmp_path):
+    km, kc = kernel
+    run_cell(kc, "%load_ext platform_plugin")
+    code = tmp_path / "CODE"
+    (code / "kernel_meta").mkdir(parents=True)
+    (code / "kernel_meta" / "op.o").write_bytes(b"x" * 4096)
+    (code / "train.py").write_text("print(1)\n")
+    cell = run_cell(kc, f"%platform_clean --root {code} --dry-run")
+    assert cell.ok, cell.error
+    assert "would remove" in cell.stream and "kernel_meta" in cell.stream
+    assert "4.0 KiB before" in cell.stream and (code / "kernel_meta" / "op.o").exists()
+    cell = run_cell(kc, f"%platform_clean --root {code}")
+    assert cell.ok and not (code / "kernel_meta").exists() and (code / "train.py").exists()
+    assert "B after" in cell.stream
