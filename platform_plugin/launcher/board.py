@@ -42,6 +42,7 @@ class Board(Output):
         self._opened_at = time.monotonic()
         self._names: list[str] = []
         self.final_bundle: dict | None = None
+        self._last_bundle: dict | None = None
         self.outcome = "ended"
 
     # -- Output ---------------------------------------------------------------------------
@@ -64,7 +65,10 @@ class Board(Output):
         now = time.monotonic()
         if now - self._drawn_at >= self.refresh_s:
             self._drawn_at = now
-            self.publish(self.bundle())
+            bundle = self.bundle()
+            if bundle != self._last_bundle:  # an idle job sends nothing to the browser
+                self._last_bundle = bundle
+                self.publish(bundle)
 
     def close(self) -> None:
         super().close()
