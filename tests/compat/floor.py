@@ -3,7 +3,7 @@ supports (platform images with MindSpore 2.x ship 3.9-3.11).
 
 `make test` runs on 3.11, where code newer than 3.9 works: this check finds what would break
 on 3.9 without a 3.9 interpreter. It parses with the 3.9 grammar and walks the tree for the
-stdlib names and keywords that appeared in 3.10-3.12. It knows only what is listed below;
+stdlib names and keywords that appeared in 3.10-3.12, and for the modules 3.12 removed. It knows only what is listed below;
 `make test-compat` (the suite on a real 3.9) finds the rest.
 
     problems = check_file(path)   # ["path:line: what", ...]
@@ -36,6 +36,8 @@ NEWER_NAMES = {
     "os": {"process_cpu_count"},
 }
 NEWER_MODULES = {"tomllib"}  # use platform_plugin.util.toml
+# gone in 3.12 (the newest supported Python): importing one fails there
+REMOVED_MODULES = {"distutils", "imp", "asynchat", "asyncore", "smtpd"}
 SHIMS = {"platform_plugin/util/toml.py"}  # import the newer module behind a version check
 NEWER_BUILTINS = {"aiter", "anext", "ExceptionGroup", "BaseExceptionGroup", "EncodingWarning"}
 # (call name, keyword) -> what; the call name is the called function's last part
@@ -139,13 +141,18 @@ class _Checker(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name.split(".")[0] in NEWER_MODULES:
-                self._flag(node, f"import {alias.name} (3.11; use platform_plugin.util.toml)")
+            self._module(node, alias.name)
+
+    def _module(self, node: ast.AST, name: str) -> None:
+        top = name.split(".")[0]
+        if top in NEWER_MODULES:
+            self._flag(node, f"module {name} (3.11; use platform_plugin.util.toml)")
+        elif top in REMOVED_MODULES:
+            self._flag(node, f"module {name} (removed in 3.12)")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        module = (node.module or "").split(".")[0]
-        if module in NEWER_MODULES:
-            self._flag(node, f"from {node.module} import (3.11; use platform_plugin.util.toml)")
+        if node.level == 0:
+            self._module(node, node.module or "")
         for alias in node.names:
             if alias.name in NEWER_NAMES.get(node.module or "", ()):
                 self._flag(node, f"from {node.module} import {alias.name} (newer than 3.9)")
