@@ -17,7 +17,7 @@ from tests.cli.helpers import CODE, Outcome, run_inprocess, run_subprocess
 from tests.helpers import clean_env
 
 CASES = corpus.build()
-SUBPROCESS_SAMPLE = CASES[::60]
+SUBPROCESS_SAMPLE = CASES[::110]
 
 
 def _prepare(folder: Path, case: corpus.Case) -> None:
