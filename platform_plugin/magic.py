@@ -9,7 +9,9 @@ The line is NOT expanded by IPython (`@no_var_expand`): braces and `$` reach the
 intact, as in a shell. `--expand` as the FIRST option opts in to IPython's `$name` /
 `{expr}` expansion from the notebook's variables (`$$` and `{{`/`}}` then give literal ones).
 A failed job raises JobFailed in the cell (papermill marks the cell failed) after the
-root-cause table has been printed. The JobResult is stored as `_dist_result`.
+root-cause table has been printed. The JobResult is stored as `_dist_result` and published in
+the cell's outputs as data (`JobResult.to_dict()` under JOB_RESULT_MIME): the notebook runner
+reads a failed rank's root cause from there, never from the printed text.
 """
 from __future__ import annotations
 
@@ -23,10 +25,10 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_exp
 from IPython.utils.text import DollarFormatter
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.settings import job_log_dir
+from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import run as run_job
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
-from platform_plugin.launcher.result import JobFailed
+from platform_plugin.launcher.result import JOB_RESULT_MIME, JobFailed, JobResult
 from platform_plugin.util.suggest import with_suggestions
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
@@ -112,11 +114,20 @@ class DistRunMagics(Magics):
             raise exc.with_traceback(None) from None
         finally:
             self.shell.user_ns["_dist_result"] = result
+            if result is not None:
+                _publish(result)
         return None
 
 
 DistRunMagics.dist_run.__doc__ = (
     "Run a command (line magic) or the cell (cell magic) once per rank.\n\n" + magic_help())
+
+
+def _publish(result: JobResult) -> None:
+    """The result as data in the cell's outputs (no text/plain: nothing is shown for it)."""
+    from IPython.display import publish_display_data
+
+    publish_display_data({JOB_RESULT_MIME: result.to_dict()})
 
 
 def register(ipython) -> None:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 
 from platform_plugin.errors import ConfigError, Problem, errors_only
 from platform_plugin.util.numbers import whole_number
+from platform_plugin.variables import PLATFORM_RUN_MODE
 from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment, load,
     select_server)
 
-MODES = ("debug", "full")
+MODES = PLATFORM_RUN_MODE.choices
 # The variables this module resolves itself; every other .env key passes through untouched.
 PLATFORM_VARS = ("RANK_TABLE_FILE", "RANK_START", "RANK_ID", "DEVICE_ID", "RANK_SIZE")
-MANAGED_VARS = PLATFORM_VARS + ("PLATFORM_RUN_MODE",)
+MANAGED_VARS = PLATFORM_VARS + (PLATFORM_RUN_MODE.name,)
 VISIBLE_DEVICES = "ASCEND_RT_VISIBLE_DEVICES"
 SOURCE_LABELS = {"platform": "the platform (process environment)", "flag": "the command line",
                  ".env": ".env"}
@@ -60,7 +61,7 @@ class Settings:
         """Variables to add to a child's (kernel's, rank's) environment: .env values
         (platform wins) plus the resolved platform variables."""
         env = dict(self.user_env)
-        env["PLATFORM_RUN_MODE"] = self.mode
+        env[PLATFORM_RUN_MODE.name] = self.mode
         env["RANK_START"] = str(self.rank_start)
         if self.rank_table_file:
             env["RANK_TABLE_FILE"] = self.rank_table_file
@@ -145,8 +146,8 @@ def _env_file_text(path: str) -> str:
 def choose_mode(mode: str | None, environ: dict[str, str]) -> tuple[str, str]:
     if mode is not None:
         source, value = "flag", mode
-    elif environ.get("PLATFORM_RUN_MODE"):
-        source, value = "PLATFORM_RUN_MODE", environ["PLATFORM_RUN_MODE"]
+    elif PLATFORM_RUN_MODE.is_set(environ):
+        source, value = PLATFORM_RUN_MODE.name, PLATFORM_RUN_MODE.raw(environ)
     elif environ.get("RANK_START") and not environ.get("RANK_ID"):
         return "full", AUTO_RULE_FULL
     else:
@@ -379,17 +380,3 @@ def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Serv
     r.row("DEVICE_ID", device_id, "derived", f"rank {rank_id} is physical device "
           f"{device.device_id}{via}")
     return rank_id, device_id
-
-
-LOG_DIR_VARIABLE = "PLATFORM_LOG_DIR"
-DEFAULT_LOG_DIR = "platform_logs"
-
-
-def job_log_dir(explicit: str | None = None, *, environ: dict[str, str] | None = None,
-                cwd: str | None = None) -> str:
-    """Where job folders go, as an absolute path: `--log-dir`, else PLATFORM_LOG_DIR, else
-    ./platform_logs — relative to `cwd` (default: the current folder). The launcher, the
-    magic, tracking and the doctor all look here, so a job is found where it was written."""
-    environ = os.environ if environ is None else environ
-    chosen = explicit or environ.get(LOG_DIR_VARIABLE) or DEFAULT_LOG_DIR
-    return os.path.abspath(os.path.join(cwd or os.getcwd(), chosen))

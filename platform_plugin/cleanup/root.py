@@ -15,8 +15,9 @@ from typing import Mapping
 
 from platform_plugin.cleanup.rules import NEVER_ENTER
 from platform_plugin.errors import ConfigError
+from platform_plugin.variables import PLATFORM_CODE_DIR
 
-ROOT_ENV = "PLATFORM_CODE_DIR"
+ROOT_ENV = PLATFORM_CODE_DIR.name
 PROJECT_MARKERS = (".ipynb", ".py")  # what makes a folder "look like a project"
 
 
@@ -29,8 +30,8 @@ def find_root(explicit: str | os.PathLike | None = None, *, cwd: str | os.PathLi
     start = Path(os.path.abspath(cwd or os.getcwd()))
     if explicit:
         named, how = Path(explicit), "--root"
-    elif environ.get(ROOT_ENV):
-        named, how = Path(environ[ROOT_ENV]), ROOT_ENV
+    elif PLATFORM_CODE_DIR.is_set(environ):
+        named, how = Path(PLATFORM_CODE_DIR.get(environ)), ROOT_ENV
     else:
         code = next((d for d in (start, *start.parents) if d.name == "CODE"), None)
         named, how = (code, "the nearest folder named CODE") if code else (start, "the cwd")

@@ -28,6 +28,7 @@ COMMANDS = [
     ("compare", "compare", "compare ranks of a job: per-rank table, straggler, plot, MLflow URL"),
     ("ui", "ui", "start a local MLflow UI on the configured store"),
 ]
+HELP = {name: help_text for name, _module, help_text in COMMANDS}  # the modules' help= too
 
 
 class _Parser(argparse.ArgumentParser):

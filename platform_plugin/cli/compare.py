@@ -9,6 +9,7 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking import compare, diagnosis
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
 DEFAULT_UI = "http://127.0.0.1:5000"
 
@@ -30,8 +31,8 @@ def register(subparsers) -> None:
 
 
 def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
-    if explicit or os.environ.get("PLATFORM_MLFLOW_UI"):
-        return explicit or os.environ["PLATFORM_MLFLOW_UI"]
+    if explicit or PLATFORM_MLFLOW_UI.is_set():
+        return explicit or PLATFORM_MLFLOW_UI.get()
     if urlparse(tracking_uri or "").scheme in ("http", "https"):
         return tracking_uri
     from platform_plugin.notebook.jupyter_ui import browser_base, jupyter_server

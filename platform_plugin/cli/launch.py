@@ -9,8 +9,7 @@ from platform_plugin.launcher.options import add_arguments, command_of, from_arg
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "launch", help="start one process per device and supervise them",
-        description="Start COMMAND once per rank, show every rank's output, stop all ranks at "
+        "launch", description="Start COMMAND once per rank, show every rank's output, stop all ranks at "
                     "the first failure. Example: platform-run launch --nproc 2 -- python train.py")
     add_arguments(parser)
     parser.set_defaults(func=run)

@@ -6,19 +6,15 @@ import json
 import re
 import sys
 
+from platform_plugin.cli import HELP
 from platform_plugin.errors import ConfigError
 from platform_plugin.notebook import run as notebook
 from platform_plugin.notebook.params import parse_yaml_parameters
-from platform_plugin.notebook.run import CellFailure, NotebookResult, NotebookRun
+from platform_plugin.notebook.run import NotebookResult, NotebookRun
 from platform_plugin.cli.clean import add_cleanup_options
 
-HELP = {
-    "debug": "run a notebook in the debug environment (调试环境) through papermill",
-    "full": "full run (全量运行): clean CODE/, then run a notebook through papermill",
-}
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def register(subparsers) -> None:
@@ -123,28 +119,5 @@ def summarize(result: NotebookResult) -> str:
     if result.ok:
         return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
                 f"output notebook: {result.output}")
-    return render_failure(result.failure) + f"\noutput notebook: {result.output}"
-
-
-def render_failure(failure: CellFailure) -> str:
-    where = f"cell {failure.cell_index + 1}" + (
-        f" (In [{failure.execution_count}])" if failure.execution_count else "")
-    headline = {
-        "timeout": f"notebook FAILED: {where} timed out",
-        "rank": f"notebook FAILED: a rank failed in {where}",
-        "kernel": f"notebook FAILED: the kernel died in {where}",
-    }.get(failure.kind, f"notebook FAILED in {where}: {failure.ename}")
-    source = "\n".join(f"  | {line}" for line in failure.source.splitlines()[:15])
-    if failure.kind == "error":
-        detail = "\n".join(_plain(line) for line in failure.traceback) or \
-            f"{failure.ename}: {failure.evalue}"
-    elif failure.kind == "rank":
-        detail = f"{failure.ename}: {failure.evalue}\n{_plain(failure.rank_table)}"
-    else:
-        detail = f"{failure.ename}: {failure.evalue}"
-    return f"[platform-run] {headline}\n{source}\n{detail}"
-
-
-def _plain(text: str) -> str:
-    """IPython colours tracebacks; keep the colours only on a terminal."""
-    return text if sys.stderr.isatty() else ANSI.sub("", text)
+    return (result.failure.render(colors=sys.stderr.isatty())
+            + f"\noutput notebook: {result.output}")

@@ -18,6 +18,7 @@ from platform_plugin import ranktable, settings
 from platform_plugin.doctor.processes import last_job_rows, rank_process_rows
 from platform_plugin.errors import ConfigError, errors_only
 from platform_plugin.util.numbers import whole_number
+from platform_plugin.util.jobdirs import job_log_dir
 
 STATUSES = ("OK", "WARN", "FAIL", "SKIP")
 
@@ -179,7 +180,7 @@ def check_rank_processes(ctx: Context) -> list[Row]:
 
 
 def check_last_job(ctx: Context) -> list[Row]:
-    log_dir = settings.job_log_dir(ctx.log_dir, environ=ctx.environ, cwd=ctx.cwd)
+    log_dir = job_log_dir(ctx.log_dir, environ=ctx.environ, cwd=ctx.cwd)
     return [Row(*row) for row in last_job_rows(log_dir)]
 
 

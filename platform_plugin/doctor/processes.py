@@ -7,12 +7,12 @@ Jupyter kernels are skipped: in the debug environment the kernel itself holds RA
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 
+from platform_plugin.util.jobdirs import JOB_FILE, latest_job, log_name
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.procfs import alive, user_processes
 from platform_plugin.ranktable import RankTableError, load, parse_visible_devices
@@ -131,16 +131,12 @@ def _missing_rows(procs: list[RankProcess]) -> list[RowTuple]:
     return rows
 
 
-def _latest_job(log_dir: str) -> str | None:
-    files = glob.glob(os.path.join(log_dir, "*", "job.json"))
-    return max(files, key=os.path.getmtime) if files else None
-
-
 def last_job_rows(log_dir: str) -> list[RowTuple]:
     """Ranks of the newest job in `log_dir` that exited early (tolerant of missing/odd files)."""
-    path = _latest_job(log_dir)
-    if path is None:
+    job_dir = latest_job(log_dir)
+    if job_dir is None:
         return [("SKIP", "last job", f"no job.json under {log_dir}: no job to inspect", "")]
+    path = os.path.join(job_dir, JOB_FILE)
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -152,8 +148,8 @@ def last_job_rows(log_dir: str) -> list[RowTuple]:
         dead = sorted(name for name, pid in (data.get("pids") or {}).items() if not alive(pid))
         if dead:
             return [("FAIL", "last job", f"job {job_id} is running but rank(s) "
-                     f"{', '.join(dead)} already exited", f"read {os.path.dirname(path)}/"
-                     f"rank_{dead[0]}.log; the launcher stops the others shortly")]
+                     f"{', '.join(dead)} already exited", f"read "
+                     f"{os.path.join(job_dir, log_name(dead[0]))}; the launcher stops the others shortly")]
         return [("OK", "last job", f"job {job_id} is running, all ranks alive", "")]
     result = data.get("result") or {}
     if state == "ended" and result.get("ok"):

@@ -26,6 +26,7 @@ from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.result import JobFailed, JobResult
 from platform_plugin.launcher.supervisor import Supervisor
 from platform_plugin.launcher.sysmetrics import SystemMetrics
+from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
 
 def launch(cmd: list[str] | str, **options: Any) -> JobResult:
@@ -137,7 +138,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
     # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
     tracking_env = job_tracking.prepare()
     plan = _with_env(plan, tracking_env)
-    system_metrics = SystemMetrics(tracking_env.get("PLATFORM_TRACKING_SPOOL_DIR"),
+    system_metrics = SystemMetrics(PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env),
                                    0 if options.no_system_metrics else options.system_metrics_interval)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"

@@ -15,6 +15,7 @@ import os
 import time
 
 from platform_plugin.launcher.plan import LaunchPlan
+from platform_plugin.util.jobdirs import JOB_FILE
 
 RESERVE = 64 * 1024  # room for the result when the disk is full by the end of the job
 
@@ -22,7 +23,7 @@ RESERVE = 64 * 1024  # room for the result when the disk is full by the end of t
 class JobFile:
     def __init__(self, plan: LaunchPlan, attempts: list[dict] | None = None):
         self.plan = plan
-        self.path = os.path.join(plan.job_dir, "job.json")
+        self.path = os.path.join(plan.job_dir, JOB_FILE)
         self.error = ""  # why the last write failed, if it did
         self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
                      "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan.summary(),
@@ -97,5 +98,5 @@ def _remove(path: str) -> None:
 
 
 def read(job_dir: str) -> dict:
-    with open(os.path.join(job_dir, "job.json"), encoding="utf-8") as fh:
+    with open(os.path.join(job_dir, JOB_FILE), encoding="utf-8") as fh:
         return json.load(fh)

@@ -19,13 +19,13 @@ are gone, so a collective would hang for its 30-minute timeout).
 from __future__ import annotations
 
 import json
-import os
 import selectors
 import socket
 import threading
 import time
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
+from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
 
 CONTROL_PORT_OFFSET = 1  # the control port is the rendezvous port + 1
 
@@ -33,7 +33,7 @@ CONTROL_PORT_OFFSET = 1  # the control port is the rendezvous port + 1
 def join_timeout() -> float:
     """How long the launchers wait for each other at the start (node 0 for the others to join,
     the others for node 0 to listen): PLATFORM_RENDEZVOUS_TIMEOUT, default 300 s."""
-    return float(os.environ.get("PLATFORM_RENDEZVOUS_TIMEOUT") or 300)
+    return PLATFORM_RENDEZVOUS_TIMEOUT.get()
 
 
 class JobLink:

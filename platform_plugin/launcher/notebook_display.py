@@ -8,9 +8,11 @@ import os
 import sys
 from typing import Callable
 
+from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
+
 # Set by `platform-run debug|full` for its kernel: the board goes to the notebook and the
 # prefixed lines to the terminal that runs platform-run.
-TERMINAL_ENV = "PLATFORM_STREAM_TO_TERMINAL"
+TERMINAL_ENV = PLATFORM_STREAM_TO_TERMINAL.name
 
 
 def in_kernel() -> bool:
@@ -43,7 +45,7 @@ def ipython_publisher() -> Callable[[dict], None]:
 def terminal_writer() -> Callable[[str], None] | None:
     """The kernel's original stderr (ipykernel forwards fd 2 into the notebook; `fileno()` of
     its stream is the copy it made of the real one), when platform-run asked for it."""
-    if os.environ.get(TERMINAL_ENV) != "1":
+    if PLATFORM_STREAM_TO_TERMINAL.get() != "1":
         return None
     try:
         fd = sys.stderr.fileno()

@@ -9,7 +9,7 @@ its check. Everything else is generated from it:
 - `render_help(prog)`: the option help shown by `platform-run launch --help` and `%dist_run --help`.
 
 Every refusal is a ConfigError with a code, raised before any folder, run or process exists.
-This module imports only the stdlib and `errors` (the CLI's `launch --help` stays fast).
+This module imports only the stdlib, `errors` and `variables` (`launch --help` stays fast).
 """
 from __future__ import annotations
 
@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.variables import PLATFORM_RUN_MODE, PLATFORM_TRACKING
 
 # Upper bound of --nproc: more processes than any server has cores/devices; a huge value would
 # otherwise allocate per-rank state before failing (MemoryError for 10**11).
 MAX_NPROC = 4096
 MAX_NNODES = 4096
 BACKEND_CHOICES = ("auto", "rank-table", "ms-cluster", "torch", "plain")  # backends.BACKENDS + auto
-TRACKING_CHOICES = ("auto", "mlflow", "wflogger", "none")
-MODE_CHOICES = ("debug", "full")
+TRACKING_CHOICES = PLATFORM_TRACKING.choices
+MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
 _Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
 

@@ -7,20 +7,23 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import sys
-import time
 from dataclasses import dataclass, field, replace
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose, default_nproc
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.util.ports import free_port
-from platform_plugin.settings import Settings, job_log_dir
+from platform_plugin.settings import Settings
+from platform_plugin.util.jobdirs import job_log_dir, log_name
+from platform_plugin.tracking.identity import new_job_id
+from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CACHE_DIR, PLATFORM_JOB_DIR,
+    PLATFORM_JOB_NAME, PLATFORM_SERVER_ID)
 
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
-RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM_JOB_NAME",
-                  "PLATFORM_JOB_DIR", "PLATFORM_SERVER_ID", "PLATFORM_ATTEMPT", "PYTHONUNBUFFERED")
+RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
+                  PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
+                  PLATFORM_ATTEMPT.name, "PYTHONUNBUFFERED")
 
 
 @dataclass(frozen=True)
@@ -119,11 +122,6 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "job"
 
 
-def new_job_id(job_name: str, now: float | None = None) -> str:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return f"{job_name}-{stamp}-{secrets.token_hex(2)}"
-
-
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None) -> LaunchPlan:
     command = normalize_command(command)
@@ -140,16 +138,17 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     job_id = options.job_id or new_job_id(job_name)
     cwd = os.path.abspath(options.cwd or os.getcwd())
     job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
-    cache_root = (options.cache_dir or base_env.get("PLATFORM_CACHE_DIR")
+    cache_root = (options.cache_dir or PLATFORM_CACHE_DIR.get(base_env)
                   or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
     cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
-    common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": job_id, "PLATFORM_JOB_NAME": job_name,
-              "PLATFORM_JOB_DIR": job_dir, "PLATFORM_SERVER_ID": layout.server_id,
+    common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": job_id,
+              PLATFORM_JOB_NAME.name: job_name, PLATFORM_JOB_DIR.name: job_dir,
+              PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
-              "PLATFORM_ATTEMPT": str(options.attempt),
+              PLATFORM_ATTEMPT.name: str(options.attempt),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
@@ -161,7 +160,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                         env={**base_env, **common, **h.env,
                              "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", h.name),
                              **options.env},
-                        cwd=cwd, log_path=os.path.join(job_dir, f"{h.name}.log"), role=h.role)
+                        cwd=cwd, log_path=os.path.join(job_dir, log_name(h.name)), role=h.role)
                for h in backend.helpers(layout)]
     return LaunchPlan(job_id=job_id, job_name=job_name, job_dir=job_dir, backend=name,
                       backend_reason=reason, world_size=layout.world_size,
@@ -181,4 +180,4 @@ def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[st
            **options.env}
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
                     device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(job_dir, f"rank_{rank_id}.log"))
+                    log_path=os.path.join(job_dir, log_name(str(rank_id))))

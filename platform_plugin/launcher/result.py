@@ -8,13 +8,37 @@ is named so the next step is obvious.
 from __future__ import annotations
 
 import signal
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import TYPE_CHECKING, Any
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 
 HELPERS = ("sched", "store")  # processes that are not ranks (output.HELPER_NAMES)
-STATUSES = ("succeeded", "failed", "timeout", "hung", "interrupted")
+if TYPE_CHECKING:
+    from platform_plugin.tracking.job_tracking import DeliveryReport
+
+# The MIME type under which `%dist_run` publishes `JobResult.to_dict()` in a cell's outputs: the
+# notebook runner reads a failed rank's root cause from it (data, not the printed table).
+JOB_RESULT_MIME = "application/vnd.platform-plugin.job-result+json"
+
+
+class JobStatus(str, Enum):
+    """How a job ended; the values are what job.json and MLflow record."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    HUNG = "hung"
+    INTERRUPTED = "interrupted"
+
+    def __str__(self) -> str:  # f"{status}" is the value on every Python version
+        return self.value
+
+
+STATUSES = tuple(s.value for s in JobStatus)
 
 
 def describe_exit(exitcode: int | None) -> tuple[int | None, str | None]:
@@ -61,23 +85,36 @@ class JobResult:
     job_name: str
     job_dir: str
     backend: str
-    status: str  # one of STATUSES
+    status: JobStatus
     ok: bool
     duration_s: float
     exitcodes: dict[str, int | None]  # rank name -> Popen returncode
     failures: list[RankFailure] = field(default_factory=list)
     root_cause: RankFailure | None = None
-    tracking: object = None  # tracking.job.DeliveryReport, set after the ranks ended
+    tracking: DeliveryReport | None = None  # set after the ranks ended
     reason: str = ""  # why the launcher ended the job (timeout, silence, interrupt), if it did
     held_back: dict[str, int] = field(default_factory=dict)  # lines not displayed, per rank
     attempts: list[dict] = field(default_factory=list)  # earlier failed attempts (--max-restarts)
     server_id: str = "localhost"
     job_file_error: str = ""  # job.json could not be written completely (a full disk)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["tracking"] = _tracking_dict(self.tracking)
+        data["status"] = self.status.value
+        data["tracking"] = asdict(self.tracking) if self.tracking is not None else None
         return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobResult:
+        """The inverse of `to_dict` for what rendering needs (tracking stays a plain dict)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["status"] = JobStatus(values["status"])
+        values["failures"] = [_failure(f) for f in data.get("failures") or []]
+        cause = data.get("root_cause")
+        values["root_cause"] = _failure(cause) if cause else None
+        values["tracking"] = None
+        return cls(**values)
 
     def render(self) -> str:
         """A compact table: one headline, the root cause with its last lines, one row per rank."""
@@ -93,8 +130,7 @@ class JobResult:
                          f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
                          f"{cause.runtime_s:.1f}s")
             if cause.last_lines:
-                log = f"{cause.name}.log" if cause.name in HELPERS else f"rank_{cause.name}.log"
-                lines.append(f"  last {len(cause.last_lines)} lines of {log}:")
+                lines.append(f"  last {len(cause.last_lines)} lines of {log_name(cause.name)}:")
                 lines.extend(f"    | {line}" for line in cause.last_lines)
         if self.failures or not self.ok:
             lines.append(_table(self))
@@ -153,10 +189,6 @@ def _dash(value) -> str:
     return "-" if value is None else str(value)
 
 
-def _tracking_dict(report) -> dict | None:
-    if report is None:
-        return None
-    try:
-        return asdict(report)
-    except TypeError:
-        return {"repr": repr(report)}
+def _failure(data: dict[str, Any]) -> RankFailure:
+    known = {f.name for f in fields(RankFailure)}
+    return RankFailure(**{k: v for k, v in data.items() if k in known})

@@ -21,6 +21,8 @@ import os
 import subprocess
 import sys
 
+from platform_plugin.variables import PLATFORM_JOB_DIR
+
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
 # given as arguments, with the groups appended; if that cannot run, it still KILLs the groups.
 # Signals are ignored (and stay ignored in the reaper) so the stop that killed the supervisor
@@ -38,7 +40,7 @@ exit 0
 _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 # an enclosing job (a launcher started by a rank) sweeps by these: its sweep must not end this
 # job's lifeline before the lifeline has stopped this job
-_ENCLOSING_JOB_VARIABLES = ("JOB_ID", "PLATFORM_JOB_DIR")
+_ENCLOSING_JOB_VARIABLES = ("JOB_ID", PLATFORM_JOB_DIR.name)
 
 
 def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.procfs import alive, user_processes
+from platform_plugin.variables import PLATFORM_SERVER_ID
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ def find_stale(device_ids: set[int], server_id: str) -> list[StaleRank]:
         env = proc.env
         if env.get("DEVICE_ID") not in wanted:
             continue
-        if env.get("PLATFORM_SERVER_ID", server_id) != server_id:
+        if (PLATFORM_SERVER_ID.raw(env) or server_id) != server_id:
             continue
         found.append(StaleRank(proc.pid, env["JOB_ID"], env["DEVICE_ID"],
                                env.get("RANK_ID", "?"), proc.cmdline[:120]))

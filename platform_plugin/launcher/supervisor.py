@@ -23,9 +23,10 @@ from platform_plugin.launcher.output import Output
 from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.spawn import Lifeline, spawn
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
-from platform_plugin.launcher.result import JobResult, RankFailure, describe_exit
+from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit
 
-DUMP_STATUSES = ("timeout", "hung", "interrupted")  # stops whose cause is where ranks are stuck
+# stops whose cause is where the ranks are stuck: their stacks are dumped first
+DUMP_STATUSES = (JobStatus.TIMEOUT, JobStatus.HUNG, JobStatus.INTERRUPTED)
 POLL_S = 0.05
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 READ_SIZE = 1 << 20
@@ -56,7 +57,7 @@ class _Exit:
 
 @dataclass
 class _Stop:
-    status: str
+    status: JobStatus
     reason: str
     kill_at: float
     killed: bool = False
@@ -100,9 +101,9 @@ class Supervisor:
                 self._start_all(lifeline)
                 self._notify("started", self)
             except KeyboardInterrupt:
-                self._begin_stop("interrupted", "interrupted while starting the ranks")
+                self._begin_stop(JobStatus.INTERRUPTED, "interrupted while starting the ranks")
             except OSError as exc:  # e.g. the program does not exist: nothing useful can run
-                self._begin_stop("failed", f"could not start {self.plan.command[0]}: {exc}")
+                self._begin_stop(JobStatus.FAILED, f"could not start {self.plan.command[0]}: {exc}")
             self._supervise()
         finally:
             self._kill_everything()
@@ -157,8 +158,8 @@ class Supervisor:
                         time.sleep(BATCH_S)  # busy ranks: let the pipes fill, read in big chunks
             except KeyboardInterrupt:
                 if self._stop is None:
-                    self._begin_stop("interrupted", "interrupted (Ctrl-C, kernel interrupt or "
-                                     "SIGTERM to the launcher)")
+                    self._begin_stop(JobStatus.INTERRUPTED, "interrupted (Ctrl-C, kernel "
+                                     "interrupt or SIGTERM to the launcher)")
                 else:
                     self._stop.kill_at = 0.0  # second interrupt: no more grace
 
@@ -215,13 +216,13 @@ class Supervisor:
                 if self._stop is None:
                     label = {"sched": "the scheduler", "service": "the rendezvous store"}.get(
                         proc.spec.role, f"rank {proc.spec.name}")
-                    self._begin_stop("failed", f"{label} {_how(proc.popen.returncode)}; "
+                    self._begin_stop(JobStatus.FAILED, f"{label} {_how(proc.popen.returncode)}; "
                                      "stopping the other processes")
         if self._stop is None and self.procs and all(p.ended is not None for p in self.procs
                                                      if p.spec.role != "service"):
             # every process succeeded; leftovers (a daemon a rank started) get SIGTERM from
             # _finished, whose scan finds them anyway: a clean end pays for no extra scan
-            self._stop = _Stop("succeeded", "", kill_at=now + self.grace, terminated=False)
+            self._stop = _Stop(JobStatus.SUCCEEDED, "", kill_at=now + self.grace, terminated=False)
             self._stop_services()
 
     def _stop_services(self) -> None:
@@ -238,14 +239,15 @@ class Supervisor:
             self._log_failed()
         if self._stop is None:
             if self.timeout and now - self.started > self.timeout:
-                self._begin_stop("timeout", f"the job ran longer than --timeout {self.timeout:g}s")
+                self._begin_stop(JobStatus.TIMEOUT,
+                                 f"the job ran longer than --timeout {self.timeout:g}s")
             elif self.silence_timeout and now - self.output.last_output > self.silence_timeout:
-                self._begin_stop("hung", f"no output from any process for --silence-timeout "
+                self._begin_stop(JobStatus.HUNG, f"no output from any process for --silence-timeout "
                                  f"{self.silence_timeout:g}s: a hang (HCCL's own timeout is 30 min)")
             elif self.stop_check is not None:
                 remote = self.stop_check()
                 if remote:
-                    self._begin_stop("failed", f"stopped because {remote}", remote=True)
+                    self._begin_stop(JobStatus.FAILED, f"stopped because {remote}", remote=True)
         elif not self._stop.killed and now >= self._stop.kill_at:
             self._stop.killed = True
             self._job.signal(signal.SIGKILL, only_live_groups=False)
@@ -253,7 +255,7 @@ class Supervisor:
     def _finished(self) -> bool:
         if any(p.ended is None for p in self.procs):
             return False
-        if self._stop is not None and self._stop.status != "succeeded" and not self.procs:
+        if self._stop is not None and self._stop.status != JobStatus.SUCCEEDED and not self.procs:
             return True  # nothing started
         live = [p for ps in self._job.live_groups().values() for p in ps]
         live = live or self._job.strays()  # the environ scan only once the groups are empty
@@ -282,12 +284,12 @@ class Supervisor:
         reason = (f"the log disk is full or failing ({self.output.log_failure}); the job cannot "
                   "keep its logs. Free space there or give --log-dir on another disk")
         if self._stop is None:
-            self._begin_stop("failed", reason)
-        elif self._stop.status == "succeeded":
-            self._stop.status, self._stop.reason = "failed", reason
+            self._begin_stop(JobStatus.FAILED, reason)
+        elif self._stop.status == JobStatus.SUCCEEDED:
+            self._stop.status, self._stop.reason = JobStatus.FAILED, reason
             self.output.note(reason)
 
-    def _begin_stop(self, status: str, reason: str, remote: bool = False) -> None:
+    def _begin_stop(self, status: JobStatus, reason: str, remote: bool = False) -> None:
         if status in DUMP_STATUSES:
             self._dump_stacks(reason)  # before SIGTERM: where each rank is stuck, not how it died
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
@@ -318,16 +320,17 @@ class Supervisor:
     # -- the result ---------------------------------------------------------------------
     def _result(self) -> JobResult:
         stop = self._stop
-        status = stop.status if stop else "succeeded"
+        status = stop.status if stop else JobStatus.SUCCEEDED
         failures = [self._failure(p) for p in self.procs
-                    if p.popen.returncode not in (0, None) or (status != "succeeded"
+                    if p.popen.returncode not in (0, None) or (status != JobStatus.SUCCEEDED
                                                                 and p.ended_while_stopping)]
         failures.sort(key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
         root = next((f for f in failures if f.root_cause), None)
-        ok = status == "succeeded" and not failures
+        ok = status == JobStatus.SUCCEEDED and not failures
         return JobResult(
             job_id=self.plan.job_id, job_name=self.plan.job_name, job_dir=self.plan.job_dir,
-            backend=self.plan.backend, status=status if ok or status != "succeeded" else "failed",
+            backend=self.plan.backend,
+            status=status if ok or status != JobStatus.SUCCEEDED else JobStatus.FAILED,
             ok=ok, duration_s=time.monotonic() - self.started,
             exitcodes={p.spec.name: p.popen.returncode for p in self.procs},
             failures=failures, root_cause=root, reason=stop.reason if stop else "",

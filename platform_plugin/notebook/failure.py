@@ -3,34 +3,70 @@
 papermill records a failed cell when nbclient raises CellExecutionError. Three failures slip
 past that: a cell timeout (nbclient's CellTimeoutError is not a CellExecutionError, so
 papermill marks the cell "completed"), a kernel that dies, and a rank that fails inside
-`%dist_run` (a cell error like any other, but its explanation — the launcher's root-cause
-table — is in the cell's output, not in the error). `CellWatcher` (nbclient hooks) and the
-functions below turn each into a `CellFailure` and leave the output notebook saying so.
+`%dist_run` (a cell error like any other, but its explanation — the launcher's JobResult —
+is published as data in the cell's outputs under JOB_RESULT_MIME). `CellWatcher` (nbclient
+hooks) and the functions below turn each into a `CellFailure` and leave the output notebook
+saying so; `CellFailure.render()` is the report the CLI prints.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from platform_plugin.launcher.result import JOB_RESULT_MIME, JobResult
+
 TIMEOUT_ENAME = "CellTimeoutError"  # the error a timed-out cell is recorded with
 RANK_FAILURE_ENAMES = ("JobFailed",)  # platform_plugin.launch's error when a rank fails
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+SOURCE_LINES = 15  # of the failed cell, in the report
 # After a timeout the kernel is interrupted; give %dist_run time to stop its ranks
 # (SIGTERM, grace, SIGKILL) and report before the kernel is shut down.
 INTERRUPT_GRACE_S = 30
 
 
+class FailureKind(str, Enum):
+    ERROR = "error"  # the cell raised
+    RANK = "rank"  # a rank failed inside %dist_run (JobFailed)
+    TIMEOUT = "timeout"  # the cell ran longer than --timeout
+    KERNEL = "kernel"  # the kernel died
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class CellFailure:
-    kind: str  # "error" | "rank" | "timeout" | "kernel"
+    kind: FailureKind
     cell_index: int  # 0-based index in the notebook that ran
     execution_count: int | None
     source: str
     ename: str
     evalue: str
     traceback: tuple[str, ...] = ()
-    rank_table: str = ""  # the launcher's root-cause table (JobResult.render()), rank failures
+    job: JobResult | None = None  # the failed %dist_run job, read from the cell's outputs
+
+    def render(self, *, colors: bool = False) -> str:
+        """What the CLI prints: where it failed, the cell's first lines, and why (for a failed
+        rank: the launcher's own root-cause table, `JobResult.render()`)."""
+        where = f"cell {self.cell_index + 1}" + (
+            f" (In [{self.execution_count}])" if self.execution_count else "")
+        headline = {
+            FailureKind.TIMEOUT: f"notebook FAILED: {where} timed out",
+            FailureKind.RANK: f"notebook FAILED: a rank failed in {where}",
+            FailureKind.KERNEL: f"notebook FAILED: the kernel died in {where}",
+        }.get(self.kind, f"notebook FAILED in {where}: {self.ename}")
+        source = "\n".join(f"  | {line}" for line in self.source.splitlines()[:SOURCE_LINES])
+        detail = f"{self.ename}: {self.evalue}"
+        if self.kind == FailureKind.ERROR and self.traceback:
+            detail = "\n".join(self.traceback)
+        elif self.kind == FailureKind.RANK and self.job is not None:
+            detail += "\n" + self.job.render()
+        if not colors:  # IPython colours tracebacks; keep the colours only on a terminal
+            detail = ANSI.sub("", detail)
+        return f"[platform-run] {headline}\n{source}\n{detail}"
 
 
 class CellWatcher:
@@ -88,13 +124,13 @@ class CellWatcher:
             traceback=[f"{TIMEOUT_ENAME}: {self.timeout_message()}"]))
 
 
-def escaped_failure_kind(exc: BaseException) -> str | None:
+def escaped_failure_kind(exc: BaseException) -> FailureKind | None:
     """nbclient errors that papermill does not turn into a failed cell."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     if isinstance(exc, CellTimeoutError):  # e.g. the kernel ignored the interrupt
-        return "timeout"
-    return "kernel" if isinstance(exc, DeadKernelError) else None
+        return FailureKind.TIMEOUT
+    return FailureKind.KERNEL if isinstance(exc, DeadKernelError) else None
 
 
 def record_escaped_failure(output: Path, watcher: CellWatcher, exc: BaseException) -> CellFailure:
@@ -123,40 +159,28 @@ def record_escaped_failure(output: Path, watcher: CellWatcher, exc: BaseExceptio
         raise_for_execution_errors(nb, str(output))
     except PapermillExecutionError as error:
         return failure_from(error, watcher, kind=None if watcher.timed_out_index is not None
-                             else "kernel")
+                             else FailureKind.KERNEL)
     raise exc  # pragma: no cover - the error output above always makes papermill raise
 
 
-def failure_from(error, watcher: CellWatcher, kind: str | None = None) -> CellFailure:
+def failure_from(error, watcher: CellWatcher, kind: FailureKind | None = None) -> CellFailure:
     if kind is None:
         if error.ename == TIMEOUT_ENAME or watcher.timed_out_index == error.cell_index:
-            kind = "timeout"
+            kind = FailureKind.TIMEOUT
         elif error.ename in RANK_FAILURE_ENAMES:
-            kind = "rank"
+            kind = FailureKind.RANK
         else:
-            kind = "error"
-    table = rank_table(error.evalue, watcher.failed_outputs) if kind == "rank" else ""
+            kind = FailureKind.ERROR
+    job = job_result(watcher.failed_outputs) if kind == FailureKind.RANK else None
     return CellFailure(kind, error.cell_index, error.exec_count, error.source, error.ename,
-                       error.evalue, tuple(error.traceback or ()), table)
+                       error.evalue, tuple(error.traceback or ()), job)
 
 
-def rank_table(message: str, outputs: list) -> str:
-    """The root-cause table of a failed `%dist_run`. JobFailed's message names the job
-    ("job <id> failed: rank 1 exit 3 (logs: ...)"); `%dist_run` printed the table
-    (JobResult.render(), headed "job <id> FAILED after ...", ending with "  logs: ...")
-    into the cell's output just before raising. Falls back to the message itself."""
-    if "\n" in message.strip():
-        return message  # the message carries the table
-    match = re.match(r"job (\S+) ", message)
-    if not match:
-        return message
-    for stream in ("stdout", "stderr"):
-        text = "".join(o.get("text", "") for o in outputs
-                       if o.get("output_type") == "stream" and o.get("name") == stream)
-        start = text.rfind(f"job {match.group(1)} ")
-        if start >= 0:
-            block = text[start:].splitlines()
-            end = next((i for i, line in enumerate(block) if line.startswith("  logs:")),
-                       len(block) - 1)
-            return "\n".join(block[:end + 1])
-    return message
+def job_result(outputs: list) -> JobResult | None:
+    """The JobResult `%dist_run` published in the cell's outputs (the last one: a cell may run
+    several jobs, and the one that failed raised, so nothing ran after it)."""
+    for output in reversed(outputs):
+        data = output.get("data", {}) if output.get("output_type") == "display_data" else {}
+        if JOB_RESULT_MIME in data:
+            return JobResult.from_dict(data[JOB_RESULT_MIME])
+    return None

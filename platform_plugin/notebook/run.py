@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import json
 import math
 import os
 import sys
@@ -28,11 +27,12 @@ from typing import Any, Iterable, Iterator
 
 from platform_plugin import settings as settings_module
 from platform_plugin.errors import ConfigError, PlatformPluginError
-from platform_plugin.notebook.failure import (CellFailure, CellWatcher, escaped_failure_kind,
-    failure_from, record_escaped_failure)
+from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureKind,
+    escaped_failure_kind, failure_from, record_escaped_failure)
 from platform_plugin.launcher.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import load_params_file, load_profile, merge_parameters
 from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
 
 MODES = settings_module.MODES
 RUNS_DIR = "runs"
@@ -96,10 +96,10 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
                                        pairs, parameters)
     settings = settings_module.resolve(mode, environ=environ, env_file=env_file, cwd=str(project))
     env = {**settings.process_env()}
-    env.setdefault("PLATFORM_RUN_MODE", mode)
+    env.setdefault(PLATFORM_RUN_MODE.name, mode)
     # for tracking: the job's experiment, source and params (the parent run shows them)
-    env["PLATFORM_NOTEBOOK"] = str(path)
-    env["PLATFORM_NOTEBOOK_PARAMETERS"] = json.dumps(merged, default=str)
+    env[PLATFORM_NOTEBOOK.name] = str(path)
+    env[PLATFORM_NOTEBOOK_PARAMETERS.name] = json.dumps(merged, default=str)
     out = Path(output).resolve() if output else default_output(project, mode, path)
     if out == path:
         raise ConfigError(f"--output {out} is the input notebook: choose another file",
@@ -203,7 +203,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
         if kind is None:  # e.g. the kernel did not start: nothing ran, no cell to blame
             raise PlatformPluginError(f"the notebook could not be run: {type(exc).__name__}: "
                                       f"{exc}") from exc
-        if kind == "timeout" and watcher.timed_out_index is None:
+        if kind == FailureKind.TIMEOUT and watcher.timed_out_index is None:
             watcher.timed_out_index = watcher.current_index
         failure = record_escaped_failure(run.output, watcher, exc)
     return NotebookResult(run, failure is None, time.monotonic() - started, failure)

@@ -19,8 +19,10 @@ import json
 import os
 from pathlib import Path
 
-NOTEBOOK_ENV = "PLATFORM_NOTEBOOK"  # set by the notebook runner: the notebook's path
-NOTEBOOK_PARAMETERS_ENV = "PLATFORM_NOTEBOOK_PARAMETERS"  # its resolved parameters, JSON
+from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS
+
+NOTEBOOK_ENV = PLATFORM_NOTEBOOK.name  # set by the notebook runner: the notebook's path
+NOTEBOOK_PARAMETERS_ENV = PLATFORM_NOTEBOOK_PARAMETERS.name  # its resolved parameters, JSON
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in every kernel it starts
 CODE_DIR_ENV = "PLATFORM_CODE_DIR"
 CODE_DIR_NAME = "CODE"

@@ -26,11 +26,12 @@ from pathlib import Path
 
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.state import HelperStatus, JobEnd, SinkConfig
+from platform_plugin.variables import PLATFORM_TRACKING_HELPER
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
 MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
 STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
-HELPER_ENV = "PLATFORM_TRACKING_HELPER"  # marks the helper's process (tests, process sweeps)
+HELPER_ENV = PLATFORM_TRACKING_HELPER.name  # marks the helper's process (tests, process sweeps)
 
 
 def start_helper(spool_dir: Path, environ: dict | None = None) -> subprocess.Popen:

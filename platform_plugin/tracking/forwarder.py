@@ -27,6 +27,7 @@ from pathlib import Path
 from platform_plugin.tracking.identity import stream_name
 from platform_plugin.tracking.spool import SPOOL_SUFFIX, Chunk, count_pending, read_complete
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 
@@ -54,7 +55,8 @@ def batches(records: list[tuple[list, int]], limits: dict[str, int]):
 
 def drain_timeout(default: float) -> float:
     """Seconds to wait for delivery at the end: PLATFORM_TRACKING_DRAIN_TIMEOUT, else `default`."""
-    return float(os.environ.get("PLATFORM_TRACKING_DRAIN_TIMEOUT") or default)
+    value = PLATFORM_TRACKING_DRAIN_TIMEOUT.get()
+    return default if value is None else value
 
 
 def spool_labels(spool_dir: Path) -> list[str]:

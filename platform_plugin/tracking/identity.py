@@ -64,6 +64,9 @@ def script_stem() -> str:
     return Path(argv0).stem or "python"
 
 
-def new_job_id(job_name: str) -> str:
-    """Same shape as the launcher's ids: `<job_name>-<YYYYmmdd-HHMMSS>-<4 hex>`."""
-    return f"{job_name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+def new_job_id(job_name: str, now: float | None = None) -> str:
+    """`<job_name>-<YYYYmmdd-HHMMSS>-<4 hex>`, local time. The one rule for job ids: the launcher
+    names its jobs with it, and a process run without the launcher names its own job the same
+    way (here, on the rank side, because that side imports only the stdlib)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{job_name}-{stamp}-{uuid.uuid4().hex[:4]}"

@@ -17,6 +17,7 @@ from platform_plugin.tracking.identity import RankIdentity
 from platform_plugin.tracking.job_folders import log_dir
 from platform_plugin.tracking.sinks import choose_layout, get_sink
 from platform_plugin.tracking.state import SinkConfig
+from platform_plugin.variables import PLATFORM_RUN_MODE
 
 
 def inprocess_spool_dir(identity: RankIdentity) -> Path:
@@ -34,7 +35,7 @@ def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_c
         tracking_uri=conventions.default_store(None, os.environ)[0] if sink_name == "mlflow" else None,
         experiment_name=conventions.experiment_name(os.environ, None),
         job={"job_id": identity.job_id, "job_name": identity.job_name, "parent": False,
-             "tags": {"command": " ".join(sys.argv), "mode": os.environ.get("PLATFORM_RUN_MODE", "")},
+             "tags": {"command": " ".join(sys.argv), "mode": PLATFORM_RUN_MODE.raw()},
              "user": conventions.user(),
              "source": conventions.source(os.environ, sys.argv, None)[0], "source_type": "LOCAL"},
         ranks={identity.label: {"rank_id": identity.rank_id, "device_id": identity.device_id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.settings import job_log_dir
+from platform_plugin.util.jobdirs import job_log_dir, latest_job
 from platform_plugin.tracking.state import SINK_FILE
 
 
@@ -32,5 +32,5 @@ def find_spool_dirs(job: str | None, explicit_log_dir: str | None = None) -> lis
     if not jobs:
         raise ConfigError(f"no tracked jobs in {base}: run a job first, or pass --log-dir / "
                           "PLATFORM_LOG_DIR", code="TRACKING_JOB")
-    latest = max(jobs, key=lambda d: max((p / SINK_FILE).stat().st_mtime for p in spool_dirs_of(d)))
-    return spool_dirs_of(latest)
+    latest = latest_job(base, markers=(SINK_FILE, f"tracking*/{SINK_FILE}"))
+    return spool_dirs_of(latest) if latest is not None else []

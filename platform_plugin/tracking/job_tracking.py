@@ -26,9 +26,11 @@ from platform_plugin.tracking import conventions
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
 from platform_plugin.tracking.state import HelperStatus, JobEnd, SinkConfig
+from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
+    PLATFORM_TRACKING_LAYOUT, PLATFORM_TRACKING_SPOOL_DIR)
 
-PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", "PLATFORM_SERVER_ID",
-                      "PLATFORM_RUN_MODE")
+PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", PLATFORM_SERVER_ID.name,
+                      PLATFORM_RUN_MODE.name)
 FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything delivered"
 
 
@@ -78,7 +80,7 @@ class JobTracking:
         return SpoolingJobTracking(sink_name, plan, choose_layout(layout, env))
 
     def prepare(self) -> dict[str, str]:
-        return {"PLATFORM_TRACKING": "none"}
+        return {PLATFORM_TRACKING.name: "none"}
 
     def start(self) -> None:
         pass
@@ -104,10 +106,9 @@ class SpoolingJobTracking(JobTracking):
         """Cheap and sink-free: the ranks only need to know where to spool."""
         self.spool_dir.mkdir(parents=True, exist_ok=True)
         self.config.save(self.spool_dir)
-        return {"PLATFORM_TRACKING": self.sink,
-                "PLATFORM_TRACKING_SPOOL_DIR": str(self.spool_dir),
-                "PLATFORM_TRACKING_FORWARDER": "supervisor",
-                "PLATFORM_TRACKING_LAYOUT": self.config.layout}
+        return {PLATFORM_TRACKING.name: self.sink,
+                PLATFORM_TRACKING_SPOOL_DIR.name: str(self.spool_dir),
+                PLATFORM_TRACKING_LAYOUT.name: self.config.layout}
 
     def start(self) -> None:
         """Start the forwarding helper (once); a failure to start it is reported, not raised."""
@@ -230,7 +231,7 @@ def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
     host = socket.gethostname()
     tags = {
         "job_id": plan.job_id,
-        "mode": first_env.get("PLATFORM_RUN_MODE", ""),
+        "mode": PLATFORM_RUN_MODE.raw(first_env),
         "command": " ".join(map(str, plan.command)) if not isinstance(plan.command, str) else plan.command,
         "backend": str(plan.backend),
         "world_size": str(plan.world_size),
@@ -239,7 +240,7 @@ def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
     tags.update({f"env.{k}": first_env[k] for k in PLATFORM_VARIABLES if first_env.get(k)})
     ranks = {
         str(r.rank_id): {"rank_id": r.rank_id, "device_id": r.device_id,
-                         "server_id": r.env.get("PLATFORM_SERVER_ID", host), "host": host,
+                         "server_id": PLATFORM_SERVER_ID.raw(r.env) or host, "host": host,
                          "log_path": str(r.log_path) if r.log_path else None}
         for r in ranks_
     }

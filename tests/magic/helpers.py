@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from platform_plugin.launcher.result import JOB_RESULT_MIME
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -12,6 +14,7 @@ class Cell:
     reply: dict
     stream: str = ""
     displays: list = field(default_factory=list)  # (msg_type, data) of display/update messages
+    results: list = field(default_factory=list)  # JobResult dicts %dist_run published as data
     error: list = field(default_factory=list)  # the traceback lines, ANSI removed
 
     @property
@@ -32,6 +35,8 @@ def run_cell(kc, code: str, timeout: float = 180) -> Cell:
         kind = msg["msg_type"]
         if kind == "stream":
             cell.stream += content["text"]
+        elif kind == "display_data" and JOB_RESULT_MIME in content["data"]:
+            cell.results.append(content["data"][JOB_RESULT_MIME])
         elif kind in ("display_data", "update_display_data"):
             cell.displays.append((kind, content["data"]))
         elif kind == "error":

@@ -20,6 +20,8 @@ def test_board_rows_metrics_tail_and_quiet(kernel):
     assert cell.displays[0][0] == "display_data"
     assert {kind for kind, _ in cell.displays[1:]} == {"update_display_data"}
     assert "[rank " not in cell.stream and "step 3" not in cell.stream
+    # the result also travels as data (the notebook runner reads it, never the printed text)
+    assert [r["status"] for r in cell.results] == ["succeeded"]
     board = cell.board
     assert "succeeded" in board.splitlines()[0]
     for rank in range(3):

@@ -82,6 +82,6 @@ def test_kernel_interrupt_stops_the_job(kernel):
     assert wait_no_processes(job_dir, timeout=5) == []
     # read back as a user expression, not a print: under heavy load the next cell's stream
     # output was once missed by execute_interactive (seen once in a full-suite run)
-    reply = kc.execute_interactive("", user_expressions={"status": "_dist_result.status"},
+    reply = kc.execute_interactive("", user_expressions={"status": "str(_dist_result.status)"},
                                    timeout=60)
     assert reply["content"]["user_expressions"]["status"]["data"]["text/plain"] == "'interrupted'"

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Protocol
 
 from platform_plugin.errors import ConfigError
+from platform_plugin.variables import PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT
 from platform_plugin.tracking.state import SinkConfig, StreamState
 
-CHOICES = ("auto", "mlflow", "wflogger", "none")
+CHOICES = PLATFORM_TRACKING.choices
 
 
 class Sink(Protocol):
@@ -71,7 +72,7 @@ def choose(choice: str | None = None, environ: dict[str, str] | None = None) -> 
     mlflow, except on the platform (its wflogger SDK importable) when no MLflow URI is set.
     Returns None for "none"."""
     env = os.environ if environ is None else environ
-    wanted = (choice if choice not in (None, "", "auto") else env.get("PLATFORM_TRACKING")) or "auto"
+    wanted = (choice if choice not in (None, "", "auto") else PLATFORM_TRACKING.raw(env)) or "auto"
     wanted = wanted.strip().lower()
     if wanted not in CHOICES:
         raise ConfigError(f"--tracking / PLATFORM_TRACKING is {wanted!r}: use one of "
@@ -81,12 +82,13 @@ def choose(choice: str | None = None, environ: dict[str, str] | None = None) -> 
     return None if wanted == "none" else wanted
 
 
-LAYOUTS = ("runs", "flat")
+LAYOUTS = PLATFORM_TRACKING_LAYOUT.choices
 
 
 def choose_layout(layout: str | None = None, environ: dict[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
-    value = (layout or env.get("PLATFORM_TRACKING_LAYOUT") or "runs").strip().lower()
+    value = (layout or PLATFORM_TRACKING_LAYOUT.raw(env) or PLATFORM_TRACKING_LAYOUT.default)
+    value = value.strip().lower()
     if value not in LAYOUTS:
         raise ConfigError(f"PLATFORM_TRACKING_LAYOUT is {value!r}: use 'runs' (a child run per "
                           "rank) or 'flat' (one run, keys suffixed -RANK_ID)", code="TRACKING_LAYOUT")

@@ -1,0 +1,132 @@
+"""Every `PLATFORM_*` environment variable this package reads or sets, declared once.
+
+Like MLflow's `environment_variables.py`: each variable has a name, a type, a default and a doc,
+and `.get()` reads and converts it (a value that does not convert is a ConfigError with code
+`ENV_BAD_VALUE`, naming the variable). Code reads `PLATFORM_LOG_DIR.get()`, never
+`os.environ["PLATFORM_LOG_DIR"]`; `tests/test_layout.py` checks that every `PLATFORM_` name in
+the package is declared here.
+
+The one exception is the rank side of tracking (tracker, identity): it imports only the stdlib,
+so it reads `PLATFORM_TRACKING_SPOOL_DIR`, `PLATFORM_JOB_NAME` and `PLATFORM_SERVER_ID` with
+`os.environ` — the names are still declared (and documented) here.
+
+Stdlib and `errors` only: every layer may import this module.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from platform_plugin.errors import ConfigError, Problem
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    type: Callable[[str], Any]  # str, float, ...
+    default: Any
+    doc: str
+    choices: Tuple[str, ...] = ()
+    set_by: str = "user"  # "user" | "launcher" (for every rank) | "notebook runner" (kernel)
+    code: str = "ENV_BAD_VALUE"  # the Problem code of a value that does not fit
+
+    def get(self, environ: Optional[Mapping[str, str]] = None) -> Any:
+        """The converted value, or `default` when unset or empty."""
+        raw = self.raw(environ)
+        if raw == "":
+            return self.default
+        try:
+            value = self.type(raw.strip())
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(raw)
+        except ValueError:
+            raise ConfigError([Problem(self.code, f"{self.name}={raw!r} is not a valid "
+                                       f"{getattr(self.type, '__name__', 'value')}: {self.doc}",
+                                       self.name)]) from None
+        if self.choices and value not in self.choices:
+            raise ConfigError([Problem(self.code, f"{self.name} is {raw!r}: use one of "
+                                       f"{', '.join(self.choices)}", self.name)])
+        return value
+
+    def raw(self, environ: Optional[Mapping[str, str]] = None) -> str:
+        """The text as set (stripped), "" when unset: for callers that check it themselves."""
+        return ((os.environ if environ is None else environ).get(self.name) or "").strip()
+
+    def is_set(self, environ: Optional[Mapping[str, str]] = None) -> bool:
+        return bool(self.raw(environ))
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _lower(text: str) -> str:
+    return text.lower()
+
+
+_lower.__name__ = "name"
+
+PLATFORM_RUN_MODE = Variable(
+    "PLATFORM_RUN_MODE", str, None, "debug (调试环境) or full (全量运行); the platform sets it, "
+    "`platform-run debug|full` exports it to the kernel", choices=("debug", "full"),
+    code="ENV_MODE")
+PLATFORM_LOG_DIR = Variable(
+    "PLATFORM_LOG_DIR", str, "platform_logs", "where job folders go (relative to the working "
+    "folder), unless --log-dir is given")
+PLATFORM_CACHE_DIR = Variable(
+    "PLATFORM_CACHE_DIR", str, None, "compile caches and Ascend process logs, one folder per job "
+    "(default ~/.cache/platform_plugin), unless --cache-dir is given")
+PLATFORM_CODE_DIR = Variable(
+    "PLATFORM_CODE_DIR", str, None, "the CODE/ folder `platform-run clean` cleans (default: the "
+    "nearest ancestor named CODE)")
+PLATFORM_MLFLOW_UI = Variable(
+    "PLATFORM_MLFLOW_UI", str, None, "base URL of the MLflow UI that `platform-run compare` "
+    "links to")
+PLATFORM_TRACKING = Variable(
+    "PLATFORM_TRACKING", _lower, "auto", "metrics sink when --tracking is not given",
+    choices=("auto", "mlflow", "wflogger", "none"), code="TRACKING_CHOICE")
+PLATFORM_TRACKING_LAYOUT = Variable(
+    "PLATFORM_TRACKING_LAYOUT", _lower, "runs", "MLflow layout: runs (a child run per rank) or "
+    "flat (one run, keys suffixed -RANK_ID)", choices=("runs", "flat"), code="TRACKING_LAYOUT")
+PLATFORM_TRACKING_DRAIN_TIMEOUT = Variable(
+    "PLATFORM_TRACKING_DRAIN_TIMEOUT", float, None, "seconds to wait at the end of a job for "
+    "metrics still on their way to the sink")
+PLATFORM_JOB_ID = Variable(
+    "PLATFORM_JOB_ID", str, None, "the job's id on every server of a multi-server job (else "
+    "agreed by the servers)")
+PLATFORM_RENDEZVOUS_TIMEOUT = Variable(
+    "PLATFORM_RENDEZVOUS_TIMEOUT", float, 300.0, "seconds the launchers of a multi-server job "
+    "wait for each other at the start")
+# set by `platform-run debug|full` for the kernel (tracking shows them on the job's parent run)
+PLATFORM_NOTEBOOK = Variable("PLATFORM_NOTEBOOK", str, None, "the notebook being run",
+                             set_by="notebook runner")
+PLATFORM_NOTEBOOK_PARAMETERS = Variable(
+    "PLATFORM_NOTEBOOK_PARAMETERS", str, None, "the notebook's resolved parameters (JSON)",
+    set_by="notebook runner")
+PLATFORM_STREAM_TO_TERMINAL = Variable(
+    "PLATFORM_STREAM_TO_TERMINAL", str, None, "1: %dist_run in a notebook run by `platform-run "
+    "debug|full` also streams rank output to the terminal", set_by="notebook runner")
+# set by the launcher for every rank
+PLATFORM_ATTEMPT = Variable("PLATFORM_ATTEMPT", int, None, "which attempt of the job this is "
+                            "(0 = the first)", set_by="launcher")
+PLATFORM_JOB_NAME = Variable("PLATFORM_JOB_NAME", str, None, "the job's name", set_by="launcher")
+PLATFORM_JOB_DIR = Variable("PLATFORM_JOB_DIR", str, None, "the job's folder (logs, job.json)",
+                            set_by="launcher")
+PLATFORM_SERVER_ID = Variable("PLATFORM_SERVER_ID", str, None, "this server's id in the rank "
+                              "table (else localhost)", set_by="launcher")
+PLATFORM_TRACKING_HELPER = Variable(
+    "PLATFORM_TRACKING_HELPER", str, None, "the spool folder, in the environment of the "
+    "launcher's delivery helper process (marks it for tests and process sweeps)",
+    set_by="launcher")
+PLATFORM_TRACKING_SPOOL_DIR = Variable(
+    "PLATFORM_TRACKING_SPOOL_DIR", str, None, "where a rank spools its metrics for the "
+    "launcher's forwarder", set_by="launcher")
+
+VARIABLES: Dict[str, Variable] = {v.name: v for v in (
+    PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
+    PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
+    PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
+    PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_STREAM_TO_TERMINAL,
+    PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
+    PLATFORM_TRACKING_SPOOL_DIR)}

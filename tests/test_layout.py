@@ -1,0 +1,134 @@
+"""The tree keeps its design: imports point down only, ranks import only tracking's rank side,
+the CLI imports only the chosen command, and every PLATFORM_* name has one owner."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO, clean_env
+
+PACKAGE = REPO / "platform_plugin"
+
+# Layers, top to bottom. A module may import its own layer or any layer below it.
+LAYERS = [
+    ("entry", ("platform_plugin", "platform_plugin.__main__", "platform_plugin.magic",
+               "platform_plugin.cli")),
+    ("workflows", ("platform_plugin.notebook", "platform_plugin.cleanup")),
+    ("launcher", ("platform_plugin.launcher",)),
+    ("tracking", ("platform_plugin.tracking",)),
+    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor")),
+    ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
+]
+# The rank side of tracking runs inside every training process: the stdlib only (and the
+# framework an integration helps), never the rest of the package.
+RANK_SIDE = ("platform_plugin.tracking.tracker", "platform_plugin.tracking.spool",
+             "platform_plugin.tracking.identity", "platform_plugin.tracking.integrations")
+
+
+def module_name(path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def within(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def layer_of(name: str) -> int:
+    # the longest matching prefix decides: `platform_plugin` alone is the entry point
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+                if within(name, (p,))), default=None)
+    assert best is not None, f"{name} belongs to no layer: add it to LAYERS"
+    return best[1]
+
+
+def imports_of(path) -> set[str]:
+    """Every platform_plugin module a file imports (top level, in functions, for typing)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    known = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from pkg import module` imports the module; `from module import name`, the module
+            found.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known
+                         else node.module for a in node.names)
+    return {m for m in found if m in known}
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): imports_of(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_import_points_up():
+    upward = [f"{m} ({LAYERS[layer_of(m)][0]}) imports {i} ({LAYERS[layer_of(i)][0]})"
+              for m, targets in graph().items() for i in targets if layer_of(i) < layer_of(m)]
+    assert upward == []
+
+
+def test_the_rank_side_of_tracking_imports_only_itself():
+    leaks = [f"{m} imports {i}" for m, targets in graph().items() if within(m, RANK_SIDE)
+             for i in targets if not within(i, RANK_SIDE + ("platform_plugin.tracking",))]
+    assert leaks == []
+
+
+def test_tracking_never_imports_the_launcher_nor_settings():
+    wrong = [f"{m} imports {i}" for m, targets in graph().items()
+             if within(m, ("platform_plugin.tracking",)) for i in targets
+             if within(i, ("platform_plugin.launcher", "platform_plugin.settings"))]
+    assert wrong == []
+
+
+def loaded_by(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json; print(json.dumps("
+                          "sorted(m for m in sys.modules if m.startswith(('platform_plugin', "
+                          "'dotenv', 'mlflow')))))"], capture_output=True, text=True, check=True,
+                         env=clean_env(PYTHONPATH=str(REPO)), cwd=REPO)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_importing_tracking_in_a_rank_loads_only_its_rank_side():
+    assert loaded_by("import platform_plugin.tracking") == [
+        "platform_plugin", "platform_plugin.tracking", "platform_plugin.tracking.identity",
+        "platform_plugin.tracking.spool", "platform_plugin.tracking.tracker"]
+
+
+@pytest.mark.parametrize("argv, allowed", [
+    (["--help"], {"platform_plugin", "platform_plugin.cli", "platform_plugin.errors",
+                   "platform_plugin.util", "platform_plugin.util.suggest"}),
+    (["launch", "--help"], {"platform_plugin", "platform_plugin.cli", "platform_plugin.errors",
+                            "platform_plugin.util", "platform_plugin.util.suggest",
+                            "platform_plugin.cli.launch", "platform_plugin.launcher",
+                            "platform_plugin.launcher.options", "platform_plugin.variables"}),
+])
+def test_the_cli_imports_only_the_chosen_command(argv, allowed):
+    code = ("import contextlib, io\nfrom platform_plugin.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    try: main({argv!r})\n    except SystemExit: pass")
+    assert set(loaded_by(code)) == allowed
+
+
+# The rank side of tracking and the lifeline's reaper script run without the package: they read
+# their variables with os.environ, by the names declared in variables.py.
+OWN_READS = ("variables.py", "tracking/tracker.py", "tracking/identity.py", "launcher/reaper.py")
+
+
+def test_every_platform_variable_has_one_owner():
+    from platform_plugin.variables import VARIABLES
+
+    names, direct = set(), []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        names.update(re.findall(r"\bPLATFORM_[A-Z_]+[A-Z]\b", text))
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel not in OWN_READS and re.search(r"""(environ|env)(\.get\(|\[)["']PLATFORM_""", text):
+            direct.append(rel)
+    python_names = {"PLATFORM_VARS", "PLATFORM_VARIABLES", "PLATFORM_JOB_VARIABLES"}  # tuples
+    assert names - python_names - set(VARIABLES) == set()
+    assert direct == []
