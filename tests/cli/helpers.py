@@ -77,15 +77,17 @@ def run_inprocess(argv: list[str], cwd: Path) -> Outcome:
     return Outcome(list(argv), rc, out.getvalue(), err.getvalue(), created, trace)
 
 
-def run_subprocess(argv: list[str], cwd: Path, env: dict | None = None) -> Outcome:
+def run_subprocess(argv: list[str], cwd: Path, env: dict | None = None,
+                   hang_s: float = HANG_S) -> Outcome:
+    """`hang_s`: a refusal is immediate, but a case that really runs (a kernel) needs longer."""
     before = snapshot(cwd)
     try:
         proc = subprocess.run([str(VENV_BIN / "platform-run"), *argv], cwd=cwd,
                               env=env or clean_env(), capture_output=True, text=True,
-                              timeout=HANG_S, stdin=subprocess.DEVNULL)
+                              timeout=hang_s, stdin=subprocess.DEVNULL)
         rc, out, err, trace = proc.returncode, proc.stdout, proc.stderr, ""
     except subprocess.TimeoutExpired as exc:
         rc, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
-        trace = f"HANG: still running after {HANG_S}s"
+        trace = f"HANG: still running after {hang_s}s"
     created = sorted(snapshot(cwd) - before)
     return Outcome(list(argv), rc, out, err, created, trace)

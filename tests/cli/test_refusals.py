@@ -158,7 +158,7 @@ def test_notebooks_without_a_usable_kernelspec_run_with_python3(tmp_path, metada
         doc = {"nbformat": 4, "nbformat_minor": 5, "metadata": metadata, "cells": cells}
     (tmp_path / "nb.ipynb").write_text(json.dumps(doc))
     done = run_subprocess(["debug", "nb.ipynb", "-p", "x", "5", "--output", "out.ipynb"],
-                          tmp_path)
+                          tmp_path, hang_s=180)  # a real kernel runs the notebook
     assert done.rc == 0, done
     assert "value 5" in (tmp_path / "out.ipynb").read_text()
 
