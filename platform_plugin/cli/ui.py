@@ -32,12 +32,24 @@ def store_uri(explicit: str | None) -> str:
 
 
 def latest_comparison(ui: str, metric: str, log_dir: str | None) -> str | None:
+    runs = _latest_runs(log_dir)
+    return compare.metric_url(ui, runs, metric) if runs and runs.run_ids else None
+
+
+def latest_experiment(ui: str, log_dir: str | None) -> str | None:
+    """The latest job's experiment on its runs table: MLflow 3.17 opens an experiment on what
+    the UI's GenAI / Model training switch says (GenAI by default), so the link says it."""
+    runs = _latest_runs(log_dir)
+    if not runs or not runs.config.experiment_id:
+        return None
+    return f"{ui}/#/experiments/{runs.config.experiment_id}?workflowType=machine_learning"
+
+
+def _latest_runs(log_dir: str | None):
     try:
-        spool_dir = find_spool_dirs(None, log_dir)[0]
-        runs = compare.job_runs(spool_dir)
+        return compare.job_runs(find_spool_dirs(None, log_dir)[0])
     except ConfigError:
         return None
-    return compare.metric_url(ui, runs, metric) if runs.run_ids else None
 
 
 def _interrupt(signum, frame):
@@ -65,6 +77,9 @@ def run(args) -> int:
             print(f"from your browser (through JupyterLab): {ui}/", flush=True)
         url = latest_comparison(ui, args.metric, args.log_dir)
         print(f"latest job, ranks compared: {url}" if url else "no tracked job yet", flush=True)
+        experiment = latest_experiment(ui, args.log_dir)
+        if experiment:
+            print(f"latest job's experiment (training runs): {experiment}", flush=True)
         proc.wait()
     except KeyboardInterrupt:
         pass

@@ -1,13 +1,8 @@
-"""`platform-run compare` and `platform-run ui`: the per-rank table, flags, plot, the MLflow URL,
-and the comparison page rendered by a real MLflow server in headless Chromium."""
+"""`platform-run compare`: the per-rank table, flags, several metrics, plot and tables logged to
+the job's run, the MLflow URL (the pages themselves in a browser: test_ui_browser.py)."""
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 import json
 
@@ -19,9 +14,8 @@ from platform_plugin.tracking.compare import Point, rank_rows
 from platform_plugin.tracking.identity import RankIdentity
 from platform_plugin.tracking.job_tracking import JobTracking
 from platform_plugin.tracking.tracker import Tracker
-from tests.tracking.helpers import child_runs, client, hold_port, make_plan, wait_for
+from tests.tracking.helpers import child_runs, client, make_plan
 
-from tests.helpers import REPO
 
 
 def series(final_values, seconds_per_step, steps=20):
@@ -131,52 +125,3 @@ def test_eight_ranks_flag_only_the_real_outlier_and_several_metrics_at_once(trac
 def test_compare_unknown_job_is_a_configuration_error(tracking_env, capsys):
     assert main(["compare", "no-such-job"]) == 2
     assert "no tracked job 'no-such-job'" in capsys.readouterr().err
-
-
-def screenshot_path(tmp_path: Path) -> Path:
-    """The test's own folder, so a test run leaves the repository clean; the picture in
-    docs/tracking.md is refreshed only on request: UPDATE_SCREENSHOTS=1."""
-    if os.environ.get("UPDATE_SCREENSHOTS") == "1":
-        return REPO / "docs" / "mlflow-compare.png"
-    return tmp_path / "mlflow-compare.png"
-
-
-@pytest.mark.slow
-def test_ui_serves_the_comparison_page_in_a_real_browser(tracking_env, tmp_path):
-    from playwright.sync_api import sync_playwright
-    make_job(tmp_path, lags=SLOW_RANK_1)
-    held = hold_port()  # the UI's server binds it alongside; nobody else can take it meanwhile
-    port = held.getsockname()[1]
-    ui = subprocess.Popen([str(Path(sys.executable).with_name("platform-run")), "ui", "--port", str(port)],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                          env=dict(os.environ), start_new_session=True)
-    try:
-        lines = []
-        url = wait_for(lambda: lines.append(ui.stdout.readline()) or
-                       next((x.split(": ", 1)[1].strip() for x in lines if "ranks compared:" in x), None),
-                       timeout=240, interval=0, what="the UI's comparison URL")
-        assert url.startswith(f"http://127.0.0.1:{port}/#/metric?runs=")
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 800})  # a new page per URL
-                page.goto(url, wait_until="load", timeout=120_000)
-                page.get_by_text("rank-01 (loss)").wait_for(timeout=120_000)  # the chart legend
-                page.locator(".js-plotly-plot g.trace").first.wait_for(timeout=60_000)
-                body = page.inner_text("body")
-                assert "Comparing 2 Runs" in body and "rank-00 (loss)" in body
-                assert page.locator(".js-plotly-plot g.trace").count() >= 2  # one curve per rank
-                close = page.locator("[aria-label='Close'], [aria-label='close']")
-                if close.count():  # the assistant side panel opens itself on a local server
-                    close.first.click()
-                page.wait_for_timeout(500)  # let the chart re-layout after the panel closes
-                shot = screenshot_path(tmp_path)
-                page.screenshot(path=str(shot))
-                assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 10_000
-            finally:
-                browser.close()
-    finally:
-        os.killpg(ui.pid, signal.SIGTERM)  # `platform-run ui` stops its server on SIGTERM
-        ui.wait(30)
-        held.close()
