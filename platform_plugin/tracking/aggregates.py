@@ -72,12 +72,16 @@ class StepAggregator:
     def __init__(self, labels):
         self.labels = frozenset(labels)
         self.metrics: dict[str, _Metric] = {}
+        self.skipped: set[str] = set()  # names that get no aggregates (aggregated() is False)
 
     def add(self, label: str, name: str, value: float, step: int, timestamp_ms: int) -> list[AggregatePoint]:
         """Record one delivered point; return the aggregates of the steps it completed."""
-        if not aggregated(name):
-            return []
-        metric = self.metrics.setdefault(name, _Metric())
+        metric = self.metrics.get(name)
+        if metric is None:
+            if name in self.skipped or not aggregated(name):
+                self.skipped.add(name)
+                return []
+            metric = self.metrics[name] = _Metric()
         if step not in metric.open:
             metric.open[step] = {}
             bisect.insort(metric.order, step)  # ranks log in step order: an append, mostly
@@ -88,17 +92,19 @@ class StepAggregator:
 
     def _ready(self, name: str, metric: _Metric) -> list[AggregatePoint]:
         out = []
+        everyone = len(self.labels)
         while metric.order:
             step = metric.order[0]
             values = metric.open[step]
-            done = all(lb in values or metric.last_step.get(lb, -math.inf) > step for lb in self.labels)
+            done = len(values) >= everyone or all(  # the usual case first: every rank has it
+                lb in values or metric.last_step.get(lb, -math.inf) > step for lb in self.labels)
             if not done and len(metric.order) <= MAX_OPEN_STEPS:
                 break  # steps complete in order: a later one cannot be done before this one
             out.extend(self._emit(name, metric, step))
         return out
 
     def _emit(self, name: str, metric: _Metric, step: int) -> list[AggregatePoint]:
-        metric.order.remove(step)
+        del metric.order[metric.order.index(step)]  # the first one, always
         values = metric.open.pop(step)
         return summarise(name, step, [v for v, _ in values.values()], max(t for _, t in values.values()))
 

@@ -48,7 +48,7 @@ def test_a_hung_job_shows_each_ranks_innermost_frame_and_keeps_the_dumps(trackin
     (tmp_path / "hung.py").write_text(HUNG)
     result = launch([sys.executable, "hung.py"], nproc=2, cwd=str(tmp_path), silence_timeout=2,
                     grace=1, check=False, no_system_metrics=True, write=lambda text: None)
-    assert result.status == "hung"
+    assert result.status == "hung" and result.tracking.wait_ended()
     by_rank = {f.name: f for f in result.failures}
     assert by_rank["0"].stack[0].startswith("fake_allreduce (hung.py:")
     assert by_rank["1"].stack[0].startswith("load_batch (hung.py:")

@@ -37,6 +37,7 @@ def test_each_child_run_gets_system_metrics_at_the_interval_and_off_means_none(t
     tracking_env.setenv("PATH", f"{ASSETS / 'system'}{os.pathsep}{os.environ['PATH']}")
     quiet = {"write": lambda text: None, "cwd": str(tmp_path), "nproc": 2}
     result = launch([sys.executable, "rank.py"], system_metrics_interval=0.5, **quiet)
+    assert result.tracking.wait_ended()  # the forwarding helper ends the runs after launch()
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     children = child_runs(c, result.tracking.parent_run_id)
     peaks = {}
@@ -61,5 +62,6 @@ def test_each_child_run_gets_system_metrics_at_the_interval_and_off_means_none(t
     assert not any(k.startswith("system/npu_") for k in parent)  # one card's metric: no aggregate
 
     off = launch([sys.executable, "rank.py"], no_system_metrics=True, **quiet)
+    assert off.tracking.wait_ended()
     for run in child_runs(c, off.tracking.parent_run_id):
         assert not any(k.startswith("system/") for k in run.data.metrics)

@@ -52,8 +52,9 @@ for step in range(30):
 @pytest.mark.slow
 def test_compare_says_why_the_straggler_is_slow_from_the_jobs_system_metrics(tracking_env, tmp_path, capsys):
     (tmp_path / "rank.py").write_text(RANK)
-    launch([sys.executable, "rank.py"], nproc=3, cwd=str(tmp_path), system_metrics_interval=0.3,
-           write=lambda text: None)
+    result = launch([sys.executable, "rank.py"], nproc=3, cwd=str(tmp_path), system_metrics_interval=0.3,
+                    write=lambda text: None)
+    assert result.tracking.wait_ended()
     assert main(["compare"]) == 0
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("straggler rank-02: "))

@@ -74,7 +74,7 @@ def start_ui(folder: Path, port: int) -> tuple[subprocess.Popen, str]:
 def test_experiment_system_metrics_aggregates_and_comparison_render(tracking_env, tmp_path):
     from playwright.sync_api import sync_playwright
     folder, result = real_job(tmp_path)
-    assert result.ok
+    assert result.ok and result.tracking.wait_ended()
     c = client(f"sqlite:///{folder.resolve().parent / 'mlflow.db'}" if UPDATE else
                f"sqlite:///{tmp_path / 'mlflow.db'}")
     parent = c.get_run(result.tracking.parent_run_id)
