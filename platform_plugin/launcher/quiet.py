@@ -2,7 +2,8 @@
 
 Two sources, two treatments (`--verbose` turns both off):
 - rank output: lines of MindSpore's networking (`[WARNING] DISTRIBUTED(...)`, `[INFO] ...`:
-  the cluster's connect/retry/register messages, a dozen per rank and job) are kept out of
+  the cluster's connect/retry/register messages, and the collective-communication setup
+  lines of `ccsrc/.../collective/`, dozens per rank and job) are kept out of
   the display; the rank logs keep every byte. Their ERROR lines are always shown.
 - the launcher's own process (the kernel, in a notebook): MLflow's and alembic's INFO lines
   (store migration, "View run ...") and Python warnings raised while the job is set up,
@@ -18,8 +19,10 @@ import re
 import warnings
 from typing import Iterator
 
-# glog lines of MindSpore below ERROR from its networking submodule
-CHATTER = re.compile(rb"^\[(?:WARNING|INFO|DEBUG)\] DISTRIBUTED\(", re.M)
+# glog lines of MindSpore below ERROR from its networking: the DISTRIBUTED submodule (cluster
+# connect/retry/register) and the collective-communication setup (ccsrc/.../collective/...)
+CHATTER = re.compile(rb"^\[(?:WARNING|INFO|DEBUG)\] (?:DISTRIBUTED\(|[A-Z_]+\([^)]*\):\S* "
+                     rb"\[mindspore/ccsrc/[^\]]*collective)", re.M)
 WARNINGS_LOGGER = "platform_plugin.warnings"
 LIBRARY_LOGGERS = ("mlflow", "alembic", WARNINGS_LOGGER)
 LOG_NAME = "launcher.log"
