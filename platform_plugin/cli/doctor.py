@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
                          flags={"RANK_TABLE_FILE": args.rank_table,
                                 "RANK_START": args.rank_start, "RANK_ID": args.rank_id})
     ctx.flags = {k: v for k, v in ctx.flags.items() if v is not None}
-    rows = doctor.run_checks(ctx) + cleanup_rows(ctx.cwd)
+    rows = doctor.run_checks(ctx) + cleanup_rows(ctx.cwd) + mlflow_rows()
     if args.json:
         print(json.dumps([row.__dict__ for row in rows], indent=2))
     else:
@@ -57,3 +57,19 @@ def cleanup_rows(cwd: str) -> list:
                        f"({what}); the platform's full run snapshots CODE/ as it is",
                        "platform-run clean --dry-run (or %platform_clean --dry-run in the "
                        "notebook), then without --dry-run before the full run")]
+
+
+def mlflow_rows() -> list:
+    """What the installed MLflow's UI lacks among what the package uses (MLflow 3.1, the newest
+    on Python 3.9, has no experiment kinds): WARN with the workaround, never a failure."""
+    from platform_plugin.tracking.mlflow_features import detect
+    features = detect()
+    if features is None:
+        return [doctor.Row("SKIP", "MLflow", "MLflow is not installed in this interpreter: "
+                           "ranks still spool their metrics", "deliver them with `platform-run "
+                           "sync JOB` where MLflow is installed")]
+    missing = features.missing()
+    if not missing:
+        return [doctor.Row("OK", "MLflow", f"MLflow {features.version}: UI with experiment "
+                           "kinds, metric page and System metrics tab")]
+    return [doctor.Row("WARN", "MLflow", f"MLflow {features.version}: {text}") for text in missing]

@@ -8,6 +8,7 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.notebook.jupyter_ui import browser_base, jupyter_server
 from platform_plugin.tracking import compare
 from platform_plugin.tracking.job_folders import find_spool_dirs
+from platform_plugin.tracking.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
 from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
@@ -80,6 +81,9 @@ def run(args) -> int:
         experiment = latest_experiment(ui, args.log_dir)
         if experiment:
             print(f"latest job's experiment (training runs): {experiment}", flush=True)
+        features = detect()
+        for text in features.missing() if features else ():
+            print(f"MLflow {features.version}: {text}", flush=True)
         proc.wait()
     except KeyboardInterrupt:
         pass
