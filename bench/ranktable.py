@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from foundation_helpers import table_dict  # noqa: E402
+from tests.ranktable.samples import table_dict  # noqa: E402
 from platform_plugin import ranktable  # noqa: E402
 
 GOAL_MS = 20.0
