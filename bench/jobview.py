@@ -7,8 +7,9 @@ Each round runs the same 2-rank job (`platform-run launch`, plain Python ranks l
 metrics per step through the tracker) with system metrics off, at the default interval (5 s)
 and at 0.5 s, in alternating order. Per run: the in-rank cost of `log_metric` (median of the
 rank's calls, measured in the rank), and the CPU seconds of everything that is not a rank —
-launcher, forwarding helper, npu-smi stand-in — as the CPU of the whole process tree
-(RUSAGE_CHILDREN of this process) minus what the ranks report for themselves. Aggregates are
+the launcher and the npu-smi stand-in it runs — as the CPU of the process tree this process
+waited for (RUSAGE_CHILDREN) minus what the ranks report for themselves (the forwarding helper
+outlives the launcher and is mostly not in it). Aggregates are
 always on (layout `runs`); their own cost is timed apart: StepAggregator.add per point.
 """
 from __future__ import annotations
@@ -112,8 +113,10 @@ Command: `.venv/bin/python bench/jobview.py --rounds {args.rounds} --steps {args
 A 2-rank job (`platform-run launch`, plain Python ranks, 3 metrics per step × {args.steps} steps,
 tracking to a local sqlite store with per-step aggregates in the parent run), {args.rounds} alternating
 rounds per setting. *In-rank call*: median `log_metric` time measured inside the ranks.
-*CPU outside the ranks*: launcher + forwarding helper + npu-smi stand-in (CPU of the whole tree
-minus the ranks' own), median (min–max).
+*CPU outside the ranks*: the CPU of the process tree this benchmark waited for minus the
+ranks' own = the launcher (its sampling thread included) and the npu-smi stand-in it runs,
+median (min–max). The forwarding helper (where the aggregates are computed) outlives the
+launcher to end the runs and is mostly not in this figure: its aggregate cost is the line below.
 
 | setting | in-rank call | CPU outside the ranks | vs off | wall |
 |---|---:|---:|---:|---:|
