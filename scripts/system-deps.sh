@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Debian packages the test suite needs: chromium (headless browser for the MLflow UI test).
+# Debian packages the test suite needs: chromium (headless browser for the MLflow UI test) and
+# PostgreSQL's server binaries (initdb, pg_ctl: `platform-run server` and its tests).
 set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 \
+  || missing+=(postgresql-15)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

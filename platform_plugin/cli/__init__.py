@@ -27,6 +27,7 @@ COMMANDS = [
     ("sync", "sync", "deliver tracked params/metrics still waiting in a job's spool"),
     ("compare", "compare", "compare ranks of a job: per-rank table, straggler, plot, MLflow URL"),
     ("ui", "ui", "start a local MLflow UI on the configured store"),
+    ("server", "server", "run the team's MLflow tracking server on PostgreSQL (multi-server jobs)"),
 ]
 HELP = {name: help_text for name, _module, help_text in COMMANDS}  # the modules' help= too
 

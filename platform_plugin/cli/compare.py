@@ -8,7 +8,7 @@ from urllib.parse import urlparse
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking import compare, diagnosis
 from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
 DEFAULT_UI = "http://127.0.0.1:5000"
@@ -45,14 +45,31 @@ def metrics_of(args) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def run(args) -> int:
-    spool_dir = find_spool_dirs(args.job, args.log_dir)[0]
+def find_job(job: str | None, log_dir: str | None):
+    """(runs of every rank of the job from the tracking store, MLflow client, job id). A job
+    id with no folder here (it ran on another server) is looked up in the tracking store."""
+    try:
+        spool_dir = find_spool_dirs(job, log_dir)[0]
+    except ConfigError:
+        if not job:
+            raise
+        uri = default_tracking_uri()
+        client = MlflowSink().client(uri)
+        runs = compare.job_runs_in_store(job, client, uri)
+        if runs is None:
+            raise
+        return runs, client, job
     runs = compare.job_runs(spool_dir)
     client = MlflowSink().client(runs.config.tracking_uri)
+    return (compare.with_store_ranks(runs, client), client,
+            runs.config.job.get("job_id", spool_dir.parent.name))
+
+
+def run(args) -> int:
+    runs, client, job_id = find_job(args.job, args.log_dir)
     metrics = metrics_of(args)
     series = {m: compare.load_series(runs, m, client) for m in metrics}
     missing = [m for m in metrics if not any(series[m].values())]
-    job_id = runs.config.job.get("job_id", spool_dir.parent.name)
     if missing:
         known = compare.available_metrics(runs, client)
         raise ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
@@ -63,7 +80,7 @@ def run(args) -> int:
     target = runs.config.parent_run_id or next(iter(runs.run_ids.values()))
     for metric in metrics:
         rows = compare.rank_rows(series[metric], metric, tolerance=args.tolerance)
-        print(compare.render(rows, metric))
+        print(compare.render(rows, metric, runs.servers))
         for line in diagnosis.render(rows, system):
             print(line)
         data = compare.table_data(rows, metric)

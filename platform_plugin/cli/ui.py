@@ -48,9 +48,14 @@ def latest_experiment(ui: str, log_dir: str | None) -> str | None:
 
 def _latest_runs(log_dir: str | None):
     try:
-        return compare.job_runs(find_spool_dirs(None, log_dir)[0])
+        runs = compare.job_runs(find_spool_dirs(None, log_dir)[0])
     except ConfigError:
         return None
+    try:  # every server's ranks, from the store
+        from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+        return compare.with_store_ranks(runs, MlflowSink().client(runs.config.tracking_uri))
+    except Exception:  # noqa: BLE001 - the local view is still a useful link
+        return runs
 
 
 def _interrupt(signum, frame):

@@ -145,6 +145,8 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
                 f", backend "
                 f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
                 + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
+    for note in job_tracking.notes:
+        output.note(note)
     job_file = JobFile(plan, attempts)
     peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
     result = None

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.aggregates import is_throughput
 from platform_plugin.tracking.identity import run_name, stream_name
+from platform_plugin.tracking.sinks import mlflow_job
 from platform_plugin.tracking.state import SinkConfig, StreamState
 
 
@@ -94,16 +95,22 @@ def deviating(value: float, others: list[float], tolerance: float) -> bool:
     return mad == 0 or gap > OUTLIER_Z * MAD_TO_SIGMA * mad
 
 
-def render(rows: list[RankRow], metric: str) -> str:
+def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = None) -> str:
+    """`servers` (label -> server id): a server column when the ranks ran on several servers."""
+    servers = servers if servers and len(set(servers.values())) > 1 else {}
+    column = max([len(v) for v in servers.values()] + [6]) + 2 if servers else 0
     pace = rate_label(metric)
     width = max(9, len(pace) + 2)
-    header = (f"{'rank':<10}{'final ' + metric:>{max(16, len(metric) + 8)}}{'best':>12}{'points':>8}"
+    header = (f"{'rank':<10}" + (f"{'server':<{column}}" if servers else "")
+              + f"{'final ' + metric:>{max(16, len(metric) + 8)}}{'best':>12}{'points':>8}"
               f"{'wall s':>9}{pace:>{width}}  flags")
     lines = [header, "-" * len(header)]
     for r in rows:
         rate = f"{r.steps_per_s:.4g}" if r.steps_per_s is not None else "-"
-        lines.append(f"{run_name(r.label):<10}{r.final:>{max(16, len(metric) + 8)}.6g}{r.best:>12.6g}"
-                     f"{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  {', '.join(r.flags)}")
+        server = f"{servers.get(r.label, '?'):<{column}}" if servers else ""
+        lines.append(f"{run_name(r.label):<10}{server}{r.final:>{max(16, len(metric) + 8)}.6g}"
+                     f"{r.best:>12.6g}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
+                     f"{', '.join(r.flags)}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
         lines.append("no straggler: every rank within tolerance of the median pace")
     return "\n".join(lines)
@@ -114,6 +121,7 @@ def render(rows: list[RankRow], metric: str) -> str:
 class JobRuns:
     config: SinkConfig
     run_ids: dict[str, str]  # label -> run id (all the parent's in layout "flat")
+    servers: dict[str, str] = field(default_factory=dict)  # label -> server id (from the store)
 
     def key(self, metric: str, label: str) -> str:
         return f"{metric}-{label}" if self.config.layout == "flat" else metric
@@ -127,6 +135,30 @@ def job_runs(spool_dir: Path) -> JobRuns:
                     | set(config.ranks))
     runs = {lb: StreamState.load(spool_dir, stream_name(lb)).run_id for lb in labels}
     return JobRuns(config, {lb: rid for lb, rid in runs.items() if rid})
+
+
+def with_store_ranks(runs: JobRuns, client) -> JobRuns:
+    """Every rank of the job from the tracking store - the ranks of the other servers too -
+    when the job has a parent run there (layout runs); the local spool's view otherwise."""
+    config = runs.config
+    if config.layout != "runs" or not config.parent_run_id or not config.experiment_id:
+        return runs
+    children = mlflow_job.job_children(client, config.experiment_id, config.parent_run_id)
+    if not children:
+        return runs
+    return JobRuns(config, {c.data.tags["rank_id"]: c.info.run_id for c in children},
+                   {c.data.tags["rank_id"]: c.data.tags.get("server_id", "?") for c in children})
+
+
+def job_runs_in_store(job_id: str, client, tracking_uri: str) -> JobRuns | None:
+    """A job with no folder here (started on another server): found by its job_id tag."""
+    parent = mlflow_job.find_job_parent(client, job_id)
+    if parent is None:
+        return None
+    config = SinkConfig(sink="mlflow", tracking_uri=tracking_uri,
+                        experiment_id=parent.info.experiment_id,
+                        parent_run_id=parent.info.run_id, job={"job_id": job_id})
+    return with_store_ranks(JobRuns(config, {}), client)
 
 
 def load_series(runs: JobRuns, metric: str, client) -> dict[str, list[Point]]:

@@ -48,6 +48,41 @@ def start_helper(spool_dir: Path, environ: dict | None = None) -> subprocess.Pop
     return proc
 
 
+class ServerPeers:
+    """Rank-table route only (its launchers have no job link): carries a stop between this
+    server's launcher (files in the spool folder) and the other servers (a tag on the job's
+    parent run, sinks/mlflow_job.py). Polls the parent at most once a second."""
+
+    POLL_S = 1.0
+
+    def __init__(self, spool_dir: Path, config: SinkConfig, sink):
+        self.spool_dir, self.config, self.sink = spool_dir, config, sink
+        self.active = (bool(config.job.get("poll_stop")) and config.job.get("servers", 1) > 1
+                       and hasattr(sink, "stop_requested"))
+        self.told = False
+        self.next_poll = 0.0
+
+    def check(self) -> None:
+        if not self.active or not self.config.parent_run_id:
+            return
+        from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, read_json,
+                                                    write_json_atomic)
+        server = self.config.job.get("server_id", "?")
+        try:
+            stopping = read_json(self.spool_dir / STOPPING_FILE)
+            if stopping and not self.told:
+                self.sink.request_stop(self.config, stopping["server"], stopping["reason"])
+                self.told = True
+            if time.monotonic() >= self.next_poll and not self.told:
+                self.next_poll = time.monotonic() + self.POLL_S
+                reason = self.sink.stop_requested(self.config, server)
+                if reason:
+                    write_json_atomic(self.spool_dir / STOP_REQUEST_FILE, {"reason": reason})
+                    self.told = True
+        except Exception:  # noqa: BLE001 - a slow store only delays the stop
+            pass
+
+
 class Helper:
     def __init__(self, spool_dir: Path, control=None):
         from platform_plugin.tracking.observers import make_observers
@@ -61,6 +96,7 @@ class Helper:
                                    observers=make_observers(self.config, sink, self.spool_dir),
                                    aggregates=job_aggregates(self.config, sink))
         self.control = control  # the launcher's pipe: EOF = launcher done or dead
+        self.peers = ServerPeers(self.spool_dir, self.config, sink)
         self.orphaned = False
 
     def run(self) -> None:
@@ -76,6 +112,7 @@ class Helper:
                 ok = False
                 self.forwarder.last_error = f"{exc.strerror or exc} in {self.spool_dir}"[:500]
             self._set(error=self.forwarder.last_error)
+            self.peers.check()
             if (end is not None or self.orphaned) and (self.forwarder.past_deadline()
                                                        or (ok and self.forwarder.all_delivered())):
                 break
@@ -112,6 +149,8 @@ class Helper:
             self.forwarder.aggregates.finish()  # the steps some rank never completed
         pending = {label: self.forwarder.stream_pending(label) for label in self.forwarder.labels()}
         self.config.final_status = end.status
+        self.config.job["end_reason"] = end.reason  # a multi-server parent names the server
+        self.config.job["keep_parent_open"] = not end.last  # --max-restarts: another attempt
         try:
             ended = self.forwarder.sink.end_job(self.config, self.spool_dir, pending)
         except Exception as exc:  # noqa: BLE001 - sync retries the ending

@@ -25,7 +25,8 @@ from pathlib import Path
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
-from platform_plugin.tracking.state import HelperStatus, JobEnd, SinkConfig
+from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
+                                            JobEnd, SinkConfig, read_json, write_json_atomic)
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
     PLATFORM_TRACKING_LAYOUT, PLATFORM_TRACKING_SPOOL_DIR)
 
@@ -92,13 +93,24 @@ class JobTracking:
     def finish(self, result, last: bool = True) -> DeliveryReport:
         return DeliveryReport()
 
+    notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)
+
+    def tell_stopping(self, server: str, reason: str) -> None:
+        """This server's job stops: other servers without a job link learn it from the store."""
+
+    def stop_requested(self, server: str) -> str | None:
+        return None
+
 
 class SpoolingJobTracking(JobTracking):
     def __init__(self, sink_name: str, plan, layout: str):
         self.sink = sink_name
         self.plan = plan
-        self.spool_dir = Path(plan.job_dir) / "tracking"
+        attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: new runs per attempt
+        self.spool_dir = Path(plan.job_dir) / ("tracking" if not attempt
+                                               else f"tracking-attempt{attempt + 1}")
         self.config = job_sink_config(sink_name, plan, layout)
+        self.notes = local_store_notes(self.config) if not attempt else []
         self.helper = None
         self.setup_error = ""
 
@@ -123,7 +135,9 @@ class SpoolingJobTracking(JobTracking):
     def finish(self, result, last: bool = True) -> DeliveryReport:
         self.start()  # the ranks may have failed to start: the runs are still created and ended
         timeout = drain_timeout(30)
-        JobEnd(final_status(result), time.time() + timeout).save(self.spool_dir)
+        # a restart follows: the parent stays open; else this server reports its end on it
+        JobEnd(final_status(result), time.time() + timeout, reason=end_reason(result),
+               last=last).save(self.spool_dir)
         if self.helper is not None and self.helper.stdin is not None:
             try:
                 self.helper.stdin.close()  # wakes the helper: the job ended
@@ -133,6 +147,16 @@ class SpoolingJobTracking(JobTracking):
         drained = self._wait_delivered(forwarder, timeout)
         return delivery_report(self.sink, self.spool_dir, forwarder, self.config,
                                self.plan.job_id, drained, self._helper_error())
+
+    def tell_stopping(self, server: str, reason: str) -> None:
+        """The helper puts it on the parent run (rank-table route: no job link)."""
+        if self.config.job.get("poll_stop") and self.config.job.get("servers", 1) > 1:
+            write_json_atomic(self.spool_dir / STOPPING_FILE, {"server": server, "reason": reason})
+
+    def stop_requested(self, server: str) -> str | None:
+        """What the helper read on the parent run: another server stopped the job."""
+        data = read_json(self.spool_dir / STOP_REQUEST_FILE)
+        return str(data["reason"]) if data else None
 
     def _wait_delivered(self, forwarder: Forwarder, timeout: float) -> bool:
         """Poll the offset files (no sink in this process) until every complete line is
@@ -209,6 +233,23 @@ def job_environment(plan) -> dict:
     return {**os.environ, **(dict(ranks[0].env) if ranks else {})}
 
 
+def local_store_notes(config: SinkConfig) -> list[str]:
+    servers = config.job.get("servers", 1)
+    if servers > 1 and (config.tracking_uri or "").startswith("sqlite:"):
+        return [f"tracking: this job spans {servers} servers but the MLflow store is a local "
+                f"sqlite file ({config.tracking_uri}): each server keeps only its own ranks. Run "
+                "`platform-run server` and set MLFLOW_TRACKING_URI on every server (README, "
+                "multi-server)"]
+    return []
+
+
+def end_reason(result) -> str:
+    cause = getattr(result, "root_cause", None)
+    if cause is not None:
+        return f"{cause.label} {cause.how}"
+    return str(getattr(result, "reason", "") or "")
+
+
 def final_status(result) -> str:
     """MLflow RunStatus of a job: an interrupted job was KILLED, it did not fail."""
     if getattr(result, "ok", False):
@@ -235,6 +276,7 @@ def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
         "command": " ".join(map(str, plan.command)) if not isinstance(plan.command, str) else plan.command,
         "backend": str(plan.backend),
         "world_size": str(plan.world_size),
+        "servers": str(getattr(plan, "nnodes", 1)),
         "rank_table": rank_table_summary(first_env.get("RANK_TABLE_FILE")),
     }
     tags.update({f"env.{k}": first_env[k] for k in PLATFORM_VARIABLES if first_env.get(k)})
@@ -250,6 +292,11 @@ def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
         tracking_uri=conventions.default_store(cwd, first_env)[0] if sink_name == "mlflow" else None,
         experiment_name=conventions.experiment_name(first_env, cwd),
         job={"job_id": plan.job_id, "job_name": plan.job_name, "run_name": plan.job_id,
+             # one job across servers: one parent for all (sinks/mlflow_job.py)
+             "servers": int(getattr(plan, "nnodes", 1) or 1),
+             "server_id": str(getattr(plan, "server_id", "localhost")),
+             "attempt": int(getattr(plan, "attempt", 0) or 0),
+             "poll_stop": getattr(plan, "backend", "") == "rank-table",
              "parent": True, "tags": tags, "user": conventions.user(), "source": source,
              "source_type": source_type, "params": conventions.notebook_parameters(first_env)},
         ranks=ranks,

@@ -28,13 +28,26 @@ def server_command(store_uri: str, port: int) -> list[str]:
     return cmd
 
 
-def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike) -> subprocess.Popen:
+def team_server_command(host: str, port: int, workers: int, artifacts: str,
+                        allowed_hosts: str | None = None) -> list[str]:
+    """`mlflow server` for every server of a job: the store URI comes in the environment
+    (MLFLOW_BACKEND_STORE_URI: it holds the database password), artifacts are uploaded through
+    the server (--serve-artifacts) into `artifacts`, so ranks on any machine can log them."""
+    mlflow = Path(sys.executable).with_name("mlflow")
+    return [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", host,
+            "--port", str(port), "--workers", str(workers), "--serve-artifacts",
+            "--artifacts-destination", artifacts] + (
+                ["--allowed-hosts", allowed_hosts] if allowed_hosts else [])
+
+
+def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike,
+                 command: list[str] | None = None, env: dict | None = None) -> subprocess.Popen:
     """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker)."""
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **(env or {}))
     log = open(log_path, "ab")
     try:
-        return subprocess.Popen(server_command(store_uri, port), stdout=log, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
+        return subprocess.Popen(command or server_command(store_uri, port), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
     finally:
         log.close()
 

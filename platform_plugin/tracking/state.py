@@ -90,6 +90,8 @@ class SinkConfig:
 
 END_FILE = "end.json"
 HELPER_FILE = "helper.json"
+STOPPING_FILE = "stopping.json"  # this server's job stops: the helper tags the parent run
+STOP_REQUEST_FILE = "stop_request.json"  # the helper saw another server stop the job
 
 
 @dataclass
@@ -97,11 +99,15 @@ class JobEnd:
     """The launcher's word that the ranks have ended (end.json)."""
     status: str  # "FINISHED" | "FAILED"
     deadline: float  # epoch seconds: deliver until then, leave the rest to `sync`
+    reason: str = ""  # why it failed (recorded on a multi-server job's parent run)
+    last: bool = True  # False: --max-restarts starts another attempt, the parent stays open
 
     @classmethod
     def load(cls, spool_dir: Path) -> "JobEnd | None":
         data = read_json(spool_dir / END_FILE)
-        return None if data is None else cls(str(data["status"]), float(data["deadline"]))
+        return None if data is None else cls(str(data["status"]), float(data["deadline"]),
+                                             str(data.get("reason", "")),
+                                             bool(data.get("last", True)))
 
     def save(self, spool_dir: Path) -> None:
         write_json_atomic(spool_dir / END_FILE, asdict(self))

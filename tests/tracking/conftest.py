@@ -1,6 +1,8 @@
 """Fixtures of the tracking tests."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.tracking.helpers import STANDIN_PATH
@@ -33,3 +35,40 @@ def wflogger_standin(tracking_env, tmp_path, monkeypatch):
     yield calls
     for name in [m for m in sys.modules if m == "wf_analyse" or m.startswith("wf_analyse.")]:
         del sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def postgres_mlflow():
+    """A real PostgreSQL cluster (initdb'd for this session in a temporary folder, on a free
+    loopback port) behind a real `mlflow server` with 2 workers and served artifacts, as
+    `platform-run server` runs them. Yields the tracking URI; both are stopped at the end.
+    Skips (with the reason) only when PostgreSQL's binaries are not installed."""
+    import shutil
+    import tempfile
+
+    from platform_plugin.tracking.postgres import LocalPostgres, missing_reason
+    from platform_plugin.tracking.server import (start_server, stop_server, team_server_command,
+                                                 wait_healthy)
+    from platform_plugin.util.ports import free_port
+    why = missing_reason()
+    if why:
+        pytest.skip(why)
+    root = tempfile.mkdtemp(prefix="platform-pg-")  # /tmp: the postgres user can reach it
+    os.chmod(root, 0o755)
+    pg = LocalPostgres(os.path.join(root, "data"), free_port())
+    proc = None
+    try:
+        pg.start()
+        port = free_port()
+        log = os.path.join(root, "mlflow.log")
+        proc = start_server("", port, log_path=log, env={"MLFLOW_BACKEND_STORE_URI": pg.uri},
+                            command=team_server_command("127.0.0.1", port, 1,
+                                                        os.path.join(root, "artifacts")))
+        uri = f"http://127.0.0.1:{port}"
+        wait_healthy(uri, proc, log_path=log, timeout=180)
+        yield uri
+    finally:
+        if proc is not None:
+            stop_server(proc)
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
+from platform_plugin.tracking.sinks import mlflow_job
 from platform_plugin.tracking.sinks.mlflow_conventions import quiet, standard_tags
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 
@@ -136,13 +137,19 @@ class MlflowSink:
         MLflow's standard tags and a notebook run's parameters as params."""
         from mlflow.entities import Param
         job = config.job
-        tags = {**job.get("tags", {}), **self._standard_tags(config)}
-        run = client.create_run(config.experiment_id, run_name=job.get("run_name") or job["job_name"],
-                                tags=tags)
-        params = [Param(k, v) for k, v in sorted(job.get("params", {}).items())]
-        for start in range(0, len(params), self.limits["p"]):
-            client.log_batch(run.info.run_id, params=params[start:start + self.limits["p"]])
-        return run.info.run_id
+        tags = {**job.get("tags", {}), **self._standard_tags(config),
+                mlflow_job.ROLE_TAG: mlflow_job.ROLE_JOB}
+
+        def create() -> str:
+            run = client.create_run(config.experiment_id,
+                                    run_name=job.get("run_name") or job["job_name"], tags=tags)
+            params = [Param(k, v) for k, v in sorted(job.get("params", {}).items())]
+            for start in range(0, len(params), self.limits["p"]):
+                client.log_batch(run.info.run_id, params=params[start:start + self.limits["p"]])
+            return run.info.run_id
+        if mlflow_job.servers_of(config) > 1 or job.get("attempt"):
+            return mlflow_job.shared_parent(client, config, create)  # one parent for all servers
+        return create()
 
     def _experiment(self, client, config: SinkConfig) -> str:
         from mlflow.exceptions import MlflowException
@@ -168,9 +175,11 @@ class MlflowSink:
                                                             "host") and v is not None}
         tags["job_id"] = config.job.get("job_id", "")
         tags.update(self._standard_tags(config))  # "Created by" and "Source" on every run
+        attempt = int(config.job.get("attempt", 0) or 0)
+        tags[mlflow_job.ATTEMPT_TAG] = str(attempt + 1)
         if config.parent_run_id:
             tags[PARENT_TAG] = config.parent_run_id
-            name = run_name(label)
+            name = run_name(label) + (f"-attempt{attempt + 1}" if attempt else "")
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
             name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)
@@ -249,9 +258,21 @@ class MlflowSink:
                 client.log_artifact(run_id, str(stack), where)
             if state.run_id and state.run_id != config.parent_run_id:
                 _end_or_mark(client, state.run_id, status, pending.get(label, 0))
-        if config.parent_run_id:
-            _end_or_mark(client, config.parent_run_id, status, sum(pending.values()))
+        if config.parent_run_id and not config.job.get("keep_parent_open"):
+            if sum(pending.values()):
+                client.set_tag(config.parent_run_id, PENDING_TAG, str(sum(pending.values())))
+            else:  # one job across servers: the last server's launcher ends it (mlflow_job.py)
+                if PENDING_TAG in client.get_run(config.parent_run_id).data.tags:
+                    client.delete_tag(config.parent_run_id, PENDING_TAG)
+                mlflow_job.end_parent(client, config, status, config.job.get("end_reason", ""))
         return not pending
+
+    # --- one job across servers (mlflow_job.py) ----------------------------------------------
+    def request_stop(self, config: SinkConfig, server: str, reason: str) -> None:
+        mlflow_job.request_stop(self.client(config.tracking_uri), config, server, reason)
+
+    def stop_requested(self, config: SinkConfig, server: str) -> str | None:
+        return mlflow_job.stop_requested(self.client(config.tracking_uri), config, server)
 
 
 def _end_or_mark(client, run_id: str, status: str, pending: int) -> None:

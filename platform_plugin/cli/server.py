@@ -1,0 +1,135 @@
+"""`platform-run server`: the team's MLflow tracking server - `mlflow server` on PostgreSQL,
+several workers, artifacts served through it - and the MLFLOW_TRACKING_URI every server of a
+job puts in its `.env`. Runs until Ctrl-C/SIGTERM, then stops MLflow and PostgreSQL."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import signal
+import socket
+from pathlib import Path
+
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.ports import check_free, free_port
+
+
+def default_data_dir() -> Path:
+    """Root's home is closed to the `postgres` user PostgreSQL must run as; /var/lib is not."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/platform_plugin/server")
+    return Path.home() / ".local" / "share" / "platform_plugin" / "server"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "server", help="run the team's MLflow tracking server on PostgreSQL",
+        description="mlflow server on a PostgreSQL database of its own, with artifacts served "
+                    "through it; prints the MLFLOW_TRACKING_URI for every server's .env")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; the servers of a job need one "
+                        "they reach, e.g. this machine's cluster address or 0.0.0.0)")
+    p.add_argument("--port", type=int, default=5000, help="MLflow port (default 5000; 0 = free)")
+    p.add_argument("--workers", type=int, default=4, help="MLflow web workers (default 4)")
+    p.add_argument("--data-dir", help=f"PostgreSQL cluster, password and log (default "
+                                      f"{default_data_dir()})")
+    p.add_argument("--artifacts", help="where run artifacts are stored (default DATA_DIR/"
+                                       "artifacts; a shared mount works too)")
+    p.add_argument("--pg-port", type=int, default=0,
+                   help="PostgreSQL port on 127.0.0.1 (default: a free one)")
+    p.add_argument("--allowed-hosts", help="Host headers MLflow accepts (its DNS-rebinding "
+                   "guard; default: the printed address and localhost)")
+    p.set_defaults(func=run)
+
+
+def _check_data_dir(data: Path) -> None:
+    from platform_plugin.tracking.postgres import unreachable_parent
+    closed = unreachable_parent(data)
+    if closed is not None:
+        raise ConfigError([Problem(
+            "SERVER_DATA_DIR", f"PostgreSQL runs as the `postgres` user, which cannot enter "
+            f"{closed} (on the way to {data}): choose a --data-dir outside it (default "
+            f"{default_data_dir()})", "--data-dir")])
+
+
+def _check(args) -> None:
+    problems = []
+    if not 0 <= args.port <= 65535:
+        problems.append(Problem("SERVER_PORT", f"--port {args.port}: a TCP port is 0-65535", "--port"))
+    if not 1 <= args.workers <= 64:
+        problems.append(Problem("SERVER_WORKERS", "--workers must be 1..64", "--workers"))
+    try:
+        socket.getaddrinfo(args.host, None)
+    except OSError:
+        problems.append(Problem("SERVER_HOST", f"--host {args.host!r} is no address of this "
+                                "machine", "--host"))
+    if problems:
+        raise ConfigError(problems)
+    from platform_plugin.tracking.postgres import missing_reason
+    why = missing_reason()
+    if why:
+        raise ConfigError([Problem("SERVER_POSTGRES", why, "postgres")])
+    if args.port:
+        check_free(args.port, args.host, what="--port")
+
+
+def tracking_uri(host: str, port: int) -> str:
+    """The address the other servers use: the bind address, or this machine's name when
+    listening on every interface."""
+    if host in ("0.0.0.0", "::"):
+        host = socket.getfqdn()
+    elif ":" in host and not host.startswith("["):
+        host = f"[{ipaddress.ip_address(host)}]"
+    return f"http://{host}:{port}"
+
+
+def allowed_hosts(explicit: str | None, uri: str, port: int) -> str | None:
+    """MLflow accepts only localhost Host headers unless told otherwise: the address the other
+    servers use must be allowed too."""
+    if explicit:
+        return explicit
+    host = uri.split("//", 1)[1].rsplit(":", 1)[0]
+    if host in ("127.0.0.1", "localhost"):
+        return None
+    return ",".join([host, f"{host}:{port}", "localhost", f"localhost:{port}", "127.0.0.1",
+                     f"127.0.0.1:{port}"])
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run(args) -> int:
+    _check(args)
+    from platform_plugin.tracking.postgres import LocalPostgres
+    from platform_plugin.tracking.server import (start_server, stop_server, team_server_command,
+                                                 wait_healthy)
+    data = Path(args.data_dir or default_data_dir()).resolve()
+    _check_data_dir(data)
+    artifacts = str(Path(args.artifacts).resolve() if args.artifacts else data / "artifacts")
+    os.makedirs(artifacts, exist_ok=True)
+    signal.signal(signal.SIGTERM, _interrupt)
+    pg = LocalPostgres(data, args.pg_port or free_port())
+    port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
+    proc = None
+    try:
+        pg.start()
+        log = data / "mlflow-server.log"
+        uri = tracking_uri(args.host, port)
+        command = team_server_command(args.host, port, args.workers, artifacts,
+                                      allowed_hosts(args.allowed_hosts, uri, port))
+        proc = start_server("", port, log_path=log, env={"MLFLOW_BACKEND_STORE_URI": pg.uri},
+                            command=command)
+        local = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
+        wait_healthy(local, proc, log_path=log, timeout=180)
+        print(f"MLflow tracking server: {uri}  (PostgreSQL in {pg.pgdata}, artifacts in "
+              f"{artifacts}, {args.workers} workers; log {log}; Ctrl-C stops it)")
+        print("Put this line in the .env of every server of a job (and of this one):")
+        print(f"MLFLOW_TRACKING_URI={uri}", flush=True)
+        proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if proc is not None:
+            stop_server(proc)
+        pg.stop()
+    return 0 if proc is None or proc.returncode in (0, -15, None) else 1

@@ -1,0 +1,149 @@
+"""A PostgreSQL cluster of our own for a team's MLflow server (and for the test suite).
+
+Uses the server binaries of Debian's postgresql package (`initdb`, `pg_ctl`, `postgres`:
+/usr/lib/postgresql/<version>/bin, or on PATH). PostgreSQL refuses to run as root: when we are
+root, the cluster belongs to the `postgres` system user the package creates and its commands
+run through `runuser -u postgres`. The cluster listens on 127.0.0.1 only (TCP, no Unix socket);
+only the MLflow server on the same machine talks to it, with a generated password kept in
+`<data dir>/password` (mode 600) and passed to MLflow in its environment, never on a command
+line and never printed.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+from platform_plugin.errors import PlatformPluginError
+
+DB_USER = "platform"
+HOST = "127.0.0.1"
+
+
+def pg_bin() -> Path | None:
+    """The folder of the newest installed `initdb`/`pg_ctl`, or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).resolve().parent if initdb else None
+
+
+def missing_reason() -> str | None:
+    if pg_bin() is None:
+        return ("PostgreSQL's server binaries (initdb, pg_ctl) are not installed: "
+                "apt-get install postgresql-15 (scripts/system-deps.sh does it)")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and there is no `postgres` user to run PostgreSQL as"
+    return None
+
+
+def unreachable_parent(path: Path) -> Path | None:
+    """When we are root, the first existing parent of `path` that the `postgres` user cannot
+    pass through (it runs PostgreSQL inside `path`), else None."""
+    if os.geteuid() != 0:
+        return None
+    uid = pwd.getpwnam("postgres").pw_uid
+    for parent in reversed(Path(path).resolve().parents):
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            break
+        if not (st.st_mode & 0o001 or (st.st_uid == uid and st.st_mode & 0o100)):
+            return parent
+    return None
+
+
+class LocalPostgres:
+    """`start()` creates the cluster on first use, starts it and makes the database;
+    `stop()` stops it. `uri` is the SQLAlchemy URI MLflow needs (holds the password)."""
+
+    def __init__(self, data_dir: str | os.PathLike, port: int, database: str = "mlflow"):
+        self.root = Path(data_dir).resolve()
+        self.pgdata = self.root / "pgdata"
+        self.port, self.database = port, database
+        self.log = self.root / "postgres.log"
+        self.bin = pg_bin()
+        self.as_postgres = os.geteuid() == 0
+
+    @property
+    def uri(self) -> str:
+        return (f"postgresql+psycopg2://{DB_USER}:{self._password()}@{HOST}:{self.port}/{self.database}")
+
+    def _password(self) -> str:
+        path = self.root / "password"
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24))
+        return path.read_text().strip()
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.bin / args[0]), *args[1:]]
+        if self.as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise PlatformPluginError(f"{args[0]} failed (exit {done.returncode}): "
+                                      f"{(done.stderr or done.stdout).strip()[-1500:]}")
+        return done
+
+    def _own(self, path: Path) -> None:
+        if self.as_postgres:
+            entry = pwd.getpwnam("postgres")
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def init(self) -> None:
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        if self.bin is None:
+            raise PlatformPluginError(missing_reason() or "PostgreSQL not found")
+        self.root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)  # the postgres user must reach its folder, nothing more
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        self._own(self.pgdata)
+        pwfile = self.root / ".initdb-pw"
+        pwfile.write_text(self._password() + "\n")
+        os.chmod(pwfile, 0o600)
+        self._own(pwfile)
+        try:
+            self._run("initdb", "-D", str(self.pgdata), "-U", DB_USER, "-E", "UTF8",
+                      "--auth-local=peer", "--auth-host=scram-sha-256", f"--pwfile={pwfile}")
+        finally:
+            pwfile.unlink()
+
+    def start(self) -> None:
+        self.init()
+        if not self.log.exists():
+            self.log.touch()
+            self._own(self.log)
+        options = f"-p {self.port} -c listen_addresses={HOST} -c unix_socket_directories=''"
+        self._run("pg_ctl", "-D", str(self.pgdata), "-o", options, "-l", str(self.log), "-w",
+                  "-t", "60", "start")
+        self._create_database()
+
+    def _create_database(self) -> None:
+        import psycopg2
+        conn = psycopg2.connect(host=HOST, port=self.port, user=DB_USER,
+                                password=self._password(), dbname="postgres")
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+                if cur.fetchone() is None:
+                    cur.execute(f'CREATE DATABASE "{self.database}"')
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if (self.pgdata / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", check=False)

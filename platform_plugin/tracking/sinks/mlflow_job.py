@@ -1,0 +1,132 @@
+"""One MLflow parent run per job, shared by the launchers of every server of the job.
+
+No lock spans machines, so the parent is found, not locked:
+1. look for an active run tagged `job_id=<id>` and `platform.role=job` in the experiment;
+2. if there is none, create one, wait `SETTLE_S`, and look again: of all the parents found the
+   oldest (start time, then run id) is the job's; a launcher whose own run lost deletes it.
+Every launcher that created a run looks again only after SETTLE_S, and a launcher that found
+nothing creates its run a few milliseconds later; so any two launchers racing see each other's
+runs in their second look and pick the same one (the rule is the same everywhere). Launchers
+started seconds apart simply find the first one's run at step 1.
+
+The parent ends when the last server ends: each launcher tags the parent
+`platform.server.<server id>` = its status (and reason), reads the tags back and, if every
+server of the job has reported, ends the parent FINISHED only when all are FINISHED, else FAILED
+(KILLED when the only non-FINISHED ones were interrupted), with `platform.failed_servers`. Of
+two launchers ending at the same instant at least the later writer sees both tags; ending the
+run twice with the same status is harmless.
+
+Stopping across servers without a job link (the rank-table route): a launcher whose job stops
+tags the parent `platform.stop.<attempt>` = "<server>: <reason>"; the others poll that tag.
+"""
+from __future__ import annotations
+
+import time
+
+ROLE_TAG = "platform.role"
+ROLE_JOB = "job"
+SERVER_TAG = "platform.server."  # + server id: that server's final status
+FAILED_SERVERS_TAG = "platform.failed_servers"
+STOP_TAG = "platform.stop."  # + attempt
+ATTEMPT_TAG = "attempt"
+SETTLE_S = 3.0  # longer than a create_run takes on a loaded server
+
+
+def _parents(client, config) -> list:
+    from mlflow.entities import ViewType
+    job_id = config.job.get("job_id", "").replace("'", "\\'")
+    runs = client.search_runs([config.experiment_id],
+                              filter_string=f"tags.job_id = '{job_id}' and "
+                                            f"tags.`{ROLE_TAG}` = '{ROLE_JOB}'",
+                              run_view_type=ViewType.ACTIVE_ONLY, max_results=100)
+    return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def shared_parent(client, config, create) -> str:
+    """The job's parent run id: found, or created by `create()` without ever leaving two."""
+    found = _parents(client, config)
+    if found:
+        return found[0].info.run_id
+    mine = create()
+    time.sleep(SETTLE_S)
+    found = _parents(client, config)
+    winner = found[0].info.run_id if found else mine
+    if winner != mine:
+        client.set_tag(mine, "platform.superseded_by", winner)
+        client.delete_run(mine)
+    return winner
+
+
+def servers_of(config) -> int:
+    return int(config.job.get("servers", 1) or 1)
+
+
+def end_parent(client, config, status: str, reason: str = "") -> str | None:
+    """Record this server's end on the parent; end the parent when every server has.
+    Returns the parent's final status when this call ended it."""
+    parent = config.parent_run_id
+    if servers_of(config) <= 1:
+        client.set_terminated(parent, status)
+        return status
+    server = config.job.get("server_id", "?")
+    client.set_tag(parent, SERVER_TAG + server, f"{status}: {reason}"[:500] if reason else status)
+    tags = client.get_run(parent).data.tags
+    ended = {k[len(SERVER_TAG):]: v.split(":", 1)[0] for k, v in tags.items()
+             if k.startswith(SERVER_TAG)}
+    if len(ended) < servers_of(config):
+        return None  # another server's ranks still run: its launcher ends the parent
+    failed = sorted(s for s, v in ended.items() if v != "FINISHED")
+    final = ("FINISHED" if not failed else
+             "KILLED" if all(ended[s] == "KILLED" for s in failed) else "FAILED")
+    if failed:
+        client.set_tag(parent, FAILED_SERVERS_TAG, ", ".join(failed))
+    client.set_terminated(parent, final)
+    return final
+
+
+def request_stop(client, config, server: str, reason: str) -> None:
+    if config.parent_run_id:
+        client.set_tag(config.parent_run_id, STOP_TAG + str(config.job.get("attempt", 0)),
+                       f"{server}: {reason}"[:500])
+
+
+def stop_requested(client, config, server: str) -> str | None:
+    if not config.parent_run_id:
+        return None
+    value = client.get_run(config.parent_run_id).data.tags.get(
+        STOP_TAG + str(config.job.get("attempt", 0)))
+    if not value or value.startswith(f"{server}: "):
+        return None
+    return "server " + value
+
+
+def job_children(client, experiment_id: str, parent_run_id: str) -> list:
+    """Every rank run of the job, from every server (the store, not the local spool); of a
+    restarted job only the latest attempt of each rank."""
+    from mlflow.entities import ViewType
+    runs = client.search_runs([experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                              run_view_type=ViewType.ACTIVE_ONLY, max_results=10000)
+    latest: dict[str, object] = {}
+    for run in runs:
+        label = run.data.tags.get("rank_id")
+        if label is None:
+            continue
+        attempt = int(run.data.tags.get(ATTEMPT_TAG, "0") or 0)
+        best = latest.get(label)
+        if best is None or attempt > int(best.data.tags.get(ATTEMPT_TAG, "0") or 0):
+            latest[label] = run
+    return list(latest.values())
+
+
+def find_job_parent(client, job_id: str):
+    """The parent run of `job_id` in any experiment (a job started on another server)."""
+    from mlflow.entities import ViewType
+    job = job_id.replace("'", "\\'")
+    experiments = [e.experiment_id for e in client.search_experiments(max_results=1000)]
+    if not experiments:
+        return None
+    runs = client.search_runs(experiments, filter_string=f"tags.job_id = '{job}' and "
+                                                         f"tags.`{ROLE_TAG}` = '{ROLE_JOB}'",
+                              run_view_type=ViewType.ACTIVE_ONLY, max_results=10)
+    return min(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id)) if runs else None

@@ -1,0 +1,146 @@
+"""One job across simulated servers (one launcher each, own log folder, loopback) tracked in one
+real `mlflow server` on a real PostgreSQL (the session fixture `postgres_mlflow`): one parent
+run with every server's children, its end status, `compare` over all ranks from the store.
+The rank-table route uses hccl_standin.py as the HCCL stand-in (no NPU or HCCL here)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from tests.helpers import ASSETS, wait_for
+from tests.launcher.helpers import PY, kill_job, start_cli
+from tests.tracking.helpers import client
+from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.util.ports import free_port
+
+RANK = str(ASSETS / "launch" / "server_rank.py")
+STANDIN = str(ASSETS / "launch" / "hccl_standin.py")
+pytestmark = pytest.mark.slow
+
+
+def _env(uri, experiment, **extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_", "MLFLOW_"))}
+    return {**env, "MLFLOW_TRACKING_URI": uri, "MLFLOW_EXPERIMENT_NAME": experiment,
+            "PLATFORM_TRACKING_DRAIN_TIMEOUT": "90", **extra}
+
+
+def _finish(procs, timeout=150):
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            outs.append((proc.returncode, out + err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return outs
+
+
+def _grid_job(tmp_path, uri, nnodes, args, experiment):
+    port = free_port()
+    procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", str(nnodes),
+                        "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
+                        "--show", "none", "--", PY, RANK, *args], tmp_path / f"server{n}",
+                       cwd=str(tmp_path), env=_env(uri, experiment))
+             for n in range(nnodes)]
+    return _finish(procs)
+
+
+def _parents(c, experiment):
+    """The job's parent runs once the forwarding helpers (which end the runs after the
+    launchers returned) are done with them."""
+    def ended():
+        exp = c.get_experiment_by_name(experiment)
+        runs = exp and c.search_runs([exp.experiment_id], f"tags.`{mlflow_job.ROLE_TAG}` = 'job'")
+        return (runs, exp) if runs and all(r.info.status != "RUNNING" for r in runs) else None
+    return wait_for(ended, timeout=120, interval=0.5, what="the parent run ended")
+
+
+def _children(c, exp, parent):
+    return mlflow_job.job_children(c, exp.experiment_id, parent.info.run_id)
+
+
+def _compare(tmp_path, args, uri):
+    return subprocess.run([PY, "-m", "platform_plugin", "compare", *args], capture_output=True,
+                          text=True, timeout=120, cwd=str(tmp_path),
+                          env=_env(uri, "unused"))
+
+
+def test_four_servers_one_parent_every_child_and_one_comparison(tmp_path, postgres_mlflow):
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    outs = _grid_job(tmp_path, postgres_mlflow, 4, ["train"], experiment)
+    assert all(code == 0 for code, _ in outs), outs
+    c = client(postgres_mlflow)
+    [parent], exp = _parents(c, experiment)  # launchers raced at the same instant: one parent
+    assert parent.info.status == "FINISHED"
+    assert {k: v for k, v in parent.data.tags.items() if k.startswith(mlflow_job.SERVER_TAG)} == \
+        {f"{mlflow_job.SERVER_TAG}node{n}": "FINISHED" for n in range(4)}
+    children = _children(c, exp, parent)
+    assert sorted((r.data.tags["rank_id"], r.data.tags["server_id"]) for r in children) == \
+        sorted((str(r), f"node{r // 2}") for r in range(8))
+    assert all(c.get_run(r.info.run_id).info.status == "FINISHED" for r in children)
+    [job_dir] = list((tmp_path / "server0").iterdir())
+    shown = _compare(tmp_path, [job_dir.name, "--log-dir", str(tmp_path / "server0"), "--url"],
+                     postgres_mlflow)
+    assert shown.returncode == 0, shown.stderr
+    assert "server" in shown.stdout.splitlines()[1]
+    rows = [line.split()[:2] for line in shown.stdout.splitlines() if line.startswith("rank-0")]
+    assert rows == [[f"rank-0{r}", f"node{r // 2}"] for r in range(8)], shown.stdout
+    assert all(r.info.run_id in shown.stdout for r in children)  # the URL overlays all 8
+    # a job id with no folder on this machine: found in the store by its tag
+    elsewhere = _compare(tmp_path, [job_dir.name, "--log-dir", str(tmp_path / "nothing")],
+                         postgres_mlflow)
+    assert elsewhere.returncode == 0 and "rank-07" in elsewhere.stdout, elsewhere.stderr
+
+
+def test_a_failed_server_fails_the_parent_and_names_the_server(tmp_path, postgres_mlflow):
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    outs = _grid_job(tmp_path, postgres_mlflow, 2, ["fail-on", "3"], experiment)
+    try:
+        assert [code for code, _ in outs] == [1, 1], outs
+    finally:
+        for node in (0, 1):
+            for job_dir in (tmp_path / f"server{node}").iterdir():
+                kill_job(str(job_dir))
+    c = client(postgres_mlflow)
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == "node0, node1"
+    assert parent.data.tags[mlflow_job.SERVER_TAG + "node1"].startswith("FAILED: rank 3 exit 3")
+    assert "stopped because server node1" in parent.data.tags[mlflow_job.SERVER_TAG + "node0"]
+    assert len(_children(c, exp, parent)) == 4
+
+
+def _table(ranktables, tmp_path):
+    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
+    text = (ranktables / "hccl_2s_16p.json").read_text().replace('"10.0.0.', f'"10.{tag}.')
+    path = tmp_path / "rank_table.json"
+    path.write_text(text)
+    return path
+
+
+def test_rank_table_servers_started_together_share_one_parent(tmp_path, ranktables,
+                                                              postgres_mlflow):
+    """No job link on this route: the parent is found by its job-id tag (mlflow_job.py)."""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    table = _table(ranktables, tmp_path)
+    procs = [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
+                        "--", PY, STANDIN], tmp_path / f"server{n}", cwd=str(tmp_path),
+                       env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
+                                RANK_START=str(8 * n), PLATFORM_RUN_MODE="full"))
+             for n in (0, 1)]
+    outs = _finish(procs)
+    assert all(code == 0 for code, _ in outs), outs
+    c = client(postgres_mlflow)
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FINISHED"
+    children = _children(c, exp, parent)
+    assert sorted(int(r.data.tags["rank_id"]) for r in children) == list(range(16))
+    servers = {s["server_id"] for s in json.loads(table.read_text())["server_list"]}
+    assert {r.data.tags["server_id"] for r in children} == servers and len(servers) == 2
