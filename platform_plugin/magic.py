@@ -87,7 +87,7 @@ class DistRunMagics(Magics):
     @no_var_expand
     @line_cell_magic
     def dist_run(self, line: str, cell: str | None = None):
-        """Run a command (line) or the cell (cell magic) once per rank; see docs/launch.md."""
+        """Run a command (line) or the cell (cell magic) once per rank (see below)."""
         __tracebackhide__ = True
         if line.lstrip().startswith("--expand"):  # opt-in, and only as the first option
             line = DollarFormatter().vformat(line, args=[], kwargs=self.shell.user_ns)

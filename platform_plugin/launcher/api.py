@@ -30,7 +30,7 @@ from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
 
 def launch(cmd: list[str] | str, **options: Any) -> JobResult:
-    """Run `cmd` once per rank and supervise the ranks; see docs/launch.md.
+    """Run `cmd` once per rank and supervise the ranks (options: `platform-run launch --help`).
 
     `options` are the fields of `LaunchOptions` (launcher/options.py: names, defaults, checks);
     an unknown name or a bad value raises ConfigError before anything starts. Returns the
