@@ -37,8 +37,9 @@ NOTEBOOK_MAX_LINES_PER_S = 20.0
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would sys.exit() and kill the cell with SystemExit
-        raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {with_suggestions(self, message)}"
-                                   "\n  (`%dist_run --help` lists every option)", "%dist_run")])
+        text = with_suggestions(self, message)
+        raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {text}\n  (`%dist_run "
+                                   "--help` lists every option)", "%dist_run")])
 
 
 def _magic_only(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 
 EXAMPLES = """
 examples:
-  %dist_run python train.py --epochs 3          2 ranks on a CPU machine, the table's devices on Ascend
+  %dist_run python train.py --epochs 3              2 ranks without NPUs, else one per device
   %dist_run --nproc 8 --show all python train.py    stream every line instead of the live board
   %%dist_run --nproc 2 -- --lr 0.1                  the cell body runs on every rank (args after --)
   %dist_compare                                     the last job's ranks side by side, with a chart
