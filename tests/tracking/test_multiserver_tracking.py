@@ -144,3 +144,31 @@ def test_rank_table_servers_started_together_share_one_parent(tmp_path, ranktabl
     assert sorted(int(r.data.tags["rank_id"]) for r in children) == list(range(16))
     servers = {s["server_id"] for s in json.loads(table.read_text())["server_list"]}
     assert {r.data.tags["server_id"] for r in children} == servers and len(servers) == 2
+
+
+def test_rank_table_server_failure_stops_the_other_server_through_the_parent_run(
+        tmp_path, ranktables, postgres_mlflow):
+    """No job link on this route: the failing server tags the parent, the other server's
+    forwarding helper sees the tag and its launcher stops ranks that would sleep 120 s.
+    (server_rank.py instead of the HCCL stand-in: what fails here is the script, not HCCL.)"""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    table = _table(ranktables, tmp_path)
+    procs = [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
+                        "--", PY, RANK, "fail-on", "9"], tmp_path / f"server{n}",
+                       cwd=str(tmp_path),
+                       env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
+                                RANK_START=str(8 * n), PLATFORM_RUN_MODE="full"))
+             for n in (0, 1)]
+    outs = _finish(procs, timeout=90)  # the healthy ranks would sleep 120 s
+    try:
+        assert [code for code, _ in outs] == [1, 1], outs
+    finally:
+        for node in (0, 1):
+            for job_dir in (tmp_path / f"server{node}").iterdir():
+                kill_job(str(job_dir))
+    servers = [s["server_id"] for s in json.loads(table.read_text())["server_list"]]
+    assert f"stopped because server {servers[1]}: rank 9" in outs[0][1]
+    c = client(postgres_mlflow)
+    [parent], _ = _parents(c, experiment)
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == ", ".join(sorted(servers))
