@@ -54,6 +54,9 @@ def test_a_notebook_run_in_code_gets_one_experiment_named_runs_params_and_standa
     env = {"PLATFORM_NOTEBOOK": str(notebook),
            "PLATFORM_NOTEBOOK_PARAMETERS": json.dumps({"epochs": 6, "lr": 0.05, "platform_mode": "full"})}
     reports = [run_job(plan_in(code, tmp_path, env)), run_job(plan_in(code, tmp_path, env), "interrupted")]
+    # what the jobs printed, read before this test opens the store itself (MLflow 3.1 logs
+    # "Creating initial MLflow database tables" at every client's first open of a store)
+    out, err = capfd.readouterr()
 
     # the store lives beside CODE/ (the platform snapshots CODE/, a full run cleans it)
     assert not (code / "mlflow.db").exists() and (tmp_path / "digits" / "mlflow.db").is_file()
@@ -73,7 +76,6 @@ def test_a_notebook_run_in_code_gets_one_experiment_named_runs_params_and_standa
     assert all(r.data.tags["mlflow.user"] == tags["mlflow.user"] for r in children)
 
     # MLflow's console lines (store creation) went to the job's log, not to the cell
-    out, err = capfd.readouterr()
     assert "mlflow" not in (out + err).lower(), out + err
     log = Path(reports[0].spool_dir) / "mlflow.log"
     assert "Creating initial MLflow database tables" in log.read_text()
