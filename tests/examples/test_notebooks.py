@@ -6,6 +6,7 @@ import nbformat
 import papermill
 import pytest
 
+from tests.helpers import wait_for
 from tests.examples.helpers import (MINDSPORE_NOTEBOOK, TORCH_NOTEBOOK, apply_env,
     assert_data_parallel_run, example_env, job_dirs, logged_summaries, make_project, run_cli)
 
@@ -53,3 +54,17 @@ def test_failing_rank_fails_the_debug_run_with_its_reason(tmp_path):
     both = result.stdout + result.stderr
     assert "raise --sample-size or lower --batch-size" in both
     assert not (project / "outputs" / "torch_digits" / "rank_0.json").exists()
+    # the job's parent run names the notebook as its source and holds the run's parameters
+    from mlflow.tracking import MlflowClient
+    store = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = wait_for(lambda: store.get_experiment_by_name("torch_ddp_digits"), timeout=120,
+                          what="the notebook's experiment")
+    parent = wait_for(lambda: [r for r in store.search_runs([experiment.experiment_id])
+                               if "mlflow.parentRunId" not in r.data.tags],
+                      timeout=120, what="the job's parent run")[0]
+    assert parent.data.tags["mlflow.source.type"] == "NOTEBOOK"
+    assert parent.data.tags["mlflow.source.name"] == str(project / TORCH_NOTEBOOK)
+    params = wait_for(lambda: store.get_run(parent.info.run_id).data.params.get("sample_size") and
+                      store.get_run(parent.info.run_id).data.params, timeout=120,
+                      what="the parent's params (logged right after the run is created)")
+    assert params["sample_size"] == "20" and params["epochs"] == "1"
