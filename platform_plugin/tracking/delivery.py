@@ -175,7 +175,9 @@ def job_aggregates(config: SinkConfig, sink):
     if not (hasattr(sink, "deliver_aggregates") and config.layout == "runs" and config.job.get("parent")):
         return None
     from platform_plugin.tracking.aggregates import JobAggregates
-    return JobAggregates(config.ranks, sink, config)
+    # batches as large as the points' (a transaction each): aggregates are as many rows as the points
+    limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
+    return JobAggregates(config.ranks, sink, config, batch=limits["m"])
 
 
 def main(argv: list[str] | None = None) -> int:

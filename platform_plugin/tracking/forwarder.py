@@ -170,7 +170,8 @@ class Forwarder:
     def _deliver_chunk(self, label: str, stream: str, state: StreamState, chunk: Chunk) -> bool:
         passed = _Passed(chunk, self.spool_dir / f"{stream}{SPOOL_SUFFIX}",
                          self.spool_dir / f"{stream}.jsonl.quarantine")
-        for batch in batches(chunk.records, self.sink.limits):
+        limits = self.sink.batch_limits(self.config) if hasattr(self.sink, "batch_limits") else self.sink.limits
+        for batch in batches(chunk.records, limits):
             if self.past_deadline():
                 return True
             if not self._send(label, state, batch):

@@ -18,8 +18,10 @@ Any other store (a file store, an http server) goes through `log_batch` as befor
 from __future__ import annotations
 
 import math
+import threading
 
 FAST_DIALECTS = ("sqlite", "postgresql")
+METRIC_COLUMNS = ("key", "value", "timestamp", "step", "is_nan", "run_uuid")
 MAX_FLOAT = 1.7976931348623157e308
 
 
@@ -32,13 +34,23 @@ class SqlMetricWriter:
         self.latest = SqlLatestMetric.__table__
         self.runs = SqlRun.__table__
         self._valid_keys: set[str] = set()
+        missing = set(METRIC_COLUMNS) - set(self.metrics.c.keys())
+        if missing:  # an MLflow whose schema this module does not know: use log_batch
+            raise ValueError(f"unknown metrics table (no {sorted(missing)})")
+        self._insert_sql = self._metric_insert_sql()
+        # sqlite has one writer at a time: threads of this process take turns here instead of
+        # timing out on the file lock (other processes still wait on sqlite's busy timeout)
+        self._one_writer = threading.Lock() if self.dialect == "sqlite" else None
 
     @classmethod
     def for_store(cls, store) -> "SqlMetricWriter | None":
         engine = getattr(store, "engine", None)
         if engine is None or engine.dialect.name not in FAST_DIALECTS:
             return None
-        return cls(store)
+        try:
+            return cls(store)
+        except (ImportError, ValueError):
+            return None
 
     def _insert_ignoring_repeats(self, table):
         if self.dialect == "sqlite":
@@ -47,19 +59,27 @@ class SqlMetricWriter:
             from sqlalchemy.dialects.postgresql import insert
         return insert(table).on_conflict_do_nothing()
 
+    def _metric_insert_sql(self) -> str:
+        """The driver-level INSERT (no per-row parameter processing by SQLAlchemy: a third of
+        the time at 1,000 rows a batch), built from MLflow's own table object."""
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        names = ", ".join(f'"{c}"' for c in METRIC_COLUMNS)
+        return (f"INSERT INTO {self.metrics.name} ({names}) VALUES "
+                f"({', '.join([mark] * len(METRIC_COLUMNS))}) ON CONFLICT DO NOTHING")
+
     def log_metrics(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
         """points: (key, value, step, timestamp_ms). All or nothing (one transaction)."""
         self._validate_keys({p[0] for p in points})
         rows = {}
         for key, value, step, timestamp in points:
             is_nan, stored = _sanitize(float(value))
-            row = (key, stored, int(timestamp), int(step), is_nan)
-            rows[row] = {"run_uuid": run_id, "key": key, "value": stored, "timestamp": int(timestamp),
-                         "step": int(step), "is_nan": is_nan}
-        with self.engine.begin() as conn:
+            rows[(key, stored, int(timestamp), int(step), is_nan)] = None  # in order, once
+        values = [(key, value, timestamp, step, is_nan, run_id)
+                  for key, value, timestamp, step, is_nan in rows]
+        with self._one_writer or _NoLock(), self.engine.begin() as conn:
             self._check_active(conn, run_id)
-            conn.execute(self._insert_ignoring_repeats(self.metrics), list(rows.values()))
-            self._update_latest(conn, run_id, rows.values())
+            conn.exec_driver_sql(self._insert_sql, values)
+            self._update_latest(conn, run_id, values)
 
     def _validate_keys(self, keys: set[str]) -> None:
         from mlflow.utils.validation import _validate_metric_name
@@ -76,29 +96,37 @@ class SqlMetricWriter:
             raise MlflowException(f"The run {run_id} must be in the 'active' state. Current state "
                                   f"is {stage}.", error_code="INVALID_PARAMETER_VALUE")
 
-    def _update_latest(self, conn, run_id: str, rows) -> None:
+    def _update_latest(self, conn, run_id: str, values) -> None:
         from sqlalchemy import select, update
-        newest: dict[str, dict] = {}
-        for row in rows:
-            best = newest.get(row["key"])
+        newest: dict[str, tuple] = {}  # key -> (key, value, timestamp, step, is_nan, run_id)
+        for row in values:
+            best = newest.get(row[0])
             if best is None or _order(row) > _order(best):
-                newest[row["key"]] = row
+                newest[row[0]] = row
         t = self.latest
-        existing = {r.key: r for r in conn.execute(
+        existing = {r.key: (r.step, r.timestamp, r.value) for r in conn.execute(
             select(t.c.key, t.c.step, t.c.timestamp, t.c.value)
             .where(t.c.run_uuid == run_id, t.c.key.in_(sorted(newest))))}
-        for key, row in newest.items():
+        for key, (_, value, timestamp, step, is_nan, _) in newest.items():
+            fresh = {"value": value, "timestamp": timestamp, "step": step, "is_nan": is_nan}
             old = existing.get(key)
             if old is None:
-                conn.execute(self._insert_ignoring_repeats(t), [row])
-            elif _order(row) > (old.step, old.timestamp, old.value):
-                conn.execute(update(t).where(t.c.run_uuid == run_id, t.c.key == key).values(
-                    value=row["value"], timestamp=row["timestamp"], step=row["step"],
-                    is_nan=row["is_nan"]))
+                conn.execute(self._insert_ignoring_repeats(t), [{"run_uuid": run_id, "key": key, **fresh}])
+            elif (step, timestamp, value) > old:
+                conn.execute(update(t).where(t.c.run_uuid == run_id, t.c.key == key).values(**fresh))
 
 
-def _order(row: dict) -> tuple:
-    return (row["step"], row["timestamp"], row["value"])
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _order(row: tuple) -> tuple:
+    """(step, timestamp, value): how MLflow picks a key's latest point."""
+    return (row[3], row[2], row[1])
 
 
 def _sanitize(value: float) -> tuple[bool, float]:
