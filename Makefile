@@ -17,7 +17,7 @@ STAMP39  := $(VENV39)/.installed
 EXTRAS39 ?= mindspore,dev
 LOCK39   ?= constraints/py39.txt
 
-.PHONY: demo test test-compat install system-deps bench soak clean-venv
+.PHONY: demo test test-fast typecheck test-compat install system-deps bench soak clean-venv
 
 install: $(STAMP)
 
@@ -41,8 +41,16 @@ system-deps:
 demo: $(STAMP)
 	bash scripts/demo.sh
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps typecheck
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+# The fast subset: every test not marked slow (no ranks of a framework, kernel, server, browser).
+test-fast: $(STAMP)
+	$(PY) -m pytest -ra -m "not slow" $(PYTEST_ARGS)
+
+# The seams between the parts are typed: launcher/ and tracking/ (configuration: pyproject.toml).
+typecheck: $(STAMP)
+	$(PY) -m mypy platform_plugin/launcher platform_plugin/tracking
 
 # On Python 3.9: the fast suite, plus the tests marked `compat` (a real 2-rank MindSpore job
 # tracked into MLflow, `platform-run full` of the example notebook).

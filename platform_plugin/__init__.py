@@ -11,7 +11,8 @@ a training rank does not pull in the launcher, settings or the notebook runner.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
     from platform_plugin.errors import ConfigError, PlatformPluginError
     from platform_plugin.launcher.api import launch
     from platform_plugin.launcher.result import JobFailed, JobResult

@@ -2,7 +2,7 @@
 
 Pure: reads os.environ (or a given mapping), the .env file, and the rank table file.
 
-Who owns what (see docs/foundation.md for the full matrix):
+Who owns what (see docs/ranktables-and-variables.md for the full matrix):
 - "platform" is the process environment the platform started us with (os.environ);
 - the user speaks through `flags` (command-line options) and the `.env` file;
 - "derived" values come from the rank table, "default" ones from this module.
@@ -234,7 +234,7 @@ class _Resolver:
 
 
 def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
-            env_file: str | None = None, flags: dict[str, str] | None = None,
+            env_file: str | None = None, flags: dict[str, object] | None = None,
             cwd: str | None = None, local_addresses: set[str] | None = None,
             wait_timeout: float | None = None) -> Settings:
     """Resolve every variable for `mode`. Raises ConfigError (codes ENV_*, RT_*) on conflicts.

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             "env_file": resolved.env_file,
             "variables": [row.__dict__ for row in resolved.table],
             "process_env": resolved.process_env(), "tracking": store,
-            "problems": [p.__dict__ for p in resolved.problems]}, indent=2))
+            "problems": [p.as_dict() for p in resolved.problems]}, indent=2))
         return 0
     if args.export:
         for name, value in sorted(resolved.process_env().items()):

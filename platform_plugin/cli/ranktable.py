@@ -78,7 +78,7 @@ def run_check(args: argparse.Namespace) -> int:
     errors = errors_only(problems)
     if args.json:
         print(json.dumps({"file": args.file, "valid": not errors and table is not None,
-                          "problems": [p.__dict__ for p in problems]}, indent=2))
+                          "problems": [p.as_dict() for p in problems]}, indent=2))
     else:
         print_problems(args.file, table, problems)
     return 2 if errors or table is None else 0

@@ -6,7 +6,8 @@ Names load on first use (PEP 562): `platform-run launch --help` imports only the
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 _LAZY = {
     "launch": "platform_plugin.launcher.api",
@@ -21,6 +22,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
     from platform_plugin.launcher.api import launch
     from platform_plugin.launcher.options import LaunchOptions
     from platform_plugin.launcher.plan import Host, LaunchPlan, RankSpec, build_plan

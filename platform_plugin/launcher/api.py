@@ -23,7 +23,7 @@ from platform_plugin.launcher.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.output import Output, check_show
 from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
-from platform_plugin.launcher.result import JobFailed, JobResult
+from platform_plugin.launcher.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.supervisor import Supervisor
 from platform_plugin.launcher.sysmetrics import SystemMetrics
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
@@ -118,7 +118,7 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
     becomes a failure when another server failed after it."""
     others = [s for s in failed_servers if s != server_id]
     if result.ok and others:
-        result.ok, result.status = False, "failed"
+        result.ok, result.status = False, JobStatus.FAILED
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
 
 

@@ -15,7 +15,7 @@ kernel's own stderr is the user's terminal, while the notebook gets the board).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.output import Output
@@ -92,7 +92,8 @@ class Board(Output):
         return {"text/plain": render_text(view), "text/html": render_html(view)}
 
     def view(self, final: bool = False) -> BoardView:
-        procs = {p.spec.name: p for p in (self.supervisor.procs if self.supervisor else [])}
+        procs: dict[str, Any] = {p.spec.name: p for p in
+                                 (self.supervisor.procs if self.supervisor else [])}
         if self.spools is not None:
             self.spools.refresh(n for n in self._names if n != "sched")
         metrics = self.spools.metrics if self.spools else {}

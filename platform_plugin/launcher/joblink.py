@@ -23,6 +23,7 @@ import selectors
 import socket
 import threading
 import time
+from typing import cast
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
@@ -245,7 +246,7 @@ class Hub(_Linked):
         if self.thread is not None:
             self.thread.join(2)
         for key in list(self.selector.get_map().values()):
-            key.fileobj.close()
+            cast(socket.socket, key.fileobj).close()
         self.selector.close()
 
 

@@ -124,17 +124,17 @@ def _safe(name: str) -> str:
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None) -> LaunchPlan:
-    command = normalize_command(command)
+    argv = normalize_command(command)
     host = host or Host()
     base_env = dict(host.base_env)
-    name, reason = choose(options.backend, list(command), settings, host.npu_present)
+    name, reason = choose(options.backend, list(argv), settings, host.npu_present)
     backend = BACKENDS[name]
     if backend.needs_port and options.master_port is None and options.nnodes == 1:
         options = replace(options, master_port=free_port("0.0.0.0"))
     if options.nproc is None and name != "rank-table":
         options = replace(options, nproc=default_nproc(host)[0])
     layout = backend.layout(settings, options)
-    job_name = _safe(options.job_name) if options.job_name else default_job_name(command)
+    job_name = _safe(options.job_name) if options.job_name else default_job_name(argv)
     job_id = options.job_id or new_job_id(job_name)
     cwd = os.path.abspath(options.cwd or os.getcwd())
     job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
@@ -153,10 +153,10 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
         common["RANK_START"] = str(layout.ranks[0][0])
-    ranks = [_worker(layout, backend, i, command, base_env, common, options, cwd, job_dir,
+    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
                      cache_dir) for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
-                        argv=h.argv_of(command) if h.argv_of else command,
+                        argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
                              "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", h.name),
                              **options.env},
@@ -165,7 +165,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     return LaunchPlan(job_id=job_id, job_name=job_name, job_dir=job_dir, backend=name,
                       backend_reason=reason, world_size=layout.world_size,
                       node_rank=layout.node_rank, nnodes=layout.nnodes,
-                      ranks=tuple(helpers + ranks), command=command, server_id=layout.server_id,
+                      ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
                       master_port=layout.master_port, attempt=options.attempt)
 

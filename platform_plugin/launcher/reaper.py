@@ -28,7 +28,7 @@ if __package__:
     from platform_plugin.util.procfs import group_members, user_processes
 else:  # run by the lifeline as a script: procfs is imported on its own, without the package
     sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "util"))
-    from procfs import group_members, user_processes
+    from procfs import group_members, user_processes  # type: ignore[no-redef]
 
 POLL_S = 0.05
 KILL_FOR_S = 5.0  # SIGKILL rounds (a process may fork between a scan and the kill) end after this

@@ -13,9 +13,11 @@ import os
 import selectors
 import signal
 import socket
+import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import IO, cast
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher import stacks
@@ -39,7 +41,7 @@ BATCH_S = 0.005  # ... so wait this long before the next read (display latency s
 @dataclass
 class _Proc:
     spec: RankSpec
-    popen: object
+    popen: subprocess.Popen
     started: float
     ended: float | None = None
     eof: bool = False
@@ -197,7 +199,7 @@ class Supervisor:
             else:
                 proc.eof = True
                 self._selector.unregister(key.fileobj)
-                key.fileobj.close()
+                cast(IO[bytes], key.fileobj).close()  # the rank's stdout pipe
         return exited
 
     def _reap(self) -> None:

@@ -18,6 +18,7 @@ import json
 import shutil
 import threading
 import time
+from typing import Any
 from pathlib import Path
 
 from platform_plugin.tracking.spool import SPOOL_SUFFIX, SpoolWriter, encode_metric
@@ -43,7 +44,7 @@ class _Tree:
         import psutil
         self.psutil = psutil
         self.root = pid
-        self.procs: dict[int, object] = {}
+        self.procs: dict[int, Any] = {}  # psutil.Process by pid (psutil is optional)
 
     def sample(self) -> dict[str, float] | None:
         try:

@@ -12,7 +12,8 @@ the forwarder) is loaded on first use (PEP 562).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.tracking.tracker import NullTracker, Tracker, get_tracker
 
@@ -23,6 +24,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
     from platform_plugin.tracking.identity import RankIdentity
     from platform_plugin.tracking.job_tracking import DeliveryReport, JobTracking
 

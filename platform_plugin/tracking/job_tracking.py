@@ -1,4 +1,4 @@
-"""The launcher's single handle on tracking (contract in docs/internals.md).
+"""The launcher's single handle on tracking (contract in docs/architecture.md).
 
     job_tracking = JobTracking.create(choice, plan)
     env = job_tracking.prepare()      # before spawning: the spool folder and sink.json; no MLflow
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,7 @@ class SpoolingJobTracking(JobTracking):
                                                else f"tracking-attempt{attempt + 1}")
         self.config = job_sink_config(sink_name, plan, layout)
         self.notes = local_store_notes(self.config) if not attempt else []
-        self.helper = None
+        self.helper: subprocess.Popen | None = None
         self.setup_error = ""
 
     def prepare(self) -> dict[str, str]:

@@ -1,8 +1,11 @@
 """Plain-text tables for the terminal: `platform-run env`, `ranktable show`, `doctor`."""
 from __future__ import annotations
 
+from typing import Sequence
 
-def render_rows(headers: list[str], rows: list[list[object]], *, indent: str = "") -> str:
+
+def render_rows(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
+                indent: str = "") -> str:
     """Left-aligned columns sized to their content; None shows as "-"."""
     cells = [[str("-" if c is None else c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]

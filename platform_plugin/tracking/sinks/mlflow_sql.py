@@ -94,7 +94,8 @@ class SqlMetricWriter:
                              .where(self.runs.c.run_uuid == run_id)).scalar()
         if stage != "active":
             raise MlflowException(f"The run {run_id} must be in the 'active' state. Current state "
-                                  f"is {stage}.", error_code="INVALID_PARAMETER_VALUE")
+                                  f"is {stage}.",
+                                  error_code="INVALID_PARAMETER_VALUE")  # type: ignore[arg-type]
 
     def _update_latest(self, conn, run_id: str, values) -> None:
         from sqlalchemy import select, update
