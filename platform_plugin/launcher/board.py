@@ -92,8 +92,8 @@ class Board(Output):
         return {"text/plain": render_text(view), "text/html": render_html(view)}
 
     def view(self, final: bool = False) -> BoardView:
-        procs: dict[str, Any] = {p.spec.name: p for p in
-                                 (self.supervisor.procs if self.supervisor else [])}
+        running: list[Any] = self.supervisor.procs if self.supervisor else []
+        procs = {p.spec.name: p for p in running}
         if self.spools is not None:
             self.spools.refresh(n for n in self._names if n != "sched")
         metrics = self.spools.metrics if self.spools else {}

@@ -30,11 +30,17 @@ def _check(doc) -> None:
         for problem in ranktable.validate(table):
             assert problem.code.startswith("RT_") and problem.message
         try:
-            ranktable.select_server(table, local_addresses=set())
-        except ranktable.RankTableError:
-            pass
-        ranktable.check_environment(table, {"RANK_ID": "4", "RANK_START": "0", "RANK_SIZE": "x",
-                                            "DEVICE_ID": "4", "ASCEND_RT_VISIBLE_DEVICES": "4,5"})
+            server = ranktable.select_server(table, local_addresses=set())
+        except ranktable.RankTableError as exc:  # ambiguous or empty: said with RT_ codes
+            assert exc.problems and all(p.code.startswith("RT_") for p in exc.problems)
+        else:
+            assert server in table.servers
+        found = ranktable.check_environment(table, {
+            "RANK_ID": "4", "RANK_START": "0", "RANK_SIZE": "x", "DEVICE_ID": "4",
+            "ASCEND_RT_VISIBLE_DEVICES": "4,5"})
+        # RANK_SIZE=x is never an integer: at least that is reported, every finding with a code
+        assert any(p.code == "RT_ENV_NOT_INTEGER" for p in found), found
+        assert all(p.code.startswith("RT_") and p.message for p in found)
 
 
 @FUZZ
@@ -100,9 +106,13 @@ def test_settings_survive_any_environment_and_binary_dotenv(tmp_path_factory, en
     folder = tmp_path_factory.mktemp("envb")
     (folder / ".env").write_bytes(raw)
     try:
-        settings.resolve(None, environ=environ, cwd=str(folder), local_addresses=set())
-    except PlatformPluginError:
-        pass
+        resolved = settings.resolve(None, environ=environ, cwd=str(folder), local_addresses=set())
+    except PlatformPluginError as exc:  # refused: a ConfigError whose findings have codes
+        assert isinstance(exc, ConfigError) and exc.problems
+        assert all(p.code.startswith(("ENV_", "RT_")) and p.message for p in exc.problems)
+    else:
+        assert resolved.mode in settings.MODES
+        assert all(isinstance(v, str) for v in resolved.process_env().values())
 
 
 def test_fuzz_strategies_reach_valid_tables():
