@@ -21,6 +21,8 @@ tags the parent `platform.stop.<attempt>` = "<server>: <reason>"; the others pol
 """
 from __future__ import annotations
 
+from typing import Any
+
 import time
 
 ROLE_TAG = "platform.role"
@@ -107,7 +109,7 @@ def job_children(client, experiment_id: str, parent_run_id: str) -> list:
     runs = client.search_runs([experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
                               run_view_type=ViewType.ACTIVE_ONLY, max_results=10000)
-    latest: dict[str, object] = {}
+    latest: dict[str, Any] = {}  # rank label -> mlflow Run
     for run in runs:
         label = run.data.tags.get("rank_id")
         if label is None:

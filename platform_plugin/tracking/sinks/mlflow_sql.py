@@ -70,7 +70,7 @@ class SqlMetricWriter:
     def log_metrics(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
         """points: (key, value, step, timestamp_ms). All or nothing (one transaction)."""
         self._validate_keys({p[0] for p in points})
-        rows = {}
+        rows: dict[tuple, None] = {}  # an ordered set
         for key, value, step, timestamp in points:
             is_nan, stored = _sanitize(float(value))
             rows[(key, stored, int(timestamp), int(step), is_nan)] = None  # in order, once
