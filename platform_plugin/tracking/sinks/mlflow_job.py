@@ -21,9 +21,8 @@ tags the parent `platform.stop.<attempt>` = "<server>: <reason>"; the others pol
 """
 from __future__ import annotations
 
-from typing import Any
-
 import time
+from typing import Any
 
 ROLE_TAG = "platform.role"
 ROLE_JOB = "job"
