@@ -1,6 +1,7 @@
 """Platform variables for a mode, with the source of each.
 
-Pure: reads os.environ (or a given mapping), the .env file, and the rank table file.
+Starts nothing and writes nothing; it reads os.environ (or a given mapping), the .env file,
+the rank table file and (to find this server in a table) this host's addresses.
 
 Who owns what (see docs/ranktables-and-variables.md for the full matrix):
 - "platform" is the process environment the platform started us with (os.environ);

@@ -132,3 +132,18 @@ def test_every_platform_variable_has_one_owner():
     python_names = {"PLATFORM_VARS", "PLATFORM_VARIABLES", "PLATFORM_JOB_VARIABLES"}  # tuples
     assert names - python_names - set(VARIABLES) == set()
     assert direct == []
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    too_long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(REPO)
+        if text.count("\n") > 400:
+            too_long.append(f"{rel}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    too_long.append(f"{rel}:{node.lineno} {node.name}() {length} lines")
+    assert too_long == []

@@ -1,6 +1,7 @@
 """Backends: how ranks find each other. A registry, so a new backend is one class and one line.
 
-Each backend answers three questions, all pure:
+Each backend answers three questions from the settings and options it is given (it starts
+nothing; `choose()` for `auto` reads the program's source):
 - `layout`: which global ranks (and physical devices) run on this server,
 - `rank_env`: the variables that make one worker a member of the job,
 - `helpers`: extra processes that are not ranks (the ms-cluster scheduler).

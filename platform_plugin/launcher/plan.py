@@ -1,7 +1,9 @@
 """(command, settings, options) -> LaunchPlan: every process's argv, env, cwd and log file.
 
-Spawns nothing and reads nothing but what it is given (the only exception: a free port is
-picked when the backend needs one and none was given), so it is tested exhaustively.
+Spawns nothing and writes nothing, so it is tested exhaustively. It is not a pure function of
+its arguments, though: with backend `auto` it reads the program's source to see what it
+imports; it binds a socket to pick a free port when the backend needs one and none was given;
+it calls the clock and a random source for a new job id, and os.getcwd() when no cwd is given.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ supervisor holds. When the supervisor dies (even by SIGKILL) the pipe reaches EO
 watchdog runs reaper.py, which stops the groups and every process that carries the job's JOB_ID
 (setsid grandchildren too, and a rank spawned just before the death, before its group was
 registered): SIGTERM, SIGKILL after the grace. On a normal end the supervisor writes `done` and
-the watchdog exits without killing anything. The waiting is done by `sh` (about 1 ms to start,
+the watchdog exits without killing anything. The waiting is done by `sh` (cheap to start,
 paid by every job); Python starts only in the rare case that needs it, the supervisor's death.
 
 Ranks are spawned without a `preexec_fn` on purpose: any preexec_fn forces CPython into

@@ -1,6 +1,6 @@
 """HCCL rank tables: parse, validate, choose this server.
 
-Pure: no subprocess, no I/O beyond reading files (the table, and /proc/net for this host's
+No subprocess and no writes; it reads files (the table, and /proc/net for this host's
 addresses). The pieces live in `model` (types, DEVICE_ID arithmetic),
 `formats` (readers for 1.0 / group_list / board, writer of 1.0) and
 `rules` (the rules); this package is the public surface.

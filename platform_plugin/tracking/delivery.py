@@ -1,8 +1,9 @@
 """The forwarding helper: one process per launched job that ships the ranks' spools to the sink.
 
-The launcher starts it once the ranks run (`start_helper`), so MLflow's import (~2.5 s, ~200
-MiB), the store's first open (under its lock), the experiment and the runs never stand in front
-of a rank, and never live in the launcher's (or a notebook kernel's) memory:
+The launcher starts it once the ranks run (`start_helper`), so MLflow's import (seconds and
+hundreds of MiB: docs/benchmarks.md), the store's first open (under its lock), the experiment
+and the runs never stand in front of a rank, and never live in the launcher's (or a notebook
+kernel's) memory:
 
     python -m platform_plugin.tracking.delivery SPOOL_DIR
 

@@ -1,7 +1,7 @@
 """Metric points straight into an MLflow SQL store (sqlite, PostgreSQL), many per statement.
 
-MLflow's `log_batch` builds one ORM object per point and costs about 0.4 ms a point of Python
-(measured: ~2,400 points/s into sqlite, and threads do not help - it is CPU in one interpreter).
+MLflow's `log_batch` builds one ORM object per point: it is CPU-bound in one interpreter and
+threads do not help (measured: docs/benchmarks.md, tracking).
 The spool already holds validated, deduplicated points with their timestamps, so the forwarder
 writes them with one multi-row INSERT per batch into MLflow's own tables - the table objects
 come from the installed MLflow (`SqlMetric.__table__`), so the columns always match its schema -
