@@ -84,7 +84,7 @@ def run(args) -> int:
         for line in diagnosis.render(rows, system):
             print(line)
         data = compare.table_data(rows, metric)
-        _log(lambda: client.log_table(target, data=data, artifact_file=f"compare/{metric}.json"),
+        _log(lambda: _log_table(client, target, data, f"compare/{metric}.json"),
              f"compare/{metric}.json", target)
     if args.plot:
         png = compare.plot(series, Path(args.plot), f"{job_id}: per rank")
@@ -93,6 +93,16 @@ def run(args) -> int:
     if args.url:
         print(compare.metric_url(ui_base(args.ui, runs.config.tracking_uri), runs, metrics))
     return 0
+
+
+def _log_table(client, run_id: str, data: dict, where: str) -> None:
+    """MLflow's log_table; where its pandas conversion fails (a pandas release it does not
+    know), the same table in the same JSON layout (pandas' "split") with log_dict."""
+    try:
+        client.log_table(run_id, data=data, artifact_file=where)
+    except Exception:  # noqa: BLE001 - MLflow wraps the pandas error in its own exception
+        client.log_dict(run_id, {"columns": list(data), "data": [list(r) for r in zip(*data.values())]},
+                        where)
 
 
 def _log(call, where: str, run_id: str) -> None:
