@@ -28,6 +28,7 @@ from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
 from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
                                             JobEnd, SinkConfig, read_json, write_json_atomic)
+from platform_plugin.tracking.views import PlanView, RankView, ResultView
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
     PLATFORM_TRACKING_LAYOUT, PLATFORM_TRACKING_SPOOL_DIR)
 
@@ -74,7 +75,7 @@ class JobTracking:
     sink = "none"
 
     @classmethod
-    def create(cls, choice: str, plan, *, layout: str | None = None) -> "JobTracking":
+    def create(cls, choice: str, plan: PlanView, *, layout: str | None = None) -> "JobTracking":
         env = job_environment(plan)
         sink_name = choose(choice, env)
         if sink_name is None:
@@ -91,7 +92,7 @@ class JobTracking:
         """Supervisor observer: the ranks are running."""
         self.start()
 
-    def finish(self, result, last: bool = True) -> DeliveryReport:
+    def finish(self, result: ResultView, last: bool = True) -> DeliveryReport:
         return DeliveryReport()
 
     notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)
@@ -104,7 +105,7 @@ class JobTracking:
 
 
 class SpoolingJobTracking(JobTracking):
-    def __init__(self, sink_name: str, plan, layout: str):
+    def __init__(self, sink_name: str, plan: PlanView, layout: str):
         self.sink = sink_name
         self.plan = plan
         attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: new runs per attempt
@@ -133,7 +134,7 @@ class SpoolingJobTracking(JobTracking):
         except Exception as exc:  # noqa: BLE001 - tracking must not stop the job
             self.setup_error = f"cannot start the forwarding helper: {type(exc).__name__}: {exc}"
 
-    def finish(self, result, last: bool = True) -> DeliveryReport:
+    def finish(self, result: ResultView, last: bool = True) -> DeliveryReport:
         self.start()  # the ranks may have failed to start: the runs are still created and ended
         timeout = drain_timeout(30)
         # a restart follows: the parent stays open; else this server reports its end on it
@@ -223,11 +224,11 @@ def delivery_report(sink: str, spool_dir: Path, forwarder: Forwarder, config: Si
                           quarantined=counts.quarantined)
 
 
-def workers(plan) -> list:
+def workers(plan: PlanView) -> list[RankView]:
     return [r for r in plan.ranks if getattr(r, "role", "worker") == "worker"]
 
 
-def job_environment(plan) -> dict:
+def job_environment(plan: PlanView) -> dict:
     """What the ranks will see (the process env plus .env values the launcher merged in), so
     MLFLOW_TRACKING_URI or PLATFORM_TRACKING from a .env file count here too."""
     ranks = workers(plan)
@@ -244,21 +245,21 @@ def local_store_notes(config: SinkConfig) -> list[str]:
     return []
 
 
-def end_reason(result) -> str:
+def end_reason(result: ResultView) -> str:
     cause = getattr(result, "root_cause", None)
     if cause is not None:
         return f"{cause.label} {cause.how}"
     return str(getattr(result, "reason", "") or "")
 
 
-def final_status(result) -> str:
+def final_status(result: ResultView) -> str:
     """MLflow RunStatus of a job: an interrupted job was KILLED, it did not fail."""
     if getattr(result, "ok", False):
         return "FINISHED"
     return "KILLED" if getattr(result, "status", "") == "interrupted" else "FAILED"
 
 
-def helper_environment(plan) -> dict:
+def helper_environment(plan: PlanView) -> dict:
     """The launcher's environment plus the MLflow settings the ranks got from a .env file
     (credentials, HTTP timeouts), so the helper talks to the store as the ranks would."""
     ranks = workers(plan)
@@ -266,7 +267,7 @@ def helper_environment(plan) -> dict:
     return {**os.environ, **extra}
 
 
-def job_sink_config(sink_name: str, plan, layout: str) -> SinkConfig:
+def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
     ranks_ = workers(plan)
     first_env = job_environment(plan)
     cwd = ranks_[0].cwd if ranks_ else None
