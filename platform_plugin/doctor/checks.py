@@ -1,4 +1,5 @@
-"""`platform-run doctor`: the seed's checklist as OK / WARN / FAIL / SKIP rows, each with its fix.
+"""`platform-run doctor`: the platform's checklist as OK / WARN / FAIL / SKIP rows, each with its
+fix.
 
 `CHECKS` is the registry; each check gets a `Context` and returns rows. A check that cannot
 run here (no rank table, no npu-smi) says so with SKIP instead of failing: on a CPU machine the
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import textwrap
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable
 
 from platform_plugin import ranktable, settings
@@ -20,15 +22,28 @@ from platform_plugin.errors import ConfigError, errors_only
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.jobdirs import job_log_dir
 
-STATUSES = ("OK", "WARN", "FAIL", "SKIP")
+class CheckStatus(str, Enum):
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"  # the only status that makes the exit code non-zero
+    SKIP = "SKIP"  # the check cannot run here (no rank table, no npu-smi)
+
+    def __str__(self) -> str:  # f"{status}" / --json show the value on every Python version
+        return self.value
+
+
+STATUSES = tuple(s.value for s in CheckStatus)
 
 
 @dataclass(frozen=True)
 class Row:
-    status: str  # one of STATUSES
+    status: CheckStatus  # checks may pass the value ("OK"): it is converted here
     check: str
     detail: str
     fix: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", CheckStatus(self.status))
 
 
 @dataclass
