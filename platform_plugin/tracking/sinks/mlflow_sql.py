@@ -89,13 +89,13 @@ class SqlMetricWriter:
 
     def _check_active(self, conn, run_id: str) -> None:
         from mlflow.exceptions import MlflowException
+        from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
         from sqlalchemy import select
         stage = conn.execute(select(self.runs.c.lifecycle_stage)
                              .where(self.runs.c.run_uuid == run_id)).scalar()
         if stage != "active":
             raise MlflowException(f"The run {run_id} must be in the 'active' state. Current state "
-                                  f"is {stage}.",
-                                  error_code="INVALID_PARAMETER_VALUE")  # type: ignore[arg-type]
+                                  f"is {stage}.", error_code=INVALID_PARAMETER_VALUE)
 
     def _update_latest(self, conn, run_id: str, values) -> None:
         from sqlalchemy import select, update
