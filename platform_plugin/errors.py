@@ -69,8 +69,12 @@ class ConfigError(PlatformPluginError):
 
     exit_code = 2
 
-    def __init__(self, problems: list[Problem] | str, *, code: str = "CONFIG"):
+    def __init__(self, problems: list[Problem] | str, *, code: str | None = None):
+        """`ConfigError([Problem, ...])`, or `ConfigError(message, code=CODE)` for one problem:
+        every refusal carries a stable code (docs/errors.md lists them)."""
         if isinstance(problems, str):
+            if not code:
+                raise TypeError("ConfigError(message) needs code=: every refusal has a stable code")
             problems = [Problem(code, problems)]
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
