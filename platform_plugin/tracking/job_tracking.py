@@ -147,8 +147,9 @@ class SpoolingJobTracking(JobTracking):
                 pass
         forwarder = Forwarder(self.spool_dir, self.config, get_sink(self.sink))
         drained = self._wait_delivered(forwarder, timeout)
+        error = self._helper_error() or ("" if drained else server_down(self.config.tracking_uri))
         return delivery_report(self.sink, self.spool_dir, forwarder, self.config,
-                               self.plan.job_id, drained, self._helper_error())
+                               self.plan.job_id, drained, error)
 
     def tell_stopping(self, server: str, reason: str) -> None:
         """The helper puts it on the parent run (rank-table route: no job link)."""
@@ -179,6 +180,19 @@ class SpoolingJobTracking(JobTracking):
         if not error and self.helper is not None and self.helper.poll() not in (None, 0):
             error = f"the forwarding helper exited with code {self.helper.returncode} (see {self.spool_dir / 'helper.log'})"
         return error
+
+
+def server_down(uri: str | None) -> str:
+    """Why points still wait, when the helper could not say (it may sit in MLflow's HTTP
+    retries of a request the dying server never answered): a stdlib probe of an http store."""
+    if not uri or not uri.startswith(("http://", "https://")):
+        return ""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=2):
+            return ""
+    except OSError as exc:
+        return f"MLflow server {uri} unreachable ({type(exc).__name__})"
 
 
 def _alive(pid: int) -> bool:
