@@ -103,8 +103,11 @@ class Helper:
     def run(self) -> None:
         self._set(phase="forwarding")
         backoff = PASS_INTERVAL_S
+        end = None
         while True:
-            end = JobEnd.load(self.spool_dir)
+            if not self.spool_dir.is_dir():
+                return  # the job folder was removed: nothing is left to deliver or to end
+            end = JobEnd.load(self.spool_dir) or end  # once seen, the job has ended
             if end is not None:
                 self.forwarder.stop_at = end.deadline
             try:
