@@ -66,13 +66,13 @@ def main() -> None:
     load = os.getloadavg()
     lines = ["## imports", "",
              f"`python bench/imports.py --rounds {rounds}` on {time.strftime('%Y-%m-%d')}, "
-             f"Python {sys.version.split()[0]}, {os.cpu_count()} cores shared with other work "
+             f"Python {sys.version.split()[0]}, {os.cpu_count()} cores "
              f"(load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}): the sum of the "
              "top-level cumulative times of `python -X importtime` (the interpreter's own "
-             "start-up is not in it), median of the rounds. With this load on 2 cores the "
-             "absolute times are several times what an idle machine shows (the same run spread "
-             "100-420 ms for one case); the module counts are exact and are what the layout "
-             "test (tests/test_layout.py) holds.", "",
+             "start-up is not in it), median of the rounds. Absolute times grow with the "
+             "machine's load (under a load of 15 on 2 cores one case spread 100-420 ms); the "
+             "module counts are exact and are what the layout test (tests/test_layout.py) "
+             "holds.", "",
              "| case | bytecode | imports (ms) | platform_plugin modules |", "|---|---|---|---|"]
     lines += [f"| {label} | {kind} | {ms:.1f} | {mods} |" for label, kind, ms, mods in rows]
     cli = [ms for label, kind, ms, _ in rows if label.startswith("platform-run") and kind == ".pyc"]
