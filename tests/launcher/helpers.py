@@ -77,3 +77,17 @@ def results(job_dir: str, names) -> dict:
             if line.startswith("RESULT "):
                 out[name] = json.loads(line[len("RESULT "):])
     return out
+
+
+def finish_all(procs, timeout: float = 90) -> list[tuple[int, str]]:
+    """(exit code, stdout + stderr) of every launcher, in order; kills what is still running."""
+    outs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            outs.append((proc.returncode, out + err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return outs

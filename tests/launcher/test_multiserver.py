@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.launcher.helpers import ASSETS, PY, kill_job, log_text, read_job, start_cli
+from tests.launcher.helpers import (ASSETS, PY, finish_all, kill_job, log_text, read_job,
+                                   start_cli)
 from platform_plugin.util.ports import free_port
 
 RANK = str(ASSETS / "server_rank.py")
@@ -33,19 +34,6 @@ def start_servers(tmp_path, nnodes, args, *, order=None, delay=0.0, nproc=2, ext
                                 cwd=str(tmp_path))
         time.sleep(delay)
     return [procs[n] for n in range(nnodes)]
-
-
-def finish_all(procs, timeout=90):
-    outs = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            outs.append((proc.returncode, out + err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    return outs
 
 
 def job_dirs(tmp_path, nnodes):

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from tests.helpers import ASSETS, wait_for
-from tests.launcher.helpers import PY, kill_job, start_cli
+from tests.helpers import ASSETS, clean_env, wait_for
+from tests.launcher.helpers import PY, finish_all, kill_job, start_cli
 from tests.tracking.helpers import client
 from platform_plugin.tracking.sinks import mlflow_job
 from platform_plugin.util.ports import free_port
@@ -23,23 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 def _env(uri, experiment, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_", "MLFLOW_"))}
-    return {**env, "MLFLOW_TRACKING_URI": uri, "MLFLOW_EXPERIMENT_NAME": experiment,
-            "PLATFORM_TRACKING_DRAIN_TIMEOUT": "90", **extra}
-
-
-def _finish(procs, timeout=150):
-    outs = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            outs.append((proc.returncode, out + err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    return outs
+    return clean_env(MLFLOW_TRACKING_URI=uri, MLFLOW_EXPERIMENT_NAME=experiment,
+                     PLATFORM_TRACKING_DRAIN_TIMEOUT="90", **extra)
 
 
 def _grid_job(tmp_path, uri, nnodes, args, experiment):
@@ -49,7 +34,7 @@ def _grid_job(tmp_path, uri, nnodes, args, experiment):
                         "--show", "none", "--", PY, RANK, *args], tmp_path / f"server{n}",
                        cwd=str(tmp_path), env=_env(uri, experiment))
              for n in range(nnodes)]
-    return _finish(procs)
+    return finish_all(procs, timeout=150)
 
 
 def _parents(c, experiment):
@@ -135,7 +120,7 @@ def test_rank_table_servers_started_together_share_one_parent(tmp_path, ranktabl
                        env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
                                 RANK_START=str(8 * n), PLATFORM_RUN_MODE="full"))
              for n in (0, 1)]
-    outs = _finish(procs)
+    outs = finish_all(procs, timeout=150)
     assert all(code == 0 for code, _ in outs), outs
     c = client(postgres_mlflow)
     [parent], exp = _parents(c, experiment)
@@ -159,7 +144,7 @@ def test_rank_table_server_failure_stops_the_other_server_through_the_parent_run
                        env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
                                 RANK_START=str(8 * n), PLATFORM_RUN_MODE="full"))
              for n in (0, 1)]
-    outs = _finish(procs, timeout=90)  # the healthy ranks would sleep 120 s
+    outs = finish_all(procs, timeout=90)  # the healthy ranks would sleep 120 s
     try:
         assert [code for code, _ in outs] == [1, 1], outs
     finally:
