@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchdoc import alternate, load_text, spread, write_section  # bench/benchdoc.py
@@ -80,21 +81,21 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     load_before = load_text()
-    rows, ratios = [], {}
+    rows, ratios, rss_values = [], {}, []
     for n in sizes:
         m = measure(n, 0, args.rounds)
         ratio = statistics.median(m["launch"]) / statistics.median(m["bare"])
         ratios[n] = ratio
+        rss_values.append(m['rss']['launch'] / 1024)
         rows.append(f"| {n} | {spread(m['bare'])} | {spread(m['launch'])} | {ratio:.2f}x | "
                     f"{m['rss']['launch'] / 1024:.0f} MiB |")
     fat = measure(8, 300, args.rounds)
     fat_ratio = statistics.median(fat["launch"]) / statistics.median(fat["bare"])
     largest = max(sizes)
-    rss_values = [float(r.split("|")[-2].split()[0]) for r in rows]
     lines = [
         "## launch scale", "",
         f"Command: `.venv/bin/python bench/launch_scale.py --rounds {args.rounds} --sizes "
-        f"{args.sizes}` — {time_text()}, {load_before} at the start, {load_text()} at the end. "
+        f"{args.sizes}` — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {load_before} at the start, {load_text()} at the end. "
         "Each side runs in a fresh interpreter and times itself; sides alternate every round; "
         "median (min–max).", "",
         "| ranks | bare parallel Popen | `launch()` | ratio | launcher peak RSS |",
@@ -114,11 +115,6 @@ def main() -> None:
     print(text)
     if not args.no_write:
         write_section("launch-scale", text)
-
-
-def time_text() -> str:
-    import time
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
 
 
 if __name__ == "__main__":
