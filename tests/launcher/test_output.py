@@ -1,0 +1,36 @@
+"""Output without processes: what the display shows for chunks fed to it, and the logs."""
+from __future__ import annotations
+
+from platform_plugin.launcher.output import Output
+from platform_plugin.launcher.quiet import CHATTER
+
+CHATTY = (b"[WARNING] DISTRIBUTED(1,7f,python):2026-11-30 [cluster_context.cc:1] connecting\n"
+          b"step 1 [WARNING] DISTRIBUTED(1,7f,python): quoted inside a line\n"
+          b"[INFO] DISTRIBUTED(1,7f,python): registered\n"
+          b"[ERROR] DISTRIBUTED(1,7f,python): failed\n")
+
+
+def test_chatter_is_hidden_only_at_the_start_of_a_line_and_logged_whole(tmp_path):
+    shown: list[str] = []
+    output = Output("all", write=shown.append, hide=CHATTER)
+    output.open("0", str(tmp_path / "rank_0.log"))
+    output.feed("0", CHATTY[:30])  # a chunk ending inside a chatter line
+    output.feed("0", CHATTY[30:] + b"done\n")
+    output.close()
+    assert "".join(shown).splitlines() == [
+        "[rank 0] step 1 [WARNING] DISTRIBUTED(1,7f,python): quoted inside a line",
+        "[rank 0] [ERROR] DISTRIBUTED(1,7f,python): failed",
+        "[rank 0] done"]
+    assert output.hidden() == 2
+    assert (tmp_path / "rank_0.log").read_bytes() == CHATTY + b"done\n"
+
+
+def test_every_line_of_a_chunk_is_prefixed_and_decoded_once(tmp_path):
+    shown: list[str] = []
+    output = Output("all", write=shown.append)
+    output.open("sched", str(tmp_path / "sched.log"))
+    output.feed("sched", b"a\nb \xc3\xa9t\xc3\xa9\n\xff\xfe\nc\r")  # \r: a progress line
+    output.feed("sched", b"d\n")
+    output.close()
+    assert "".join(shown) == "[sched] a\n[sched] b \u00e9t\u00e9\n[sched] \ufffd\ufffd\n[sched] d\n"
+    assert output.tail("sched") == ["a", "b \u00e9t\u00e9", "\ufffd\ufffd", "d"]
