@@ -181,14 +181,12 @@ def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
     if value is None and f.default is None:
         return None
     kind = _base_type(f)
-    wrong_type = kind is not None and (
-        not isinstance(value, (int, float) if kind is float else kind)
-        or (kind in (int, float) and isinstance(value, bool)))
     if f.name == "env" and not (isinstance(value, dict)
                                 and all(isinstance(k, str) and isinstance(v, str)
                                         for k, v in value.items())):
         return Problem(meta["code"], f"{where} must be a dict of str -> str", where)
-    if wrong_type:
+    if kind is not None and (not isinstance(value, (int, float) if kind is float else kind)
+                             or (kind in (int, float) and isinstance(value, bool))):
         return Problem(meta["code"], f"{where} must be {kind.__name__}, not {value!r}", where)
     if kind is float and not math.isfinite(value):
         return Problem(meta["code"], f"{where} {value!r}: must be a finite number", where)

@@ -149,7 +149,10 @@ class _RankStream:
         return b"\n".join(kept) + b"\n" if kept else b""
 
     def _within_rate(self, complete: bytes, now: float, out: list[str]) -> bytes:
-        self.tokens = min(self.rate, self.tokens + (now - self.refilled) * self.rate)
+        rate = self.rate
+        if rate is None:  # no line cap: every line is shown
+            return complete
+        self.tokens = min(rate, self.tokens + (now - self.refilled) * rate)
         self.refilled = now
         count = complete.count(b"\n")
         allowed = min(count, int(self.tokens))

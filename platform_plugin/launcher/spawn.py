@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import IO
 
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
@@ -51,6 +52,14 @@ def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
     )
 
 
+def piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """A Popen stream asked for with PIPE, which Popen always creates (typed Optional because
+    other arguments leave it None)."""
+    if stream is None:  # pragma: no cover - only if the caller did not ask for a pipe
+        raise RuntimeError("the process was started without the pipe asked for")
+    return stream
+
+
 class Lifeline:
     """The watchdog described above for the job `job_id` (logs in `job_dir`). `add(pgid)`
     registers a group; `release()` ends it cleanly."""
@@ -62,6 +71,7 @@ class Lifeline:
             ["/bin/sh", "-c", _WATCHDOG_SH, "platform-lifeline", *reaper], stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             close_fds=True, env=env)
+        self._stdin = piped(self._proc.stdin)
 
     @property
     def pid(self) -> int:
@@ -73,7 +83,7 @@ class Lifeline:
     def release(self) -> None:
         self._write("done\n")
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
         try:
@@ -84,7 +94,7 @@ class Lifeline:
 
     def _write(self, text: str) -> None:
         try:
-            self._proc.stdin.write(text.encode())
-            self._proc.stdin.flush()
+            self._stdin.write(text.encode())
+            self._stdin.flush()
         except (BrokenPipeError, OSError):
             pass

@@ -23,7 +23,7 @@ from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher import stacks
 from platform_plugin.launcher.output import Output
 from platform_plugin.launcher.plan import LaunchPlan, RankSpec
-from platform_plugin.launcher.spawn import Lifeline, spawn
+from platform_plugin.launcher.spawn import Lifeline, piped, spawn
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
 from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit
 
@@ -131,9 +131,10 @@ class Supervisor:
             self.procs.append(proc)
             lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a group leader
             self._job.add_group(popen.pid)
-            _enlarge_pipe(popen.stdout.fileno())
-            os.set_blocking(popen.stdout.fileno(), False)
-            self._selector.register(popen.stdout, selectors.EVENT_READ, proc)
+            stdout = piped(popen.stdout)
+            _enlarge_pipe(stdout.fileno())
+            os.set_blocking(stdout.fileno(), False)
+            self._selector.register(stdout, selectors.EVENT_READ, proc)
             proc.pidfd = _pidfd(popen.pid)
             if proc.pidfd is not None:  # readable when the process exits: no polling delay
                 self._selector.register(proc.pidfd, selectors.EVENT_READ, _Exit(proc))
@@ -257,16 +258,19 @@ class Supervisor:
     def _finished(self) -> bool:
         if any(p.ended is None for p in self.procs):
             return False
-        if self._stop is not None and self._stop.status != JobStatus.SUCCEEDED and not self.procs:
+        stop = self._stop
+        if stop is None:  # _reap begins a stop once every process ended: none were started
+            return not self.procs
+        if stop.status != JobStatus.SUCCEEDED and not self.procs:
             return True  # nothing started
         live = [p for ps in self._job.live_groups().values() for p in ps]
         live = live or self._job.strays()  # the environ scan only once the groups are empty
         if live:
-            if not self._stop.terminated:
-                self._stop.terminated = True
+            if not stop.terminated:
+                stop.terminated = True
                 self._job.signal(signal.SIGTERM, only_live_groups=True)
-            elif self._stop.killed:
-                if time.monotonic() > self._stop.kill_at + UNKILLABLE_S:
+            elif stop.killed:
+                if time.monotonic() > stop.kill_at + UNKILLABLE_S:
                     self.output.note(f"processes survive SIGKILL (stuck in the kernel, state D?)"
                                      f": {sorted(live)}; giving up")
                     return True

@@ -88,7 +88,8 @@ class SystemMetrics:
         return self.spool_dir is not None and self.interval > 0
 
     def started(self, supervisor) -> None:
-        if not self.enabled:
+        spool_dir = self.spool_dir
+        if spool_dir is None or not self.enabled:
             return
         import psutil
         psutil.cpu_percent(None)  # baseline of the machine's CPU %
@@ -96,7 +97,7 @@ class SystemMetrics:
             spec = proc.spec
             if getattr(spec, "role", "worker") != "worker" or spec.rank_id is None:
                 continue
-            path = self.spool_dir / f"rank_{spec.rank_id}{SPOOL_SUFFIX}"
+            path = spool_dir / f"rank_{spec.rank_id}{SPOOL_SUFFIX}"
             self._ranks.append((str(spec.rank_id), _Tree(proc.popen.pid),
                                 physical_device(spec.device_id, spec.env), SpoolWriter(path)))
         for _, tree, _, _ in self._ranks:

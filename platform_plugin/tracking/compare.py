@@ -51,6 +51,7 @@ def _row(label: str, points: list[Point], metric: str) -> RankRow:
     pick = min if lower_is_better(metric) else max
     points = sorted(points, key=lambda p: (p.step, p.timestamp_ms))
     wall = (points[-1].timestamp_ms - points[0].timestamp_ms) / 1000
+    rate: float | None
     if is_throughput(metric):
         rate = statistics.fmean(p.value for p in points)
     else:
@@ -70,11 +71,11 @@ def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float =
     rows.sort(key=lambda r: (not r.label.isdigit(), int(r.label) if r.label.isdigit() else 0, r.label))
     if len(rows) < 2:
         return rows
-    rated = [r for r in rows if r.steps_per_s is not None]
+    rated = [(r.steps_per_s, r) for r in rows if r.steps_per_s is not None]
     if len(rated) >= 2:
-        median_rate = statistics.median(r.steps_per_s for r in rated)
-        slowest = min(rated, key=lambda r: r.steps_per_s)
-        if slowest.steps_per_s < (1 - tolerance) * median_rate:
+        median_rate = statistics.median(rate for rate, _ in rated)
+        slowest_rate, slowest = min(rated, key=lambda pair: pair[0])
+        if slowest_rate < (1 - tolerance) * median_rate:
             slowest.flags.append("straggler")
     if len(rows) >= 3:
         for row in rows:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
-from platform_plugin.tracking.state import HelperStatus, JobEnd, SinkConfig
+from platform_plugin.tracking.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
 from platform_plugin.variables import PLATFORM_TRACKING_HELPER
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
@@ -89,9 +89,14 @@ class Helper:
         from platform_plugin.tracking.observers import make_observers
         from platform_plugin.tracking.sinks import get_sink
         self.spool_dir = Path(spool_dir)
-        self.config = SinkConfig.load(self.spool_dir)
         self.status = HelperStatus(pid=os.getpid())
+        config = SinkConfig.load(self.spool_dir)
+        if config is None:  # the launcher writes it before it starts the helper: a removed folder
+            self.status.phase, self.status.error = "done", f"no {SINK_FILE} in {self.spool_dir}"
         self.status.save(self.spool_dir)
+        if config is None:
+            raise FileNotFoundError(self.status.error)
+        self.config = config
         sink = get_sink(self.config.sink)
         self.forwarder = Forwarder(self.spool_dir, self.config, sink, workers=STREAM_WORKERS,
                                    observers=make_observers(self.config, sink, self.spool_dir),

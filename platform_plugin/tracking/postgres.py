@@ -87,8 +87,13 @@ class LocalPostgres:
                 fh.write(secrets.token_urlsafe(24))
         return path.read_text().strip()
 
+    def _bin(self) -> Path:
+        if self.bin is None:
+            raise PlatformPluginError(missing_reason() or "PostgreSQL not found")
+        return self.bin
+
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = [str(self.bin / args[0]), *args[1:]]
+        cmd = [str(self._bin() / args[0]), *args[1:]]
         if self.as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         done = subprocess.run(cmd, capture_output=True, text=True)
@@ -105,8 +110,7 @@ class LocalPostgres:
     def init(self) -> None:
         if (self.pgdata / "PG_VERSION").exists():
             return
-        if self.bin is None:
-            raise PlatformPluginError(missing_reason() or "PostgreSQL not found")
+        self._bin()  # refused before the folder exists
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)  # the postgres user must reach its folder, nothing more
         self.pgdata.mkdir(mode=0o700, exist_ok=True)

@@ -32,7 +32,7 @@ FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 # MLflow's limits (mlflow.utils.validation: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
 # MAX_TAG_VAL_LENGTH), kept here so a rank never imports MLflow
 MAX_NAME_CHARS, MAX_PARAM_CHARS, MAX_TAG_CHARS = 250, 6000, 8000
-REFUSED_KEY = None  # the key cache's mark for a metric name over the limit
+REFUSED_KEY = ""  # the key cache's mark for a metric name over the limit (a real key is never empty)
 
 
 class Tracker:
@@ -57,12 +57,12 @@ class Tracker:
 
     # --- public API ------------------------------------------------------------------------
     def log_metric(self, name: str, value, step: int | None = None) -> None:
-        key = self._keys.get(name, "")
-        if not key:
-            if key is REFUSED_KEY or self._new_key(name) is REFUSED_KEY:
-                self._refuse("m", name, f"name of {len(str(name))} characters (MLflow keeps {MAX_NAME_CHARS})")
-                return
-            key = self._keys[name]
+        key = self._keys.get(name)
+        if key is None:
+            key = self._new_key(name)
+        if not key:  # REFUSED_KEY
+            self._refuse("m", name, f"name of {len(str(name))} characters (MLflow keeps {MAX_NAME_CHARS})")
+            return
         if step is None:
             step = self._steps.get(name, 0)
         self._steps[name] = step + 1
@@ -103,10 +103,10 @@ class Tracker:
             self._on_close()
 
     # --- internals -------------------------------------------------------------------------
-    def _new_key(self, name) -> str | None:
+    def _new_key(self, name) -> str:
         text = str(name)
-        self._keys[name] = REFUSED_KEY if len(text) > MAX_NAME_CHARS else json.dumps(text)
-        return self._keys[name]
+        key = self._keys[name] = REFUSED_KEY if len(text) > MAX_NAME_CHARS else json.dumps(text)
+        return key
 
     def _fits(self, kind: str, name: str, value: str, limit: int) -> bool:
         what = {"p": "param", "t": "tag"}[kind]

@@ -175,3 +175,11 @@ def test_the_drain_deadline_is_kept_and_sync_delivers_the_rest_exactly_once(trac
         assert run.info.status == "FAILED" and PENDING_TAG not in run.data.tags  # the job's status
         assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(3000))
     assert len(set(metric_rows(tmp_path / "mlflow.db"))) == len(metric_rows(tmp_path / "mlflow.db")) == 6000
+
+
+def test_a_helper_without_the_jobs_sink_config_says_why_in_helper_json(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "platform_plugin.tracking.delivery", str(tmp_path)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    status = HelperStatus.load(tmp_path)
+    assert done.returncode != 0 and status is not None
+    assert status.phase == "done" and "no sink.json" in status.error

@@ -94,6 +94,18 @@ def test_tracker_writes_every_call_with_per_key_steps(tmp_path):
         ["a", str(tmp_path / "model.ckpt"), "ckpt"]]
 
 
+def test_an_overlong_metric_name_is_refused_every_time_and_warned_once(tmp_path):
+    t = Tracker(tmp_path, RankIdentity("0", None, "j", "n", "s", "h"))
+    with pytest.warns(UserWarning) as caught:
+        for value in (1.0, 2.0):  # the second call takes the key cache's refused mark
+            t.log_metric("m" * 251, value)
+    t.log_metric("loss", 0.5)
+    t.close()
+    lines = [json.loads(x) for x in (tmp_path / "rank_0.jsonl").read_text().splitlines()]
+    assert [x[0] for x in lines] == ["r", "r", "m"] and lines[2][:3] == ["m", "loss", 0.5]
+    assert len(caught) == 1
+
+
 def test_identity_without_rank_is_no_rank_as_the_platform_docs(clean_environ):
     ident = RankIdentity.from_env({"JOB_ID": "j"})
     assert ident.label == "no-rank" and ident.stream == "rank_no-rank" and ident.job_id == "j"

@@ -50,7 +50,7 @@ class _Divert(logging.Filter):
         self.files: dict[int, logging.Handler] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        handler = self.files.get(record.thread)
+        handler = self.files.get(record.thread) if record.thread is not None else None
         if handler is None:
             return True
         handler.handle(record)

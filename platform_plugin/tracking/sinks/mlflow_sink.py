@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
+from platform_plugin.errors import PlatformPluginError
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_job
@@ -35,6 +36,14 @@ def sqlite_path(uri: str) -> Path | None:
     if not uri.startswith("sqlite:///"):
         return None
     return Path(uri[len("sqlite:///"):])
+
+
+def store_uri(config: SinkConfig) -> str:
+    """The job's MLflow store. The launcher always names it in an MLflow job's sink.json;
+    a file without it (edited by hand) is refused instead of opening some default store."""
+    if not config.tracking_uri:
+        raise PlatformPluginError("the job's tracking/sink.json names no MLflow tracking URI")
+    return config.tracking_uri
 
 
 PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
@@ -69,7 +78,7 @@ class MlflowSink:
 
     def batch_limits(self, config: SinkConfig) -> dict[str, int]:
         """Called once the store is open (after ensure_runs)."""
-        return self.sql_limits if self.metric_writer(config.tracking_uri) is not None else self.limits
+        return self.sql_limits if self.metric_writer(store_uri(config)) is not None else self.limits
 
     def __init__(self):
         self._clients: dict[str, object] = {}
@@ -94,13 +103,14 @@ class MlflowSink:
 
     def unavailable(self, config: SinkConfig) -> str | None:
         import mlflow.tracking  # noqa: F401 - imports MLflow once; the store opens in ensure_runs
-        if urlparse(config.tracking_uri or "").scheme not in ("http", "https"):
+        uri = config.tracking_uri or ""
+        if urlparse(uri).scheme not in ("http", "https"):
             return None  # a local store is always there
         import requests
         try:
-            requests.get(config.tracking_uri.rstrip("/") + "/health", timeout=2).raise_for_status()
+            requests.get(uri.rstrip("/") + "/health", timeout=2).raise_for_status()
         except requests.RequestException as exc:
-            return f"MLflow server {config.tracking_uri} unreachable ({type(exc).__name__})"
+            return f"MLflow server {uri} unreachable ({type(exc).__name__})"
         return None
 
     # --- runs -------------------------------------------------------------------------------
@@ -115,7 +125,7 @@ class MlflowSink:
         if config.experiment_id and (config.parent_run_id or not config.job.get("parent")) and not missing:
             return
         with quiet(self._log_path), stream_lock(spool_dir, "runs", blocking=True):
-            client = self.client(config.tracking_uri)  # opens the store under its own lock
+            client = self.client(store_uri(config))  # opens the store under its own lock
             saved = SinkConfig.load(spool_dir)
             if saved is not None:
                 config.experiment_id = config.experiment_id or saved.experiment_id
@@ -162,7 +172,7 @@ class MlflowSink:
         name = config.experiment_name
         found = client.get_experiment_by_name(name)
         if found is None:
-            db = sqlite_path(config.tracking_uri)
+            db = sqlite_path(store_uri(config))
             location = (db.parent / "mlartifacts").as_uri() if db else None
             try:
                 experiment_id = client.create_experiment(name, artifact_location=location)
@@ -208,9 +218,9 @@ class MlflowSink:
                 tags.append(RunTag(record[1] + suffix, record[2]))
             else:
                 artifacts.append(record)
-        client = self.client(config.tracking_uri)
+        client = self.client(store_uri(config))
         with quiet(self._log_path):
-            writer = self.metric_writer(config.tracking_uri) if metrics else None
+            writer = self.metric_writer(store_uri(config)) if metrics else None
             if writer is not None:
                 writer.log_metrics(state.run_id, [(m.key, m.value, m.step, m.timestamp) for m in metrics])
                 metrics = []
@@ -227,13 +237,13 @@ class MlflowSink:
             return
         from mlflow.entities import Metric
         with quiet(self._log_path):
-            writer = self.metric_writer(config.tracking_uri)
+            writer = self.metric_writer(store_uri(config))
             if writer is not None:  # as many points as the ranks': the fast path matters here too
                 writer.log_metrics(config.parent_run_id, [(p.key, p.value, p.step, p.timestamp_ms)
                                                           for p in points])
                 return
             metrics = [Metric(p.key, p.value, p.timestamp_ms, p.step) for p in points]
-            self.client(config.tracking_uri).log_batch(config.parent_run_id, metrics=metrics)
+            self.client(store_uri(config)).log_batch(config.parent_run_id, metrics=metrics)
 
     def is_permanent(self, exc: BaseException) -> bool:
         from mlflow.exceptions import MlflowException
@@ -253,7 +263,7 @@ class MlflowSink:
             return self._end_job(config, spool_dir, pending)
 
     def _end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None) -> bool:
-        client = self.client(config.tracking_uri)
+        client = self.client(store_uri(config))
         status = config.final_status or "FINISHED"
         pending = {k: v for k, v in (pending or {}).items() if v}
         for label, info in config.ranks.items():
@@ -280,10 +290,10 @@ class MlflowSink:
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
     def request_stop(self, config: SinkConfig, server: str, reason: str) -> None:
-        mlflow_job.request_stop(self.client(config.tracking_uri), config, server, reason)
+        mlflow_job.request_stop(self.client(store_uri(config)), config, server, reason)
 
     def stop_requested(self, config: SinkConfig, server: str) -> str | None:
-        return mlflow_job.stop_requested(self.client(config.tracking_uri), config, server)
+        return mlflow_job.stop_requested(self.client(store_uri(config)), config, server)
 
 
 def _end_or_mark(client, run_id: str, status: str, pending: int) -> None:
