@@ -10,7 +10,7 @@ a training rank does not pull in the launcher, settings or the notebook runner.
 """
 from __future__ import annotations
 
-import importlib
+import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
@@ -43,7 +43,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'platform_plugin' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    __import__(module)  # not importlib.import_module: `importlib` costs start-up time
+    return getattr(sys.modules[module], name)
 
 
 def __dir__() -> list[str]:

@@ -16,21 +16,33 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-@dataclass(frozen=True)
+
 class Variable:
-    name: str
-    type: Callable[[str], Any]  # str, float, ...
-    default: Any
-    doc: str
-    choices: Tuple[str, ...] = ()
-    set_by: str = "user"  # "user" | "launcher" (for every rank) | "notebook runner" (kernel)
-    code: str = "ENV_BAD_VALUE"  # the Problem code of a value that does not fit
+    """One variable. A plain class, not a dataclass: every command imports this module, and
+    `dataclasses` (with `inspect`) would be most of `platform-run launch --help`'s imports."""
+
+    __slots__ = ("name", "type", "default", "doc", "choices", "set_by", "code")
+
+    def __init__(self, name: str, type: Callable[[str], Any], default: Any, doc: str,
+                 choices: Tuple[str, ...] = (), set_by: str = "user",
+                 code: str = "ENV_BAD_VALUE") -> None:
+        self.name = name
+        self.type = type  # str, float, ...
+        self.default = default
+        self.doc = doc
+        self.choices = choices
+        self.set_by = set_by  # "user" | "launcher" (for every rank) | "notebook runner" (kernel)
+        self.code = code  # the Problem code of a value that does not fit
+
+    def __repr__(self) -> str:
+        return f"Variable({self.name!r})"
 
     def get(self, environ: Optional[Mapping[str, str]] = None) -> Any:
         """The converted value, or `default` when unset or empty."""

@@ -85,10 +85,10 @@ def test_tracking_never_imports_the_launcher_nor_settings():
     assert wrong == []
 
 
-def loaded_by(code: str) -> list[str]:
+def loaded_by(code: str, prefixes=("platform_plugin", "dotenv", "mlflow")) -> list[str]:
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys, json; print(json.dumps("
-                          "sorted(m for m in sys.modules if m.startswith(('platform_plugin', "
-                          "'dotenv', 'mlflow')))))"], capture_output=True, text=True, check=True,
+                          f"sorted(m for m in sys.modules if m.startswith({tuple(prefixes)!r}))))"],
+                         capture_output=True, text=True, check=True,
                          env=clean_env(PYTHONPATH=str(REPO)), cwd=REPO)
     return json.loads(out.stdout.splitlines()[-1])
 
@@ -100,18 +100,31 @@ def test_importing_tracking_in_a_rank_loads_only_its_rank_side():
 
 
 @pytest.mark.parametrize("argv, allowed", [
-    (["--help"], {"platform_plugin", "platform_plugin.cli", "platform_plugin.errors",
-                   "platform_plugin.util", "platform_plugin.util.suggest"}),
+    (["--help"], {"platform_plugin", "platform_plugin.cli", "platform_plugin.errors"}),
     (["launch", "--help"], {"platform_plugin", "platform_plugin.cli", "platform_plugin.errors",
-                            "platform_plugin.util", "platform_plugin.util.suggest",
                             "platform_plugin.cli.launch", "platform_plugin.launcher",
                             "platform_plugin.launcher.options", "platform_plugin.variables"}),
 ])
 def test_the_cli_imports_only_the_chosen_command(argv, allowed):
-    code = ("import contextlib, io\nfrom platform_plugin.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    try: main({argv!r})\n    except SystemExit: pass")
-    assert set(loaded_by(code)) == allowed
+    assert set(loaded_by(help_of(argv))) == allowed
+
+
+def help_of(argv: list[str]) -> str:
+    return ("import os, sys\nsys.stdout = open(os.devnull, 'w')\n"
+            "from platform_plugin.cli import main\n"
+            f"try: main({argv!r})\nexcept SystemExit: pass\nsys.stdout = sys.__stdout__")
+
+
+# What the help of the CLI must not import: each of these cost several ms (dataclasses pulls in
+# inspect, ast, dis, tokenize; shutil pulls in bz2, lzma, zlib), and the help needs none of them.
+HEAVY_STDLIB = ("dataclasses", "typing", "inspect", "shutil", "difflib", "signal", "subprocess",
+                "importlib.util", "pathlib")  # (not json: loaded_by itself uses it)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["launch", "--help"]])
+def test_the_cli_help_imports_no_heavy_stdlib_module(argv):
+    loaded = loaded_by(help_of(argv), prefixes=HEAVY_STDLIB)
+    assert [m for m in loaded if m in HEAVY_STDLIB] == []
 
 
 # The rank side of tracking and the lifeline's reaper script run without the package: they read

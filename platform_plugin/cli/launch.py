@@ -1,7 +1,6 @@
 """`platform-run launch [options] -- COMMAND ...`: exit 0 ok, 1 job failed/stopped, 2 bad input."""
 from __future__ import annotations
 
-import signal
 import sys
 
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
@@ -23,6 +22,7 @@ def _interrupt(signum, frame):
 def run(args) -> int:
     from platform_plugin.launcher.api import run as run_job  # here: `launch --help` stays light
     from platform_plugin.launcher.result import JobFailed
+    import signal
     options = from_arguments(args)
     command = command_of(args)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}

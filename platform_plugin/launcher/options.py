@@ -9,19 +9,23 @@ its check. Everything else is generated from it:
 - `render_help(prog)`: the option help shown by `platform-run launch --help` and `%dist_run --help`.
 
 Every refusal is a ConfigError with a code, raised before any folder, run or process exists.
-This module imports only the stdlib, `errors` and `variables` (`launch --help` stays fast).
+This module imports only the stdlib, `errors` and `variables`, and not `dataclasses` or `typing`
+(together they were half of `platform-run launch --help`'s imports): the record is a small
+frozen class of its own, below.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import difflib
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.variables import PLATFORM_RUN_MODE, PLATFORM_TRACKING
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any, Callable, Dict, Optional, Tuple
+
+    _Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
 
 # Upper bound of --nproc: more processes than any server has cores/devices; a huge value would
 # otherwise allocate per-rank state before failing (MemoryError for 10**11).
@@ -30,9 +34,6 @@ MAX_NNODES = 4096
 BACKEND_CHOICES = ("auto", "rank-table", "ms-cluster", "torch", "plain")  # backends.BACKENDS + auto
 TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
-
-_Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
-
 
 def _at_least(low: float, *, above: bool = False) -> _Check:
     def check(value):
@@ -64,6 +65,20 @@ def _name(value: str) -> Optional[str]:
         "must be a non-empty name without '/'"
 
 
+class Option:
+    """One declared option: its name and annotation (filled in by `_record`), its default and
+    `metadata` (help, flags, metavar, choices, check, code, cli, aliases)."""
+
+    __slots__ = ("name", "type", "default", "factory", "metadata")
+
+    def __init__(self, default: Any, factory: Callable[[], Any] | None, metadata: dict):
+        self.name, self.type, self.default, self.factory = "", "", default, factory
+        self.metadata = metadata
+
+    def initial(self) -> Any:
+        return self.factory() if self.factory is not None else self.default
+
+
 def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | None = None,
         choices: Tuple[str, ...] | None = None, check: _Check | None = None,
         code: str = "LAUNCH_BAD_VALUE", cli: bool = True, aliases: Tuple[str, ...] = ()) -> Any:
@@ -71,14 +86,29 @@ def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | 
     keyword names `launch()` accepts (torchrun-style spellings); `cli=False`: keyword only."""
     meta = dict(help=help, flags=flags, metavar=metavar, choices=choices, check=check, code=code,
                 cli=cli, aliases=aliases)
-    if isinstance(default, dict):
-        return field(default_factory=dict, metadata=meta)
-    return field(default=default, metadata=meta)
+    if isinstance(default, dict):  # a fresh one per record
+        return Option(None, dict, meta)
+    return Option(default, None, meta)
 
 
-@dataclass(frozen=True)
+def _record(cls: type) -> type:
+    """Collect the class's `Option`s in declaration order into `cls._fields` (name -> Option)
+    and leave each default as the class attribute."""
+    fields: Dict[str, Option] = {}
+    for name, annotation in cls.__dict__["__annotations__"].items():
+        option = cls.__dict__.get(name)
+        if isinstance(option, Option):
+            option.name, option.type = name, annotation
+            fields[name] = option
+            setattr(cls, name, option.default)
+    cls._fields = fields  # type: ignore[attr-defined]
+    return cls
+
+
+@_record
 class LaunchOptions:
-    """What the caller asked for. Defaults here are the only defaults."""
+    """What the caller asked for. Defaults here are the only defaults. Immutable: `replace()`
+    makes a changed copy, checked again."""
 
     nproc: Optional[int] = opt(
         None, "processes on this server (default: this server's devices in the rank table, else "
@@ -151,20 +181,45 @@ class LaunchOptions:
     write: Optional[Callable[[str], Any]] = opt(
         None, "a function that replaces sys.stdout for the display", cli=False)
 
-    def __post_init__(self) -> None:
-        problems = [p for f in dataclasses.fields(self) if (p := _problem(f, getattr(self, f.name)))]
+    def __init__(self, **values: Any) -> None:
+        fields = type(self)._fields  # type: ignore[attr-defined]
+        unknown = set(values) - set(fields)
+        if unknown:
+            raise TypeError(f"LaunchOptions got unexpected option(s) {sorted(unknown)}")
+        for name, f in fields.items():
+            object.__setattr__(self, name, values[name] if name in values else f.initial())
+        problems = [p for f in fields.values() if (p := _problem(f, getattr(self, f.name)))]
         if problems:
             raise ConfigError(problems)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"LaunchOptions is immutable: use .replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError("LaunchOptions is immutable")
+
+    def _values(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # holds a dict (env)
+
+    def __repr__(self) -> str:
+        return f"LaunchOptions({', '.join(f'{k}={v!r}' for k, v in self._values().items())})"
+
     def replace(self, **changes: Any) -> "LaunchOptions":
-        return dataclasses.replace(self, **changes)
+        return LaunchOptions(**{**self._values(), **changes})
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(LaunchOptions)}
+FIELDS: Dict[str, Option] = LaunchOptions._fields  # type: ignore[attr-defined]
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
-def _base_type(f: dataclasses.Field) -> type | None:
+def _base_type(f: Option) -> type | None:
     """`Optional[int]` -> int (annotations are strings under `from __future__ import annotations`)."""
     text = str(f.type).replace("Optional[", "").rstrip("]")
     return _TYPES.get(text)
@@ -175,10 +230,10 @@ def flags_of(name: str) -> Tuple[str, ...]:
     return f.metadata["flags"] or ("--" + name.replace("_", "-"),)
 
 
-def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
+def _problem(f: Option, value: Any) -> Problem | None:
     meta = f.metadata
     where = flags_of(f.name)[0] if meta["cli"] else f.name
-    if value is None and f.default is None:
+    if value is None and f.default is None and f.factory is None:
         return None
     kind = _base_type(f)
     if f.name == "env" and not (isinstance(value, dict)
@@ -207,6 +262,7 @@ def _keyword(name: str) -> str:
         if name in f.metadata["aliases"]:
             return f.name
     known = sorted(list(FIELDS) + [a for f in FIELDS.values() for a in f.metadata["aliases"]])
+    import difflib  # only for a typo: `launch --help` does not pay for it
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; the options are {', '.join(known)}"
     raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"launch() has no option {name!r}{hint}",
@@ -227,7 +283,7 @@ def from_kwargs(kwargs: Dict[str, Any]) -> LaunchOptions:
 
 # ---- argparse, generated from the record -------------------------------------------------------
 
-def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
+def _converter(f: Option) -> Callable[[str], Any]:
     kind = _base_type(f)
 
     def convert(text: str) -> Any:
@@ -248,7 +304,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, command: bool = True) -> N
         meta = f.metadata
         if not meta["cli"]:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else None
+        default = f.default
         shown = f" (default {default})" if default not in (None, False) and "default" not in \
             meta["help"] else ""
         if _base_type(f) is bool:

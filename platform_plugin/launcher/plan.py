@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose, default_nproc
@@ -132,9 +132,9 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     name, reason = choose(options.backend, list(argv), settings, host.npu_present)
     backend = BACKENDS[name]
     if backend.needs_port and options.master_port is None and options.nnodes == 1:
-        options = replace(options, master_port=free_port("0.0.0.0"))
+        options = options.replace(master_port=free_port("0.0.0.0"))
     if options.nproc is None and name != "rank-table":
-        options = replace(options, nproc=default_nproc(host)[0])
+        options = options.replace(nproc=default_nproc(host)[0])
     layout = backend.layout(settings, options)
     job_name = _safe(options.job_name) if options.job_name else default_job_name(argv)
     job_id = options.job_id or new_job_id(job_name)

@@ -11,7 +11,7 @@ the forwarder) is loaded on first use (PEP 562).
 """
 from __future__ import annotations
 
-import importlib
+import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
@@ -34,7 +34,8 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'platform_plugin.tracking' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    __import__(module)  # not importlib.import_module: `importlib` costs start-up time
+    return getattr(sys.modules[module], name)
 
 
 __all__ = ["get_tracker", "Tracker", "NullTracker", "RankIdentity", "JobTracking", "DeliveryReport"]

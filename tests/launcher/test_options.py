@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import subprocess
 
 import pytest
@@ -67,8 +66,10 @@ def test_unknown_keyword_suggests_the_closest_name():
 
 
 def test_aliases_map_to_their_field(monkeypatch):
-    aliased = dataclasses.field(metadata=dict(FIELDS["nproc"].metadata, aliases=("nproc_per_node",)))
-    aliased.name = "nproc"
+    original = FIELDS["nproc"]
+    aliased = opts_mod.Option(original.default, None, dict(original.metadata,
+                                                           aliases=("nproc_per_node",)))
+    aliased.name, aliased.type = "nproc", original.type
     monkeypatch.setitem(FIELDS, "nproc", aliased)
     assert from_kwargs({"nproc_per_node": 4}).nproc == 4
     with pytest.raises(ConfigError):
