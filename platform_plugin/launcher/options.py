@@ -206,7 +206,7 @@ class LaunchOptions:
             return NotImplemented
         return self._values() == other._values()
 
-    __hash__ = None  # holds a dict (env)
+    __hash__ = None  # type: ignore[assignment]  # unhashable: holds a dict (env)
 
     def __repr__(self) -> str:
         return f"LaunchOptions({', '.join(f'{k}={v!r}' for k, v in self._values().items())})"
