@@ -5,12 +5,12 @@ import signal
 import tempfile
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.notebook.jupyter_ui import browser_base, jupyter_server
+from platform_plugin.notebook.jupyter_ui import OwnedUI, browser_base, jupyter_server
 from platform_plugin.tracking import compare
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
-from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
+from platform_plugin.tracking.server import HOST
 from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
 
 
@@ -73,9 +73,9 @@ def run(args) -> int:
     port = args.port or free_port()
     ui = f"http://{HOST}:{port}"
     log = tempfile.NamedTemporaryFile(prefix="mlflow-ui-", suffix=".log", delete=False).name
-    proc = start_server(uri, port, log_path=log)
+    owned = OwnedUI(uri, port, log)  # stops with this command, even a SIGKILLed one
     try:
-        wait_healthy(ui, proc, log_path=log)
+        owned.wait_healthy()
         print(f"MLflow UI: {ui}  (store {uri}; server log {log}; Ctrl-C stops it)", flush=True)
         server = jupyter_server()
         if server is not None:  # a JupyterLab terminal: the browser reaches the UI through it
@@ -89,9 +89,9 @@ def run(args) -> int:
         features = detect()
         for text in features.missing() if features else ():
             print(f"MLflow {features.version}: {text}", flush=True)
-        proc.wait()
+        owned.proc.wait()
     except KeyboardInterrupt:
         pass
     finally:
-        stop_server(proc)
-    return 0 if proc.returncode in (0, -15, None) else 1
+        owned.stop()
+    return 0 if owned.proc.returncode in (0, -15, None) else 1

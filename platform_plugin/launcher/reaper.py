@@ -48,6 +48,8 @@ class JobProcesses:
 
     def strays(self) -> list[int]:
         """The job's live processes outside its groups (setsid grandchildren, daemons)."""
+        if not (self.job_id or self.job_dir):
+            return []  # a lifeline of groups alone (Lifeline.for_groups): no environment to match
         return [p.pid for p in user_processes("JOB_ID")
                 if p.pgid not in self.pgids and self._ours(p.env)]
 

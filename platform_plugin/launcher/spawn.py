@@ -62,7 +62,12 @@ def piped(stream: IO[bytes] | None) -> IO[bytes]:
 
 class Lifeline:
     """The watchdog described above for the job `job_id` (logs in `job_dir`). `add(pgid)`
-    registers a group; `release()` ends it cleanly."""
+    registers a group; `release()` ends it cleanly. `Lifeline.for_groups(grace)`: groups only,
+    no job environment to sweep (a server this process started, in its own session)."""
+
+    @classmethod
+    def for_groups(cls, grace: float) -> Lifeline:
+        return cls("", "", grace)  # no JOB_ID / job folder: the reaper sweeps only the groups
 
     def __init__(self, job_id: str, job_dir: str, grace: float) -> None:
         reaper = [sys.executable or "python3", "-S", "-I", _REAPER, f"{grace:g}", job_id, job_dir]

@@ -14,10 +14,12 @@ import importlib.util
 import os
 import tempfile
 
+from platform_plugin.launcher.spawn import Lifeline
 from platform_plugin.util.procfs import ancestors
 from platform_plugin.util.ports import free_port
 
-_UI: dict[str, tuple] = {}  # store uri -> (process, port): one UI per store per kernel
+UI_STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a UI whose owner died
+_UI: dict[str, OwnedUI] = {}  # store uri -> its UI: one per store per kernel
 
 
 def jupyter_server() -> dict | None:
@@ -60,18 +62,56 @@ def reachable(port: int, server: dict | None) -> bool:
         return False
 
 
+class OwnedUI:
+    """A lean MLflow UI server that lives as long as the process that started it. `stop()`
+    ends it; when this process dies without stopping it (a SIGKILLed kernel, a closed
+    terminal: atexit never runs) its lifeline (launcher/spawn.py, the one the ranks have)
+    stops the server's process group, which holds uvicorn's worker too (the server runs in a
+    session of its own)."""
+
+    def __init__(self, store_uri: str, port: int, log_path: str) -> None:
+        from platform_plugin.tracking.server import start_server
+
+        self.port, self.log_path = port, log_path
+        self._stopped = False
+        self._lifeline = Lifeline.for_groups(UI_STOP_GRACE_S)  # first: no moment without it
+        try:
+            self.proc = start_server(store_uri, port, log_path=log_path)
+        except BaseException:
+            self._lifeline.release()
+            raise
+        self._lifeline.add(self.proc.pid)  # pid == pgid: start_new_session
+
+    def wait_healthy(self) -> None:
+        from platform_plugin.tracking.server import HOST, wait_healthy
+        try:
+            wait_healthy(f"http://{HOST}:{self.port}", self.proc, log_path=self.log_path)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Idempotent (atexit, an error path and a `finally` may each call it)."""
+        from platform_plugin.tracking.server import stop_server
+        if self._stopped:
+            return
+        self._stopped = True
+        stop_server(self.proc)
+        self._lifeline.release()
+
+
 def ensure_ui(store_uri: str) -> int:
     """Start (once per kernel and store) a lean MLflow UI on a free loopback port; it stops
-    when the kernel exits. Returns the port."""
-    from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
-
+    when the kernel exits, however it exits. Returns the port."""
     known = _UI.get(store_uri)
-    if known and known[0].poll() is None:
-        return known[1]
+    if known and known.proc.poll() is None:
+        return known.port
+    if known:
+        known.stop()  # it died on its own: its lifeline goes too
     port = free_port()
     log = os.path.join(tempfile.gettempdir(), f"platform-mlflow-ui-{port}.log")
-    proc = start_server(store_uri, port, log_path=log)
-    wait_healthy(f"http://{HOST}:{port}", proc, log_path=log)
-    atexit.register(stop_server, proc)
-    _UI[store_uri] = (proc, port)
+    ui = OwnedUI(store_uri, port, log)
+    ui.wait_healthy()
+    atexit.register(ui.stop)
+    _UI[store_uri] = ui
     return port

@@ -1,0 +1,80 @@
+"""The MLflow UI a notebook (or `platform-run ui`) starts lives exactly as long as its owner:
+a SIGKILLed kernel or CLI (no atexit runs) takes the whole server tree with it, uvicorn's
+worker included, through the lifeline the ranks have. Real kernel, real `mlflow server`."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from platform_plugin.util.procfs import alive
+from tests.helpers import clean_env, process_tree, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _server_tree(owner: int) -> list[int]:
+    """The owner's descendants once the MLflow server and its web worker run (the lifeline's
+    `sh` included: it must go too)."""
+    def ready():
+        tree = process_tree(owner)[1:]
+        servers = [pid for pid in tree if "mlflow" in _cmdline(pid) and " server " in _cmdline(pid)]
+        return tree if servers and len(process_tree(servers[0])) >= 2 else None
+    return wait_for(ready, timeout=120, what="the MLflow server and its worker")
+
+
+def _kill_and_wait_gone(owner: int, tree: list[int]) -> None:
+    os.kill(owner, signal.SIGKILL)
+    try:
+        wait_for(lambda: not any(alive(pid) for pid in tree), timeout=30,
+                 what=f"the UI server tree {tree} to end after its owner's SIGKILL")
+    finally:
+        for pid in tree:  # a failing test leaves nothing behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_ui_a_kernel_started_ends_when_the_kernel_is_sigkilled(tmp_path):
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path), env=clean_env())
+    outputs: list[str] = []
+    try:
+        reply = kc.execute_interactive(
+            "import os\nfrom platform_plugin.notebook.jupyter_ui import ensure_ui\n"
+            f"port = ensure_ui('sqlite:///{tmp_path / 'mlflow.db'}')\nprint(os.getpid(), port)",
+            timeout=180, output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok", outputs
+        kernel_pid, port = map(int, "".join(outputs).split())
+        tree = _server_tree(kernel_pid)
+        assert any(f"--port {port}" in _cmdline(pid) for pid in tree)
+        _kill_and_wait_gone(kernel_pid, tree)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_the_ui_platform_run_ui_started_ends_with_the_command(tmp_path):
+    """Decision: `platform-run ui` is a foreground command whose server is its own ("Ctrl-C
+    stops it"); a SIGKILLed (or hung-up) command must not leave a server holding the port."""
+    cli = Path(sys.executable).with_name("platform-run")
+    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                             "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("MLflow UI: http://127.0.0.1:"), first
+        _kill_and_wait_gone(proc.pid, _server_tree(proc.pid))
+    finally:
+        proc.kill()
+        proc.wait()
