@@ -101,8 +101,7 @@ def _interrupt(signum, frame):
 def run(args) -> int:
     _check(args)
     from platform_plugin.tracking.postgres import LocalPostgres
-    from platform_plugin.tracking.server import (start_server, stop_server, team_server_command,
-                                                 wait_healthy)
+    from platform_plugin.tracking.server import start_team_server, stop_server, wait_healthy
     data = Path(args.data_dir or default_data_dir()).resolve()
     _check_data_dir(data)
     artifacts = str(Path(args.artifacts).resolve() if args.artifacts else data / "artifacts")
@@ -115,10 +114,8 @@ def run(args) -> int:
         pg.start()
         log = data / "mlflow-server.log"
         uri = tracking_uri(args.host, port)
-        command = team_server_command(args.host, port, args.workers, artifacts,
-                                      allowed_hosts(args.allowed_hosts, uri, port))
-        proc = start_server("", port, log_path=log, env={"MLFLOW_BACKEND_STORE_URI": pg.uri},
-                            command=command)
+        proc = start_team_server(pg.uri, args.host, port, workers=args.workers, artifacts=artifacts,
+                                 folder=data, allowed_hosts=allowed_hosts(args.allowed_hosts, uri, port))
         local = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
         wait_healthy(local, proc, log_path=log, timeout=180)
         print(f"MLflow tracking server: {uri}  (PostgreSQL in {pg.pgdata}, artifacts in "

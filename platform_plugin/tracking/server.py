@@ -29,15 +29,39 @@ def server_command(store_uri: str, port: int) -> list[str]:
 
 
 def team_server_command(host: str, port: int, workers: int, artifacts: str,
-                        allowed_hosts: str | None = None) -> list[str]:
+                        allowed_hosts: str | None = None, bulk: bool = True) -> list[str]:
     """`mlflow server` for every server of a job: the store URI comes in the environment
     (MLFLOW_BACKEND_STORE_URI: it holds the database password), artifacts are uploaded through
-    the server (--serve-artifacts) into `artifacts`, so ranks on any machine can log them."""
+    the server (--serve-artifacts) into `artifacts`, so ranks on any machine can log them.
+    `bulk`: MLflow's app plus the bulk metrics route (bulk_app.py; needs `app_env()`)."""
     mlflow = Path(sys.executable).with_name("mlflow")
     return [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", host,
             "--port", str(port), "--workers", str(workers), "--serve-artifacts",
             "--artifacts-destination", artifacts] + (
-                ["--allowed-hosts", allowed_hosts] if allowed_hosts else [])
+                ["--allowed-hosts", allowed_hosts] if allowed_hosts else []) + (
+                ["--app-name", APP_NAME] if bulk else [])
+
+
+APP_NAME = "platform-bulk"  # the `mlflow.app` entry point in pyproject.toml
+APP_ENTRY = "platform_plugin.tracking.bulk_app:create_app"
+
+
+def app_env(folder: str | os.PathLike) -> dict[str, str]:
+    """Environment for `mlflow server --app-name platform-bulk`. MLflow looks the name up among
+    installed `mlflow.app` entry points; when this package runs without its metadata (a
+    checkout on PYTHONPATH, an install older than the entry point) a one-entry distribution
+    record is written into `folder` and put on the server's PYTHONPATH, with this package."""
+    from importlib.metadata import entry_points
+    package_root = str(Path(__file__).resolve().parents[2])
+    paths = [package_root]
+    if APP_NAME not in {ep.name for ep in entry_points(group="mlflow.app")}:
+        info = Path(folder) / "mlflow-app" / "platform_plugin_server_app-1.0.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: platform-plugin-server-app\n"
+                                       "Version: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[mlflow.app]\n{APP_NAME} = {APP_ENTRY}\n")
+        paths.insert(0, str(info.parent))
+    return {"PYTHONPATH": os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])}
 
 
 def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike,
@@ -86,3 +110,14 @@ def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def start_team_server(store_uri: str, host: str, port: int, *, workers: int, artifacts: str,
+                      folder: str | os.PathLike, allowed_hosts: str | None = None,
+                      bulk: bool = True) -> subprocess.Popen:
+    """`platform-run server`'s MLflow (also the tests' and the benchmark's): the store URI in
+    the environment, the bulk route's app found through `app_env`, log in `folder`."""
+    env = {"MLFLOW_BACKEND_STORE_URI": store_uri, **(app_env(folder) if bulk else {})}
+    return start_server("", port, log_path=Path(folder) / "mlflow-server.log", env=env,
+                        command=team_server_command(host, port, workers, artifacts, allowed_hosts,
+                                                    bulk=bulk))

@@ -37,18 +37,22 @@ def wflogger_standin(tracking_env, tmp_path, monkeypatch):
         del sys.modules[name]
 
 
+class ServerUri(str):
+    """The tracking URI, carrying the database URI behind the server (`pg_uri`)."""
+    pg_uri = ""
+
+
 @pytest.fixture(scope="session")
 def postgres_mlflow():
     """A real PostgreSQL cluster (initdb'd for this session in a temporary folder, on a free
-    loopback port) behind a real `mlflow server` with 2 workers and served artifacts, as
+    loopback port) behind a real `mlflow server` with 1 worker, served artifacts and the bulk route, as
     `platform-run server` runs them. Yields the tracking URI; both are stopped at the end.
     Skips (with the reason) only when PostgreSQL's binaries are not installed."""
     import shutil
     import tempfile
 
     from platform_plugin.tracking.postgres import LocalPostgres, missing_reason
-    from platform_plugin.tracking.server import (start_server, stop_server, team_server_command,
-                                                 wait_healthy)
+    from platform_plugin.tracking.server import start_team_server, stop_server, wait_healthy
     from platform_plugin.util.ports import free_port
     why = missing_reason()
     if why:
@@ -60,12 +64,11 @@ def postgres_mlflow():
     try:
         pg.start()
         port = free_port()
-        log = os.path.join(root, "mlflow.log")
-        proc = start_server("", port, log_path=log, env={"MLFLOW_BACKEND_STORE_URI": pg.uri},
-                            command=team_server_command("127.0.0.1", port, 1,
-                                                        os.path.join(root, "artifacts")))
-        uri = f"http://127.0.0.1:{port}"
-        wait_healthy(uri, proc, log_path=log, timeout=180)
+        proc = start_team_server(pg.uri, "127.0.0.1", port, workers=1,
+                                 artifacts=os.path.join(root, "artifacts"), folder=root)
+        uri = ServerUri(f"http://127.0.0.1:{port}")
+        uri.pg_uri = pg.uri  # the bulk route's tests compare rows in the database
+        wait_healthy(uri, proc, log_path=os.path.join(root, "mlflow-server.log"), timeout=180)
         yield uri
     finally:
         if proc is not None:

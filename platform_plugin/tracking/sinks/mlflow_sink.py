@@ -4,8 +4,8 @@ rank in the job's run with keys suffixed `-{RANK_ID}` (layout "flat").
 A store is first opened (MLflow creates and migrates a fresh sqlite store on open) under a
 cross-process lock beside the sqlite file: several launchers opening one fresh store at once
 race on the migration (`duplicate column name: step`) and can leave it unopenable. Metric
-points go into SQL stores through `mlflow_sql` (one INSERT per batch), the rest through
-MLflow's client."""
+points go into SQL stores through `mlflow_sql` (one INSERT per batch), into a server with the
+bulk route through `mlflow_bulk` (one request per batch), the rest through MLflow's client."""
 from __future__ import annotations
 
 import fcntl
@@ -18,6 +18,7 @@ from platform_plugin.errors import PlatformPluginError
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import quiet, standard_tags
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 
@@ -73,18 +74,22 @@ PERMANENT_CODES = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
 class MlflowSink:
     name = "mlflow"
     limits = {"m": 1000, "p": 100, "t": 100, "a": 1, "total": 1000}  # MLflow's log_batch limits
-    # metrics into a SQL store skip log_batch (mlflow_sql): fewer, larger transactions
+    # metrics into a SQL store (mlflow_sql) or a server with the bulk route (mlflow_bulk) skip
+    # log_batch: fewer, larger transactions
     sql_limits = {"m": 10000, "p": 100, "t": 100, "a": 1, "total": 10000}
 
     def batch_limits(self, config: SinkConfig) -> dict[str, int]:
         """Called once the store is open (after ensure_runs)."""
-        return self.sql_limits if self.metric_writer(store_uri(config)) is not None else self.limits
+        uri = store_uri(config)
+        fast = self.metric_writer(uri) is not None or self._bulk.available(self.client(uri), uri)
+        return self.sql_limits if fast else self.limits
 
     def __init__(self):
         self._clients: dict[str, object] = {}
         self._log_path: Path | None = None  # the job's tracking folder / mlflow.log
         self._tags: dict[str, dict[str, str]] = {}
         self._writers: dict[str, object] = {}
+        self._bulk = BulkRoute()  # an http store's bulk route (mlflow_bulk.py), asked once
 
     def client(self, uri: str):
         if uri not in self._clients:
@@ -204,14 +209,13 @@ class MlflowSink:
     # --- delivery ---------------------------------------------------------------------------
     def deliver(self, config: SinkConfig, label: str, state: StreamState,
                 records: list[list]) -> None:
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Param, RunTag
         suffix = f"-{label}" if config.layout == "flat" else ""
-        metrics, params, tags, artifacts = [], [], [], []
+        points, params, tags, artifacts = [], [], [], []
         for record in records:
             kind = record[0]
-            if kind == "m":
-                _, key, value, step, timestamp = record
-                metrics.append(Metric(key + suffix, float(value), int(timestamp), int(step)))
+            if kind == "m":  # (key, value, step, timestamp_ms)
+                points.append((record[1] + suffix, float(record[2]), int(record[3]), int(record[4])))
             elif kind == "p":
                 params.append(Param(record[1] + suffix, record[2]))
             elif kind == "t":
@@ -220,10 +224,7 @@ class MlflowSink:
                 artifacts.append(record)
         client = self.client(store_uri(config))
         with quiet(self._log_path):
-            writer = self.metric_writer(store_uri(config)) if metrics else None
-            if writer is not None:
-                writer.log_metrics(state.run_id, [(m.key, m.value, m.step, m.timestamp) for m in metrics])
-                metrics = []
+            metrics = self._log_points(store_uri(config), state.run_id, points)
             if metrics or params or tags:
                 client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
             for _, local_path, artifact_path in artifacts:
@@ -231,19 +232,35 @@ class MlflowSink:
                     artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
                 client.log_artifact(state.run_id, local_path, artifact_path)
 
+    def _log_points(self, uri: str, run_id: str, points: list[tuple]) -> list:
+        """Metric points through the fastest path the store has: the SQL fast path (a database
+        we open ourselves), the server's bulk route (`platform-run server`), else nothing is
+        sent here and MLflow `Metric`s come back for `log_batch`."""
+        if not points:
+            return []
+        writer = self.metric_writer(uri)
+        if writer is not None:
+            writer.log_metrics(run_id, points)
+            return []
+        client = self.client(uri)
+        if self._bulk.available(client, uri):
+            self._bulk.post(client, run_id, points)
+            return []
+        from mlflow.entities import Metric
+        return [Metric(key, value, timestamp, step) for key, value, step, timestamp in points]
+
     def deliver_aggregates(self, config: SinkConfig, points) -> None:
-        """Per-step aggregates across ranks (aggregates.py) into the job's parent run."""
+        """Per-step aggregates across ranks (aggregates.py) into the job's parent run: as many
+        points as the ranks', so through the same fast paths."""
         if not config.parent_run_id:
             return
-        from mlflow.entities import Metric
         with quiet(self._log_path):
-            writer = self.metric_writer(store_uri(config))
-            if writer is not None:  # as many points as the ranks': the fast path matters here too
-                writer.log_metrics(config.parent_run_id, [(p.key, p.value, p.step, p.timestamp_ms)
-                                                          for p in points])
-                return
-            metrics = [Metric(p.key, p.value, p.timestamp_ms, p.step) for p in points]
-            self.client(store_uri(config)).log_batch(config.parent_run_id, metrics=metrics)
+            metrics = self._log_points(store_uri(config), config.parent_run_id,
+                                       [(p.key, p.value, p.step, p.timestamp_ms) for p in points])
+            step = self.limits["m"]  # aggregates come in batches of sql_limits: log_batch takes fewer
+            for start in range(0, len(metrics), step):
+                self.client(store_uri(config)).log_batch(config.parent_run_id,
+                                                         metrics=metrics[start:start + step])
 
     def is_permanent(self, exc: BaseException) -> bool:
         from mlflow.exceptions import MlflowException

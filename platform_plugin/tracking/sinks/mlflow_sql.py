@@ -78,8 +78,20 @@ class SqlMetricWriter:
                   for key, value, timestamp, step, is_nan in rows]
         with self._one_writer or _NoLock(), self.engine.begin() as conn:
             self._check_active(conn, run_id)
-            conn.exec_driver_sql(self._insert_sql, values)
+            self._insert_points(conn, values)
             self._update_latest(conn, run_id, values)
+
+    def _insert_points(self, conn, values: list[tuple]) -> None:
+        """PostgreSQL: one statement of many VALUES rows (psycopg2's `executemany`, which
+        SQLAlchemy uses for driver-level SQL, is one round trip per row);
+        sqlite: `executemany` (in-process, no round trips)."""
+        if self.dialect == "postgresql":
+            from psycopg2.extras import execute_values
+            sql = self._insert_sql.split(" VALUES ")[0] + " VALUES %s ON CONFLICT DO NOTHING"
+            cursor = conn.connection.driver_connection.cursor()
+            execute_values(cursor, sql, values, page_size=len(values) or 1)
+            return
+        conn.exec_driver_sql(self._insert_sql, values)
 
     def _validate_keys(self, keys: set[str]) -> None:
         from mlflow.utils.validation import _validate_metric_name
@@ -93,6 +105,9 @@ class SqlMetricWriter:
         from sqlalchemy import select
         stage = conn.execute(select(self.runs.c.lifecycle_stage)
                              .where(self.runs.c.run_uuid == run_id)).scalar()
+        if stage is None:  # MLflow's own wording and code for an unknown run
+            from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST
+            raise MlflowException(f"Run with id={run_id} not found", error_code=RESOURCE_DOES_NOT_EXIST)
         if stage != "active":
             raise MlflowException(f"The run {run_id} must be in the 'active' state. Current state "
                                   f"is {stage}.", error_code=INVALID_PARAMETER_VALUE)
@@ -108,7 +123,7 @@ class SqlMetricWriter:
         existing = {r.key: (r.step, r.timestamp, r.value) for r in conn.execute(
             select(t.c.key, t.c.step, t.c.timestamp, t.c.value)
             .where(t.c.run_uuid == run_id, t.c.key.in_(sorted(newest))))}
-        for key, (_, value, timestamp, step, is_nan, _) in newest.items():
+        for key, (_, value, timestamp, step, is_nan, _) in sorted(newest.items()):  # one lock order
             fresh = {"value": value, "timestamp": timestamp, "step": step, "is_nan": is_nan}
             old = existing.get(key)
             if old is None:

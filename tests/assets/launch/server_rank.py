@@ -1,7 +1,7 @@
 """A rank of a simulated multi-server job: `server_rank.py MODE [ARG]`.
 
 env           print `ENV {...}` (the launcher's variables) and end
-train         log `loss` for 20 steps through platform_plugin.tracking, then end
+train [N]     log `loss` for N (default 20) steps through platform_plugin.tracking, then end
 fail-on N     rank N exits 3 after 1 s (after logging 5 points); the others log and sleep 120 s
 fail-once     on the first attempt (PLATFORM_ATTEMPT=0) rank 0 exits 4; later attempts succeed
 """
@@ -27,7 +27,7 @@ def log(steps):
 
 
 if mode == "train":
-    log(20)
+    log(int(sys.argv[2]) if len(sys.argv) > 2 else 20)
 elif mode == "fail-on":
     log(5)
     if rank == int(sys.argv[2]):

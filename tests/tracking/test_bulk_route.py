@@ -1,0 +1,122 @@
+"""The team server's bulk metrics route (tracking/bulk_app.py) against a real `mlflow server`
+on a real PostgreSQL (the session fixture `postgres_mlflow`, started as `platform-run server`
+starts it): it stores exactly the rows MLflow's log_batch stores, a replay adds nothing, an
+unknown or deleted run is refused with MLflow's error codes; against a plain `mlflow server`
+the sink falls back to log_batch and says so once; 4 launchers x 8 ranks into one server store
+every point once."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests.helpers import ASSETS, clean_env, wait_for
+from tests.launcher.helpers import PY, finish_all, start_cli
+from tests.tracking.helpers import client, mlflow_server
+from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.util.ports import free_port
+
+pytestmark = pytest.mark.slow
+RANK = str(ASSETS / "launch" / "server_rank.py")
+POINTS = [("loss", 0.5, 0, 1000), ("loss", float("nan"), 1, 1001), ("loss", float("inf"), 2, 1002),
+          ("loss", -float("inf"), 3, 1003), ("loss", 0.25, 3, 1003), ("acc", 0.1, 7, 5),
+          ("acc", 0.9, 2, 9), ("acc", 0.9, 2, 9)]  # the last one twice: stored once
+
+
+def rows(pg_uri: str, run_id: str) -> tuple[list, list]:
+    """(metrics rows, latest_metrics rows) of a run, without the run id, sorted."""
+    import sqlalchemy
+    engine = sqlalchemy.create_engine(pg_uri)
+    try:
+        with engine.connect() as conn:
+            return tuple(sorted(tuple(r) for r in conn.execute(sqlalchemy.text(
+                f"SELECT key, value, timestamp, step, is_nan FROM {table} WHERE run_uuid = :r"),
+                {"r": run_id})) for table in ("metrics", "latest_metrics"))
+    finally:
+        engine.dispose()
+
+
+def test_bulk_route_stores_what_log_batch_stores_and_a_replay_adds_nothing(postgres_mlflow):
+    from mlflow.entities import Metric
+    c = client(postgres_mlflow)
+    experiment = c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")
+    theirs, ours = (c.create_run(experiment).info.run_id for _ in range(2))
+    c.log_batch(theirs, metrics=[Metric(k, v, t, s) for k, v, s, t in POINTS])
+    route = BulkRoute()
+    assert route.available(c, postgres_mlflow)
+    route.post(c, ours, POINTS[:3])
+    route.post(c, ours, POINTS)  # a replay of the first three plus the rest
+    stored = rows(postgres_mlflow.pg_uri, ours)
+    assert stored == rows(postgres_mlflow.pg_uri, theirs)
+    assert len(stored[0]) == 7 and len(stored[1]) == 2
+    route.post(c, ours, POINTS)  # an exact replay
+    assert rows(postgres_mlflow.pg_uri, ours) == stored
+    assert c.get_run(ours).data.metrics == c.get_run(theirs).data.metrics
+
+
+def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlflow):
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.rest_utils import http_request
+    c = client(postgres_mlflow)
+    route = BulkRoute()
+    with pytest.raises(MlflowException, match="Run with id=0123abc not found") as unknown:
+        route.post(c, "0123abc", POINTS[:1])
+    assert unknown.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
+    c.delete_run(run)
+    with pytest.raises(MlflowException, match="must be in the 'active' state") as deleted:
+        route.post(c, run, POINTS[:1])
+    assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"  # permanent for the forwarder
+    with pytest.raises(MlflowException, match="must not resolve to other names"):
+        route.post(c, c.create_run(c.get_run(run).info.experiment_id).info.run_id,
+                   [("bad/../name", 1.0, 0, 1)])
+    creds = c._tracking_client.store.get_host_creds()
+    bad = http_request(creds, "/platform/api/metrics/bulk", "POST", data="{\"runs\": 3}",
+                       extra_headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and "INVALID_PARAMETER_VALUE" in bad.text
+
+
+def test_plain_mlflow_server_falls_back_to_log_batch_and_says_so_once(tmp_path, capfd):
+    with mlflow_server(tmp_path) as server:
+        sink = MlflowSink()
+        c = sink.client(server.url)
+        run = c.create_run(c.create_experiment("plain")).info.run_id
+        for chunk in (POINTS[:4], POINTS[4:]):
+            assert sink._log_points(server.url, run, chunk)  # MLflow Metrics for log_batch
+        metrics = sink._log_points(server.url, run, POINTS)
+        c.log_batch(run, metrics=metrics)
+        assert c.get_run(run).data.metrics == {"loss": 0.25, "acc": 0.1}  # greatest step wins
+        assert len(c.get_metric_history(run, "loss")) == 5
+    err = capfd.readouterr().err
+    assert err.count("has no bulk metrics route") == 1 and "log_batch" in err
+
+
+def test_four_launchers_of_eight_ranks_store_every_point_once(tmp_path, postgres_mlflow):
+    steps, experiment = 500, f"bulk4x8-{uuid.uuid4().hex[:8]}"
+    env = clean_env(MLFLOW_TRACKING_URI=postgres_mlflow, MLFLOW_EXPERIMENT_NAME=experiment,
+                    PLATFORM_TRACKING_DRAIN_TIMEOUT="120")
+    port = free_port()
+    procs = [start_cli(["--tracking", "mlflow", "--nproc", "8", "--nnodes", "4", "--node-rank",
+                        str(n), "--master-port", str(port), "--backend", "plain", "--show", "none",
+                        "--no-system-metrics", "--", PY, RANK, "train", str(steps)],
+                       tmp_path / f"server{n}", cwd=str(tmp_path), env=env)
+             for n in range(4)]
+    outs = finish_all(procs, timeout=240)
+    assert [code for code, _ in outs] == [0] * 4, outs
+    import sqlalchemy
+    engine = sqlalchemy.create_engine(postgres_mlflow.pg_uri)
+    with engine.connect() as conn:
+        total, distinct = conn.execute(sqlalchemy.text(
+            "SELECT count(*), count(DISTINCT (m.run_uuid, m.step)) FROM metrics m JOIN runs r "
+            "ON m.run_uuid = r.run_uuid JOIN experiments e ON r.experiment_id = e.experiment_id "
+            "WHERE e.name = :name AND m.key = 'loss'"), {"name": experiment}).one()
+    engine.dispose()
+    assert (total, distinct) == (4 * 8 * steps, 4 * 8 * steps)
+    logs = [p.read_text() for p in tmp_path.glob("server*/*/tracking/helper.log")]
+    assert len(logs) == 4 and not any("has no bulk metrics route" in log for log in logs)
+    # the helpers end the runs after the launchers returned: not after the session's server
+    wait_for(lambda: all(json.loads(p.read_text())["phase"] == "done"
+                         for p in tmp_path.glob("server*/*/tracking/helper.json")),
+             timeout=120, interval=0.5, what="the forwarding helpers ended the runs")
