@@ -1,13 +1,19 @@
 """Multi-server delivery benchmark: L launchers (simulated servers, `--nnodes L` on loopback,
 one log folder each) x R ranks x S steps into ONE tracking store, end to end.
 
-    .venv/bin/python bench/multiserver.py [--steps 10000] [--cases 1x8,4x8,1x32] [--stores sqlite,postgres]
+    .venv/bin/python bench/multiserver.py [--rounds 1] [--steps 10000] [--cases 1x8,4x8]
+                                          [--stores sqlite,postgres,postgres-logbatch]
 
-Stores: `sqlite` = a fresh sqlite file every launcher writes directly; `postgres` = a real
-`mlflow server` (4 workers, as `platform-run server` runs it) on a fresh PostgreSQL cluster.
-Time = the launchers started to every launcher returned (which is after its last point was
-accepted). Then the store's metrics table is counted: rows, distinct (run, key, step), expected
-L*R*S: every point present and no duplicate. Writes docs/benchmarks.md section `multiserver`.
+Stores: `sqlite` = a fresh sqlite file every launcher writes directly (SQL fast path);
+`postgres` = `platform-run server`'s MLflow (4 workers, bulk metrics route) on a fresh
+PostgreSQL 15 cluster; `postgres-logbatch` = a plain `mlflow server` (4 workers, MLflow's own
+app) on the same database, i.e. the `log_batch` fallback. The stores of a round are run one
+after the other, in the opposite order the next round (alternating), every case in each.
+Time = launchers started to every launcher returned (a launcher returns once its last point
+was accepted); a poller also notes when the first point was in the store, so `delivering` =
+first point stored -> all stored (what remains once MLflow is imported and the runs exist).
+Then the store's metrics table is counted: rows and distinct (run, step) = L*R*S means every
+point present and none twice. Writes docs/benchmarks.md section `multiserver`.
 """
 from __future__ import annotations
 
@@ -15,16 +21,19 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from benchdoc import write_section  # bench/benchdoc.py
+from benchdoc import load_text, write_section  # bench/benchdoc.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+GOAL = 10_000  # points/s from one launcher of 8 ranks into the PostgreSQL-backed server
 
 RANK_SCRIPT = """
 import os
@@ -33,17 +42,52 @@ t = tracking.get_tracker()
 for step in range(int(os.environ["BENCH_STEPS"])):
     t.log_metric("loss", 1.0 / (step + 1), step=step)
 """
+COUNT_SQL = ("SELECT count(*), count(DISTINCT m.run_uuid || '/' || CAST(m.step AS VARCHAR)) "
+             "FROM metrics m JOIN runs r ON m.run_uuid = r.run_uuid JOIN experiments e ON "
+             "r.experiment_id = e.experiment_id WHERE e.name = :name AND m.key = 'loss'")
 
 
-def run_case(launchers: int, ranks: int, steps: int, uri: str, work: Path) -> float:
+def count(db_uri: str, experiment: str) -> tuple[int, int]:
+    import sqlalchemy
+    engine = sqlalchemy.create_engine(db_uri)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(sqlalchemy.text(COUNT_SQL), {"name": experiment}).one()
+    finally:
+        engine.dispose()
+    return int(row[0]), int(row[1])
+
+
+class FirstPoint:
+    """Polls the store (0.25 s) for the first stored point of the experiment."""
+
+    def __init__(self, db_uri: str, experiment: str, start: float):
+        self.db_uri, self.experiment, self.start = db_uri, experiment, start
+        self.at: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _poll(self) -> None:
+        while not self.stop.is_set() and self.at is None:
+            try:
+                if count(self.db_uri, self.experiment)[0]:
+                    self.at = time.perf_counter() - self.start
+            except Exception:  # noqa: BLE001 - the store does not exist yet
+                pass
+            self.stop.wait(0.25)
+
+
+def run_case(launchers: int, ranks: int, steps: int, uri: str, db_uri: str, work: Path) -> dict:
     from platform_plugin.util.ports import free_port
     script = work / "rank.py"
     script.write_text(RANK_SCRIPT)
-    port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "BENCH_STEPS": str(steps),
-           "MLFLOW_EXPERIMENT_NAME": work.name, "PLATFORM_TRACKING_DRAIN_TIMEOUT": "600",
+           "MLFLOW_EXPERIMENT_NAME": work.name, "PLATFORM_TRACKING_DRAIN_TIMEOUT": "900",
            "PYTHONPATH": str(REPO)}
+    port = free_port()
     start = time.perf_counter()
+    poller = FirstPoint(db_uri, work.name, start)
     procs = [subprocess.Popen([sys.executable, "-m", "platform_plugin", "launch", "--log-dir",
                                str(work / f"server{n}"), "--tracking", "mlflow", "--nproc",
                                str(ranks), "--nnodes", str(launchers), "--node-rank", str(n),
@@ -54,90 +98,122 @@ def run_case(launchers: int, ranks: int, steps: int, uri: str, work: Path) -> fl
              for n in range(launchers)]
     codes = [p.wait() for p in procs]
     elapsed = time.perf_counter() - start
+    poller.stop.set()
     if any(codes):
         raise SystemExit(f"a launcher failed: {codes} (see {work})")
-    return elapsed
+    total, distinct = count(db_uri, work.name)
+    return {"seconds": elapsed, "first": poller.at, "rows": total, "distinct": distinct}
 
 
-def count(db_uri: str, experiment: str) -> tuple[int, int]:
-    import sqlalchemy
-    engine = sqlalchemy.create_engine(db_uri)
-    with engine.connect() as conn:
-        row = conn.execute(sqlalchemy.text(
-            "SELECT count(*), count(DISTINCT m.run_uuid || '/' || m.key || '/' || "
-            "CAST(m.step AS VARCHAR)) FROM metrics m JOIN runs r ON m.run_uuid = r.run_uuid "
-            "JOIN experiments e ON r.experiment_id = e.experiment_id WHERE e.name = :name "
-            "AND m.key = 'loss'"), {"name": experiment}).one()
-    engine.dispose()
-    return int(row[0]), int(row[1])
+class Servers:
+    """One PostgreSQL cluster; `platform-run server`'s MLflow (bulk route) and a plain
+    `mlflow server` on the same database."""
 
-
-class Postgres:
     def __enter__(self):
         from platform_plugin.tracking.postgres import LocalPostgres
-        from platform_plugin.tracking.server import start_server, team_server_command, wait_healthy
+        from platform_plugin.tracking.server import start_team_server, wait_healthy
         from platform_plugin.util.ports import free_port
         self.root = tempfile.mkdtemp(prefix="bench-pg-")
         os.chmod(self.root, 0o755)
         self.pg = LocalPostgres(os.path.join(self.root, "data"), free_port())
         self.pg.start()
-        port = free_port()
-        log = os.path.join(self.root, "mlflow.log")
-        self.proc = start_server("", port, log_path=log, env={"MLFLOW_BACKEND_STORE_URI": self.pg.uri},
-                                 command=team_server_command("127.0.0.1", port, 4,
-                                                             os.path.join(self.root, "art")))
-        self.uri = f"http://127.0.0.1:{port}"
-        wait_healthy(self.uri, self.proc, log_path=log, timeout=300)
+        self.procs, self.uris = [], {}
+        for store, bulk in (("postgres", True), ("postgres-logbatch", False)):
+            port, folder = free_port(), os.path.join(self.root, store)
+            os.makedirs(folder)
+            proc = start_team_server(self.pg.uri, "127.0.0.1", port, workers=4, bulk=bulk,
+                                     artifacts=os.path.join(self.root, "art"), folder=folder)
+            self.procs.append(proc)
+            self.uris[store] = f"http://127.0.0.1:{port}"
+            wait_healthy(self.uris[store], proc, log_path=os.path.join(folder, "mlflow-server.log"),
+                         timeout=300)
         return self
 
     def __exit__(self, *exc):
         from platform_plugin.tracking.server import stop_server
-        stop_server(self.proc)
+        for proc in self.procs:
+            stop_server(proc)
         self.pg.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10000)
-    parser.add_argument("--cases", default="1x8,2x8,4x8,1x32")
-    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--cases", default="1x8,4x8")
+    parser.add_argument("--stores", default="postgres,sqlite,postgres-logbatch")
+    parser.add_argument("--logbatch-cases", default="1x8",
+                        help="cases run against the plain server too (slow: log_batch)")
     args = parser.parse_args()
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
-    rows = []
-    for store in args.stores.split(","):
-        pg = Postgres().__enter__() if store == "postgres" else None
-        try:
-            for launchers, ranks in cases:
-                work = Path(tempfile.mkdtemp(prefix=f"bench-ms-{store}-{launchers}x{ranks}-"))
-                db = f"sqlite:///{work / 'mlflow.db'}"
-                uri = pg.uri if pg else db
-                elapsed = run_case(launchers, ranks, steps=args.steps, uri=uri, work=work)
-                total, distinct = count(pg.pg.uri if pg else db, work.name)
-                expected = launchers * ranks * args.steps
-                rows.append((store, launchers, ranks, expected, elapsed, total, distinct))
-                print(rows[-1], flush=True)
-                shutil.rmtree(work, ignore_errors=True)
-        finally:
-            if pg:
-                pg.__exit__(None, None, None)
-    write(rows, args)
+    stores = args.stores.split(",")
+    load_start = load_text()
+    results: dict[tuple, list[dict]] = {}
+    with Servers() as servers:
+        for round_no in range(args.rounds):
+            for store in (stores if round_no % 2 == 0 else stores[::-1]):
+                for launchers, ranks in cases:
+                    if store == "postgres-logbatch" and f"{launchers}x{ranks}" not in args.logbatch_cases:
+                        continue
+                    work = Path(tempfile.mkdtemp(prefix=f"bench-ms-{store}-{launchers}x{ranks}-"))
+                    sqlite = f"sqlite:///{work / 'mlflow.db'}"
+                    uri = servers.uris.get(store, sqlite)
+                    db = servers.pg.uri if store.startswith("postgres") else sqlite
+                    result = run_case(launchers, ranks, args.steps, uri, db, work)
+                    results.setdefault((store, launchers, ranks), []).append(result)
+                    print(store, f"{launchers}x{ranks}", result, f"load {os.getloadavg()[0]:.1f}",
+                          flush=True)
+                    shutil.rmtree(work, ignore_errors=True)
+    write(results, args, load_start, load_text())
 
 
-def write(rows, args) -> None:
-    load = os.getloadavg()
+def verdict(results, steps: int) -> str:
+    got = results.get(("postgres", 1, 8))
+    if not got:
+        return "- 1 x 8 into the PostgreSQL server not measured."
+    rate = 8 * steps / statistics.median(r["seconds"] for r in got)
+    return (f"- Goal >= {GOAL:,} points/s end to end from one launcher of 8 ranks into "
+            f"`platform-run server` on PostgreSQL: {rate:,.0f} points/s — "
+            f"**{'meets' if rate >= GOAL else 'misses'}**.")
+
+
+def write(results, args, load_start: str, load_end: str) -> None:
     lines = ["## multiserver", "",
-             f"Command: `.venv/bin/python bench/multiserver.py --steps {args.steps} --cases "
-             f"{args.cases} --stores {args.stores}` ({dt.datetime.utcnow():%Y-%m-%d %H:%M} UTC, 2 "
-             f"cores shared with ~8 other agents: load average {load[0]:.1f} at the end). L "
-             "launchers (simulated servers on loopback, `--nnodes L`) x R ranks x S steps of "
-             "`loss` into one store; time = launchers started to every launcher returned "
-             "(after its last point was accepted).", "",
-             "| store | launchers x ranks | points | seconds | points/s | rows in store | "
-             "distinct (run, step) | duplicates |", "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for store, launchers, ranks, expected, elapsed, total, distinct in rows:
-        lines.append(f"| {store} | {launchers} x {ranks} | {expected:,} | {elapsed:.1f} | "
-                     f"{expected / elapsed:,.0f} | {total:,} | {distinct:,} | {total - distinct} |")
+             f"Command: `.venv/bin/python bench/multiserver.py --rounds {args.rounds} --steps "
+             f"{args.steps} --cases {args.cases} --stores {args.stores}` "
+             f"({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {load_start} at the start, "
+             f"{load_end} at the end: 2 cores shared with other jobs, absolute figures are "
+             "noisy). L launchers (simulated servers on loopback, `--nnodes L`) x R ranks x S "
+             "steps of `loss` into one store. `postgres` = `platform-run server`'s MLflow (4 "
+             "workers, bulk metrics route) on PostgreSQL 15; `postgres-logbatch` = a plain "
+             "`mlflow server` (4 workers) on the same database (the `log_batch` fallback); "
+             "`sqlite` = one sqlite file written directly. End to end = launchers started to "
+             "every launcher returned (after its last point was accepted; includes the "
+             "interpreters, the ranks, the forwarding helper's MLflow import and the runs' "
+             "creation); first stored = when the first point was in the store; delivering = "
+             "points / (end - first stored). Median over rounds (min-max).", "",
+             "| store | launchers x ranks | points | end to end s | points/s end to end | "
+             "first stored s | points/s delivering | rows in store | distinct (run, step) | "
+             "duplicates |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for (store, launchers, ranks), runs in results.items():
+        points = launchers * ranks * args.steps
+        secs = [r["seconds"] for r in runs]
+        firsts = [r["first"] for r in runs if r["first"] is not None]
+        med, first = statistics.median(secs), statistics.median(firsts) if firsts else None
+        spread = f"{med:.1f} ({min(secs):.1f}-{max(secs):.1f})" if len(secs) > 1 else f"{med:.1f}"
+        delivering = f"{points / (med - first):,.0f}" if first is not None and med > first else "-"
+        last = runs[-1]
+        lines.append(f"| {store} | {launchers} x {ranks} | {points:,} | {spread} | "
+                     f"{points / med:,.0f} | {first if first is None else f'{first:.1f}'} | "
+                     f"{delivering} | {last['rows']:,} | {last['distinct']:,} | "
+                     f"{last['rows'] - last['distinct']} |")
+    complete = all(r["rows"] == r["distinct"] == launchers * ranks * args.steps
+                   for (_, launchers, ranks), runs in results.items() for r in runs)
+    lines += ["", verdict(results, args.steps),
+              f"- Every point present and none twice in every run: "
+              f"{'yes' if complete else 'NO (see the table)'}."]
+    print("\n".join(lines[-2:]))
     write_section("multiserver", "\n".join(lines))
 
 
