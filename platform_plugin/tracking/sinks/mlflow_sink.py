@@ -224,7 +224,7 @@ class MlflowSink:
                 artifacts.append(record)
         client = self.client(store_uri(config))
         with quiet(self._log_path):
-            metrics = self._log_points(store_uri(config), state.run_id, points)
+            metrics = self._log_points(store_uri(config), _run_of(state, label), points)
             if metrics or params or tags:
                 client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
             for _, local_path, artifact_path in artifacts:
@@ -311,6 +311,13 @@ class MlflowSink:
 
     def stop_requested(self, config: SinkConfig, server: str) -> str | None:
         return mlflow_job.stop_requested(self.client(store_uri(config)), config, server)
+
+
+def _run_of(state: StreamState, label: str) -> str:
+    """The stream's run (ensure_runs made it before any delivery)."""
+    if state.run_id is None:
+        raise PlatformPluginError(f"rank {label} has no run yet (ensure_runs did not finish)")
+    return state.run_id
 
 
 def _end_or_mark(client, run_id: str, status: str, pending: int) -> None:
