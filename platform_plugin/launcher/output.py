@@ -219,16 +219,23 @@ class Output:
         self._pending.append(f"[launcher] {text}\n")
 
     def flush(self) -> None:
+        """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick)."""
         now = time.monotonic()
         for stream in self._streams.values():
             if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
                 stream.flush_partial(now, self._pending)
+        self.write_pending()
+
+    def write_pending(self) -> None:
+        """Write the display text made so far (the supervisor calls it after every piece read)."""
         if self._pending:
-            text, self._pending = "".join(self._pending), []
-            if self._write is not None:
-                self._write(text)
-            else:
-                sys.stdout.write(text)
+            # piece by piece, not joined: a joined string of several MiB is fresh memory from
+            # the kernel at every call (page faults), the pieces are reused heap memory
+            pieces, self._pending = self._pending, []
+            write = self._write or sys.stdout.write
+            for text in pieces:
+                write(text)
+            if self._write is None:
                 sys.stdout.flush()
 
     def tail(self, name: str) -> list[str]:
