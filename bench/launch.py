@@ -4,13 +4,15 @@
 
 1. launch overhead, 8 no-op Python ranks: launch() in-process (what %dist_run does) vs a bare
    parallel Popen (the limit); `platform-run launch` vs `torchrun --standalone` (both CLIs).
-2. output throughput, 4 ranks x 250,000 lines through the launcher (logs + prefixed display
-   to /dev/null) vs the same ranks with the same environment writing to /dev/null, unbuffered
-   (the launcher's default) and with the ranks' own buffering (`buffered=True`); every line
-   counted in the logs.
-3. rank death -> job stopped: a rank exits 1, the others would run 10 min (once dying on
+2. rank death -> job stopped: a rank exits 1, the others would run 10 min (once dying on
    SIGTERM, once ignoring it = grace); `--with-msrun`: the same with `msrun --join` (~50 s).
-Results go to docs/benchmarks.md between the bench:launch markers.
+3. output throughput (`--only output` runs just this part), 4 ranks x 250,000 lines through
+   the launcher (logs + prefixed display to /dev/null) vs the same ranks with the same
+   environment writing to /dev/null, unbuffered (the launcher's default) and with the ranks'
+   own buffering (`buffered=True`); the floors of capturing through a pipe; CPU of the
+   launcher process and of the ranks; every line counted in the logs.
+Results go to docs/benchmarks.md between the bench:launch markers (1, 2) and the
+bench:launch-output markers (3).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 from benchdoc import alternate, load_text, spread, write_section  # bench/benchdoc.py
+import launch_output  # bench/launch_output.py: the output part
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -33,8 +36,6 @@ from platform_plugin import JobFailed, launch  # noqa: E402
 
 PY = sys.executable
 BIN = Path(PY).parent
-WRITER = ("import os,sys\nr=int(os.environ.get('RANK_ID') or sys.argv[1])\nw=sys.stdout.write\n"
-          "for i in range(250000): w(f'rank {r} line {i} ' + 'x'*40 + '\\n')\n")
 DIE = ("import os,signal,sys,time\nr=int(os.environ['RANK_ID'])\n"
        "if sys.argv[1] == 'ignore': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
        "time.sleep(2)\n"
@@ -67,43 +68,6 @@ def overhead(tmp: str, rounds: int) -> dict:
         "cli": lambda: run(cli),
         "torchrun": lambda: run(torchrun),
     }, rounds)
-
-
-def throughput(tmp: str, rounds: int) -> dict:
-    """The same 4 writer ranks four ways, alternating: to /dev/null unbuffered (the environment
-    the launcher gives its ranks: PYTHONUNBUFFERED=1) and buffered, and through the launcher
-    both ways (`buffered=True` keeps the ranks' own buffering)."""
-    writers = [[PY, "-c", WRITER, str(r)] for r in range(4)]
-    unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    lost = []
-
-    def through_launcher(**kw):
-        with open(os.devnull, "w") as devnull:
-            result = launch([PY, "-c", WRITER], nproc=4, backend="plain", tracking="none",
-                            log_dir=tmp, write=devnull.write, **kw)
-        lost.append(sum(250000 - Path(result.job_dir, f"rank_{r}.log").read_bytes().count(b"\n")
-                        for r in range(4)))
-        shutil.rmtree(result.job_dir, ignore_errors=True)
-
-    def piped_into_cat():
-        """The floor for anything that captures output: each rank piped into `cat`."""
-        ranks = [subprocess.Popen(w, stdout=subprocess.PIPE, env=unbuffered, start_new_session=True)
-                 for w in writers]
-        cats = [subprocess.Popen(["cat"], stdin=p.stdout, stdout=subprocess.DEVNULL) for p in ranks]
-        for proc in ranks:
-            proc.stdout.close()
-        for proc in ranks + cats:
-            proc.wait()
-
-    times = alternate({
-        "devnull": lambda: bare_spawn(writers, unbuffered),
-        "cat": piped_into_cat,
-        "launch": through_launcher,
-        "devnull_buffered": lambda: bare_spawn(writers, buffered),
-        "launch_buffered": lambda: through_launcher(buffered=True),
-    }, rounds)
-    return {**times, "lost": sum(lost), "runs": len(lost)}
 
 
 def death(tmp: str, mode: str, grace: float) -> float:
@@ -159,25 +123,55 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--with-msrun", action="store_true")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--only", choices=("launch", "output"),
+                        help="run one part: launch overhead + rank death, or output throughput")
     args = parser.parse_args()
+    if args.only != "output":
+        launch_part(args)
+    if args.only != "launch":
+        output_part(args)
+
+
+def _only(args) -> str:
+    return f" --only {args.only}" if args.only else ""
+
+
+def output_part(args) -> None:
+    """Output throughput (bench/launch_output.py), its own section after the launch one."""
+    load_before = load_text()
+    tmp = tempfile.mkdtemp(prefix="bench_output_")
+    try:
+        result = launch_output.throughput(tmp, args.rounds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    header = (f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}` "
+              f"— {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+              f"{load_before} at the start, {load_text()} at the end. Sides alternate every "
+              f"round; median (min–max) of {args.rounds} rounds after one warm-up each.")
+    text, meets = launch_output.section(result, args.rounds, header)
+    print(text)
+    print(f"output: launcher vs the same ranks to /dev/null <= {launch_output.GOAL}x: "
+          f"{'meets' if meets else 'MISSES'}")
+    if not args.no_write:
+        write_section("launch-output", text)
+
+
+def launch_part(args) -> None:
     load_before = load_text()
     tmp = tempfile.mkdtemp(prefix="bench_launch_")
     try:
         o = overhead(tmp, args.rounds)
-        t = throughput(tmp, args.rounds)
         d_term = death(tmp, "term", 3.0)
         d_ignore = death(tmp, "ignore", 3.0)
         ms = msrun_death(tmp) if args.with_msrun else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     r_bare, r_torch = ratio(o, "launch", "bare"), ratio(o, "cli", "torchrun")
-    r_out, r_out_buf = ratio(t, "launch", "devnull"), ratio(t, "launch_buffered", "devnull_buffered")
-    r_unbuf = ratio(t, "devnull", "devnull_buffered")
     ms_text = (f"{ms:.1f} s measured in this run" if ms is not None else
                "not run this time (`--with-msrun`)")
     lines = [
         "## launch", "",
-        f"Command: `.venv/bin/python bench/launch.py --rounds {args.rounds}"
+        f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}"
         f"{' --with-msrun' if args.with_msrun else ''}` — "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_before} at the start, "
         f"{load_text()} at the end. Sides alternate every round; median (min–max) of "
@@ -190,23 +184,6 @@ def main() -> None:
         f"| `torchrun --standalone --nproc-per-node 8` | {spread(o['torchrun'])} |", "",
         f"launch()/bare = {r_bare:.2f}x ({verdict(r_bare, 1.2)}); "
         f"CLI/torchrun = {r_torch:.2f}x ({verdict(r_torch, 0.5)}).", "",
-        "Output throughput, 4 ranks x 250,000 lines (~58 bytes each), the same ranks with the "
-        "same environment on both sides:", "",
-        "| what | seconds |", "|---|---|",
-        f"| ranks unbuffered (PYTHONUNBUFFERED=1, the launcher's default) to /dev/null | "
-        f"{spread(t['devnull'], digits=2)} |",
-        f"| the same ranks, each piped into `cat` (the floor for capturing output) | "
-        f"{spread(t['cat'], digits=2)} |",
-        f"| the same ranks through the launcher (rank logs + prefixed display to /dev/null) | "
-        f"{spread(t['launch'], digits=2)} |",
-        f"| ranks with their own buffering to /dev/null | {spread(t['devnull_buffered'], digits=2)} |",
-        f"| the same through the launcher with `buffered=True` (`--buffered`) | "
-        f"{spread(t['launch_buffered'], digits=2)} |", "",
-        f"Launcher vs the same ranks: {r_out:.2f}x unbuffered ({verdict(r_out, 1.2)}), "
-        f"{r_out_buf:.2f}x buffered; launcher vs piped into `cat` "
-        f"{ratio(t, 'launch', 'cat'):.2f}x; lines lost over {t['runs']} launcher runs: {t['lost']}. "
-        f"The cost of unbuffered output alone (a write per print): {r_unbuf:.2f}x — the reason "
-        "for `--buffered` where live output is not needed.", "",
         "Rank death -> job stopped (launch() returned), 4 ranks, grace 3 s:", "",
         "| what | seconds |", "|---|---|",
         f"| others die on SIGTERM | {d_term:.2f} |",

@@ -1,0 +1,178 @@
+"""The output part of bench/launch.py: the launcher's output path against the same ranks.
+
+    .venv/bin/python bench/launch.py --only output [--rounds 5] [--no-write]
+
+4 writer ranks x 250,000 lines (~58 bytes each), the same ranks with the same environment on
+every side, alternating every round:
+- to /dev/null, unbuffered (PYTHONUNBUFFERED=1, the launcher's default: a write per print)
+  and with the ranks' own buffering (what `--buffered` keeps);
+- each rank piped into a reader that only drains (64 KiB reads, 5 ms apart while busy: no
+  processing at all) — the floor for anything that captures output through a pipe;
+- each rank piped into `cat` (which wakes up for every write);
+- through `launch()` (rank logs + prefixed display to /dev/null), both ways.
+CPU of the launcher process (getrusage self) and of the ranks (children) per side explain
+where a miss goes. Every line is counted in the rank logs.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import selectors
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchdoc import alternate, spread  # bench/benchdoc.py
+
+LINES = 250_000
+RANKS = 4
+WRITER = ("import os,sys\nr=int(os.environ.get('RANK_ID') or sys.argv[1])\nw=sys.stdout.write\n"
+          f"for i in range({LINES}): w(f'rank {{r}} line {{i}} ' + 'x'*40 + '\\n')\n")
+GOAL = 1.2
+
+
+def _cpu() -> tuple[float, float]:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _with_cpu(run, cpu: dict, name: str):
+    """`run`, recording the CPU seconds of this process and of its waited-for children."""
+    def timed():
+        before = _cpu()
+        run()
+        after = _cpu()
+        cpu.setdefault(name, []).append((after[0] - before[0], after[1] - before[1]))
+    return timed
+
+
+def to_devnull(argvs, env) -> None:
+    procs = [subprocess.Popen(a, stdout=subprocess.DEVNULL, start_new_session=True, env=env)
+             for a in argvs]
+    for p in procs:
+        p.wait()
+
+
+def drain_only(argvs, env) -> None:
+    """The pipe floor: the launcher's read pattern (pipes enlarged to 1 MiB, 64 KiB reads until
+    a short one, 5 ms sleep while busy) with nothing done to the bytes."""
+    import fcntl
+    procs = [subprocess.Popen(a, stdout=subprocess.PIPE, env=env, start_new_session=True)
+             for a in argvs]
+    selector = selectors.DefaultSelector()
+    for p in procs:
+        fcntl.fcntl(p.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        os.set_blocking(p.stdout.fileno(), False)
+        selector.register(p.stdout, selectors.EVENT_READ)
+    while selector.get_map():
+        busy = 0
+        for key, _ in selector.select(timeout=0.05):
+            while True:
+                try:
+                    data = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    break
+                busy += len(data)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    key.fileobj.close()
+                if len(data) < 1 << 16:
+                    break
+        if busy >= 16 * 1024:
+            time.sleep(0.005)
+    selector.close()
+    for p in procs:
+        p.wait()
+
+
+def piped_into_cat(argvs, env) -> None:
+    ranks = [subprocess.Popen(a, stdout=subprocess.PIPE, env=env, start_new_session=True)
+             for a in argvs]
+    cats = [subprocess.Popen(["cat"], stdin=p.stdout, stdout=subprocess.DEVNULL) for p in ranks]
+    for proc in ranks:
+        proc.stdout.close()
+    for proc in ranks + cats:
+        proc.wait()
+
+
+def throughput(tmp: str, rounds: int) -> dict:
+    from platform_plugin import launch
+    py = sys.executable
+    writers = [[py, "-c", WRITER, str(r)] for r in range(RANKS)]
+    unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    lost: list[int] = []
+    cpu: dict = {}
+
+    def through_launcher(**kw):
+        with open(os.devnull, "w") as devnull:
+            result = launch([py, "-c", WRITER], nproc=RANKS, backend="plain", tracking="none",
+                            log_dir=tmp, write=devnull.write, **kw)
+        lost.append(sum(LINES - Path(result.job_dir, f"rank_{r}.log").read_bytes().count(b"\n")
+                        for r in range(RANKS)))
+        shutil.rmtree(result.job_dir, ignore_errors=True)
+
+    sides = {
+        "devnull": lambda: to_devnull(writers, unbuffered),
+        "drain": lambda: drain_only(writers, unbuffered),
+        "cat": lambda: piped_into_cat(writers, unbuffered),
+        "launch": through_launcher,
+        "devnull_buffered": lambda: to_devnull(writers, buffered),
+        "drain_buffered": lambda: drain_only(writers, buffered),
+        "launch_buffered": lambda: through_launcher(buffered=True),
+    }
+    times = alternate({name: _with_cpu(run, cpu, name) for name, run in sides.items()}, rounds)
+    cpu = {name: values[1:] for name, values in cpu.items()}  # the warm-up is not counted
+    return {"times": times, "cpu": cpu, "lost": sum(lost), "runs": len(lost)}
+
+
+def _ratio(times: dict, a: str, b: str) -> float:
+    return statistics.median(times[a]) / statistics.median(times[b])
+
+
+def _cpu_text(cpu: dict, name: str) -> str:
+    own = statistics.median(c[0] for c in cpu[name])
+    ranks = statistics.median(c[1] for c in cpu[name])
+    return f"{own:.2f} | {ranks:.2f}"
+
+
+def section(result: dict, rounds: int, header: str) -> tuple[str, bool]:
+    """The `launch-output` section of docs/benchmarks.md, and whether the goal is met."""
+    t, cpu = result["times"], result["cpu"]
+    r_out = _ratio(t, "launch", "devnull")
+    meets = r_out <= GOAL
+    rows = [
+        ("devnull", "ranks unbuffered (PYTHONUNBUFFERED=1, the launcher's default) to /dev/null"),
+        ("drain", "the same ranks, each piped into a reader that only drains (the pipe floor)"),
+        ("cat", "the same ranks, each piped into `cat` (wakes up for every write)"),
+        ("launch", "the same ranks through the launcher (rank logs + prefixed display to /dev/null)"),
+        ("devnull_buffered", "ranks with their own buffering to /dev/null"),
+        ("drain_buffered", "the same, each piped into a reader that only drains"),
+        ("launch_buffered", "the same through the launcher with `buffered=True` (`--buffered`)"),
+    ]
+    lines = [
+        "### Output throughput", "",
+        header, "",
+        f"{RANKS} ranks x {LINES:,} lines (~58 bytes each), the same ranks with the same "
+        "environment on every side; CPU seconds of the process running the side (the launcher, "
+        "or the bench's own reader) and of the ranks (children):", "",
+        "| what | wall seconds | ratio | CPU own | CPU ranks |", "|---|---|---|---|---|",
+    ]
+    for name, what in rows:
+        base = "devnull_buffered" if name.endswith("_buffered") else "devnull"
+        lines.append(f"| {what} | {spread(t[name], digits=2)} | {_ratio(t, name, base):.2f}x | "
+                     f"{_cpu_text(cpu, name)} |")
+    lines += [
+        "",
+        f"Launcher vs the same ranks to /dev/null: {r_out:.2f}x unbuffered (goal <= {GOAL}x: "
+        f"{'meets' if meets else 'MISSES'}), {_ratio(t, 'launch_buffered', 'devnull_buffered'):.2f}x "
+        f"buffered; vs the pipe floor {_ratio(t, 'launch', 'drain'):.2f}x unbuffered, "
+        f"{_ratio(t, 'launch_buffered', 'drain_buffered'):.2f}x buffered; lines lost over "
+        f"{result['runs']} launcher runs: {result['lost']}. Unbuffered output alone (a write per "
+        f"print) costs {_ratio(t, 'devnull', 'devnull_buffered'):.2f}x — the reason for "
+        "`--buffered` where live output is not needed.",
+    ]
+    return "\n".join(lines), meets
