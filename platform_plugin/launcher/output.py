@@ -83,7 +83,7 @@ class _RankStream:
         self.refilled = time.monotonic()
         self.held_now = 0  # held since the last note
         self.held_total = 0
-        self.hide = hide  # compiled bytes regex of lines kept out of the display (quiet.py)
+        self.hide = hide  # lines kept out of the display: `search(chunk)`, `match(line)` (quiet.py)
         self.hidden = 0
         self.log_error: OSError | None = None  # the log could not be written (disk full)
 
