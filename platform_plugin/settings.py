@@ -19,8 +19,12 @@ from dataclasses import dataclass
 from platform_plugin.errors import ConfigError, Problem, errors_only
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.variables import PLATFORM_RUN_MODE
-from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment, load,
-    select_server)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.ranktable import RankTable, Server
+# `platform_plugin.ranktable` (parsing, rules, formats: ~900 lines) is imported only where a rank
+# table was found: a launch without one starts without compiling it.
 
 MODES = PLATFORM_RUN_MODE.choices
 # The variables this module resolves itself; every other .env key passes through untouched.
@@ -263,6 +267,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     table_path = os.path.join(cwd, table_file[1]) if table_file else None
     table = None
     if table_path:
+        from platform_plugin.ranktable import RankTableError, load
         try:
             table = load(table_path, wait_timeout=wait_timeout)
         except RankTableError as exc:
@@ -305,6 +310,7 @@ def _resolve_rank_start(r: _Resolver, table: RankTable | None,
     if table is None:
         r.row_from("RANK_START", chosen) if chosen else r.row("RANK_START", 0, "default")
         return None, value or 0
+    from platform_plugin.ranktable import RankTableError, select_server
     try:
         server = select_server(table, rank_start=value, local_addresses=local_addresses)
     except RankTableError as exc:
@@ -325,6 +331,7 @@ def _resolve_rank_size(r: _Resolver, table: RankTable | None) -> int | None:
         chosen = cands[0] if cands else None
         r.row_from("RANK_SIZE", chosen, "no rank table: not checked" if chosen else "")
         return r.integer("RANK_SIZE", chosen)
+    from platform_plugin.ranktable import check_environment
     for source, value in cands:  # set anywhere and different from the table: an error
         if r.integer("RANK_SIZE", (source, value)) is not None:
             r.table_problems(check_environment(table, {"RANK_SIZE": value}), source)
@@ -350,6 +357,7 @@ def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Serv
         r.row_from("RANK_ID", chosen)
         r.row_from("DEVICE_ID", device, "no rank table: not checked" if device else "")
         return rank_id, r.integer("DEVICE_ID", device)
+    from platform_plugin.ranktable import RankTableError, check_environment
     if chosen is None and server is not None:
         rank_id = rank_start
         r.row("RANK_ID", rank_id, "default", "first rank of this server; set RANK_ID to change")

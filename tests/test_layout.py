@@ -95,6 +95,8 @@ def loaded_by(code: str, prefixes=("platform_plugin", "dotenv", "mlflow")) -> li
 
 def test_importing_tracking_in_a_rank_loads_only_its_rank_side():
     assert loaded_by("import platform_plugin.tracking") == [
+        "platform_plugin", "platform_plugin.tracking"]  # every name loads on first use
+    assert loaded_by("from platform_plugin.tracking import get_tracker") == [
         "platform_plugin", "platform_plugin.tracking", "platform_plugin.tracking.identity",
         "platform_plugin.tracking.spool", "platform_plugin.tracking.tracker"]
 

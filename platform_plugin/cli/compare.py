@@ -1,7 +1,6 @@
 """`platform-run compare [JOB]`: the ranks of a job side by side."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import urlparse
 

@@ -11,12 +11,12 @@ import sys
 from typing import Any
 
 from platform_plugin import settings as settings_mod
-from platform_plugin.tracking.job_tracking import JobTracking
+from platform_plugin.tracking.handle import JobTracking
 from platform_plugin.launcher.backends import default_nproc, npus_present
 from platform_plugin.launcher import preflight
 from platform_plugin.launcher.attempts import PeerNotice, attempt_record, keep_attempt_logs
 from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
-from platform_plugin.launcher.joblink import open_link
+from platform_plugin.launcher.link import open_link
 from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
 from platform_plugin.launcher.notebook_display import in_kernel, make_board
@@ -25,7 +25,6 @@ from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.supervisor import Supervisor
-from platform_plugin.launcher.sysmetrics import SystemMetrics
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
 
@@ -138,8 +137,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
     # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
     tracking_env = job_tracking.prepare()
     plan = _with_env(plan, tracking_env)
-    system_metrics = SystemMetrics(PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env),
-                                   0 if options.no_system_metrics else options.system_metrics_interval)
+    system_metrics = _system_metrics(PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env), options)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                 f", backend "
@@ -151,7 +149,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
     peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
     result = None
     try:  # the output observes the supervisor too: the board shows each process's status
-        result = Supervisor(plan, output, [job_file, output, system_metrics, peers, job_tracking],
+        result = Supervisor(plan, output, [job_file, output, *system_metrics, peers, job_tracking],
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
                             grace=options.grace, stop_check=peers.stop_reason).run()
     finally:
@@ -162,6 +160,16 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
     job_file.ended(result)
     result.job_file_error = job_file.error or ""
     return result
+
+
+def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
+    """The sampler of the ranks' system metrics, when there is a spool to write them to
+    (sysmetrics.py and psutil are not loaded for an untracked job)."""
+    interval = 0 if options.no_system_metrics else options.system_metrics_interval
+    if not spool_dir or interval <= 0:
+        return []
+    from platform_plugin.launcher.sysmetrics import SystemMetrics
+    return [SystemMetrics(spool_dir, interval)]
 
 
 def _note(write):

@@ -16,12 +16,12 @@ from typing import Callable
 from typing import TYPE_CHECKING
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin import ranktable
-from platform_plugin.launcher import torch_store
 from platform_plugin.launcher.options import BACKEND_CHOICES, LaunchOptions
 
 if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
     from platform_plugin.settings import Settings
+# `ranktable` and `torch_store` are imported by the backends that use them: a launch with
+# another backend starts without compiling them.
 
 # Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
 # rank that never started into a half-hour wait; the launcher watches the processes anyway.
@@ -133,6 +133,7 @@ class TorchBackend(Backend):
     needs_port = True
 
     def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+        from platform_plugin.launcher import torch_store
         rank, _ = layout.ranks[local_rank]
         return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
                 "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
@@ -145,6 +146,7 @@ class TorchBackend(Backend):
         """Node 0 hosts the rendezvous store on MASTER_ADDR only (torch_store.py says why)."""
         if layout.node_rank != 0:
             return []
+        from platform_plugin.launcher import torch_store
         env = {"MASTER_ADDR": layout.master_addr, "MASTER_PORT": str(layout.master_port)}
         return [Helper(torch_store.NAME, torch_store.ROLE, env, argv_of=torch_store.argv)]
 
@@ -180,6 +182,7 @@ class RankTableBackend(Backend):
     name = "rank-table"
 
     def layout(self, settings: Settings, options: LaunchOptions) -> Layout:
+        from platform_plugin import ranktable
         table = settings.rank_table
         if table is None:
             raise _fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "

@@ -13,8 +13,8 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.plan import LaunchPlan
 from platform_plugin.launcher.stale import refuse_or_kill
-from platform_plugin.ranktable.rules import is_host
 from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.hosts import is_host
 from platform_plugin.util.ports import check_free
 
 MAX_JOB_NAME = 100  # the job folder is <name>-<date>-<time>-<hex>; file names end at 255 bytes

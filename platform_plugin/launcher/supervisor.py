@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import IO, cast
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher import stacks
 from platform_plugin.launcher.output import Output
 from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.spawn import Lifeline, piped, spawn
@@ -320,6 +319,7 @@ class Supervisor:
         live = {p.spec.name: p.popen.pid for p in self.procs if p.ended is None and p.popen.poll() is None}
         if not live:
             return
+        from platform_plugin.launcher import stacks  # only a hung job needs it (start-up time)
         for name, dump in stacks.dump_all(live).items():
             self._stacks[name] = dump.frames or [f"({dump.error or 'no frames'})"]
             self.output.log_only(name, stacks.log_block(dump, why))

@@ -7,12 +7,10 @@ in `formats`, because the parsed `RankTable` no longer knows how a value was wri
 """
 from __future__ import annotations
 
-import ipaddress
-import re
-import socket
 from typing import Callable
 
 from platform_plugin.errors import Problem
+from platform_plugin.util.hosts import is_host, is_ip
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.ranktable.model import (RankTable, RankTableError, describe_ranges,
     runtime_device_id, unknown_rank_problem)
@@ -37,34 +35,6 @@ def rule_servers_present(table: RankTable) -> list[Problem]:
         return []
     return [Problem("RT_NO_SERVERS", "server_list is empty: a rank table needs at least one "
                     "server with its devices.", "server_list")]
-
-
-_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-
-def is_ip(text: str) -> bool:
-    """IPv4 or IPv6 address. inet_pton first: ipaddress alone is most of the time of checking
-    a 100,000-device table."""
-    try:
-        socket.inet_pton(socket.AF_INET, text)
-        return True
-    except (OSError, ValueError):
-        pass
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
-
-
-def is_host(text: str) -> bool:
-    """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
-    server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
-    if is_ip(text):
-        return True
-    if not text or len(text) > 253:
-        return False
-    return all(_HOST_LABEL.fullmatch(label) for label in text.rstrip(".").split("."))
 
 
 def rule_server_ids(table: RankTable) -> list[Problem]:

@@ -6,8 +6,9 @@ or the platform's wflogger (see docs/tracking.md).
     t.log_param("lr", 0.01)
     t.log_metric("loss", 0.42, step=10)
 
-A rank imports only the tracker and its spool; the launcher's side (`job_tracking`, the sinks,
-the forwarder) is loaded on first use (PEP 562).
+Every name is loaded on first use (PEP 562): a rank's `get_tracker` loads only the tracker, its
+spool and identity; the launcher's side (`job_tracking`, the sinks, the forwarder) is never
+loaded into a rank, and the launcher loads it only for a tracked job.
 """
 from __future__ import annotations
 
@@ -15,19 +16,21 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
-from platform_plugin.tracking.tracker import NullTracker, Tracker, get_tracker
-
 _LAZY = {
+    "get_tracker": "platform_plugin.tracking.tracker",
+    "Tracker": "platform_plugin.tracking.tracker",
+    "NullTracker": "platform_plugin.tracking.tracker",
     "RankIdentity": "platform_plugin.tracking.identity",
-    "JobTracking": "platform_plugin.tracking.job_tracking",
-    "DeliveryReport": "platform_plugin.tracking.job_tracking",
+    "JobTracking": "platform_plugin.tracking.handle",
+    "DeliveryReport": "platform_plugin.tracking.handle",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
+    from platform_plugin.tracking.handle import DeliveryReport, JobTracking
     from platform_plugin.tracking.identity import RankIdentity
-    from platform_plugin.tracking.job_tracking import DeliveryReport, JobTracking
+    from platform_plugin.tracking.tracker import NullTracker, Tracker, get_tracker
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,6 @@ import os
 import socket
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,4 +68,4 @@ def new_job_id(job_name: str, now: float | None = None) -> str:
     names its jobs with it, and a process run without the launcher names its own job the same
     way (here, on the rank side, because that side imports only the stdlib)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return f"{job_name}-{stamp}-{uuid.uuid4().hex[:4]}"
+    return f"{job_name}-{stamp}-{os.urandom(2).hex()}"  # as uuid4().hex[:4], without `uuid`

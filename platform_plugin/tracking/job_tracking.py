@@ -11,8 +11,8 @@ and the runs, forwards while the ranks run, and ends the runs after `finish()` r
 tracking failure never stops or delays the job: the points wait in the spool and the report
 says why.
 
-`create(..., "none")` returns the base class, whose steps do nothing except tell the ranks that
-tracking is off (so a rank's `get_tracker()` doesn't forward on its own).
+`create(..., "none")` returns the base class (tracking/handle.py), whose steps do nothing except
+tell the ranks that tracking is off (so a rank's `get_tracker()` doesn't forward on its own).
 """
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ import os
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from platform_plugin.tracking import conventions
+from platform_plugin.tracking.handle import DeliveryReport, JobTracking
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
-from platform_plugin.tracking.sinks import choose, choose_layout, get_sink
+from platform_plugin.tracking.sinks import get_sink
 from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
                                             JobEnd, SinkConfig, read_json, write_json_atomic)
 from platform_plugin.tracking.views import PlanView, RankView, ResultView
@@ -35,73 +35,6 @@ from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PL
 PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", PLATFORM_SERVER_ID.name,
                       PLATFORM_RUN_MODE.name)
 FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything delivered"
-
-
-@dataclass
-class DeliveryReport:
-    sink: str = "none"
-    delivered: int = 0
-    pending: int = 0
-    reason: str = ""
-    parent_run_id: str | None = None
-    ui_hint: str = ""
-    skipped: int = 0  # spool lines that were not records (a rank killed mid-write)
-    rejected: int = 0  # records the sink refused for good
-    spool_dir: str = ""
-    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
-    quarantined: int = 0  # spool lines too large to deliver, kept in rank_<N>.jsonl.quarantine
-
-    def wait_ended(self, timeout: float = 120.0) -> bool:
-        """Wait until the forwarding helper has finished (runs ended, or left open for sync):
-        for tests and scripts that read the runs right after `launch()`. Refreshes the report."""
-        if not self.spool_dir:
-            return True
-        spool_dir = Path(self.spool_dir)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = HelperStatus.load(spool_dir)
-            if status is not None and (status.phase == "done" or not _alive(status.pid)):
-                break
-            time.sleep(0.05)
-        else:
-            return False
-        self.parent_run_id = (SinkConfig.load(spool_dir) or SinkConfig("")).parent_run_id
-        return True
-
-
-class JobTracking:
-    """Base = tracking switched off: every step is a no-op, so the launcher never branches."""
-
-    sink = "none"
-
-    @classmethod
-    def create(cls, choice: str, plan: PlanView, *, layout: str | None = None) -> "JobTracking":
-        env = job_environment(plan)
-        sink_name = choose(choice, env)
-        if sink_name is None:
-            return cls()
-        return SpoolingJobTracking(sink_name, plan, choose_layout(layout, env))
-
-    def prepare(self) -> dict[str, str]:
-        return {PLATFORM_TRACKING.name: "none"}
-
-    def start(self) -> None:
-        pass
-
-    def started(self, supervisor=None) -> None:
-        """Supervisor observer: the ranks are running."""
-        self.start()
-
-    def finish(self, result: ResultView, last: bool = True) -> DeliveryReport:
-        return DeliveryReport()
-
-    notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)
-
-    def tell_stopping(self, server: str, reason: str) -> None:
-        """This server's job stops: other servers without a job link learn it from the store."""
-
-    def stop_requested(self, server: str) -> str | None:
-        return None
 
 
 class SpoolingJobTracking(JobTracking):
@@ -193,16 +126,6 @@ def server_down(uri: str | None) -> str:
             return ""
     except OSError as exc:
         return f"MLflow server {uri} unreachable ({type(exc).__name__})"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def delivery_report(sink: str, spool_dir: Path, forwarder: Forwarder, config: SinkConfig,

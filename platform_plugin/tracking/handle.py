@@ -1,0 +1,100 @@
+"""The launcher's light handle on tracking: the delivery report and `JobTracking`, whose base
+class is tracking switched off (`--tracking none`). Everything that delivers (the sinks, the
+forwarder, the spool state: tracking/job_tracking.py) loads only when a job is tracked, so a
+`--tracking none` launch and `platform-run launch` start without it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from platform_plugin.variables import PLATFORM_TRACKING
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.tracking.views import PlanView, ResultView
+
+
+@dataclass
+class DeliveryReport:
+    sink: str = "none"
+    delivered: int = 0
+    pending: int = 0
+    reason: str = ""
+    parent_run_id: str | None = None
+    ui_hint: str = ""
+    skipped: int = 0  # spool lines that were not records (a rank killed mid-write)
+    rejected: int = 0  # records the sink refused for good
+    spool_dir: str = ""
+    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
+    quarantined: int = 0  # spool lines too large to deliver, kept in rank_<N>.jsonl.quarantine
+
+    def wait_ended(self, timeout: float = 120.0) -> bool:
+        """Wait until the forwarding helper has finished (runs ended, or left open for sync):
+        for tests and scripts that read the runs right after `launch()`. Refreshes the report."""
+        if not self.spool_dir:
+            return True
+        from pathlib import Path
+
+        from platform_plugin.tracking.state import HelperStatus, SinkConfig
+        spool_dir = Path(self.spool_dir)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = HelperStatus.load(spool_dir)
+            if status is not None and (status.phase == "done" or not _alive(status.pid)):
+                break
+            time.sleep(0.05)
+        else:
+            return False
+        self.parent_run_id = (SinkConfig.load(spool_dir) or SinkConfig("")).parent_run_id
+        return True
+
+
+class JobTracking:
+    """Base = tracking switched off: every step is a no-op, so the launcher never branches."""
+
+    sink = "none"
+
+    @classmethod
+    def create(cls, choice: str, plan: PlanView, *, layout: str | None = None) -> "JobTracking":
+        if choice == "none":  # nothing else of tracking is loaded (start-up time of the CLI)
+            return cls()
+        from platform_plugin.tracking.job_tracking import SpoolingJobTracking, job_environment
+        from platform_plugin.tracking.sinks import choose, choose_layout
+        env = job_environment(plan)
+        sink_name = choose(choice, env)
+        if sink_name is None:
+            return cls()
+        return SpoolingJobTracking(sink_name, plan, choose_layout(layout, env))
+
+    def prepare(self) -> dict[str, str]:
+        return {PLATFORM_TRACKING.name: "none"}
+
+    def start(self) -> None:
+        pass
+
+    def started(self, supervisor=None) -> None:
+        """Supervisor observer: the ranks are running."""
+        self.start()
+
+    def finish(self, result: ResultView, last: bool = True) -> DeliveryReport:
+        return DeliveryReport()
+
+    notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)
+
+    def tell_stopping(self, server: str, reason: str) -> None:
+        """This server's job stops: other servers without a job link learn it from the store."""
+
+    def stop_requested(self, server: str) -> str | None:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

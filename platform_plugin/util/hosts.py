@@ -1,0 +1,35 @@
+"""Is this text an address or a host name? The launcher checks --master-addr with it before
+every job, and the rank-table rules check each server_id: a small module of its own so a launch
+without a rank table does not load the rank-table package for it."""
+from __future__ import annotations
+
+import re
+import socket
+
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def is_ip(text: str) -> bool:
+    """IPv4 or IPv6 address. inet_pton first: ipaddress alone is most of the time of checking
+    a 100,000-device table."""
+    try:
+        socket.inet_pton(socket.AF_INET, text)
+        return True
+    except (OSError, ValueError):
+        pass
+    import ipaddress  # IPv6 and the rest: rare, and ipaddress is a large module
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
+
+
+def is_host(text: str) -> bool:
+    """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
+    server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
+    if is_ip(text):
+        return True
+    if not text or len(text) > 253:
+        return False
+    return all(_HOST_LABEL.fullmatch(label) for label in text.rstrip(".").split("."))
