@@ -2,7 +2,8 @@
 
 For every metric the ranks log, each step gets `NAME/mean`, `NAME/min`, `NAME/max` and, for a
 throughput metric (`*samples_per_s*`, `*throughput*`, `*_per_s`), `NAME/sum` — the world's
-samples/s. The forwarder feeds every point it delivered (`add`); a step is emitted once every
+samples/s. The forwarder feeds every batch it delivered (`add_batch`: one dict update per point;
+completeness is decided once per metric and batch); a step is emitted once every
 rank has a point for it or has moved past it (a rank that skips a step does not hold it back),
 and what is still open when the job ends is emitted by `flush`. Only open steps are kept, so
 memory is bounded by how far the ranks are apart, with a hard cap per metric (MAX_OPEN_STEPS)
@@ -17,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has
@@ -39,35 +40,54 @@ def aggregated(name: str) -> bool:
     return not is_aggregate(name) and not PER_DEVICE.match(name)
 
 
-@dataclass(frozen=True)
-class AggregatePoint:
+class AggregatePoint(NamedTuple):
+    """One point of the job run (a tuple: ~0.1 µs to make, against ~1 µs for a dataclass)."""
     key: str
     value: float
     step: int
     timestamp_ms: int
 
 
-@dataclass
 class _Metric:
-    open: dict = field(default_factory=dict)  # step -> {label: (value, timestamp)}
-    order: list = field(default_factory=list)  # the open steps, sorted
-    last_step: dict = field(default_factory=dict)  # label -> highest step seen
+    """One metric's open steps. Per name, once: its aggregate keys and whether it gets a sum."""
+    __slots__ = ("open", "order", "top", "last_step", "keys", "throughput")
+
+    def __init__(self, name: str):
+        self.open: dict[int, dict] = {}  # step -> {label: (value, timestamp)}
+        self.order: list[int] = []  # the open steps, sorted
+        self.top = -math.inf  # the highest open step: ranks log in step order, so mostly an append
+        self.last_step: dict[str, int] = {}  # label -> highest step seen
+        self.throughput = is_throughput(name)
+        self.keys = tuple(f"{name}/{stat}" for stat in (STATS + ("sum",) if self.throughput else STATS))
+
+    def open_step(self, step: int) -> dict:
+        self.open[step] = values = {}
+        if step > self.top:
+            self.order.append(step)
+            self.top = step
+        else:
+            bisect.insort(self.order, step)
+        return values
 
 
-def summarise(name: str, step: int, values: list[float], timestamp_ms: int) -> list[AggregatePoint]:
-    finite = [v for v in values if not math.isnan(v)]
+STATS = ("mean", "min", "max")
+
+
+def _summary(keys: tuple, step: int, values: list[float], timestamp_ms: int) -> list[AggregatePoint]:
+    finite = [v for v in values if v == v]  # NaN is the one value unequal to itself
     if not finite:
         return []
-    out = [AggregatePoint(f"{name}/mean", math.fsum(finite) / len(finite), step, timestamp_ms),
-           AggregatePoint(f"{name}/min", min(finite), step, timestamp_ms),
-           AggregatePoint(f"{name}/max", max(finite), step, timestamp_ms)]
-    if is_throughput(name):
-        out.append(AggregatePoint(f"{name}/sum", math.fsum(finite), step, timestamp_ms))
+    total = math.fsum(finite)
+    out = [AggregatePoint(keys[0], total / len(finite), step, timestamp_ms),
+           AggregatePoint(keys[1], min(finite), step, timestamp_ms),
+           AggregatePoint(keys[2], max(finite), step, timestamp_ms)]
+    if len(keys) > 3:
+        out.append(AggregatePoint(keys[3], total, step, timestamp_ms))
     return out
 
 
 class StepAggregator:
-    """Not thread-safe: the forwarder thread (or, after it stopped, the drain) calls it."""
+    """Not thread-safe: the forwarder calls it under its observers' lock."""
 
     def __init__(self, labels):
         self.labels = frozenset(labels)
@@ -76,44 +96,62 @@ class StepAggregator:
 
     def add(self, label: str, name: str, value: float, step: int, timestamp_ms: int) -> list[AggregatePoint]:
         """Record one delivered point; return the aggregates of the steps it completed."""
-        metric = self.metrics.get(name)
-        if metric is None:
-            if name in self.skipped or not aggregated(name):
-                self.skipped.add(name)
-                return []
-            metric = self.metrics[name] = _Metric()
-        if step not in metric.open:
-            metric.open[step] = {}
-            bisect.insort(metric.order, step)  # ranks log in step order: an append, mostly
-        metric.open[step][label] = (float(value), int(timestamp_ms))
-        if step > metric.last_step.get(label, -math.inf):
-            metric.last_step[label] = step
-        return self._ready(name, metric)
+        return self.add_batch(label, [["m", name, value, step, timestamp_ms]])
 
-    def _ready(self, name: str, metric: _Metric) -> list[AggregatePoint]:
-        out = []
-        everyone = len(self.labels)
-        while metric.order:
-            step = metric.order[0]
-            values = metric.open[step]
-            done = len(values) >= everyone or all(  # the usual case first: every rank has it
-                lb in values or metric.last_step.get(lb, -math.inf) > step for lb in self.labels)
-            if not done and len(metric.order) <= MAX_OPEN_STEPS:
-                break  # steps complete in order: a later one cannot be done before this one
-            out.extend(self._emit(name, metric, step))
+    def add_batch(self, label: str, records: list[list]) -> list[AggregatePoint]:
+        """Record one rank's delivered batch (spool records; only metrics count); return the
+        aggregates of the steps it completed. The per-point work is one dict update: whether
+        a step is complete is decided once per metric and batch."""
+        touched: dict[str, _Metric] = {}
+        metrics, skipped = self.metrics, self.skipped
+        for record in records:
+            if record[0] != "m" or record[1] in skipped:
+                continue
+            _, name, value, step, timestamp = record
+            metric = metrics.get(name)
+            if metric is None:
+                if not aggregated(name):
+                    skipped.add(name)
+                    continue
+                metric = metrics[name] = _Metric(name)
+            step = int(step)
+            values = metric.open.get(step)
+            if values is None:
+                values = metric.open_step(step)
+            values[label] = (float(value), int(timestamp))
+            if step > metric.last_step.get(label, -math.inf):
+                metric.last_step[label] = step
+            touched[name] = metric
+        out: list[AggregatePoint] = []
+        for metric in touched.values():
+            self._ready(metric, out)
         return out
 
-    def _emit(self, name: str, metric: _Metric, step: int) -> list[AggregatePoint]:
-        del metric.order[metric.order.index(step)]  # the first one, always
-        values = metric.open.pop(step)
-        return summarise(name, step, [v for v, _ in values.values()], max(t for _, t in values.values()))
+    def _ready(self, metric: _Metric, out: list) -> None:
+        """Emit the open steps every rank has reached (has a point for, or moved past): ranks
+        log in step order, so that is every step up to the lowest rank's last step."""
+        last = metric.last_step
+        frontier = min((last.get(lb, -math.inf) for lb in self.labels), default=math.inf)
+        order = metric.order
+        done = bisect.bisect_right(order, frontier)
+        over = len(order) - MAX_OPEN_STEPS  # too far apart: the oldest go with what they have
+        self._emit(metric, max(done, over), out)
+
+    def _emit(self, metric: _Metric, count: int, out: list) -> None:
+        """Emit the `count` lowest open steps."""
+        if count <= 0:
+            return
+        keys, open_ = metric.keys, metric.open
+        for step in metric.order[:count]:
+            values = open_.pop(step).values()
+            out.extend(_summary(keys, step, [v for v, _ in values], max(t for _, t in values)))
+        del metric.order[:count]
 
     def flush(self) -> list[AggregatePoint]:
         """The job ended: emit every open step with the points it has."""
-        out = []
-        for name, metric in self.metrics.items():
-            while metric.order:
-                out.extend(self._emit(name, metric, metric.order[0]))
+        out: list[AggregatePoint] = []
+        for metric in self.metrics.values():
+            self._emit(metric, len(metric.order), out)
         return out
 
     def open_steps(self) -> int:
@@ -132,10 +170,7 @@ class JobAggregates:
         self.last_error = ""
 
     def delivered(self, label: str, records: list[list]) -> None:
-        for record in records:
-            if record[0] == "m":
-                _, name, value, step, timestamp = record
-                self.ready.extend(self.aggregator.add(label, name, value, int(step), timestamp))
+        self.ready.extend(self.aggregator.add_batch(label, records))
 
     def send(self) -> bool:
         while self.ready:

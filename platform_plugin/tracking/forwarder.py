@@ -1,9 +1,11 @@
 """Ships spooled records to a sink, at least once, made exactly once by the offset file.
 
 For each stream (one spool file per rank), under that stream's flock:
-  1. read complete lines after the delivered offset,
-  2. cut them into batches within the sink's limits,
-  3. deliver a batch, then at once write the offset just past it (atomic rename).
+  1. read complete lines after the delivered offset (decoded once, kept between turns),
+  2. cut the next batch within the sink's limits,
+  3. deliver it, then at once write the offset just past it (atomic rename).
+Streams take turns, one batch each per round, so the ranks' points of one step arrive close
+together (the per-step aggregates across ranks need every rank's point of a step).
 A crash between 2's send and 3's rename is the only window in which a batch can be sent twice;
 MLflow's SQL store ignores an exact repeat of a metric (same key, value, step, timestamp - the
 timestamp is taken in the rank and kept in the spool) and of a param, so the replay adds nothing
@@ -12,7 +14,7 @@ there. `sync` and a live forwarder cannot overlap on a stream (the flock).
 Nothing blocks a stream for good: a line too large to deliver is copied to
 `<stream>.jsonl.quarantine` and passed; a record the sink refuses for good is counted as
 rejected and passed; `["r", ...]` lines (refused by the tracker in the rank) are counted only.
-Streams are forwarded in parallel (`workers` threads, one stream per thread at a time, so each
+A round's turns run in parallel (`workers` threads, one stream per thread at a time, so each
 stream keeps its order). Observers (`delivered(label, records)`) see every accepted batch.
 """
 from __future__ import annotations
@@ -22,14 +24,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from platform_plugin.tracking.identity import stream_name
-from platform_plugin.tracking.spool import SPOOL_SUFFIX, Chunk, count_pending, read_complete
+from platform_plugin.tracking.spool import (MAX_LINE_BYTES, SPOOL_SUFFIX, Chunk, count_pending,
+                                            read_complete)
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
+# bytes of a stream decoded at a time (kept between turns): more than one line's maximum
+READ_BYTES = 2 * MAX_LINE_BYTES
 
 
 def batches(records: list[tuple[list, int]], limits: dict[str, int]):
@@ -107,6 +113,7 @@ class Forwarder:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._observe_lock = threading.Lock()  # observers see one batch at a time
+        self._readings: dict[str, _Reading] = {}  # label -> its decoded, not yet delivered lines
 
     # --- one pass -------------------------------------------------------------------------
     def labels(self) -> list[str]:
@@ -129,19 +136,25 @@ class Forwarder:
             return False
         deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
 
-        def one(label: str) -> bool:
+        def turn(label: str) -> tuple[bool, bool]:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             return self._pump_stream(label, blocking, left)
 
-        if self.workers > 1 and len(labels) > 1:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracking-stream")
-            ok = all(list(self._pool.map(one, labels)))
-        else:
-            ok = all([one(label) for label in labels])  # a list: every stream gets its pass
-        if self.aggregates is not None:
-            with self._observe_lock:
-                self.aggregates.send()  # its failures are its own (last_error): points come first
+        ok, active = True, labels
+        while active and not self.past_deadline():
+            # one batch per stream per round: the streams advance together, so the per-step
+            # aggregates find every rank's point of a step close together (bounded memory)
+            if self.workers > 1 and len(active) > 1:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracking-stream")
+                results = list(self._pool.map(turn, active))
+            else:
+                results = [turn(label) for label in active]  # every stream gets its turn
+            ok = ok and all(good for good, _ in results)
+            active = [label for label, (good, more) in zip(active, results) if good and more]
+            if self.aggregates is not None:
+                with self._observe_lock:
+                    self.aggregates.send()  # its failures are its own (last_error): points come first
         if ok:
             self.last_error = ""
         return ok
@@ -149,39 +162,53 @@ class Forwarder:
     def past_deadline(self) -> bool:
         return self.stop_at is not None and time.time() >= self.stop_at
 
-    def _pump_stream(self, label: str, blocking: bool, lock_timeout: float | None = None) -> bool:
+    def _pump_stream(self, label: str, blocking: bool, lock_timeout: float | None = None) -> tuple[bool, bool]:
+        """One turn of a stream: deliver its next batch. (ok, more to deliver after it)."""
         stream = stream_name(label)
         with stream_lock(self.spool_dir, stream, blocking=blocking, timeout=lock_timeout) as held:
             if not held and blocking:
                 self.last_error = (f"{stream} is being forwarded by another process (a launcher "
                                    "still delivering, or stuck in MLflow's HTTP retries)")
-                return False
+                return False, False
             if not held:
-                return True  # another forwarder (a sync) is on it
-            state = StreamState.load(self.spool_dir, stream)
-            while not self.past_deadline():
-                chunk = read_complete(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", state.offset)
-                if chunk.end == state.offset:
-                    return True
-                if not self._deliver_chunk(label, stream, state, chunk):
-                    return False
-            return True
-
-    def _deliver_chunk(self, label: str, stream: str, state: StreamState, chunk: Chunk) -> bool:
-        passed = _Passed(chunk, self.spool_dir / f"{stream}{SPOOL_SUFFIX}",
-                         self.spool_dir / f"{stream}.jsonl.quarantine")
-        limits = self.sink.batch_limits(self.config) if hasattr(self.sink, "batch_limits") else self.sink.limits
-        for batch in batches(chunk.records, limits):
+                return True, False  # another forwarder (a sync) is on it
             if self.past_deadline():
-                return True
+                return True, False
+            state = StreamState.load(self.spool_dir, stream)
+            reading = self._reading(label, stream, state)
+            if reading is None:
+                return True, False  # nothing complete after the offset
+            return self._deliver_turn(label, stream, state, reading), True
+
+    def _reading(self, label: str, stream: str, state: StreamState) -> "_Reading | None":
+        """The decoded lines after the stream's offset: kept from the last turn while the offset
+        is where that turn left it (another process may have delivered meanwhile), else read."""
+        reading = self._readings.get(label)
+        if reading is None or reading.offset != state.offset:
+            spool = self.spool_dir / f"{stream}{SPOOL_SUFFIX}"
+            chunk = read_complete(spool, state.offset, READ_BYTES)
+            if chunk.end == state.offset:
+                self._readings.pop(label, None)
+                return None
+            reading = self._readings[label] = _Reading(
+                chunk, state.offset, _Passed(chunk, spool, self.spool_dir / f"{stream}.jsonl.quarantine"))
+        return reading
+
+    def _deliver_turn(self, label: str, stream: str, state: StreamState, reading: "_Reading") -> bool:
+        records = reading.chunk.records
+        if reading.index < len(records):
+            limits = self.sink.batch_limits(self.config) if hasattr(self.sink, "batch_limits") else self.sink.limits
+            batch = next(batches(islice(records, reading.index, None), limits))
             if not self._send(label, state, batch):
                 state.save(self.spool_dir, stream)
+                self._readings.pop(label, None)
                 return False
-            state.offset = batch[-1][1]
-            passed.up_to(state)
-            state.save(self.spool_dir, stream)
-        state.offset = chunk.end  # past trailing bad lines too
-        passed.up_to(state)
+            reading.index += len(batch)
+            state.offset = reading.offset = batch[-1][1]
+        if reading.index >= len(records):
+            state.offset = reading.chunk.end  # past trailing bad lines too
+            self._readings.pop(label, None)
+        reading.passed.up_to(state)
         state.save(self.spool_dir, stream)
         return True
 
@@ -292,6 +319,15 @@ class Forwarder:
                 return True
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         return self.all_delivered()
+
+
+@dataclass
+class _Reading:
+    """A stream's decoded chunk, delivered a batch per turn."""
+    chunk: Chunk
+    offset: int  # the stream's offset at records[index]
+    passed: "_Passed"
+    index: int = 0
 
 
 class _Passed:

@@ -78,3 +78,32 @@ def test_parent_run_holds_mean_min_max_sum_per_step_equal_to_numpy_over_the_chil
             assert [m.step for m in history] == steps, (name, stat)
             assert [m.value for m in history] == pytest.approx(values, rel=1e-12), (name, stat)
     assert c.get_metric_history(report.parent_run_id, "loss/sum") == []  # not a throughput
+
+
+def test_streams_advance_together_so_no_step_is_aggregated_before_every_rank_delivered_it(
+        tracking_env, tmp_path, monkeypatch):
+    """One worker forwarding whole streams one after the other used to hold the first rank's
+    steps open past the cap and emit them with that rank's value alone (and again later with the
+    others'). Streams now take turns a batch at a time: every step is aggregated once, whole."""
+    import time
+
+    from platform_plugin.tracking import aggregates, delivery
+    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+    from platform_plugin.tracking.state import JobEnd
+    monkeypatch.setattr(aggregates, "MAX_OPEN_STEPS", 50)
+    monkeypatch.setattr(MlflowSink, "sql_limits", {**MlflowSink.sql_limits, "m": 20, "total": 20})
+    monkeypatch.setattr(delivery, "STREAM_WORKERS", 1)
+    plan = make_plan(tmp_path, 3)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    for rank in range(3):
+        t = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"], RankIdentity.from_env({**plan.ranks[rank].env, **env}))
+        for step in range(300):
+            t.log_metric("loss", float(rank + step), step=step)
+        t.close()
+    JobEnd("FINISHED", time.time() + 120).save(jt.spool_dir)
+    helper = delivery.Helper(jt.spool_dir)  # the helper's work, in this process
+    helper.run()
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    history = c.get_metric_history(helper.config.parent_run_id, "loss/mean")
+    assert sorted((m.step, m.value) for m in history) == [(s, s + 1.0) for s in range(300)]

@@ -43,6 +43,29 @@ def test_reader_takes_complete_lines_only_and_skips_garbage(tmp_path):
     assert count_pending(path, chunk.end) == (0, True)
 
 
+@settings(deadline=None, max_examples=80)
+@given(st.lists(st.sampled_from([
+    encode_metric('"loss"', 0.5, 1, 5).encode(), encode("p", "lr", "0.1").encode(), b"\n", b"1,2\n",
+    b'["m","loss",0.4\n', b'["m","a]b",\n', b'0.5,1,2]\n', b'["m","x",1]\n', b"\xff\xfe\n"]), max_size=12))
+def test_one_decode_per_chunk_reads_exactly_what_line_by_line_decoding_reads(tmp_path_factory, lines):
+    """Chunks are decoded with one json.loads of the joined lines; fragments and garbage that
+    could merge across lines fall back to line by line: the same records, offsets, bad lines."""
+    path = tmp_path_factory.mktemp("spool") / "rank_0.jsonl"
+    path.write_bytes(b"".join(lines))
+    chunk = read_complete(path, 0)
+    expected, bad, position = [], [], 0
+    for line in lines:
+        position += len(line)
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        valid = isinstance(record, list) and record and record[0] in ("m", "p") and len(record) == (
+            5 if record[0] == "m" else 3)
+        (expected.append((record, position)) if valid else bad.append(position))
+    assert chunk.records == expected and chunk.bad_ends == bad and chunk.end == position
+
+
 def test_writer_reopening_after_a_killed_writer_terminates_the_fragment(tmp_path):
     path = tmp_path / "rank_0.jsonl"
     path.write_bytes(b'["m","loss",0.4')  # what a SIGKILL mid-write leaves

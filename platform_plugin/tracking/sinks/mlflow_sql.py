@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import threading
+from operator import itemgetter
 
 FAST_DIALECTS = ("sqlite", "postgresql")
 METRIC_COLUMNS = ("key", "value", "timestamp", "step", "is_nan", "run_uuid")
@@ -67,15 +68,14 @@ class SqlMetricWriter:
         return (f"INSERT INTO {self.metrics.name} ({names}) VALUES "
                 f"({', '.join([mark] * len(METRIC_COLUMNS))}) ON CONFLICT DO NOTHING")
 
-    def log_metrics(self, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
-        """points: (key, value, step, timestamp_ms). All or nothing (one transaction)."""
+    def log_metrics(self, run_id: str, points) -> None:
+        """points: (key, value, step, timestamp_ms) tuples. All or nothing (one transaction)."""
         self._validate_keys({p[0] for p in points})
-        rows: dict[tuple, None] = {}  # an ordered set
-        for key, value, step, timestamp in points:
-            is_nan, stored = _sanitize(float(value))
-            rows[(key, stored, int(timestamp), int(step), is_nan)] = None  # in order, once
-        values = [(key, value, timestamp, step, is_nan, run_id)
-                  for key, value, timestamp, step, is_nan in rows]
+        # rows in the table's column order, each once (an exact repeat in a batch is one row)
+        values = list(dict.fromkeys(
+            (key, float(value), int(timestamp), int(step), False, run_id)
+            if value - value == 0.0 else _sanitized_row(key, float(value), int(timestamp), int(step), run_id)
+            for key, value, step, timestamp in points))
         with self._one_writer or _NoLock(), self.engine.begin() as conn:
             self._check_active(conn, run_id)
             self._insert_points(conn, values)
@@ -115,10 +115,8 @@ class SqlMetricWriter:
     def _update_latest(self, conn, run_id: str, values) -> None:
         from sqlalchemy import select, update
         newest: dict[str, tuple] = {}  # key -> (key, value, timestamp, step, is_nan, run_id)
-        for row in values:
-            best = newest.get(row[0])
-            if best is None or _order(row) > _order(best):
-                newest[row[0]] = row
+        for row in sorted(values, key=LATEST_ORDER):  # a C sort; the last row per key wins
+            newest[row[0]] = row
         t = self.latest
         existing = {r.key: (r.step, r.timestamp, r.value) for r in conn.execute(
             select(t.c.key, t.c.step, t.c.timestamp, t.c.value)
@@ -140,14 +138,12 @@ class _NoLock:
         return False
 
 
-def _order(row: tuple) -> tuple:
-    """(step, timestamp, value): how MLflow picks a key's latest point."""
-    return (row[3], row[2], row[1])
+# (step, timestamp, value) of a row: how MLflow picks a key's latest point
+LATEST_ORDER = itemgetter(3, 2, 1)
 
 
-def _sanitize(value: float) -> tuple[bool, float]:
+def _sanitized_row(key: str, value: float, timestamp: int, step: int, run_id: str) -> tuple:
+    """NaN is stored as 0 with is_nan, +/-inf as +/-max float (as MLflow does)."""
     if math.isnan(value):
-        return True, 0.0
-    if math.isinf(value):
-        return False, MAX_FLOAT if value > 0 else -MAX_FLOAT
-    return False, value
+        return (key, 0.0, timestamp, step, True, run_id)
+    return (key, MAX_FLOAT if value > 0 else -MAX_FLOAT, timestamp, step, False, run_id)
