@@ -61,7 +61,8 @@ class _Metric:
         self.keys = tuple(f"{name}/{stat}" for stat in (STATS + ("sum",) if self.throughput else STATS))
 
     def open_step(self, step: int) -> dict:
-        self.open[step] = values = {}
+        values: dict = {}
+        self.open[step] = values
         if step > self.top:
             self.order.append(step)
             self.top = step

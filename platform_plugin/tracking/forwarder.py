@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Iterable
 from pathlib import Path
 
 from platform_plugin.tracking.identity import stream_name
@@ -38,7 +39,7 @@ KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 READ_BYTES = 2 * MAX_LINE_BYTES
 
 
-def batches(records: list[tuple[list, int]], limits: dict[str, int]):
+def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]):
     """Consecutive slices of (record, end offset) pairs that a sink accepts in one call."""
     batch: list[tuple[list, int]] = []
     counts: dict[str, int] = {}
