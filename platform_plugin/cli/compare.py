@@ -7,7 +7,7 @@ from urllib.parse import urlparse
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking import compare, diagnosis
 from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
 DEFAULT_UI = "http://127.0.0.1:5000"
@@ -53,6 +53,9 @@ def find_job(job: str | None, log_dir: str | None):
         if not job:
             raise
         uri = default_tracking_uri()
+        db = sqlite_path(uri)
+        if db is not None and not db.exists():
+            raise  # no store, so no job in it: looking must not create one
         client = MlflowSink().client(uri)
         runs = compare.job_runs_in_store(job, client, uri)
         if runs is None:

@@ -39,6 +39,10 @@ def test_ui_port_in_use_is_refused_before_the_server_starts(cwd):
                 "LAUNCH_PORT_BUSY")
 
 
+def test_compare_of_an_unknown_job_without_a_store_creates_no_store(cwd):
+    refused(run_inprocess(["compare", "train-20260101-000000-abcd"], cwd), "TRACKING_JOB")
+
+
 @pytest.mark.parametrize("where", ["rank_id", "device_id", "server_count"])
 def test_rank_table_with_a_5000_digit_integer(cwd, where):
     doc = sample(TABLE_4P)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from platform_plugin.cli import main
@@ -104,3 +105,87 @@ def test_scripts_outside_code_share_the_folder_experiment_and_env_shows_the_stor
     assert main(["env", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tracking"] == {
         "uri": "http://127.0.0.1:5999", "source": "MLFLOW_TRACKING_URI", "experiment": "shared"}
+
+
+# MLflow 3.1's migration config (the logging part of its alembic.ini, as its env.py passes it to
+# logging.config.fileConfig): a stderr handler on the root logger, alembic at INFO
+MIGRATIONS_INI_LOGGING = """
+[loggers]
+keys = root,sqlalchemy,alembic
+[handlers]
+keys = console
+[formatters]
+keys = generic
+[logger_root]
+level = WARN
+handlers = console
+qualname =
+[logger_sqlalchemy]
+level = WARN
+handlers =
+qualname = sqlalchemy.engine
+[logger_alembic]
+level = INFO
+handlers =
+qualname = alembic
+[handler_console]
+class = StreamHandler
+args = (sys.stderr,)
+level = NOTSET
+formatter = generic
+[formatter_generic]
+format = %(levelname)-5.5s [%(name)s] %(message)s
+"""
+
+
+def test_opening_a_store_skips_only_the_migrations_logging_config(tmp_path):
+    import logging
+    import logging.config
+
+    from platform_plugin.tracking.sinks.mlflow_conventions import migrations_keep_logging
+    ini = tmp_path / "mlflow" / "store" / "db_migrations" / "alembic.ini"
+    ini.parent.mkdir(parents=True)
+    ini.write_text(MIGRATIONS_INI_LOGGING)
+    other = tmp_path / "users_own.ini"
+    other.write_text(MIGRATIONS_INI_LOGGING.replace("qualname = alembic", "qualname = users_own"))
+    root = logging.getLogger()
+    before = (root.handlers[:], root.level, logging.getLogger("alembic").level)
+    unguarded = logging.config.fileConfig
+    try:
+        with migrations_keep_logging(), migrations_keep_logging():  # nested: two stores at once
+            logging.config.fileConfig(str(ini), disable_existing_loggers=False)
+            assert (root.handlers, root.level, logging.getLogger("alembic").level) == before
+            logging.config.fileConfig(str(other), disable_existing_loggers=False)
+            assert logging.getLogger("users_own").level == logging.INFO  # anyone else's goes through
+        assert logging.config.fileConfig is unguarded
+    finally:
+        root.handlers[:] = before[0]
+        root.setLevel(before[1])
+
+
+USER_PROCESS = """
+import logging, sys
+from platform_plugin import tracking
+handlers = list(logging.getLogger().handlers)
+t = tracking.get_tracker()  # no launcher: forwarding in this process opens the fresh store
+t.log_metric("loss", 0.25)
+t.close()
+assert logging.getLogger().handlers == handlers, logging.getLogger().handlers
+"""
+
+
+def test_a_store_first_created_in_the_users_process_prints_nothing(tracking_env, tmp_path):
+    """Tracking without the launcher (a cell that calls get_tracker): the store is created in
+    the user's own process. Nothing of MLflow's or alembic's may reach its stderr (the cell),
+    and its logging must be as it was (MLflow 3.1's migration replaced the root handlers).
+    `make test-compat` runs it against MLflow 3.1.4, where the migration did both."""
+    tracking_env.setenv("PLATFORM_TRACKING", "mlflow")
+    tracking_env.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", USER_PROCESS], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == "", done.stderr
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = c.search_runs([e.experiment_id for e in c.search_experiments()])
+    assert [r.data.metrics for r in runs] == [{"loss": 0.25}]
+    logs = list((tmp_path / "platform_logs").rglob("mlflow.log"))
+    assert logs and "Creating initial MLflow database tables" in logs[0].read_text()

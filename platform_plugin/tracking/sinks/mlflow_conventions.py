@@ -7,6 +7,7 @@ import os
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, Callable
 
 def standard_tags(job: dict) -> dict[str, str]:
     """`mlflow.user`, `mlflow.source.name/type` and, when the source is in a git repository,
@@ -98,3 +99,38 @@ def quiet(log_path: Path | None):
                 else:
                     os.environ[_URL_ENV] = saved
         handler.close()
+
+
+# MLflow's migration scripts' config; up to MLflow 3.1 its env.py hands it to fileConfig
+_MIGRATIONS_INI = os.path.join("mlflow", "store", "db_migrations", "alembic.ini")
+_guards = 0  # blocks inside migrations_keep_logging() now, all threads
+_file_config: Callable[..., Any] | None = None  # logging.config.fileConfig as found
+
+
+def _file_config_but_migrations(fname, *args, **kwargs) -> None:
+    if _file_config is not None and not str(fname).endswith(_MIGRATIONS_INI):
+        _file_config(fname, *args, **kwargs)
+
+
+@contextmanager
+def migrations_keep_logging():
+    """Around the first open of a store (which creates or upgrades its tables). MLflow up to 3.1
+    runs `logging.config.fileConfig(<its alembic.ini>)` from its migration env.py: that replaces
+    the root logger's handlers with one writing to stderr at WARNING (in a notebook kernel: the
+    cell, for the rest of the kernel's life) and prints alembic's INFO lines there
+    ("Running upgrade ..."). Inside this block that one call is skipped, so the process's logging
+    stays as the user set it and alembic's lines stay below the level shown (MLflow 3.17 sets
+    alembic to WARNING itself). Any other fileConfig call, from any thread, goes through."""
+    global _guards, _file_config
+    import logging.config
+    with _lock:
+        if _guards == 0:
+            _file_config, logging.config.fileConfig = logging.config.fileConfig, _file_config_but_migrations
+        _guards += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _guards -= 1
+            if _guards == 0 and _file_config is not None:
+                logging.config.fileConfig, _file_config = _file_config, None

@@ -19,7 +19,8 @@ from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_job
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
-from platform_plugin.tracking.sinks.mlflow_conventions import quiet, standard_tags
+from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
+    standard_tags)
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -94,7 +95,9 @@ class MlflowSink:
     def client(self, uri: str):
         if uri not in self._clients:
             from mlflow.tracking import MlflowClient
-            with store_lock(uri):  # the first open creates/migrates a fresh store
+            # the first open creates/migrates a fresh store: one process at a time, and
+            # without MLflow 3.1's migration reconfiguring this process's logging
+            with store_lock(uri), migrations_keep_logging():
                 self._clients[uri] = MlflowClient(tracking_uri=uri)
         return self._clients[uri]
 
