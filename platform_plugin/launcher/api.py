@@ -145,7 +145,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
                 + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
     for note in job_tracking.notes:
         output.note(note)
-    job_file = JobFile(plan, attempts)
+    job_file = JobFile(plan, attempts, early_end=job_tracking.sink != "none")
     peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
     result = None
     try:  # the output observes the supervisor too: the board shows each process's status
@@ -157,7 +157,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
     result.tracking = report
     result.attempts = list(attempts)
     result.server_id = plan.server_id
-    job_file.ended(result)
+    job_file.record(result)
     result.job_file_error = job_file.error or ""
     return result
 

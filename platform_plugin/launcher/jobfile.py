@@ -21,8 +21,14 @@ RESERVE = 64 * 1024  # room for the result when the disk is full by the end of t
 
 
 class JobFile:
-    def __init__(self, plan: LaunchPlan, attempts: list[dict] | None = None):
+    """A Supervisor observer (`started`, `ended`) plus `record(result)`, the launcher's final
+    write once tracking reported. `early_end`: also write when the ranks ended (a tracked job:
+    the drain may take its deadline before `record`); an untracked job writes twice in all."""
+
+    def __init__(self, plan: LaunchPlan, attempts: list[dict] | None = None, *,
+                 early_end: bool = True):
         self.plan = plan
+        self.early_end = early_end
         self.path = os.path.join(plan.job_dir, JOB_FILE)
         self.error = ""  # why the last write failed, if it did
         self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
@@ -37,6 +43,10 @@ class JobFile:
         self._write(reserve=True)
 
     def ended(self, result) -> None:
+        if self.early_end:
+            self.record(result)
+
+    def record(self, result) -> None:
         self.data["state"] = "ended"
         self.data["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.data["result"] = result.to_dict()

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 
 from platform_plugin.errors import ConfigError, Problem
 
@@ -23,11 +22,27 @@ def check_writable_folder(folder: str, what: str, code: str, flag: str) -> None:
     reason = "" if os.access(probe, os.W_OK | os.X_OK) else "read-only for this user or on a " \
         "read-only file system"
     if not reason:  # access(2) says yes to root in /proc and the like: make and remove an entry
-        try:
-            os.rmdir(tempfile.mkdtemp(prefix=".platform-probe-", dir=probe))
-        except OSError as exc:
-            reason = f"cannot create entries there: {exc.strerror}"
+        reason = _probe_entry(probe)
     if reason:
         raise ConfigError([Problem(f"{code}_READONLY", f"the {what} folder {folder} is not "
                                    f"writable ({probe}: {reason}). Give a writable folder.",
                                    flag)])
+
+
+def _probe_entry(folder: str) -> str:
+    """Make and remove a uniquely named folder in `folder`: "" when that worked, else why not.
+    (As tempfile.mkdtemp, without importing tempfile and random before every job.)"""
+    for _ in range(3):
+        path = os.path.join(folder, f".platform-probe-{os.getpid()}-{os.urandom(4).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            return f"cannot create entries there: {exc.strerror}"
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass  # made it, so the folder takes entries
+        return ""
+    return ""  # three names taken: entries exist there, so it takes them

@@ -12,8 +12,15 @@ from typing import Iterator
 
 def process_environ(pid: int) -> dict[str, str]:
     """The environment `pid` was started with; raises OSError when it is gone or not ours."""
+    return _parse_environ(_raw_environ(pid))
+
+
+def _raw_environ(pid: int) -> bytes:
     with open(f"/proc/{pid}/environ", "rb") as fh:
-        raw = fh.read()
+        return fh.read()
+
+
+def _parse_environ(raw: bytes) -> dict[str, str]:
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
@@ -44,6 +51,9 @@ def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
     set — how rank processes are recognised, whoever launched them. (A zombie's environ reads
     empty, so zombies never match.)"""
     uid, skip = os.getuid(), ancestors()
+    # a byte search before parsing: the launcher scans every process of the user at every end
+    # of a job, and parsing each environment into a dict was most of that scan's time
+    wanted = b"\0" + with_variable.encode() + b"="
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
             continue
@@ -51,7 +61,10 @@ def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
         try:
             if os.stat(f"/proc/{pid}").st_uid != uid:
                 continue
-            env = process_environ(pid)
+            raw = _raw_environ(pid)
+            if wanted not in b"\0" + raw:
+                continue
+            env = _parse_environ(raw)
             if with_variable not in env:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -65,6 +78,9 @@ def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
 def group_members(pgids: set[int]) -> dict[int, list[int]]:
     """Live (non-zombie) processes per process group, for the groups in `pgids`."""
     members: dict[int, list[int]] = {}
+    pgids = {g for g in pgids if _group_exists(g)}
+    if not pgids:  # the usual case at the end of a job: no /proc scan (every process's stat)
+        return members
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -75,6 +91,17 @@ def group_members(pgids: set[int]) -> dict[int, list[int]]:
         if pgid in pgids and state not in ("Z", "X"):
             members.setdefault(pgid, []).append(int(entry))
     return members
+
+
+def _group_exists(pgid: int) -> bool:
+    """The kernel knows a process in group `pgid` (a zombie counts: the scan sorts those out)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process: let the scan decide
+    return True
 
 
 def alive(pid: int) -> bool:
