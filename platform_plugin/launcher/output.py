@@ -101,16 +101,16 @@ class _RankStream:
 
     def feed(self, data: bytes, now: float, out: list[str]) -> None:
         self._log(data)
-        data = self.partial + data
         cut = data.rfind(b"\n") + 1
-        complete, self.partial = data[:cut], data[cut:]
-        if self.partial and not cut:
-            self.partial_since = self.partial_since or now
-        elif self.partial:
-            self.partial_since = now
-        else:
-            self.partial_since = 0.0
-        if complete:
+        if not cut:  # no line ends in this chunk
+            self.partial += data
+            if self.partial:
+                self.partial_since = self.partial_since or now
+        else:  # a chunk of whole lines (the common case) is not copied at all
+            complete = (b"".join((self.partial, memoryview(data)[:cut])) if self.partial
+                        else data[:cut])
+            self.partial = data[cut:]
+            self.partial_since = now if self.partial else 0.0
             self._lines(complete, now, out)
         if len(self.partial) > PARTIAL_MAX:
             self.flush_partial(now, out)
@@ -139,8 +139,9 @@ class _RankStream:
                 return
         # prefixed as bytes, then decoded once: bytes.replace is ~4x faster than str.replace,
         # and the ASCII prefix decodes to itself (the text is what decoding the lines gives)
-        prefixed = self.prefix_bytes + complete.replace(b"\n", self.newline_prefix)
-        out.append(prefixed[:-len(self.prefix_bytes)].decode("utf-8", errors="replace"))
+        prefixed = complete.replace(b"\n", self.newline_prefix)  # "a\n[p]b\n[p]": cut the last [p]
+        text = str(memoryview(prefixed)[:len(prefixed) - len(self.prefix_bytes)], "utf-8", "replace")
+        out.append(self.prefix + text)
 
     def _without_hidden(self, complete: bytes) -> bytes:
         lines = complete[:-1].split(b"\n")
@@ -191,6 +192,7 @@ class Output:
         self._write = write
         self._streams: dict[str, _RankStream] = {}
         self._pending: list[str] = []
+        self._stdout_written = False  # written to sys.stdout since its last flush
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
 
@@ -219,12 +221,16 @@ class Output:
         self._pending.append(f"[launcher] {text}\n")
 
     def flush(self) -> None:
-        """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick)."""
+        """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick).
+        sys.stdout is flushed here only: in a kernel each flush waits for ipykernel's IO thread."""
         now = time.monotonic()
         for stream in self._streams.values():
             if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
                 stream.flush_partial(now, self._pending)
         self.write_pending()
+        if self._stdout_written:
+            self._stdout_written = False
+            sys.stdout.flush()
 
     def write_pending(self) -> None:
         """Write the display text made so far (the supervisor calls it after every piece read)."""
@@ -235,8 +241,7 @@ class Output:
             write = self._write or sys.stdout.write
             for text in pieces:
                 write(text)
-            if self._write is None:
-                sys.stdout.flush()
+            self._stdout_written = self._write is None
 
     def tail(self, name: str) -> list[str]:
         stream = self._streams[name]
