@@ -136,6 +136,13 @@ def _only(args) -> str:
     return f" --only {args.only}" if args.only else ""
 
 
+def _shared() -> str:
+    """Said when other work ran beside the bench: then the ratios count, not the seconds."""
+    busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    return (" (the cores were shared with other jobs: absolute times are noisy, the ratios of "
+            "alternating runs are what count)") if busy else ""
+
+
 def output_part(args) -> None:
     """Output throughput (bench/launch_output.py), its own section after the launch one."""
     load_before = load_text()
@@ -146,8 +153,8 @@ def output_part(args) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     header = (f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}` "
               f"— {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-              f"{load_before} at the start, {load_text()} at the end. Sides alternate every "
-              f"round; median (min–max) of {args.rounds} rounds after one warm-up each.")
+              f"{load_before} at the start, {load_text()} at the end{_shared()}. Sides alternate "
+              f"every round; median (min–max) of {args.rounds} rounds after one warm-up each.")
     text, meets = launch_output.section(result, args.rounds, header)
     print(text)
     print(f"output: launcher vs the same ranks to /dev/null <= {launch_output.GOAL}x: "
