@@ -7,7 +7,6 @@ of what the kernel must copy into each rank, a requested port, devices held by a
 from __future__ import annotations
 
 import os
-import shutil
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
@@ -46,6 +45,7 @@ def resolve_program(program: str, env: dict, cwd: str) -> str | None:
     folder, a bare name is searched on the rank's PATH (as execvpe does)."""
     if os.sep in program:
         return os.path.normpath(os.path.join(cwd, program))
+    import shutil  # here: `python` was already made this interpreter's path, so rarely needed
     return shutil.which(program, path=env.get("PATH", os.defpath))
 
 

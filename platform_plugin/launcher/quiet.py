@@ -13,11 +13,14 @@ Two sources, two treatments (`--verbose` turns both off):
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
+import sys
 import warnings
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:  # pragma: no cover
+    import logging
 
 # glog lines of MindSpore below ERROR from its networking: the DISTRIBUTED submodule (cluster
 # connect/retry/register) and the collective-communication setup (ccsrc/.../collective/...).
@@ -59,25 +62,47 @@ def libraries_to_log(job_dir: str, verbose: bool) -> Iterator[None]:
         yield
         return
     os.makedirs(job_dir, exist_ok=True)
-    handler = logging.FileHandler(os.path.join(job_dir, LOG_NAME), encoding="utf-8", delay=True)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    saved = []
-    for name in LIBRARY_LOGGERS:
-        logger = logging.getLogger(name)
-        saved.append((logger, logger.handlers[:], logger.propagate))
-        logger.handlers = [handler]
-        logger.propagate = False
+    route = _Route(os.path.join(job_dir, LOG_NAME))
+    if "logging" in sys.modules:  # a library that logs (MLflow, alembic) has imported it
+        route.start()  # (else nothing here logs: the launcher starts without `logging`)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            warnings.showwarning = _to_logger
+            warnings.showwarning = route.warning
             yield
     finally:
-        for logger, handlers, propagate in saved:
+        route.stop()
+
+
+class _Route:
+    """The library loggers' handler, set up at the start or by the first warning."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.handler: logging.FileHandler | None = None
+        self.saved: list = []
+
+    def start(self) -> None:
+        if self.handler is not None:
+            return
+        import logging
+        handler = logging.FileHandler(self.path, encoding="utf-8", delay=True)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in LIBRARY_LOGGERS:
+            logger = logging.getLogger(name)
+            self.saved.append((logger, logger.handlers[:], logger.propagate))
+            logger.handlers = [handler]
+            logger.propagate = False
+        self.handler = handler
+
+    def warning(self, message, category, filename, lineno, file=None, line=None) -> None:
+        self.start()
+        import logging
+        logging.getLogger(WARNINGS_LOGGER).warning("%s:%s: %s: %s", filename, lineno,
+                                                   category.__name__, message)
+
+    def stop(self) -> None:
+        for logger, handlers, propagate in self.saved:
             logger.handlers, logger.propagate = handlers, propagate
-        handler.close()
-
-
-def _to_logger(message, category, filename, lineno, file=None, line=None) -> None:
-    logging.getLogger(WARNINGS_LOGGER).warning("%s:%s: %s: %s", filename, lineno, category.__name__,
-                                        message)
+        if self.handler is not None:
+            self.handler.close()

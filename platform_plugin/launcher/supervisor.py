@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -77,7 +76,7 @@ class Supervisor:
         # another server's launcher asking this one to stop: () -> reason or None
         self.stop_check = stop_check
         self.timeout, self.silence_timeout, self.grace = timeout, silence_timeout, grace
-        self.host = socket.gethostname()
+        self.host = os.uname().nodename  # = socket.gethostname(), without importing socket
         self.procs: list[_Proc] = []
         self._stop: _Stop | None = None
         self._failures: list[_Proc] = []

@@ -6,11 +6,9 @@ started without a rank id gets the same `no-rank` label so names stay comparable
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 NO_RANK = "no-rank"
 
@@ -37,6 +35,7 @@ class RankIdentity:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "RankIdentity":
         env = os.environ if environ is None else environ
+        import socket  # here: the launcher imports this module for new_job_id only
         host = socket.gethostname()
         job_name = env.get("PLATFORM_JOB_NAME") or script_stem()
         return cls(
@@ -60,7 +59,7 @@ def run_name(label: str) -> str:
 
 def script_stem() -> str:
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else "python"
-    return Path(argv0).stem or "python"
+    return os.path.splitext(os.path.basename(argv0.rstrip("/")))[0] or "python"  # Path.stem
 
 
 def new_job_id(job_name: str, now: float | None = None) -> str:

@@ -4,7 +4,6 @@ without a rank table does not load the rank-table package for it."""
 from __future__ import annotations
 
 import re
-import socket
 
 _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
@@ -12,6 +11,7 @@ _HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 def is_ip(text: str) -> bool:
     """IPv4 or IPv6 address. inet_pton first: ipaddress alone is most of the time of checking
     a 100,000-device table."""
+    import socket  # here: is_host decides most names (an IPv4 address too) without it
     try:
         socket.inet_pton(socket.AF_INET, text)
         return True
@@ -28,8 +28,7 @@ def is_ip(text: str) -> bool:
 def is_host(text: str) -> bool:
     """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
     server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
-    if is_ip(text):
-        return True
-    if not text or len(text) > 253:
-        return False
-    return all(_HOST_LABEL.fullmatch(label) for label in text.rstrip(".").split("."))
+    if text and len(text) <= 253 and all(_HOST_LABEL.fullmatch(label)
+                                         for label in text.rstrip(".").split(".")):
+        return True  # (a dotted IPv4 address is a valid name too: no need to ask is_ip)
+    return is_ip(text)

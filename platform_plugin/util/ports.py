@@ -2,14 +2,13 @@
 requested one is free."""
 from __future__ import annotations
 
-import socket
-
 from platform_plugin.errors import ConfigError, Problem
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free now. Another process may take it before the rank binds it;
     the window is milliseconds, and a clash shows up as the scheduler/rank 0 failing to bind."""
+    import socket  # here, as below: a job that needs no port starts without the socket module
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -17,6 +16,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def check_free(port: int, host: str = "127.0.0.1", *, what: str = "port") -> None:
     """Raise ConfigError (LAUNCH_PORT_BUSY) when `port` cannot be bound on `host`."""
+    import socket
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
