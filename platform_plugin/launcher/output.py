@@ -137,8 +137,9 @@ class _RankStream:
             complete = self._within_rate(complete, now, out)
             if not complete:
                 return
-        # prefixed as bytes, then decoded once: bytes.replace is ~4x faster than str.replace,
-        # and the ASCII prefix decodes to itself (the text is what decoding the lines gives)
+        # prefixed as bytes, then decoded once: bytes.replace is several times faster than
+        # str.replace, and the ASCII prefix decodes to itself (the text is what decoding the
+        # lines gives)
         prefixed = complete.replace(b"\n", self.newline_prefix)  # "a\n[p]b\n[p]": cut the last [p]
         text = str(memoryview(prefixed)[:len(prefixed) - len(self.prefix_bytes)], "utf-8", "replace")
         out.append(self.prefix + text)

@@ -31,8 +31,8 @@ POLL_S = 0.05
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 # Pipes are drained in 64 KiB pieces, each written out before the next read: every object the
 # display makes of a piece then stays below glibc's mmap/trim thresholds and reuses heap memory.
-# With 1 MiB reads every chunk (and its prefixed text) was fresh memory from the kernel:
-# 15,000-45,000 page faults and ~+50 % launcher CPU per 58 MB of output (docs/benchmarks.md).
+# With 1 MiB reads every chunk (and its prefixed text) was fresh memory from the kernel, and
+# the page faults of a chatty job cost the launcher about half as much CPU again.
 READ_SIZE = 1 << 16
 PIPE_SIZE = 1 << 20
 UNKILLABLE_S = 10.0  # after SIGKILL, stop waiting for processes stuck in uninterruptible sleep
