@@ -1,8 +1,9 @@
 """Tracking benchmark: what default tracking costs a launch, the in-rank cost of a metric, and
 end-to-end delivery into MLflow, each side by side with its anchor.
 
-    .venv/bin/python bench/tracking.py [--rounds 5] [--ranks 4] [--steps 100000]
-                                       [--server-steps 25000] [--async-steps 25000] [--no-write]
+    .venv/bin/python bench/tracking.py [--rounds 3] [--ranks 4] [--steps 100000]
+                                       [--delivery-rounds 2] [--server-steps 10000]
+                                       [--async-steps 5000] [--no-profile] [--no-write]
 
 1. Launch cost, 8 no-op ranks, `platform-run launch` with default tracking (MLflow, sqlite) vs
    `--tracking none`, alternating rounds: wall time, peak RSS of the launcher process itself
@@ -12,10 +13,13 @@ end-to-end delivery into MLflow, each side by side with its anchor.
    whether MLflow was ever imported into that process.
 3. In-rank cost per `log_metric` (median of single calls): the tracker vs MLflow's synchronous
    and asynchronous `log_metric`.
-4. Delivery of RANKS x STEPS points launched as real ranks into a fresh sqlite store: time to
-   `launch()` returning and time to all points stored (drain deadline raised for the measure),
-   points/s; the same into an `mlflow server` (SERVER_STEPS per rank); and MLflow's own async
-   logging into runs made first (ASYNC_STEPS per rank).
+4. Delivery of RANKS x STEPS points launched as real ranks into a fresh sqlite store (the
+   default store of the job's folder), DELIVERY_ROUNDS times: time to `launch()` returning and
+   time to all points stored (drain deadline raised for the measure), points/s; the same into
+   an `mlflow server` (SERVER_STEPS per rank); and MLflow's own async logging into runs made
+   first (ASYNC_STEPS per rank). When the sqlite goal (>= 10,000 points/s) is missed, the
+   forwarding helper alone is profiled (bench/tracking_profile.py) and the doc lists its top
+   functions.
 Writes docs/benchmarks.md, section `tracking`.
 """
 from __future__ import annotations
@@ -31,6 +35,7 @@ import time
 from pathlib import Path
 
 from benchdoc import load_text, spread, write_section  # bench/benchdoc.py
+from tracking_profile import profile_helper, profile_lines  # bench/tracking_profile.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -236,34 +241,45 @@ def launch_lines(cost: dict, kernel: tuple[float, float, bool], rounds: int) -> 
         "every point is delivered, the helper ends the runs afterwards.", ""]
 
 
-def delivery_lines(args, ours: dict, server: dict, theirs: dict) -> list[str]:
+def delivery_lines(args, ours: list[dict], server: dict, theirs: dict) -> list[str]:
     total, s_total, a_total = args.ranks * args.steps, args.ranks * args.server_steps, args.ranks * args.async_steps
-    rate, s_rate, a_rate = total / ours["stored"], s_total / server["stored"], a_total / theirs["stored"]
+    rates = [total / o["stored"] for o in ours]
+    rate, s_rate, a_rate = statistics.median(rates), s_total / server["stored"], a_total / theirs["stored"]
+    complete = all(o["present"] == total and o["duplicates"] == 0 and o["pending"] == 0 for o in ours)
+    stored = " / ".join(f"{o['present']:,} / {o['duplicates']}" for o in ours)
     return [
         f"Delivery, {args.ranks} ranks launched as real processes, one metric per step "
-        "(drain deadline raised so the forwarder runs to the end; time from `launch()` called):", "",
+        "(drain deadline raised so the forwarder runs to the end; time from `launch()` called, "
+        "the forwarding helper's MLflow import and the per-step aggregates included):", "",
         "| | points | `launch()` returned | all stored | points/s (to all stored) | stored / duplicates |",
         "|---|---:|---:|---:|---:|---|",
-        f"| platform_plugin → sqlite (SQL fast path) | {total:,} | {ours['returned']:.1f} s | "
-        f"{ours['stored']:.1f} s | {rate:,.0f} | {ours['present']:,} / {ours['duplicates']} |",
-        f"| platform_plugin → `mlflow server` (sqlite behind it; `log_batch`, 4 streams in flight) | "
+        f"| platform_plugin → sqlite, fresh default store (SQL fast path), {len(ours)} round(s) | "
+        f"{total:,} | {spread([o['returned'] for o in ours], digits=1)} | "
+        f"{spread([o['stored'] for o in ours], digits=1)} | {spread(rates, '', digits=0)} | {stored} |",
+        f"| platform_plugin → `mlflow server` (sqlite behind it) | "
         f"{s_total:,} | {server['returned']:.1f} s | {server['stored']:.1f} s | {s_rate:,.0f} | "
         f"{server['present']:,} / {server['duplicates']} |",
         f"| MLflow async logging (buffering 1 s) → sqlite, runs made first | {a_total:,} | – | "
         f"{theirs['stored']:.1f} s | {a_rate:,.0f} | {theirs['present']:,} / {theirs['duplicates']}"
         + (f" ({theirs['failed_ranks']} rank(s) failed)" if theirs["failed_ranks"] else "") + " |", "",
-        f"- into sqlite: {rate:,.0f} points/s (goal ≥ 10,000: {verdict(rate >= 10_000 and ours['present'] == total)}); "
-        f"{rate / a_rate:.1f}× MLflow async's rate. The rate includes the helper's MLflow import and "
-        "the per-step aggregates it writes into the parent run (3 more rows per step).", ""]
+        f"- into sqlite: median {rate:,.0f} points/s end to end, every point stored once: "
+        f"{'yes' if complete else 'NO'} (goal ≥ 10,000 points/s, all stored once: "
+        f"{verdict(rate >= 10_000 and complete)}); {rate / a_rate:.1f}× MLflow async's rate. The per-step "
+        "aggregates add 3 rows per step to the parent run (700,000 rows for 400,000 points).",
+        "- Fresh stores are copies of MLflow's own empty schema kept once per MLflow version "
+        "(tracking/sinks/sqlite_seed.py); the first store a machine makes with an MLflow version "
+        "still runs MLflow's migrations (5–10 s here).", ""]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--server-steps", type=int, default=25_000)
-    parser.add_argument("--async-steps", type=int, default=25_000)
+    parser.add_argument("--delivery-rounds", type=int, default=2)
+    parser.add_argument("--server-steps", type=int, default=10_000)
+    parser.add_argument("--async-steps", type=int, default=5_000)
+    parser.add_argument("--no-profile", action="store_true", help="no profile even if the goal is missed")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     load_before = load_text()
@@ -272,14 +288,21 @@ def main() -> None:
         cost = launch_cost(work, args.rounds)
         kernel = kernel_twice(work)
         rank_cost = in_rank_cost(work)
-        ours = deliver_ours(work / "ours", args.ranks, args.steps, None)
-        ours["present"], ours["duplicates"] = stored_points(work / "ours" / "mlflow.db")
+        ours = []
+        for round_no in range(args.delivery_rounds):
+            got = deliver_ours(work / f"ours{round_no}", args.ranks, args.steps, None)
+            got["present"], got["duplicates"] = stored_points(work / f"ours{round_no}" / "mlflow.db")
+            ours.append(got)
         server = deliver_server(work, args.ranks, args.server_steps)
         theirs = deliver_mlflow_async(work, args.ranks, args.async_steps)
+    rate = statistics.median(args.ranks * args.steps / o["stored"] for o in ours)
+    profile = [] if rate >= 10_000 or args.no_profile else profile_lines(
+        profile_helper(args.ranks, args.steps), args.ranks, args.steps)
     lines = [
         "## tracking", "",
         f"Command: `.venv/bin/python bench/tracking.py --rounds {args.rounds} --ranks {args.ranks} "
-        f"--steps {args.steps} --server-steps {args.server_steps} --async-steps {args.async_steps}` — "
+        f"--steps {args.steps} --delivery-rounds {args.delivery_rounds} --server-steps {args.server_steps} "
+        f"--async-steps {args.async_steps}` — "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_before} at the start, {load_text()} "
         "at the end (2 cores shared with other jobs: absolute times are noisy, the ratios of "
         "alternating runs are what count).", "",
@@ -291,6 +314,7 @@ def main() -> None:
         f"| MLflow `log_metric(synchronous=False)` | {rank_cost['mlflow_async_us']:.1f} µs |", "",
         f"- goal < 5 µs: {verdict(rank_cost['ours_us'] < 5)}.", "",
         *delivery_lines(args, ours, server, theirs),
+        *profile,
     ]
     text = "\n".join(lines)
     print(text)

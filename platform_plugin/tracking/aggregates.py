@@ -173,8 +173,10 @@ class JobAggregates:
     def delivered(self, label: str, records: list[list]) -> None:
         self.ready.extend(self.aggregator.add_batch(label, records))
 
-    def send(self) -> bool:
-        while self.ready:
+    def send(self, full_only: bool = False) -> bool:
+        """Ship what is ready, `batch` points a call; `full_only`: only whole batches (while the
+        ranks' points still flow: fewer, larger transactions)."""
+        while self.ready and (len(self.ready) >= self.batch or not full_only):
             chunk = self.ready[:self.batch]
             try:
                 self.sink.deliver_aggregates(self.config, chunk)

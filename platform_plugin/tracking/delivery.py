@@ -31,6 +31,7 @@ from platform_plugin.variables import PLATFORM_TRACKING_HELPER
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
 MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
+AGGREGATE_BATCHES = 4  # aggregates ship in batches as large as a round of 4 streams' batches
 STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
 HELPER_ENV = PLATFORM_TRACKING_HELPER.name  # marks the helper's process (tests, process sweeps)
 
@@ -186,7 +187,7 @@ def job_aggregates(config: SinkConfig, sink):
     from platform_plugin.tracking.aggregates import JobAggregates
     # batches as large as the points' (a transaction each): aggregates are as many rows as the points
     limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
-    return JobAggregates(config.ranks, sink, config, batch=limits["m"])
+    return JobAggregates(config.ranks, sink, config, batch=limits["m"] * AGGREGATE_BATCHES)
 
 
 def main(argv: list[str] | None = None) -> int:

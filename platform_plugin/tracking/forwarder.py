@@ -24,40 +24,17 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
-from typing import Iterable
+from contextlib import ExitStack
 from pathlib import Path
 
 from platform_plugin.tracking.identity import stream_name
-from platform_plugin.tracking.spool import (MAX_LINE_BYTES, SPOOL_SUFFIX, Chunk, count_pending,
-                                            read_complete)
+from platform_plugin.tracking.reading import Passed, Reading, advance, batches, next_batch  # noqa: F401
+from platform_plugin.tracking.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, count_pending, read_complete
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
 
-KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 # bytes of a stream decoded at a time (kept between turns): more than one line's maximum
 READ_BYTES = 2 * MAX_LINE_BYTES
-
-
-def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]):
-    """Consecutive slices of (record, end offset) pairs that a sink accepts in one call."""
-    batch: list[tuple[list, int]] = []
-    counts: dict[str, int] = {}
-    keys: set[tuple[str, str]] = set()
-    for item in records:
-        kind = item[0][0]
-        keyed = (kind, item[0][1]) if kind in KEYED_KINDS else None
-        full = (counts.get(kind, 0) >= limits.get(kind, limits["total"]) or len(batch) >= limits["total"]
-                or (keyed is not None and keyed in keys))
-        if full and batch:
-            yield batch
-            batch, counts, keys = [], {}, set()
-        batch.append(item)
-        counts[kind] = counts.get(kind, 0) + 1
-        if keyed is not None:
-            keys.add(keyed)
-    if batch:
-        yield batch
 
 
 def drain_timeout(default: float) -> float:
@@ -69,15 +46,6 @@ def drain_timeout(default: float) -> float:
 def spool_labels(spool_dir: Path) -> list[str]:
     labels = (p.name[len("rank_"):-len(SPOOL_SUFFIX)] for p in spool_dir.glob(f"rank_*{SPOOL_SUFFIX}"))
     return sorted(label for label in labels if "." not in label)  # rank ids and `no-rank` only
-
-
-def _passed(bad_ends: list[int], offset: int) -> int:
-    """Remove and count the bad lines that end at or before `offset`."""
-    n = 0
-    while bad_ends and bad_ends[0] <= offset:
-        bad_ends.pop(0)
-        n += 1
-    return n
 
 
 @dataclass
@@ -114,7 +82,7 @@ class Forwarder:
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._observe_lock = threading.Lock()  # observers see one batch at a time
-        self._readings: dict[str, _Reading] = {}  # label -> its decoded, not yet delivered lines
+        self._readings: dict[str, Reading] = {}  # label -> its decoded, not yet delivered lines
 
     # --- one pass -------------------------------------------------------------------------
     def labels(self) -> list[str]:
@@ -145,7 +113,9 @@ class Forwarder:
         while active and not self.past_deadline():
             # one batch per stream per round: the streams advance together, so the per-step
             # aggregates find every rank's point of a step close together (bounded memory)
-            if self.workers > 1 and len(active) > 1:
+            if len(active) > 1 and hasattr(self.sink, "deliver_round"):
+                results = self._joint_round(active, blocking, deadline)
+            elif self.workers > 1 and len(active) > 1:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracking-stream")
                 results = list(self._pool.map(turn, active))
@@ -154,8 +124,8 @@ class Forwarder:
             ok = ok and all(good for good, _ in results)
             active = [label for label, (good, more) in zip(active, results) if good and more]
             if self.aggregates is not None:
-                with self._observe_lock:
-                    self.aggregates.send()  # its failures are its own (last_error): points come first
+                with self._observe_lock:  # its failures are its own (last_error): points come first
+                    self.aggregates.send(full_only=bool(active))
         if ok:
             self.last_error = ""
         return ok
@@ -167,21 +137,15 @@ class Forwarder:
         """One turn of a stream: deliver its next batch. (ok, more to deliver after it)."""
         stream = stream_name(label)
         with stream_lock(self.spool_dir, stream, blocking=blocking, timeout=lock_timeout) as held:
-            if not held and blocking:
-                self.last_error = (f"{stream} is being forwarded by another process (a launcher "
-                                   "still delivering, or stuck in MLflow's HTTP retries)")
-                return False, False
-            if not held:
-                return True, False  # another forwarder (a sync) is on it
-            if self.past_deadline():
-                return True, False
+            if not held or self.past_deadline():  # not held: another forwarder (a sync) is on it
+                return self._not_held(stream, blocking and not held)
             state = StreamState.load(self.spool_dir, stream)
             reading = self._reading(label, stream, state)
             if reading is None:
                 return True, False  # nothing complete after the offset
             return self._deliver_turn(label, stream, state, reading), True
 
-    def _reading(self, label: str, stream: str, state: StreamState) -> "_Reading | None":
+    def _reading(self, label: str, stream: str, state: StreamState) -> "Reading | None":
         """The decoded lines after the stream's offset: kept from the last turn while the offset
         is where that turn left it (another process may have delivered meanwhile), else read."""
         reading = self._readings.get(label)
@@ -191,26 +155,79 @@ class Forwarder:
             if chunk.end == state.offset:
                 self._readings.pop(label, None)
                 return None
-            reading = self._readings[label] = _Reading(
-                chunk, state.offset, _Passed(chunk, spool, self.spool_dir / f"{stream}.jsonl.quarantine"))
+            reading = self._readings[label] = Reading(
+                chunk, state.offset, Passed(chunk, spool, self.spool_dir / f"{stream}.jsonl.quarantine"))
         return reading
 
-    def _deliver_turn(self, label: str, stream: str, state: StreamState, reading: "_Reading") -> bool:
-        records = reading.chunk.records
-        if reading.index < len(records):
-            limits = self.sink.batch_limits(self.config) if hasattr(self.sink, "batch_limits") else self.sink.limits
-            batch = next(batches(islice(records, reading.index, None), limits))
-            if not self._send(label, state, batch):
-                state.save(self.spool_dir, stream)
-                self._readings.pop(label, None)
-                return False
-            reading.index += len(batch)
-            state.offset = reading.offset = batch[-1][1]
-        if reading.index >= len(records):
-            state.offset = reading.chunk.end  # past trailing bad lines too
+    def _deliver_turn(self, label: str, stream: str, state: StreamState, reading: Reading) -> bool:
+        batch = next_batch(reading, self._limits())
+        return self._after_send(label, stream, state, reading, batch,
+                                not batch or self._send(label, state, batch))
+
+    def _limits(self) -> dict[str, int]:
+        return self.sink.batch_limits(self.config) if hasattr(self.sink, "batch_limits") else self.sink.limits
+
+    def _after_send(self, label: str, stream: str, state: StreamState, reading: Reading, batch: list,
+                    sent: bool) -> bool:
+        if not sent:
+            state.save(self.spool_dir, stream)
             self._readings.pop(label, None)
-        reading.passed.up_to(state)
+            return False
+        if advance(state, reading, batch):
+            self._readings.pop(label, None)
         state.save(self.spool_dir, stream)
+        return True
+
+    def _joint_round(self, labels: list[str], blocking: bool, deadline: float | None) -> list[tuple[bool, bool]]:
+        """One batch of every stream in one sink call (`deliver_round`: one transaction instead
+        of one per stream - a commit is an fsync). If that call fails, each stream's batch goes
+        alone, so a refused record or a dead run is isolated as in a turn of its own."""
+        results: dict[str, tuple[bool, bool]] = {}
+        with ExitStack() as locks:
+            taken = []
+            for label in labels:
+                stream = stream_name(label)
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                held = locks.enter_context(stream_lock(self.spool_dir, stream, blocking=blocking, timeout=left))
+                if not held or self.past_deadline():
+                    results[label] = self._not_held(stream, blocking and not held)
+                    continue
+                state = StreamState.load(self.spool_dir, stream)
+                reading = self._reading(label, stream, state)
+                if reading is None:
+                    results[label] = (True, False)
+                    continue
+                taken.append((label, stream, state, reading, next_batch(reading, self._limits())))
+            joint = self._deliver_jointly([(label, state, batch) for label, _, state, _, batch in taken])
+            for label, stream, state, reading, batch in taken:
+                sent = (self._accepted(label, state, batch) if joint
+                        else not batch or self._send(label, state, batch))
+                results[label] = (self._after_send(label, stream, state, reading, batch, sent), True)
+        return [results[label] for label in labels]
+
+    def _not_held(self, stream: str, failed: bool) -> tuple[bool, bool]:
+        if failed:
+            self.last_error = (f"{stream} is being forwarded by another process (a launcher "
+                               "still delivering, or stuck in MLflow's HTTP retries)")
+        return not failed, False
+
+    def _deliver_jointly(self, items: list) -> bool:
+        sendable = [(label, state, [r for r, _ in batch if r[0] != "r"]) for label, state, batch in items]
+        sendable = [item for item in sendable if item[2]]
+        if len(sendable) < 2:
+            return False
+        try:
+            self.sink.deliver_round(self.config, sendable)
+            return True
+        except Exception:  # noqa: BLE001 - each stream's batch is retried alone
+            return False
+
+    def _accepted(self, label: str, state: StreamState, batch: list) -> bool:
+        records = [record for record, _ in batch if record[0] != "r"]
+        state.refused += len(batch) - len(records)
+        state.delivered += len(records)
+        if records:
+            self._observe(label, records)
         return True
 
     def _send(self, label: str, state: StreamState, batch) -> bool:
@@ -320,43 +337,3 @@ class Forwarder:
                 return True
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         return self.all_delivered()
-
-
-@dataclass
-class _Reading:
-    """A stream's decoded chunk, delivered a batch per turn."""
-    chunk: Chunk
-    offset: int  # the stream's offset at records[index]
-    passed: "_Passed"
-    index: int = 0
-
-
-class _Passed:
-    """Counts the bad lines (skipped) and moves the oversized ones (quarantined) of a chunk as
-    the stream's offset passes them."""
-
-    def __init__(self, chunk: Chunk, spool: Path, quarantine: Path):
-        self.bad_ends = list(chunk.bad_ends)
-        self.big = list(chunk.big)
-        self.spool, self.quarantine = spool, quarantine
-
-    def up_to(self, state: StreamState) -> None:
-        state.skipped += _passed(self.bad_ends, state.offset)
-        while self.big and self.big[0][1] <= state.offset:
-            start, end = self.big.pop(0)
-            _copy_range(self.spool, self.quarantine, start, end)
-            state.quarantined += 1
-            state.last_error = (f"a {end - start:,}-byte line at offset {start} was moved to "
-                                f"{self.quarantine.name}: too large to deliver")
-
-
-def _copy_range(source: Path, target: Path, start: int, end: int) -> None:
-    with open(source, "rb") as src, open(target, "ab") as dst:
-        src.seek(start)
-        left = end - start
-        while left > 0:
-            block = src.read(min(left, 1 << 20))
-            if not block:
-                break
-            dst.write(block)
-            left -= len(block)

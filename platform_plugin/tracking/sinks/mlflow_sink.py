@@ -95,10 +95,18 @@ class MlflowSink:
     def client(self, uri: str):
         if uri not in self._clients:
             from mlflow.tracking import MlflowClient
+            from mlflow.version import VERSION
+
+            from platform_plugin.tracking.sinks import sqlite_seed
             # the first open creates/migrates a fresh store: one process at a time, and
             # without MLflow 3.1's migration reconfiguring this process's logging
             with store_lock(uri), migrations_keep_logging():
+                db = sqlite_path(uri)
+                fresh = db is not None and not db.exists()
+                seeded = fresh and db is not None and sqlite_seed.seed(db, VERSION)
                 self._clients[uri] = MlflowClient(tracking_uri=uri)
+                if fresh and not seeded and db is not None and db.exists():
+                    sqlite_seed.keep_template(db, VERSION)  # the next fresh store is a copy
         return self._clients[uri]
 
     def metric_writer(self, uri: str):
@@ -234,6 +242,21 @@ class MlflowSink:
                 if suffix:
                     artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
                 client.log_artifact(state.run_id, local_path, artifact_path)
+
+    def deliver_round(self, config: SinkConfig, items: list[tuple[str, StreamState, list[list]]]) -> None:
+        """One batch of several streams, (label, state, records) each: into a SQL store in one
+        transaction when they are all metric points (a commit is an fsync: this is what lets
+        sqlite keep up), else one stream after the other. All or an exception, safe to resend."""
+        writer = self.metric_writer(store_uri(config))
+        if writer is None or any(r[0] != "m" for _, _, records in items for r in records):
+            for label, state, records in items:
+                self.deliver(config, label, state, records)
+            return
+        with quiet(self._log_path):
+            writer.log_metrics_many([
+                (_run_of(state, label), [(r[1] + (f"-{label}" if config.layout == "flat" else ""),
+                                          r[2], r[3], r[4]) for r in records])
+                for label, state, records in items])
 
     def _log_points(self, uri: str, run_id: str, points: list[tuple]) -> list:
         """Metric points through the fastest path the store has: the SQL fast path (a database
