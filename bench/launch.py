@@ -2,8 +2,14 @@
 
     .venv/bin/python bench/launch.py [--rounds 5] [--with-msrun] [--no-write]
 
-1. launch overhead, 8 no-op Python ranks: launch() in-process (what %dist_run does) vs a bare
-   parallel Popen (the limit); `platform-run launch` vs `torchrun --standalone` (both CLIs).
+1. launch overhead, 8 no-op Python ranks (`--only launch` runs 1 and 2):
+   - `platform-run launch --tracking none` as its own process vs a bare Python script, run as
+     its own process, that Popens the same 8 ranks in parallel and waits (interpreter start
+     on both sides), from a copy of the package without .pyc and from a compiled one
+     (bench/pkgcopy.py); and vs `torchrun --standalone`;
+   - launch() in-process (what %dist_run does) vs a bare parallel Popen in the same process,
+     the two alone, alternating (nothing else runs between them), and the launcher's own CPU
+     time per launch() (what the ranks do not pay for).
 2. rank death -> job stopped: a rank exits 1, the others would run 10 min (once dying on
    SIGTERM, once ignoring it = grace); `--with-msrun`: the same with `msrun --join` (~50 s).
 3. output throughput (`--only output` runs just this part), 4 ranks x 250,000 lines through
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -29,6 +36,7 @@ from pathlib import Path
 
 from benchdoc import alternate, load_text, spread, write_section  # bench/benchdoc.py
 import launch_output  # bench/launch_output.py: the output part
+from pkgcopy import KINDS, env_for, package_copies  # bench/pkgcopy.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -52,22 +60,103 @@ def bare_spawn(argvs, env=None) -> None:
         p.wait()
 
 
-def overhead(tmp: str, rounds: int) -> dict:
+# The baseline of the CLI: a bare Python script, its own process, that Popens the ranks in
+# parallel (own sessions, as the launcher's ranks) and waits.
+BARE_SCRIPT = """import subprocess, sys
+procs = [subprocess.Popen(sys.argv[2:], stdout=subprocess.DEVNULL, start_new_session=True)
+         for _ in range(int(sys.argv[1]))]
+for p in procs:
+    p.wait()
+"""
+NPROC = 8
+
+
+def cli_overhead(tmp: str, rounds: int) -> dict:
+    """The CLI and the bare script, each its own process: the CLI from a package copy without
+    .pyc and from a compiled one; torchrun as the other CLI."""
+    script = Path(tmp, "noop.py")
+    script.write_text("pass\n")
+    bare = Path(tmp, "bare_popen.py")
+    bare.write_text(BARE_SCRIPT)
+    noop = [PY, str(script)]
+    cli = [str(BIN / "platform-run"), "launch", "--nproc", str(NPROC), "--tracking", "none",
+           "--show", "none", "--log-dir", tmp, "--backend", "plain", "--", *noop]
+    torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(NPROC), str(script)]
+
+    cpu: dict[str, list[float]] = {}
+
+    def run(name, argv, env=None):
+        def side() -> None:  # CPU of the whole process tree (the ranks too): load-robust
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True, env=env)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.setdefault(name, []).append(after.ru_utime + after.ru_stime
+                                            - before.ru_utime - before.ru_stime)
+        return side
+    with package_copies() as copies:
+        sides = {"bare_script": run("bare_script", [PY, str(bare), str(NPROC), *noop])}
+        sides.update({f"cli {kind}": run(f"cli {kind}", cli, env_for(kind, copies))
+                      for kind in KINDS})
+        sides["torchrun"] = run("torchrun", torchrun)
+        times = alternate(sides, rounds)
+    return {**times, "cpu": {name: values[1:] for name, values in cpu.items()}}
+
+
+def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[str]:
+    """The launch-overhead part of the section: tables, one verdict per goal, and where the
+    time goes (CPU of each side: the machine's load hardly changes it)."""
+    cpu = {name: statistics.median(values) for name, values in o["cpu"].items()}
+    extra = {kind: cpu[f"cli {kind}"] - cpu["bare_script"] for kind in KINDS}
+    launcher_ms = statistics.median(o["launcher_cpu"]) * 1000
+    cli_rows = [f"| `platform-run launch --tracking none` CLI, package {kind} | "
+                f"{spread(o[f'cli {kind}'])} | {r_cli[kind]:.2f}x | "
+                f"{cpu[f'cli {kind}']:.3f} s |" for kind in KINDS]
+    worst_cli = max(r_cli.values())
+    return [
+        f"Launch overhead, {NPROC} no-op Python ranks.", "",
+        "The CLI and its baseline, each its own process (the interpreter's start on both "
+        "sides):", "",
+        "| what | wall, seconds | ratio to the bare script | CPU of the process tree |",
+        "|---|---|---|---|",
+        f"| bare Python script that Popens the {NPROC} ranks in parallel and waits | "
+        f"{spread(o['bare_script'])} | 1.00x | {cpu['bare_script']:.3f} s |",
+        *cli_rows,
+        f"| `torchrun --standalone --nproc-per-node {NPROC}` | {spread(o['torchrun'])} | "
+        f"{statistics.median(o['torchrun']) / statistics.median(o['bare_script']):.2f}x | "
+        f"{cpu['torchrun']:.3f} s |", "",
+        f"CLI / bare script = {r_cli['no .pyc']:.2f}x without .pyc, {r_cli['.pyc']:.2f}x "
+        f"with ({verdict(worst_cli, 1.5)}, both); CLI / torchrun = {r_torch:.2f}x "
+        f"({verdict(r_torch, 0.5)}). The CLI's process tree used {extra['no .pyc'] * 1000:.0f} "
+        f"ms more CPU than the bare script's without .pyc and {extra['.pyc'] * 1000:.0f} ms "
+        "with: its imports (the `platform-run launch` row of the imports section) and the "
+        "launch itself (below).", "",
+        "In-process, as `%dist_run` runs it: the two sides alone in this process, alternating "
+        "(no other side between them):", "",
+        "| what | seconds |", "|---|---|",
+        f"| bare parallel Popen (the limit) | {spread(o['bare'])} |",
+        f"| `platform_plugin.launch()` | {spread(o['launch'])} |", "",
+        f"launch() / bare = {r_bare:.2f}x ({verdict(r_bare, 1.2)}); the launcher's own CPU per "
+        f"launch(): {launcher_ms:.0f} ms (settings, plan, checks, job folder and job.json, the "
+        "lifeline, the spawn calls, reading the pipes, the end-of-job sweep for strays).", "",
+    ]
+
+
+def inprocess_overhead(tmp: str, rounds: int) -> dict:
+    """launch() and a bare parallel Popen in this process, the two alone and alternating, with
+    the launcher's own CPU time per launch() (process time: the ranks are not in it)."""
     script = Path(tmp, "noop.py")
     script.write_text("pass\n")
     noop = [PY, str(script)]
-    quiet = dict(tracking="none", show="none", log_dir=tmp, write=lambda s: None)
-    cli = [str(BIN / "platform-run"), "launch", "--nproc", "8", "--tracking", "none", "--show",
-           "none", "--log-dir", tmp, "--backend", "plain", "--", *noop]
-    torchrun = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "8", str(script)]
-    run = lambda argv: subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      check=True)
-    return alternate({
-        "bare": lambda: bare_spawn([noop] * 8),
-        "launch": lambda: launch(noop, nproc=8, backend="plain", **quiet),
-        "cli": lambda: run(cli),
-        "torchrun": lambda: run(torchrun),
-    }, rounds)
+    cpu: list[float] = []
+
+    def one_launch() -> None:
+        start = time.process_time()
+        launch(noop, nproc=NPROC, backend="plain", tracking="none", show="none", log_dir=tmp,
+               write=lambda s: None)
+        cpu.append(time.process_time() - start)
+    times = alternate({"bare": lambda: bare_spawn([noop] * NPROC), "launch": one_launch}, rounds)
+    return {**times, "launcher_cpu": cpu[1:]}  # the warm-up call is not counted
 
 
 def death(tmp: str, mode: str, grace: float) -> float:
@@ -167,30 +256,24 @@ def launch_part(args) -> None:
     load_before = load_text()
     tmp = tempfile.mkdtemp(prefix="bench_launch_")
     try:
-        o = overhead(tmp, args.rounds)
+        o = cli_overhead(tmp, args.rounds)
+        o.update(inprocess_overhead(tmp, 3 * args.rounds))  # cheap: more rounds, less noise
         d_term = death(tmp, "term", 3.0)
         d_ignore = death(tmp, "ignore", 3.0)
         ms = msrun_death(tmp) if args.with_msrun else None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    r_bare, r_torch = ratio(o, "launch", "bare"), ratio(o, "cli", "torchrun")
+    r_bare = ratio(o, "launch", "bare")
+    r_cli = {kind: ratio(o, f"cli {kind}", "bare_script") for kind in KINDS}
+    r_torch = ratio(o, "cli .pyc", "torchrun")
     ms_text = (f"{ms:.1f} s measured in this run" if ms is not None else
                "not run this time (`--with-msrun`)")
-    lines = [
-        "## launch", "",
-        f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}"
-        f"{' --with-msrun' if args.with_msrun else ''}` — "
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_before} at the start, "
-        f"{load_text()} at the end. Sides alternate every round; median (min–max) of "
-        f"{args.rounds} rounds after one warm-up each.", "",
-        "Launch overhead, 8 no-op Python ranks:", "",
-        "| what | seconds |", "|---|---|",
-        f"| bare parallel Popen (the limit) | {spread(o['bare'])} |",
-        f"| `platform_plugin.launch()` in-process (as `%dist_run`) | {spread(o['launch'])} |",
-        f"| `platform-run launch` CLI | {spread(o['cli'])} |",
-        f"| `torchrun --standalone --nproc-per-node 8` | {spread(o['torchrun'])} |", "",
-        f"launch()/bare = {r_bare:.2f}x ({verdict(r_bare, 1.2)}); "
-        f"CLI/torchrun = {r_torch:.2f}x ({verdict(r_torch, 0.5)}).", "",
+    header = (f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}"
+              f"{' --with-msrun' if args.with_msrun else ''}` — "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_before} at the start, "
+              f"{load_text()} at the end (a shared machine: other work ran alongside). Sides "
+              "alternate every round; median (min–max) after one warm-up each.")
+    lines = ["## launch", "", header, "", *overhead_lines(o, r_cli, r_bare, r_torch),
         "Rank death -> job stopped (launch() returned), 4 ranks, grace 3 s:", "",
         "| what | seconds |", "|---|---|",
         f"| others die on SIGTERM | {d_term:.2f} |",
@@ -200,6 +283,8 @@ def launch_part(args) -> None:
     ]
     text = "\n".join(lines)
     print(text)
+    print(f"launch: CLI / bare script <= 1.5x: {verdict(max(r_cli.values()), 1.5)}; "
+          f"launch() / bare Popen <= 1.2x: {verdict(r_bare, 1.2)}")
     if not args.no_write:
         write_section("launch", text)
 
