@@ -9,7 +9,8 @@ after it), so no other job ever matches; this process and its ancestors (the ker
 `%dist_run`) are never matched, and neither is the lifeline (it does not carry them).
 
 Two callers: the supervisor, inside its loop, at every end of a job; and the lifeline, which
-runs this file as a bare script once the supervisor died (see spawn.py):
+runs this file as a bare script once the supervisor died (see spawn.py). A lifeline of groups
+alone (empty JOB_ID and folder: a server's session) matches no environment, only its groups:
 
     python -S -I reaper.py GRACE JOB_ID JOB_DIR [PGID ...]
 

@@ -8,6 +8,8 @@ watchdog runs reaper.py, which stops the groups and every process that carries t
 registered): SIGTERM, SIGKILL after the grace. On a normal end the supervisor writes `done` and
 the watchdog exits without killing anything. The waiting is done by `sh` (cheap to start,
 paid by every job); Python starts only in the rare case that needs it, the supervisor's death.
+The same watchdog ties a server to the process that started it (`Lifeline.for_groups`: the
+MLflow UI of `%dist_compare` and `platform-run ui`, see notebook/jupyter_ui.py).
 
 Ranks are spawned without a `preexec_fn` on purpose: any preexec_fn forces CPython into
 fork + wait-for-exec, whose cost grows with the parent's memory (a notebook kernel with MindSpore

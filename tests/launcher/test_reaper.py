@@ -121,3 +121,23 @@ def test_the_lifeline_reaper_spares_itself_and_its_ancestors(tmp_path):
         for proc in (mine, others):
             proc.kill()
             proc.wait()
+
+
+def test_a_lifeline_of_groups_alone_stops_its_group_and_matches_no_environment(tmp_path):
+    """`Lifeline.for_groups` (a server's lifeline) runs the reaper with an empty job id and
+    folder: it stops the group it was given, and a process whose JOB_ID is empty (it matches
+    an empty id) is no business of it."""
+    def start(**env):
+        return subprocess.Popen([PY, "-c", "import time; time.sleep(300)"], start_new_session=True,
+                                env={k: v for k, v in {**os.environ, **env}.items()
+                                     if k != "PLATFORM_JOB_DIR"})
+    group, bystander = start(), start(JOB_ID="")
+    try:
+        done = subprocess.run([PY, "-S", "-I", reaper.__file__, "0.5", "", "", str(group.pid)],
+                              timeout=60)
+        assert done.returncode == 0 and group.wait(timeout=30) == -signal.SIGTERM
+        assert bystander.poll() is None and alive(bystander.pid)
+    finally:
+        for proc in (group, bystander):
+            proc.kill()
+            proc.wait()
