@@ -40,6 +40,11 @@ class Problem:
     def __hash__(self) -> int:
         return hash(self._fields())
 
+    def __reduce__(self):
+        """Pickled by its fields (the default would set the slots one by one, which
+        `__setattr__` refuses): a Problem crosses process boundaries (multiprocessing)."""
+        return (Problem, self._fields())
+
     def as_dict(self) -> dict[str, str]:
         """For JSON output (`--json` of env, ranktable and doctor)."""
         return dict(zip(self.__slots__, self._fields()))
@@ -78,6 +83,10 @@ class ConfigError(PlatformPluginError):
             problems = [Problem(code, problems)]
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __reduce__(self):
+        # Exception pickles its args (the message), and a message alone is refused without code=
+        return (type(self), (self.problems,))
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[0;31mConfigError\x1b[0m: nothing was started"] + [
