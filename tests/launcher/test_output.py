@@ -34,3 +34,24 @@ def test_every_line_of_a_chunk_is_prefixed_and_decoded_once(tmp_path):
     output.close()
     assert "".join(shown) == "[sched] a\n[sched] b \u00e9t\u00e9\n[sched] \ufffd\ufffd\n[sched] d\n"
     assert output.tail("sched") == ["a", "b \u00e9t\u00e9", "\ufffd\ufffd", "d"]
+
+
+def test_ranks_writing_faster_than_a_pass_drains_lose_nothing(tmp_path):
+    """Each pass reads at most a pipe's worth per rank (so one rank cannot hold the loop); what
+    is left is read on the next pass. 3 ranks, each making 24 writes of 1 MiB, keep them full."""
+    from platform_plugin import launch
+    from tests.launcher.helpers import PY
+    writer = ("import hashlib,os,sys\nr=int(os.environ['RANK_ID'])\n"
+              "block=b''.join(b'%d %07d ' % (r, i) + b'y' * 50 + b'\\n' for i in range(18000))\n"
+              "for i in range(24): sys.stdout.buffer.write(block[:1 << 20])\n"
+              "sys.stdout.buffer.flush()\n")
+    shown: list[str] = []
+    result = launch([PY, "-c", writer], nproc=3, backend="plain", tracking="none",
+                    log_dir=str(tmp_path), write=shown.append)
+    shown_lines = "".join(shown).splitlines()
+    for rank in range(3):
+        block = b"".join(b"%d %07d " % (rank, i) + b"y" * 50 + b"\n" for i in range(18000))
+        log = (tmp_path / result.job_id / f"rank_{rank}.log").read_bytes()
+        assert log == block[:1 << 20] * 24  # 1 MiB cuts a line: 23 lines are joined from 2 writes
+        mine = [line for line in shown_lines if line.startswith(f"[rank {rank}] ")]
+        assert len(mine) == log.count(b"\n") + 1  # every line shown; the last one has no newline
