@@ -48,6 +48,8 @@ def git_repo(folder: Path) -> str:
 
 def test_a_notebook_run_in_code_gets_one_experiment_named_runs_params_and_standard_tags(
         tracking_env, tmp_path, capfd):
+    tracking_env.setenv("PLATFORM_CACHE_DIR", str(tmp_path / "cache"))  # no store template:
+    # MLflow itself creates the store (its lines must reach mlflow.log, not the cell)
     code = tmp_path / "digits" / "CODE"
     code.mkdir(parents=True)
     commit = git_repo(code)
@@ -181,6 +183,8 @@ def test_a_store_first_created_in_the_users_process_prints_nothing(tracking_env,
     `make test-compat` runs it against MLflow 3.1.4, where the migration did both."""
     tracking_env.setenv("PLATFORM_TRACKING", "mlflow")
     tracking_env.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracking_env.setenv("PLATFORM_CACHE_DIR", str(tmp_path / "cache"))  # no store template:
+    # MLflow itself creates the store and runs its migrations in this process
     done = subprocess.run([sys.executable, "-W", "ignore", "-c", USER_PROCESS], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout == "" and done.stderr == "", done.stderr
