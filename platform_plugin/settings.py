@@ -39,6 +39,8 @@ AUTO_RULE_DEBUG = "auto: the platform set no RANK_START (or set RANK_ID): debug"
 
 @dataclass(frozen=True)
 class Setting:
+    """One resolved variable and where its value came from (a row of `platform-run env`)."""
+
     name: str
     value: str | None
     source: str  # "platform" | ".env" | "flag" | "derived" | "default" | "unset"
@@ -47,6 +49,8 @@ class Setting:
 
 @dataclass(frozen=True)
 class Settings:
+    """The resolved platform settings of this server (mode, rank table, ranks, .env)."""
+
     mode: str  # "debug" | "full"
     mode_source: str  # "flag" | "PLATFORM_RUN_MODE" | "auto: <rule>"
     rank_table_file: str | None

@@ -179,8 +179,10 @@ LAUNCH_PATH = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.la
     f"platform_plugin.util.{m}" for m in (
         "folders", "hosts", "jobdirs", "numbers", "ports", "procfs", "texttable")} | {
     "platform_plugin.util"}
-# stdlib modules a plain launch does without (each costs milliseconds to import)
+# stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
+# it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway)
 LAUNCH_STDLIB_NOT = ("logging", "socket", "pathlib", "shutil", "tempfile", "hashlib", "uuid",
+                     "typing",
                      "ipaddress", "urllib", "concurrent", "difflib")
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
 
 from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.handle import JobTracking

@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import BACKEND_CHOICES, LaunchOptions
 
 if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
+    from typing import Callable
+
     from platform_plugin.settings import Settings
 # `ranktable` and `torch_store` are imported by the backends that use them: a launch with
 # another backend starts without compiling them.
@@ -46,6 +48,8 @@ class Layout:
 
 @dataclass(frozen=True)
 class Helper:
+    """A process of the job that is not a rank (the ms-cluster scheduler, the torch store)."""
+
     name: str  # "sched" | "store"
     role: str  # RankSpec.role
     env: dict

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Callable
 
 from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.errors import ConfigError, Problem
 
 if TYPE_CHECKING:
+    from typing import Callable
+
     from platform_plugin.launcher.plan import LaunchPlan
 
 HELPER_NAMES = ("sched", "store")  # processes of a job that are not ranks

@@ -38,6 +38,8 @@ class Host:
 
 @dataclass(frozen=True)
 class RankSpec:
+    """One process of the job: what to run, where, with which variables and log."""
+
     name: str  # "0".."N-1" (global rank) or "sched"
     rank_id: int | None
     local_rank: int | None
@@ -51,6 +53,8 @@ class RankSpec:
 
 @dataclass(frozen=True)
 class LaunchPlan:
+    """Everything about a job before any process exists (build_plan makes it)."""
+
     job_id: str
     job_name: str
     job_dir: str

@@ -17,9 +17,12 @@ import os
 import re
 import sys
 import warnings
-from typing import TYPE_CHECKING, Iterator
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterator
+
     import logging
 
 # glog lines of MindSpore below ERROR from its networking: the DISTRIBUTED submodule (cluster

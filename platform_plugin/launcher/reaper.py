@@ -37,6 +37,8 @@ KILL_FOR_S = 5.0  # SIGKILL rounds (a process may fork between a scan and the ki
 
 @dataclass
 class JobProcesses:
+    """The processes of one job: its ranks' groups and whatever carries its variables."""
+
     job_id: str
     job_dir: str
     pgids: set[int] = field(default_factory=set)

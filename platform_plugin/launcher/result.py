@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.util.jobdirs import log_name
@@ -18,7 +19,9 @@ from platform_plugin.util.texttable import render_rows
 
 HELPERS = ("sched", "store")  # processes that are not ranks (output.HELPER_NAMES)
 if TYPE_CHECKING:
-    from platform_plugin.tracking.job_tracking import DeliveryReport
+    from typing import Any
+
+    from platform_plugin.tracking.handle import DeliveryReport
 
 # The MIME type under which `%dist_run` publishes `JobResult.to_dict()` in a cell's outputs: the
 # notebook runner reads a failed rank's root cause from it (data, not the printed table).
@@ -53,6 +56,8 @@ def describe_exit(exitcode: int | None) -> tuple[int | None, str | None]:
 
 @dataclass
 class RankFailure:
+    """One process that failed: how, where, and its last lines."""
+
     name: str  # "0", "1", ... or "sched"
     rank_id: int | None
     device_id: int | None
@@ -81,6 +86,8 @@ class RankFailure:
 
 @dataclass
 class JobResult:
+    """How a job ended: status, exit codes, the root cause, the tracking report."""
+
     job_id: str
     job_name: str
     job_dir: str

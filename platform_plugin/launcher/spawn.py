@@ -22,7 +22,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import IO
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import IO
 
 from platform_plugin.variables import PLATFORM_JOB_DIR
 

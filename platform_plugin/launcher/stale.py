@@ -14,6 +14,8 @@ from platform_plugin.variables import PLATFORM_SERVER_ID
 
 @dataclass(frozen=True)
 class StaleRank:
+    """A rank of an earlier job that still holds a device of this one."""
+
     pid: int
     job_id: str
     device_id: str

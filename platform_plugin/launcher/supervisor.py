@@ -16,7 +16,6 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import IO, cast
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.output import Output
@@ -42,6 +41,8 @@ BATCH_S = 0.005  # ... so wait this long before the next read (display latency s
 
 @dataclass
 class _Proc:
+    """A running process of the job, as the supervisor tracks it."""
+
     spec: RankSpec
     popen: subprocess.Popen
     started: float
@@ -61,6 +62,8 @@ class _Exit:
 
 @dataclass
 class _Stop:
+    """A stop in progress: why, and when SIGKILL follows."""
+
     status: JobStatus
     reason: str
     kill_at: float
@@ -192,7 +195,7 @@ class Supervisor:
             if self._drain(key.fd, key.data):
                 key.data.eof = True
                 self._selector.unregister(key.fileobj)
-                cast(IO[bytes], key.fileobj).close()  # the rank's stdout pipe
+                key.fileobj.close()  # type: ignore[union-attr]  # the rank's stdout pipe
         return exited
 
     def _drain(self, fd: int, proc: _Proc) -> bool:

@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @dataclass
 class DeliveryReport:
+    """What tracking delivered for a job, what still waits, and why."""
+
     sink: str = "none"
     delivered: int = 0
     pending: int = 0

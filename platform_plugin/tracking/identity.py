@@ -15,6 +15,8 @@ NO_RANK = "no-rank"
 
 @dataclass(frozen=True)
 class RankIdentity:
+    """Who this process is in its job (rank, device, job, server)."""
+
     rank_id: str | None
     device_id: str | None
     job_id: str

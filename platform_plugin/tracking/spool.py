@@ -97,6 +97,8 @@ class SpoolWriter:
 
 @dataclass
 class Chunk:
+    """The records read from a spool file in one pass."""
+
     records: list[tuple[list, int]]  # (record, byte offset just after its line)
     end: int  # offset after the last complete line read (bad lines included)
     bad_ends: list[int]  # offset just after each complete line that was not a valid record

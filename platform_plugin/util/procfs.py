@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Iterator
 
 
 def process_environ(pid: int) -> dict[str, str]:
@@ -39,6 +42,8 @@ def ancestors() -> set[int]:
 
 @dataclass(frozen=True)
 class ProcessInfo:
+    """A live process as /proc shows it."""
+
     pid: int
     ppid: int
     env: dict[str, str]
