@@ -11,7 +11,6 @@ import os
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.plan import LaunchPlan
-from platform_plugin.launcher.stale import refuse_or_kill
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.hosts import is_host
 from platform_plugin.util.ports import check_free
@@ -123,6 +122,7 @@ def check_ports_and_devices(plan: LaunchPlan, options: LaunchOptions, npu_presen
         if plan.backend in ("ms-cluster", "torch"):
             check_free(plan.master_port, "0.0.0.0", what=what)
     if plan.backend == "rank-table" or npu_present:
+        from platform_plugin.launcher.stale import refuse_or_kill  # only a job with devices
         devices = {r.device_id for r in plan.workers if r.device_id is not None}
         killed = refuse_or_kill(devices, plan.server_id, kill=options.kill_stale)
         if killed:
