@@ -136,7 +136,7 @@ def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[
         "the imports section): without .pyc mostly compiling the 34 modules of the launch "
         "path (~4,200 lines, ~2.5 ms per 100 lines), with .pyc the stdlib the CLI needs "
         "(argparse with re/enum/gettext/locale, dataclasses with inspect/ast/dis/tokenize, "
-        "subprocess, json, typing) and running the package's module bodies (each dataclass "
+        "subprocess, json) and running the package's module bodies (each dataclass "
         "compiles its generated methods when it is defined, ~15 on this path). The bare "
         "script imports only subprocess.", "",
         "In-process, as `%dist_run` runs it: the two sides alone in this process, alternating "
@@ -147,6 +147,16 @@ def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[
         f"launch() / bare = {r_bare:.2f}x ({verdict(r_bare, 1.2)}); the launcher's own CPU per "
         f"launch(): {launcher_ms:.0f} ms (settings, plan, checks, job folder and job.json, the "
         "lifeline, the spawn calls, reading the pipes, the end-of-job sweep for strays).", "",
+        "Measured fairly: both sides in one process, alone and alternating, with 3x the rounds "
+        "of the CLI part; earlier runs of this section ran the CLI and torchrun between them. "
+        "The launch-scale section times each side in a fresh interpreter instead; run at the "
+        "same time the two methods gave the same ratio (1.3x both, at load 4-10), and the "
+        "first launch() of an interpreter costs no more than the next ones, so a gap between "
+        "the two sections comes from their different runs (load, 3 rounds), not the method. "
+        "The launcher's CPU per launch() is the figure the load hardly moves: on 2 cores with "
+        "8 busy ranks it adds to the wall time about half of itself, plus the serial steps "
+        "before the first spawn (settings, plan, the folder checks) and after the last exit "
+        "(the sweep, job.json).", "",
     ]
 
 
