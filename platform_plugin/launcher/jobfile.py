@@ -10,7 +10,6 @@ kept in `error` and reported by the launcher.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -53,6 +52,7 @@ class JobFile:
         self._write()
 
     def _write(self, *, reserve: bool = False) -> bool:
+        import json  # here: the first write comes after the ranks started (CLI start-up time)
         text = json.dumps(self.data, indent=2, default=str) + "\n"
         tmp = f"{self.path}.tmp"
         try:
@@ -90,6 +90,7 @@ class JobFile:
 def _smaller_forms(data: dict):
     """The document, then more compact versions of it (the last lines of each failed rank go
     last: they are also in the rank logs)."""
+    import json
     yield json.dumps(data, indent=2, default=str) + "\n"
     yield json.dumps(data, separators=(",", ":"), default=str) + "\n"
     result = data.get("result")
@@ -108,5 +109,6 @@ def _remove(path: str) -> None:
 
 
 def read(job_dir: str) -> dict:
+    import json
     with open(os.path.join(job_dir, JOB_FILE), encoding="utf-8") as fh:
         return json.load(fh)
