@@ -86,10 +86,14 @@ def _copy_range(source: Path, target: Path, start: int, end: int) -> None:
 
 def next_batch(reading: Reading, limits: dict[str, int]) -> list[tuple[list, int]]:
     """The next batch of a reading (empty when only bad lines are left)."""
-    records = reading.chunk.records
-    if reading.index >= len(records):
+    records, start = reading.chunk.records, reading.index
+    if start >= len(records):
         return []
-    return next(batches(islice(records, reading.index, None), limits))
+    size = min(limits["total"], limits.get("m", limits["total"]))
+    batch = records[start:start + size]
+    if all([item[0][0] == "m" for item in batch]):  # metric points only (the usual case): no keys to check
+        return batch
+    return next(batches(islice(records, start, None), limits))
 
 
 def advance(state: StreamState, reading: Reading, batch: list) -> bool:

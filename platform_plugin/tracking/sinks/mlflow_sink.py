@@ -282,7 +282,7 @@ class MlflowSink:
             return
         with quiet(self._log_path):
             metrics = self._log_points(store_uri(config), config.parent_run_id,
-                                       [(p.key, p.value, p.step, p.timestamp_ms) for p in points])
+                                       list(points))  # AggregatePoint: (key, value, step, timestamp_ms)
             step = self.limits["m"]  # aggregates come in batches of sql_limits: log_batch takes fewer
             for start in range(0, len(metrics), step):
                 self.client(store_uri(config)).log_batch(config.parent_run_id,
