@@ -246,7 +246,7 @@ def delivery_lines(args, ours: list[dict], server: dict, theirs: dict) -> list[s
     rates = [total / o["stored"] for o in ours]
     rate, s_rate, a_rate = statistics.median(rates), s_total / server["stored"], a_total / theirs["stored"]
     complete = all(o["present"] == total and o["duplicates"] == 0 and o["pending"] == 0 for o in ours)
-    stored = " / ".join(f"{o['present']:,} / {o['duplicates']}" for o in ours)
+    stored = "; ".join(f"{o['present']:,} / {o['duplicates']}" for o in ours)
     return [
         f"Delivery, {args.ranks} ranks launched as real processes, one metric per step "
         "(drain deadline raised so the forwarder runs to the end; time from `launch()` called, "
@@ -255,7 +255,8 @@ def delivery_lines(args, ours: list[dict], server: dict, theirs: dict) -> list[s
         "|---|---:|---:|---:|---:|---|",
         f"| platform_plugin → sqlite, fresh default store (SQL fast path), {len(ours)} round(s) | "
         f"{total:,} | {spread([o['returned'] for o in ours], digits=1)} | "
-        f"{spread([o['stored'] for o in ours], digits=1)} | {spread(rates, '', digits=0)} | {stored} |",
+        f"{spread([o['stored'] for o in ours], digits=1)} | {statistics.median(rates):,.0f} "
+        f"({min(rates):,.0f}–{max(rates):,.0f}) | {stored} |",
         f"| platform_plugin → `mlflow server` (sqlite behind it) | "
         f"{s_total:,} | {server['returned']:.1f} s | {server['stored']:.1f} s | {s_rate:,.0f} | "
         f"{server['present']:,} / {server['duplicates']} |",

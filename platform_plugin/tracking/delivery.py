@@ -30,6 +30,7 @@ from platform_plugin.tracking.state import SINK_FILE, HelperStatus, JobEnd, Sink
 from platform_plugin.variables import PLATFORM_TRACKING_HELPER
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
+IDLE_BEFORE_IMPORT_S = 3.0  # at most, before the helper imports MLflow with nothing to deliver
 MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
 AGGREGATE_BATCHES = 4  # aggregates ship in batches as large as a round of 4 streams' batches
 STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
@@ -108,6 +109,7 @@ class Helper:
 
     def run(self) -> None:
         self._set(phase="forwarding")
+        self._idle_until_work()
         backoff = PASS_INTERVAL_S
         end = None
         while True:
@@ -131,6 +133,16 @@ class Helper:
         if end is not None:
             self._end_runs(end)
         self._set(phase="done")
+
+    def _idle_until_work(self) -> None:
+        """MLflow's import is seconds of CPU: on a small machine it would compete with the ranks'
+        own start. Wait (stdlib only) until a rank spooled something, the job ended, or
+        IDLE_BEFORE_IMPORT_S passed (the runs then appear while a job that logs nothing runs)."""
+        until = time.monotonic() + IDLE_BEFORE_IMPORT_S
+        while time.monotonic() < until and self.spool_dir.is_dir() and not self.orphaned:
+            if JobEnd.load(self.spool_dir) is not None or _spooled(self.spool_dir):
+                return
+            self._wait(PASS_INTERVAL_S)
 
     def _wait(self, seconds: float) -> None:
         """Sleep, but wake at once when the launcher closes the pipe (job ended or launcher
@@ -178,6 +190,13 @@ class Helper:
                 self.status.save(self.spool_dir)
             except OSError:  # a full disk: the status is a courtesy, the spool is what counts
                 pass
+
+
+def _spooled(spool_dir: Path) -> bool:
+    try:
+        return any(p.stat().st_size for p in spool_dir.glob("rank_*.jsonl"))
+    except OSError:  # removed meanwhile
+        return True
 
 
 def job_aggregates(config: SinkConfig, sink):
