@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.identity import stream_name
 from platform_plugin.tracking.reading import Passed, Reading, advance, batches, next_batch  # noqa: F401
@@ -80,7 +80,7 @@ class Forwarder:
         self.last_error = ""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: Any = None  # a ThreadPoolExecutor once needed
         self._observe_lock = threading.Lock()  # observers see one batch at a time
         self._readings: dict[str, Reading] = {}  # label -> its decoded, not yet delivered lines
 
@@ -117,6 +117,7 @@ class Forwarder:
                 results = self._joint_round(active, blocking, deadline)
             elif self.workers > 1 and len(active) > 1:
                 if self._pool is None:
+                    from concurrent.futures import ThreadPoolExecutor  # a sink without deliver_round
                     self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracking-stream")
                 results = list(self._pool.map(turn, active))
             else:

@@ -25,7 +25,6 @@ from pathlib import Path
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.handle import DeliveryReport, JobTracking
 from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
-from platform_plugin.tracking.sinks import get_sink
 from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
                                             JobEnd, SinkConfig, read_json, write_json_atomic)
 from platform_plugin.tracking.views import PlanView, RankView, ResultView
@@ -78,7 +77,7 @@ class SpoolingJobTracking(JobTracking):
                 self.helper.stdin.close()  # wakes the helper: the job ended
             except OSError:
                 pass
-        forwarder = Forwarder(self.spool_dir, self.config, get_sink(self.sink))
+        forwarder = Forwarder(self.spool_dir, self.config, None)  # offsets only: no sink imported here
         drained = self._wait_delivered(forwarder, timeout)
         error = self._helper_error() or ("" if drained else server_down(self.config.tracking_uri))
         return delivery_report(self.sink, self.spool_dir, forwarder, self.config,
