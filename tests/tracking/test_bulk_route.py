@@ -46,12 +46,12 @@ def test_bulk_route_stores_what_log_batch_stores_and_a_replay_adds_nothing(postg
     c.log_batch(theirs, metrics=[Metric(k, v, t, s) for k, v, s, t in POINTS])
     route = BulkRoute()
     assert route.available(c, postgres_mlflow)
-    route.post(c, ours, POINTS[:3])
-    route.post(c, ours, POINTS)  # a replay of the first three plus the rest
+    route.post(c, postgres_mlflow, ours, POINTS[:3])
+    route.post(c, postgres_mlflow, ours, POINTS)  # a replay of the first three plus the rest
     stored = rows(postgres_mlflow.pg_uri, ours)
     assert stored == rows(postgres_mlflow.pg_uri, theirs)
     assert len(stored[0]) == 7 and len(stored[1]) == 2
-    route.post(c, ours, POINTS)  # an exact replay
+    route.post(c, postgres_mlflow, ours, POINTS)  # an exact replay
     assert rows(postgres_mlflow.pg_uri, ours) == stored
     assert c.get_run(ours).data.metrics == c.get_run(theirs).data.metrics
 
@@ -62,16 +62,16 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
     c = client(postgres_mlflow)
     route = BulkRoute()
     with pytest.raises(MlflowException, match="Run with id=0123abc not found") as unknown:
-        route.post(c, "0123abc", POINTS[:1])
+        route.post(c, postgres_mlflow, "0123abc", POINTS[:1])
     assert unknown.value.error_code == "RESOURCE_DOES_NOT_EXIST"
     run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
     c.delete_run(run)
     with pytest.raises(MlflowException, match="must be in the 'active' state") as deleted:
-        route.post(c, run, POINTS[:1])
+        route.post(c, postgres_mlflow, run, POINTS[:1])
     assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"  # permanent for the forwarder
+    active = c.create_run(c.get_run(run).info.experiment_id).info.run_id
     with pytest.raises(MlflowException, match="must not resolve to other names"):
-        route.post(c, c.create_run(c.get_run(run).info.experiment_id).info.run_id,
-                   [("bad/../name", 1.0, 0, 1)])
+        route.post(c, postgres_mlflow, active, [("bad/../name", 1.0, 0, 1)])
     creds = c._tracking_client.store.get_host_creds()
     bad = http_request(creds, "/platform/api/metrics/bulk", "POST", data="{\"runs\": 3}",
                        extra_headers={"Content-Type": "application/json"})

@@ -58,11 +58,14 @@ class BulkRoute:
         except (ValueError, AttributeError):
             return False
 
-    def post(self, client, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+    def post(self, client, uri: str, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
         """points: (key, value, step, timestamp_ms). Stored all or nothing; a replay adds
         nothing. Errors are MLflow's (MlflowException with its error code)."""
         from mlflow.utils.rest_utils import http_request, verify_rest_response
         body = json.dumps({"runs": [{"run_id": run_id, "metrics": points}]})
         response = http_request(_creds(client), ROUTE, "POST", data=body,
                                 extra_headers=JSON_HEADERS, timeout=120)
+        if response.status_code in (404, 405):  # the server was replaced by one without it:
+            with self._lock:  # ask again before the next batch (and fall back to log_batch)
+                self._found.pop(uri, None)
         verify_rest_response(response, ROUTE)
