@@ -15,9 +15,26 @@ import sys
 import threading
 from urllib.parse import urlparse
 
-from platform_plugin.tracking.bulk_app import ROUTE, VERSION
+from platform_plugin.tracking.bulk_app import MAX_POINTS, ROUTE, VERSION
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+REQUEST_POINTS = MAX_POINTS // 2  # per request: a 32-rank round of 10,000 each is 320,000
+
+
+def _requests(groups, limit: int):
+    """Cut (run_id, points) groups into requests of at most `limit` points, in order."""
+    request: list = []
+    size = 0
+    for run_id, points in groups:
+        for start in range(0, len(points), limit):
+            part = points[start:start + limit]
+            if size + len(part) > limit and request:
+                yield request
+                request, size = [], 0
+            request.append((run_id, part))
+            size += len(part)
+    if request:
+        yield request
 
 
 def _creds(client):
@@ -61,8 +78,18 @@ class BulkRoute:
     def post(self, client, uri: str, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
         """points: (key, value, step, timestamp_ms). Stored all or nothing; a replay adds
         nothing. Errors are MLflow's (MlflowException with its error code)."""
+        self.post_many(client, uri, [(run_id, points)])
+
+    def post_many(self, client, uri: str, groups: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:
+        """(run_id, points) of several runs (a forwarder round: one batch of every stream) in
+        as few requests as the route takes (REQUEST_POINTS each; one transaction each; a
+        resend after a failure part-way adds nothing, as every point is an exact repeat)."""
+        for request in _requests(groups, REQUEST_POINTS):
+            self._send(client, uri, request)
+
+    def _send(self, client, uri: str, groups) -> None:
         from mlflow.utils.rest_utils import http_request, verify_rest_response
-        body = json.dumps({"runs": [{"run_id": run_id, "metrics": points}]})
+        body = json.dumps({"runs": [{"run_id": run_id, "metrics": points} for run_id, points in groups]})
         response = http_request(_creds(client), ROUTE, "POST", data=body,
                                 extra_headers=JSON_HEADERS, timeout=120)
         if response.status_code in (404, 405):  # the server was replaced by one without it:

@@ -260,19 +260,26 @@ class MlflowSink:
                 client.log_artifact(state.run_id, local_path, artifact_path)
 
     def deliver_round(self, config: SinkConfig, items: list[tuple[str, StreamState, list[list]]]) -> None:
-        """One batch of several streams, (label, state, records) each: into a SQL store in one
-        transaction when they are all metric points (a commit is an fsync: this is what lets
-        sqlite keep up), else one stream after the other. All or an exception, safe to resend."""
-        writer = self.metric_writer(store_uri(config))
-        if writer is None or any(r[0] != "m" for _, _, records in items for r in records):
+        """One batch of several streams, (label, state, records) each: when they are all metric
+        points, into a SQL store in one transaction (a commit is an fsync: this is what lets
+        sqlite keep up) or into a server with the bulk route in one request (one transaction
+        there too); else one stream after the other. All or an exception, safe to resend."""
+        uri = store_uri(config)
+        writer = self.metric_writer(uri)
+        metric_only = all(r[0] == "m" for _, _, records in items for r in records)
+        bulk = metric_only and writer is None and self._bulk.available(self.client(uri), uri)
+        if not metric_only or (writer is None and not bulk):
             for label, state, records in items:
                 self.deliver(config, label, state, records)
             return
+        suffix = config.layout == "flat"
+        groups = [(_run_of(state, label), [(r[1] + (f"-{label}" if suffix else ""), r[2], r[3], r[4])
+                                           for r in records]) for label, state, records in items]
         with quiet(self._log_path):
-            writer.log_metrics_many([
-                (_run_of(state, label), [(r[1] + (f"-{label}" if config.layout == "flat" else ""),
-                                          r[2], r[3], r[4]) for r in records])
-                for label, state, records in items])
+            if writer is not None:
+                writer.log_metrics_many(groups)
+            else:
+                self._bulk.post_many(self.client(uri), uri, groups)
 
     def _log_points(self, uri: str, run_id: str, points: list[tuple]) -> list:
         """Metric points through the fastest path the store has: the SQL fast path (a database

@@ -97,6 +97,8 @@ class SqlMetricWriter:
         round trip per row and `execute_values` formats every row in Python (unnest measured
         1.2-2x faster than execute_values for 10,000 rows on a loaded machine); sqlite:
         `executemany` (in-process, no round trips)."""
+        if not values:
+            return
         if self.dialect == "postgresql":
             columns = [list(column) for column in zip(*values)]
             conn.connection.driver_connection.cursor().execute(self._unnest_sql, columns)
