@@ -86,6 +86,7 @@ def main() -> None:
         rows = run_cases(args.rounds, log_dir)
     help_rows = [r for r in rows if r[0] in HELP_CASES]
     worst = max(r[2] for r in help_rows)
+    worst_min = max(r[3] for r in help_rows)
     verdict = "meets" if worst <= GOAL_MS else "MISSES"
     lines = [
         "## imports", "",
@@ -103,7 +104,9 @@ def main() -> None:
     lines += [f"| {label} | {kind} | {ms:.1f} | {low:.1f} | {ours} | {mods} |"
               for label, kind, ms, low, ours, mods in rows]
     lines += ["", f"Goal: `--help` and `launch --help` within {GOAL_MS} ms of imports, with and "
-              f"without .pyc: {verdict} (worst median {worst:.1f} ms). Without .pyc the numbers "
+              f"without .pyc: {verdict} (worst median {worst:.1f} ms; worst minimum "
+              f"{worst_min:.1f} ms - on a loaded machine the median grows with the load, the "
+              "minimum is the better estimate of a quiet start). Without .pyc the numbers "
               "include compiling the package's modules (about 2.5 ms per 100 lines here), which "
               "is why both paths load as few of them as they can."]
     text = "\n".join(lines)
