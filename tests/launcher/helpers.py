@@ -53,6 +53,18 @@ def kill_job(job_dir: str) -> None:
             pass
 
 
+def job_folder(log_dir: Path, timeout: float = 60) -> str:
+    """The folder of the job a running launcher writes into `log_dir` (waits for it).
+
+    Hidden entries are not job folders: just before it makes the job folder, the launcher's
+    preflight makes and removes `.platform-probe-*` in `log_dir` (util/folders.py: does the
+    folder take new entries?). A test that took the first entry it saw caught that probe now
+    and then on a loaded machine and then waited 60 s for rank logs in a folder that was gone."""
+    return wait_for(lambda: next((str(d) for d in log_dir.iterdir()
+                                  if not d.name.startswith(".")), None),
+                    timeout, what=f"a job folder in {log_dir}")
+
+
 def log_text(job_dir: str, name: str) -> str:
     path = Path(job_dir) / (f"{name}.log" if name in ("sched", "store") else f"rank_{name}.log")
     return path.read_text(errors="replace") if path.exists() else ""

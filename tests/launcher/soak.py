@@ -21,7 +21,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.launcher.helpers import (BEHAVE, PY, job_processes, kill_job, log_text,  # noqa: E402
+from tests.launcher.helpers import (BEHAVE, PY, job_folder, job_processes, kill_job, log_text,  # noqa: E402
     start_cli, wait_for, wait_no_processes)
 
 # name -> (behave.py mode and args, how the cycle ends: "fails" or a signal to the launcher)
@@ -38,11 +38,6 @@ CLI_SCENARIOS = {
 SCENARIOS = [*CLI_SCENARIOS, "kernel-interrupt"]
 
 
-def _job_dir(log_dir: Path, timeout: float = 60) -> str:
-    return wait_for(lambda: next((str(d) for d in log_dir.iterdir() if d.is_dir()), None),
-                    timeout, what="the job folder")
-
-
 def cli_cycle(name: str, root: Path) -> tuple[list[int], str]:
     """One launcher run; returns (processes left after the end, what happened)."""
     args, end = CLI_SCENARIOS[name]
@@ -51,7 +46,7 @@ def cli_cycle(name: str, root: Path) -> tuple[list[int], str]:
     proc = start_cli(["--nproc", "2", "--grace", "1", "--", PY, BEHAVE, *args], log_dir)
     job_dir = ""
     try:
-        job_dir = _job_dir(log_dir)
+        job_dir = job_folder(log_dir)
         if end != "fails":
             wait_for(lambda: all("READY" in log_text(job_dir, r) for r in ("0", "1")), 60,
                      what="ranks running")
@@ -82,7 +77,7 @@ def kernel_cycle(root: Path, kernel=None) -> tuple[list[int], str]:
         msg_id = kc.execute(f"%load_ext platform_plugin\n%dist_run --nproc 2 --grace 1 "
                             f"--tracking none --log-dir {log_dir} python {BEHAVE} grandchild nofail")
         wait_for(log_dir.exists, 60, what="the log folder")
-        job_dir = _job_dir(log_dir)
+        job_dir = job_folder(log_dir)
         wait_for(lambda: all("child up" in log_text(job_dir, r) for r in ("0", "1")), 60,
                  what="ranks and their children up")
         km.interrupt_kernel()

@@ -11,8 +11,9 @@ import pytest
 
 from platform_plugin import launch
 from platform_plugin.errors import ConfigError
-from tests.launcher.helpers import (ASSETS, BEHAVE, PY, log_text, read_job, start_cli, wait_for,
-    wait_no_processes)
+from platform_plugin.util import folders
+from tests.launcher.helpers import (ASSETS, BEHAVE, PY, job_folder, log_text, read_job, start_cli,
+    wait_for, wait_no_processes)
 
 STANDIN = str(ASSETS / "hccl_standin.py")
 
@@ -41,9 +42,9 @@ def test_exit_codes_0_1_2(log_dir):
 def test_ctrl_c_or_sigterm_to_the_launcher_stops_every_rank_and_fails(log_dir, sig):
     proc = start_cli(["--nproc", "2", "--grace", "1", "--", PY, BEHAVE, "grandchild", "nofail"],
                      log_dir)
-    job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
+    job_dir = job_folder(log_dir)
     wait_for(lambda: all("child up" in log_text(job_dir, str(r)) for r in range(2)),
-             what="ranks and their children up")
+             what=f"ranks and their children up (logs in {job_dir})")
     os.kill(proc.pid, sig)  # what a terminal's Ctrl-C / a batch system's stop does
     code, out, _ = finish(proc)
     assert code == 1 and "INTERRUPTED" in out  # msrun exits 0 here
@@ -53,13 +54,27 @@ def test_ctrl_c_or_sigterm_to_the_launcher_stops_every_rank_and_fails(log_dir, s
 
 def test_sigkill_of_the_launcher_leaves_no_rank_nor_grandchild(log_dir):
     proc = start_cli(["--nproc", "2", "--", PY, BEHAVE, "grandchild", "nofail"], log_dir)
-    job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
+    job_dir = job_folder(log_dir)
     wait_for(lambda: all("child up" in log_text(job_dir, str(r)) for r in range(2)),
-             what="ranks and their children up")
+             what=f"ranks and their children up (logs in {job_dir})")
     os.kill(proc.pid, signal.SIGKILL)  # no handler runs: only PDEATHSIG + the lifeline remain
     proc.wait()
     assert wait_no_processes(job_dir, timeout=10) == []
     assert read_job(job_dir)["state"] == "running"  # the launcher never got to write the end
+
+
+def test_the_job_folder_a_test_waits_for_is_never_the_log_folder_probe(log_dir, monkeypatch):
+    """The preflight makes and removes a probe folder in the log folder just before the job
+    folder exists; a loaded machine can pause the launcher in between, and a test that took
+    that probe for the job folder waited 60 s for rank logs that were never there. The probe is
+    held here (its removal does nothing) as a poller could catch it."""
+    monkeypatch.setattr(folders.os, "rmdir", lambda path: None)
+    folders.check_writable_folder(str(log_dir), "log", "LAUNCH_LOG_DIR", "--log-dir")
+    [probe] = list(log_dir.iterdir())  # the launcher's own probe, by its real name
+    with pytest.raises(AssertionError, match="a job folder in"):
+        job_folder(log_dir, timeout=0.3)
+    (log_dir / "behave-20261130-115629-d50a").mkdir()
+    assert job_folder(log_dir) == str(log_dir / "behave-20261130-115629-d50a") != str(probe)
 
 
 def test_busy_port_is_refused_before_anything_starts(log_dir):
@@ -111,7 +126,7 @@ def test_ranks_of_an_earlier_job_on_the_same_devices_are_refused_or_killed(log_d
                                                                           tmp_path):
     env = _table_env(ranktables, "hccl_4p_4567_10.0.0.1.json", tmp_path)
     first = start_cli(["--backend", "rank-table", "--", PY, STANDIN, "600"], log_dir, env=env)
-    job_dir = wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
+    job_dir = job_folder(log_dir)
     wait_for(lambda: all("HCCL-OK" in log_text(job_dir, str(r)) for r in range(4)),
              what="first job's ranks up")
     pids = set(read_job(job_dir)["pids"].values())

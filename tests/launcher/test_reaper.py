@@ -12,7 +12,7 @@ import pytest
 
 from platform_plugin import launch
 from platform_plugin.launcher import reaper
-from tests.launcher.helpers import (BEHAVE, PY, job_processes, kill_job, log_text, start_cli,
+from tests.launcher.helpers import (BEHAVE, PY, job_folder, job_processes, kill_job, log_text, start_cli,
     wait_for, wait_no_processes)
 
 
@@ -36,10 +36,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
-
-
-def job_folder(log_dir) -> str:
-    return wait_for(lambda: [str(d) for d in log_dir.iterdir()], what="job folder")[0]
 
 
 @pytest.mark.parametrize("then, options, status", [
