@@ -18,7 +18,8 @@ from urllib.parse import urlparse
 from platform_plugin.tracking.bulk_app import MAX_POINTS, ROUTE, VERSION
 
 JSON_HEADERS = {"Content-Type": "application/json"}
-REQUEST_POINTS = MAX_POINTS // 2  # per request: a 32-rank round of 10,000 each is 320,000
+REQUEST_POINTS = 20_000  # per request (the route takes MAX_POINTS): a round is cut in several
+IN_FLIGHT = 4  # requests of one round at once: the server's workers insert them in parallel
 
 
 def _requests(groups, limit: int):
@@ -82,10 +83,16 @@ class BulkRoute:
 
     def post_many(self, client, uri: str, groups: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:
         """(run_id, points) of several runs (a forwarder round: one batch of every stream) in
-        as few requests as the route takes (REQUEST_POINTS each; one transaction each; a
-        resend after a failure part-way adds nothing, as every point is an exact repeat)."""
-        for request in _requests(groups, REQUEST_POINTS):
-            self._send(client, uri, request)
+        requests of REQUEST_POINTS, IN_FLIGHT at once (one transaction each; a resend after a
+        failure part-way adds nothing, as every point is an exact repeat)."""
+        requests = list(_requests(groups, REQUEST_POINTS))
+        if len(requests) == 1:
+            self._send(client, uri, requests[0])
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(min(IN_FLIGHT, len(requests)), thread_name_prefix="bulk") as pool:
+            for done in [pool.submit(self._send, client, uri, request) for request in requests]:
+                done.result()  # the first failure is raised; the round is resent whole
 
     def _send(self, client, uri: str, groups) -> None:
         from mlflow.utils.rest_utils import http_request, verify_rest_response
