@@ -113,7 +113,7 @@ class Forwarder:
         while active and not self.past_deadline():
             # one batch per stream per round: the streams advance together, so the per-step
             # aggregates find every rank's point of a step close together (bounded memory)
-            if len(active) > 1 and hasattr(self.sink, "deliver_round"):
+            if len(active) > 1 and self._joint():
                 results = self._joint_round(active, blocking, deadline)
             elif self.workers > 1 and len(active) > 1:
                 if self._pool is None:
@@ -164,6 +164,12 @@ class Forwarder:
         batch = next_batch(reading, self._limits())
         return self._after_send(label, stream, state, reading, batch,
                                 not batch or self._send(label, state, batch))
+
+    def _joint(self) -> bool:
+        """Whether the sink takes a round of all streams in one call (`joins_rounds`, asked once
+        the store is open); else streams go in parallel threads (e.g. requests to a server)."""
+        joins = getattr(self.sink, "joins_rounds", None)
+        return bool(joins and joins(self.config))
 
     def _limits(self) -> dict[str, int]:
         return self.sink.batch_limits(self.config) if hasattr(self.sink, "batch_limits") else self.sink.limits

@@ -132,6 +132,35 @@ def test_partial_line_waits_and_a_refused_record_does_not_block_the_rest(trackin
     assert sorted((m.step, m.value) for m in c.get_metric_history(run.info.run_id, "loss")) == [(0, 1.0), (1, 0.9)]
 
 
+def test_a_round_refused_because_of_one_stream_still_delivers_the_others(tracking_env, tmp_path):
+    """Into sqlite a round of all streams' batches is one transaction; when it fails (here: one
+    rank's run was deleted, so the store refuses its points for good), every stream's batch goes
+    on its own: the others are delivered, the dead run's points are counted as rejected."""
+    plan = make_plan(tmp_path, 3)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    spool = Path(env["PLATFORM_TRACKING_SPOOL_DIR"])
+    for rank in range(3):
+        t = rank_tracker(env, plan, rank)
+        t.log_metric("loss", 1.0 + rank, step=0)
+        t.close()
+    forwarder = test_forwarder(jt)
+    forwarder.sink.ensure_runs(jt.config, spool, ["0", "1", "2"])
+    assert forwarder.sink.joins_rounds(jt.config)  # a local sqlite store: rounds in one call
+    c = client(jt.config.tracking_uri)
+    c.delete_run(StreamState.load(spool, "rank_1").run_id)
+    for rank in range(3):
+        t = rank_tracker(env, plan, rank)
+        t.log_metric("loss", 10.0 + rank, step=1)
+        t.close()
+    assert forwarder.pump()
+    states = [StreamState.load(spool, f"rank_{rank}") for rank in range(3)]
+    assert [(s.delivered, s.rejected) for s in states] == [(2, 0), (0, 2), (2, 0)]
+    for rank in (0, 2):
+        history = c.get_metric_history(states[rank].run_id, "loss")
+        assert sorted((m.step, m.value) for m in history) == [(0, 1.0 + rank), (1, 10.0 + rank)]
+
+
 def test_flat_layout_puts_every_rank_in_the_job_run_with_suffixed_keys(tracking_env, tmp_path):
     tracking_env.setenv("PLATFORM_TRACKING_LAYOUT", "flat")
     plan = make_plan(tmp_path, 2)

@@ -129,7 +129,10 @@ def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_p
         (tmp_path / "pausing.py").write_text(PAUSING)
         outcome = {}
         job = threading.Thread(target=lambda: outcome.update(
-            result=launch([sys.executable, "pausing.py"], nproc=2, cwd=str(tmp_path), **QUIET)))
+            # no system metrics: their samples (every 5 s, into the same streams) would make the
+            # delivered counts below depend on when the first batch went
+            result=launch([sys.executable, "pausing.py"], nproc=2, cwd=str(tmp_path), no_system_metrics=True,
+                          **QUIET)))
         job.start()
         c = client(server.url)
 

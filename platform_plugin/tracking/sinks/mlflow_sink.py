@@ -259,6 +259,11 @@ class MlflowSink:
                     artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
                 client.log_artifact(state.run_id, local_path, artifact_path)
 
+    def joins_rounds(self, config: SinkConfig) -> bool:
+        """`deliver_round` is one transaction only into a SQL store we open ourselves; into a
+        server, streams in parallel (the forwarder's threads) are faster."""
+        return self.metric_writer(store_uri(config)) is not None
+
     def deliver_round(self, config: SinkConfig, items: list[tuple[str, StreamState, list[list]]]) -> None:
         """One batch of several streams, (label, state, records) each: when they are all metric
         points, into a SQL store in one transaction (a commit is an fsync: this is what lets
