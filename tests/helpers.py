@@ -38,16 +38,14 @@ def wait_for(predicate, timeout: float = 60, interval: float = 0.1, what: str = 
 
 def process_tree(pid: int) -> list[int]:
     """`pid` and every live descendant of it (read from /proc), parents first."""
+    from platform_plugin.util.procfs import parent
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
+                children.setdefault(parent(int(entry)), []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue  # gone meanwhile
     tree, todo = [], [pid]
     while todo:
         current = todo.pop(0)

@@ -34,7 +34,7 @@ def ancestors() -> set[int]:
     while pid > 1:
         pids.add(pid)
         try:
-            pid = _stat(pid)[1]
+            pid = parent(pid)
         except (OSError, ValueError, IndexError):
             break
     return pids
@@ -107,6 +107,11 @@ def _group_exists(pgid: int) -> bool:
     except (PermissionError, OSError):
         return True  # someone else's process: let the scan decide
     return True
+
+
+def parent(pid: int) -> int:
+    """The parent's pid of `pid` (OSError when it is gone)."""
+    return _stat(pid)[1]
 
 
 def alive(pid: int) -> bool:

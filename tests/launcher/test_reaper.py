@@ -12,6 +12,7 @@ import pytest
 
 from platform_plugin import launch
 from platform_plugin.launcher import reaper
+from platform_plugin.util.procfs import alive
 from tests.launcher.helpers import (BEHAVE, PY, job_folder, job_processes, kill_job, log_text, start_cli,
     wait_for, wait_no_processes)
 
@@ -27,15 +28,6 @@ def escaped(job_dir: str, ranks) -> list[int]:
                 assert child_group == pid != rank_group
                 pids.append(pid)
     return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
 @pytest.mark.parametrize("then, options, status", [

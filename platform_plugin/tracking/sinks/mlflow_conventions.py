@@ -60,8 +60,48 @@ class _Divert(logging.Filter):
 
 _divert = _Divert()
 _lock = threading.Lock()
+
+
+class _WhileInside:
+    """A process-wide change that holds while any thread is inside `held()`: made at the
+    first entry, undone after the last exit (threads of one process share it)."""
+
+    def __init__(self, make: Callable[[], None], undo: Callable[[], None]) -> None:
+        self._make, self._undo, self._inside = make, undo, 0
+
+    @contextmanager
+    def held(self):
+        with _lock:
+            if self._inside == 0:
+                self._make()
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with _lock:
+                self._inside -= 1
+                if self._inside == 0:
+                    self._undo()
+
+
 _URL_ENV = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"  # MLflow reads it at each set_terminated
 _saved_url_env: list = []  # the user's value while any thread is inside quiet()
+
+
+def _suppress_url() -> None:
+    _saved_url_env.append(os.environ.get(_URL_ENV))
+    os.environ[_URL_ENV] = "true"
+
+
+def _restore_url() -> None:
+    saved = _saved_url_env.pop()
+    if saved is None:
+        os.environ.pop(_URL_ENV, None)
+    else:
+        os.environ[_URL_ENV] = saved
+
+
+_url_suppressed = _WhileInside(_suppress_url, _restore_url)
 
 
 @contextmanager
@@ -83,27 +123,18 @@ def quiet(log_path: Path | None):
             for h in logging.getLogger(name).handlers:
                 if _divert not in h.filters:
                     h.addFilter(_divert)
-        if not _divert.files:
-            _saved_url_env.append(os.environ.get(_URL_ENV))
-            os.environ[_URL_ENV] = "true"
         _divert.files[thread] = handler
     try:
-        yield
+        with _url_suppressed.held():
+            yield
     finally:
         with _lock:
             _divert.files.pop(thread, None)
-            if not _divert.files:
-                saved = _saved_url_env.pop()
-                if saved is None:
-                    os.environ.pop(_URL_ENV, None)
-                else:
-                    os.environ[_URL_ENV] = saved
         handler.close()
 
 
 # MLflow's migration scripts' config; up to MLflow 3.1 its env.py hands it to fileConfig
 _MIGRATIONS_INI = os.path.join("mlflow", "store", "db_migrations", "alembic.ini")
-_guards = 0  # blocks inside migrations_keep_logging() now, all threads
 _file_config: Callable[..., Any] | None = None  # logging.config.fileConfig as found
 
 
@@ -112,7 +143,22 @@ def _file_config_but_migrations(fname, *args, **kwargs) -> None:
         _file_config(fname, *args, **kwargs)
 
 
-@contextmanager
+def _skip_migrations_config() -> None:
+    global _file_config
+    import logging.config
+    _file_config, logging.config.fileConfig = logging.config.fileConfig, _file_config_but_migrations
+
+
+def _restore_file_config() -> None:
+    global _file_config
+    import logging.config
+    if _file_config is not None:
+        logging.config.fileConfig, _file_config = _file_config, None
+
+
+_migrations_skipped = _WhileInside(_skip_migrations_config, _restore_file_config)
+
+
 def migrations_keep_logging():
     """Around the first open of a store (which creates or upgrades its tables). MLflow up to 3.1
     runs `logging.config.fileConfig(<its alembic.ini>)` from its migration env.py: that replaces
@@ -121,16 +167,4 @@ def migrations_keep_logging():
     ("Running upgrade ..."). Inside this block that one call is skipped, so the process's logging
     stays as the user set it and alembic's lines stay below the level shown (MLflow 3.17 sets
     alembic to WARNING itself). Any other fileConfig call, from any thread, goes through."""
-    global _guards, _file_config
-    import logging.config
-    with _lock:
-        if _guards == 0:
-            _file_config, logging.config.fileConfig = logging.config.fileConfig, _file_config_but_migrations
-        _guards += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _guards -= 1
-            if _guards == 0 and _file_config is not None:
-                logging.config.fileConfig, _file_config = _file_config, None
+    return _migrations_skipped.held()
