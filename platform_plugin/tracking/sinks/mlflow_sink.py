@@ -260,9 +260,11 @@ class MlflowSink:
                 client.log_artifact(state.run_id, local_path, artifact_path)
 
     def joins_rounds(self, config: SinkConfig) -> bool:
-        """`deliver_round` is one transaction only into a SQL store we open ourselves; into a
-        server, streams in parallel (the forwarder's threads) are faster."""
-        return self.metric_writer(store_uri(config)) is not None
+        """`deliver_round` is worth it into a SQL store we open ourselves (one transaction) and
+        into a server with the bulk route (one round in requests sent in parallel, see
+        mlflow_bulk.py); into any other server the forwarder's threads send streams in parallel."""
+        uri = store_uri(config)
+        return self.metric_writer(uri) is not None or self._bulk.available(self.client(uri), uri)
 
     def deliver_round(self, config: SinkConfig, items: list[tuple[str, StreamState, list[list]]]) -> None:
         """One batch of several streams, (label, state, records) each: when they are all metric
