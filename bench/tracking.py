@@ -217,6 +217,16 @@ def verdict(ok: bool) -> str:
     return "meets" if ok else "misses"
 
 
+# cProfile of `platform-run launch --nproc 8 -- python -c pass` with default tracking (2026-11-30,
+# load ~5): what a 0.3 s no-op job pays for tracking in the launcher process
+WALL_COST = ("- What the launcher pays for default tracking on a no-op job (cProfile, load ~5): the "
+             "tracking modules compiled from source when no `.pyc` can be written (~0.15 s of the "
+             "0.29 s of `compile`), the system-metrics sampler's first samples in `started()` (psutil "
+             "import and process-tree scan, ~0.2 s), and the forwarding helper process's own start on "
+             "the same cores; MLflow itself is not imported by the launcher, and the helper imports it "
+             "only once a rank spooled something or the job ended.")
+
+
 def launch_lines(cost: dict, kernel: tuple[float, float, bool], rounds: int) -> list[str]:
     m, n = cost["mlflow"], cost["none"]
     r_wall = statistics.median(m["wall"]) / statistics.median(n["wall"])
@@ -236,6 +246,7 @@ def launch_lines(cost: dict, kernel: tuple[float, float, bool], rounds: int) -> 
         f"- Two `launch()` calls in one process (a kernel's `%dist_run` twice, 8 no-op ranks): "
         f"{kernel[0]:.2f} s then {kernel[1]:.2f} s; MLflow imported into that process: "
         f"{'yes' if kernel[2] else 'no'} (goal: no MLflow import in the kernel: {verdict(not kernel[2])}).",
+        *([WALL_COST] if r_wall > 1.3 else []),
         "- MLflow's import (~2.5 s, ~200 MiB), the store's first open, the experiment and the runs "
         "happen in the forwarding helper process after the ranks started; the launcher returns once "
         "every point is delivered, the helper ends the runs afterwards.", ""]
