@@ -80,6 +80,8 @@ class SystemMetrics:
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._sampling = threading.Lock()
+        self._writers: list[SpoolWriter] = []
         self._ranks: list[tuple[str, _Tree, int | None, SpoolWriter]] = []
         self._nvml = None
 
@@ -91,33 +93,39 @@ class SystemMetrics:
         spool_dir = self.spool_dir
         if spool_dir is None or not self.enabled:
             return
-        import psutil
-        psutil.cpu_percent(None)  # baseline of the machine's CPU %
-        for proc in supervisor.procs:
-            spec = proc.spec
-            if getattr(spec, "role", "worker") != "worker" or spec.rank_id is None:
-                continue
-            path = spool_dir / f"rank_{spec.rank_id}{SPOOL_SUFFIX}"
-            self._ranks.append((str(spec.rank_id), _Tree(proc.popen.pid),
-                                physical_device(spec.device_id, spec.env), SpoolWriter(path)))
-        for _, tree, _, _ in self._ranks:
-            tree.sample()  # baseline of each tree's CPU %
-        self._nvml = _nvml()
-        self._thread = threading.Thread(target=self._loop, name="system-metrics", daemon=True)
+        ranks = [(str(p.spec.rank_id), p.popen.pid, physical_device(p.spec.device_id, p.spec.env),
+                  SpoolWriter(spool_dir / f"rank_{p.spec.rank_id}{SPOOL_SUFFIX}"))
+                 for p in supervisor.procs
+                 if getattr(p.spec, "role", "worker") == "worker" and p.spec.rank_id is not None]
+        # psutil's import and the baselines happen in the thread: a short job neither waits for
+        # them at its start nor, in `ended`, for a thread that has not sampled yet
+        self._writers = [writer for *_, writer in ranks]
+        self._thread = threading.Thread(target=self._loop, args=(ranks,), name="system-metrics",
+                                        daemon=True)
         self._thread.start()
 
     def ended(self, result) -> None:
         if self._thread is None:
             return
-        self._stop.set()
-        self._thread.join(self.interval + 10)
-        for *_, writer in self._ranks:
-            writer.close()
+        with self._sampling:  # a sample in progress completes; none starts after this
+            self._stop.set()
+            for writer in self._writers:
+                writer.close()
 
-    def _loop(self) -> None:
+    def _loop(self, ranks) -> None:
+        import psutil
+        psutil.cpu_percent(None)  # baseline of the machine's CPU %
+        trees = [(label, _Tree(pid), device, writer) for label, pid, device, writer in ranks]
+        for _, tree, _, _ in trees:
+            tree.sample()  # baseline of each tree's CPU %
+        self._nvml = _nvml()
+        self._ranks = trees
         # a fixed pause after each sample: two samples are never closer than the interval
         while not self._stop.wait(self.interval):
-            self.sample_once()
+            with self._sampling:
+                if self._stop.is_set():
+                    return
+                self.sample_once()
 
     def sample_once(self) -> None:
         import psutil
