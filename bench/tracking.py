@@ -217,14 +217,18 @@ def verdict(ok: bool) -> str:
     return "meets" if ok else "misses"
 
 
-# cProfile of `platform-run launch --nproc 8 -- python -c pass` with default tracking (2026-11-30,
-# load ~5): what a 0.3 s no-op job pays for tracking in the launcher process
-WALL_COST = ("- What the launcher pays for default tracking on a no-op job (cProfile, load ~5): the "
-             "tracking modules compiled from source when no `.pyc` can be written (~0.15 s of the "
-             "0.29 s of `compile`), the system-metrics sampler's first samples in `started()` (psutil "
-             "import and process-tree scan, ~0.2 s), and the forwarding helper process's own start on "
-             "the same cores; MLflow itself is not imported by the launcher, and the helper imports it "
-             "only once a rank spooled something or the job ended.")
+# cProfile of launch() of 8 no-op ranks in one process, second call of each mode (modules
+# already imported), 2026-11-30 12:39 UTC, load ~2 with the test suite starting: what a 0.2 s
+# no-op job pays for tracking in the launcher process
+WALL_COST = ("- What the launcher pays for default tracking on a no-op job (cProfile of `launch()` "
+             "in one process, second call of each mode, load ~2: 0.275 s vs 0.195 s): the observers "
+             "(the system-metrics thread's set-up - psutil's import and the process-tree baselines "
+             "run in its own thread but hold the GIL against the launcher's loop - and a third "
+             "job.json write) ~60 ms, one more spawn (the forwarding helper) and its interpreter "
+             "start on the same 2 cores as the 8 ranks; from the CLI also the tracking modules "
+             "compiled from source when no `.pyc` can be written. MLflow itself is not imported by "
+             "the launcher, and the helper imports it only once a rank spooled something or the job "
+             "ended.")
 
 
 def launch_lines(cost: dict, kernel: tuple[float, float, bool], rounds: int) -> list[str]:
