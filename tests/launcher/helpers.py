@@ -53,6 +53,24 @@ def kill_job(job_dir: str) -> None:
             pass
 
 
+def kill_jobs(log_dirs) -> None:
+    """Clean-up of multi-server tests: every job of these log folders, whatever its state."""
+    for log_dir in log_dirs:
+        for job_dir in Path(log_dir).iterdir():
+            kill_job(str(job_dir))
+
+
+def private_table(ranktables: Path, name: str, tmp_path: Path) -> Path:
+    """A copy of a sample table whose server ids are unique to this test: the stale-rank check
+    looks at every process of this user, and other test runs on this machine may be running
+    ranks of the sample tables (same devices, same server ids) right now."""
+    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
+    text = (ranktables / name).read_text().replace('"10.0.0.', f'"10.{tag}.')
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
 def job_folder(log_dir: Path, timeout: float = 60) -> str:
     """The folder of the job a running launcher writes into `log_dir` (waits for it).
 

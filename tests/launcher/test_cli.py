@@ -12,8 +12,8 @@ import pytest
 from platform_plugin import launch
 from platform_plugin.errors import ConfigError
 from platform_plugin.util import folders
-from tests.launcher.helpers import (ASSETS, BEHAVE, PY, job_folder, log_text, read_job, start_cli,
-    wait_for, wait_no_processes)
+from tests.launcher.helpers import (ASSETS, BEHAVE, PY, job_folder, log_text, private_table,
+                                   read_job, start_cli, wait_for, wait_no_processes)
 
 STANDIN = str(ASSETS / "hccl_standin.py")
 
@@ -89,21 +89,10 @@ def test_busy_port_is_refused_before_anything_starts(log_dir):
     assert list(log_dir.iterdir()) == []
 
 
-def private_table(ranktables, name, tmp_path) -> str:
-    """A copy of a sample table whose server ids are unique to this test: the stale-rank check
-    looks at every process of this user, and other test runs on this machine may be running
-    ranks of the sample tables (same devices, same server ids) right now."""
-    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
-    text = (ranktables / name).read_text().replace('"10.0.0.', f'"10.{tag}.')
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
-
-
 def _table_env(ranktables, name, tmp_path, **extra):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_"))}
-    return {**env, "RANK_TABLE_FILE": private_table(ranktables, name, tmp_path),
+    return {**env, "RANK_TABLE_FILE": str(private_table(ranktables, name, tmp_path)),
             "PLATFORM_RUN_MODE": "full", **extra}
 
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.launcher.helpers import (ASSETS, PY, finish_all, kill_job, log_text, read_job,
-                                   start_cli)
+from tests.launcher.helpers import (ASSETS, PY, finish_all, kill_job, log_text, private_table,
+                                   read_job, start_cli)
 from platform_plugin.util.ports import free_port
 
 RANK = str(ASSETS / "server_rank.py")
@@ -125,15 +125,6 @@ def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
     assert len(read_job(job_dir)["failed_attempts"]) == 1
 
 
-def _table_copy(ranktables, tmp_path):
-    """The 2-server 16-device sample table, with server ids unique to this test run."""
-    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
-    text = (ranktables / "hccl_2s_16p.json").read_text().replace('"10.0.0.', f'"10.{tag}.')
-    path = tmp_path / "rank_table.json"
-    path.write_text(text)
-    return path
-
-
 def _table_servers(tmp_path, table, tag):
     procs = []
     for node, start in enumerate((0, 8)):
@@ -152,7 +143,7 @@ def _table_servers(tmp_path, table, tag):
 
 def test_rank_table_servers_derive_one_job_id_and_the_next_job_another(tmp_path, ranktables):
     """HCCL stand-in ranks; each launcher sees only the shared table and its RANK_START."""
-    table = _table_copy(ranktables, tmp_path)
+    table = private_table(ranktables, "hccl_2s_16p.json", tmp_path)
     first = _table_servers(tmp_path, table, "job1")
     assert first[0] == first[1]
     os.utime(table, (time.time() + 5, time.time() + 5))  # the platform writes a new table per job

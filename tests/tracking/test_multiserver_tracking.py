@@ -5,14 +5,13 @@ The rank-table route uses hccl_standin.py as the HCCL stand-in (no NPU or HCCL h
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 
 import pytest
 
 from tests.helpers import ASSETS, clean_env, wait_for
-from tests.launcher.helpers import PY, finish_all, kill_job, start_cli
+from tests.launcher.helpers import PY, finish_all, kill_jobs, private_table, start_cli
 from tests.tracking.helpers import client
 from platform_plugin.tracking.sinks import mlflow_job
 from platform_plugin.util.ports import free_port
@@ -90,9 +89,7 @@ def test_a_failed_server_fails_the_parent_and_names_the_server(tmp_path, postgre
     try:
         assert [code for code, _ in outs] == [1, 1], outs
     finally:
-        for node in (0, 1):
-            for job_dir in (tmp_path / f"server{node}").iterdir():
-                kill_job(str(job_dir))
+        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
     c = client(postgres_mlflow)
     [parent], exp = _parents(c, experiment)
     assert parent.info.status == "FAILED"
@@ -102,19 +99,11 @@ def test_a_failed_server_fails_the_parent_and_names_the_server(tmp_path, postgre
     assert len(_children(c, exp, parent)) == 4
 
 
-def _table(ranktables, tmp_path):
-    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
-    text = (ranktables / "hccl_2s_16p.json").read_text().replace('"10.0.0.', f'"10.{tag}.')
-    path = tmp_path / "rank_table.json"
-    path.write_text(text)
-    return path
-
-
 def test_rank_table_servers_started_together_share_one_parent(tmp_path, ranktables,
                                                               postgres_mlflow):
     """No job link on this route: the parent is found by its job-id tag (mlflow_job.py)."""
     experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    table = _table(ranktables, tmp_path)
+    table = private_table(ranktables, "hccl_2s_16p.json", tmp_path)
     procs = [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
                         "--", PY, STANDIN], tmp_path / f"server{n}", cwd=str(tmp_path),
                        env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
@@ -137,7 +126,7 @@ def test_rank_table_server_failure_stops_the_other_server_through_the_parent_run
     forwarding helper sees the tag and its launcher stops ranks that would sleep 120 s.
     (server_rank.py instead of the HCCL stand-in: what fails here is the script, not HCCL.)"""
     experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    table = _table(ranktables, tmp_path)
+    table = private_table(ranktables, "hccl_2s_16p.json", tmp_path)
     procs = [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
                         "--", PY, RANK, "fail-on", "9"], tmp_path / f"server{n}",
                        cwd=str(tmp_path),
@@ -148,9 +137,7 @@ def test_rank_table_server_failure_stops_the_other_server_through_the_parent_run
     try:
         assert [code for code, _ in outs] == [1, 1], outs
     finally:
-        for node in (0, 1):
-            for job_dir in (tmp_path / f"server{node}").iterdir():
-                kill_job(str(job_dir))
+        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
     servers = [s["server_id"] for s in json.loads(table.read_text())["server_list"]]
     assert f"stopped because server {servers[1]}: rank 9" in outs[0][1]
     c = client(postgres_mlflow)

@@ -98,21 +98,14 @@ def test_experiment_system_metrics_aggregates_and_comparison_render(tracking_env
                 page.wait_for_url("**/experiments/*/runs*", timeout=120_000)
                 page.get_by_text(parent.info.run_name).first.wait_for(timeout=120_000)
 
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(f"{base}/experiments/{experiment}/runs/{child.info.run_id}/system-metrics"
-                          "?workflowType=machine_learning",
-                          wait_until="load", timeout=120_000)
-                page.get_by_text("process_cpu_utilization_percentage").first.wait_for(timeout=120_000)
-                page.locator(".js-plotly-plot g.trace").first.wait_for(timeout=60_000)
+                run_url = f"{base}/experiments/{experiment}/runs"
+                page = _metric_charts(browser, f"{run_url}/{child.info.run_id}/system-metrics",
+                                      "process_cpu_utilization_percentage")
                 assert "process_memory_rss_megabytes" in page.inner_text("body")
                 screenshot(page, tmp_path, "mlflow-system-metrics.png")
 
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.goto(f"{base}/experiments/{experiment}/runs/{parent.info.run_id}/model-metrics"
-                          "?workflowType=machine_learning",
-                          wait_until="load", timeout=120_000)
-                page.get_by_text("loss/mean").first.wait_for(timeout=120_000)
-                page.locator(".js-plotly-plot g.trace").first.wait_for(timeout=60_000)
+                page = _metric_charts(browser, f"{run_url}/{parent.info.run_id}/model-metrics",
+                                      "loss/mean")
                 assert "loss/max" in page.inner_text("body")
                 screenshot(page, tmp_path, "mlflow-aggregates.png")
 
@@ -129,3 +122,12 @@ def test_experiment_system_metrics_aggregates_and_comparison_render(tracking_env
         os.killpg(ui.pid, signal.SIGTERM)  # `platform-run ui` stops its server on SIGTERM
         ui.wait(30)
         held.close()
+
+
+def _metric_charts(browser, url: str, metric: str):
+    """A run's metrics tab in the machine-learning view, once `metric` is shown and a chart drew."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{url}?workflowType=machine_learning", wait_until="load", timeout=120_000)
+    page.get_by_text(metric).first.wait_for(timeout=120_000)
+    page.locator(".js-plotly-plot g.trace").first.wait_for(timeout=60_000)
+    return page
