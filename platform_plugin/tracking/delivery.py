@@ -43,6 +43,11 @@ def start_helper(spool_dir: Path, environ: dict | None = None) -> subprocess.Pop
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env[HELPER_ENV] = str(spool_dir)
+    # One request must not outlive the drain deadline by minutes: the helper retries whole passes
+    # itself (exactly once through the offsets), so MLflow's own chain (7 retries, backoff up to
+    # 2 min) against a dead server only delays giving up. A user's own settings win.
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    env.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     with open(Path(spool_dir) / "helper.log", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "platform_plugin.tracking.delivery", str(spool_dir)],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
