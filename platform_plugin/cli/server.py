@@ -1,6 +1,11 @@
 """`platform-run server`: the team's MLflow tracking server - `mlflow server` on PostgreSQL,
 several workers, artifacts served through it - and the MLFLOW_TRACKING_URI every server of a
-job puts in its `.env`. Runs until Ctrl-C/SIGTERM, then stops MLflow and PostgreSQL."""
+job puts in its `.env`. Runs until Ctrl-C/SIGTERM, then stops MLflow and PostgreSQL.
+
+Both die with this command even when it is SIGKILLed: the launcher's lifeline watches it
+(`Lifeline.for_groups`) and then sends SIGTERM to MLflow's process group and to the postmaster
+alone (PostgreSQL puts each of its children in a session of its own), which PostgreSQL takes as
+a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace."""
 from __future__ import annotations
 
 import ipaddress
@@ -94,6 +99,10 @@ def allowed_hosts(explicit: str | None, uri: str, port: int) -> str | None:
                      f"127.0.0.1:{port}"])
 
 
+# smart shutdown waits for MLflow's connections to close and writes a checkpoint
+LIFELINE_GRACE_S = 30.0
+
+
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -107,15 +116,19 @@ def run(args) -> int:
     artifacts = str(Path(args.artifacts).resolve() if args.artifacts else data / "artifacts")
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)
+    from platform_plugin.launcher.spawn import Lifeline
     pg = LocalPostgres(data, args.pg_port or free_port())
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
     proc = None
+    lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no moment without it
     try:
         pg.start()
+        lifeline.add(pg.postmaster_pid())
         log = data / "mlflow-server.log"
         uri = tracking_uri(args.host, port)
         proc = start_team_server(pg.uri, args.host, port, workers=args.workers, artifacts=artifacts,
                                  folder=data, allowed_hosts=allowed_hosts(args.allowed_hosts, uri, port))
+        lifeline.add(proc.pid)  # its own session: the group is MLflow and its workers
         local = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
         wait_healthy(local, proc, log_path=log, timeout=180)
         print(f"MLflow tracking server: {uri}  (PostgreSQL in {pg.pgdata}, artifacts in "
@@ -129,4 +142,5 @@ def run(args) -> int:
         if proc is not None:
             stop_server(proc)
         pg.stop()
+        lifeline.release()
     return 0 if proc is None or proc.returncode in (0, -15, None) else 1

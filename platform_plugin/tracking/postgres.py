@@ -148,6 +148,12 @@ class LocalPostgres:
         finally:
             conn.close()
 
+    def postmaster_pid(self) -> int:
+        """The running server's pid (first line of postmaster.pid). The postmaster leads a
+        session of its own, and so does each of its children: a signal to its group reaches the
+        postmaster alone, which shuts the cluster down cleanly (SIGTERM = smart shutdown)."""
+        return int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+
     def stop(self) -> None:
         if (self.pgdata / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", check=False)
