@@ -133,7 +133,7 @@ def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[
         "(the ranks are the same on both sides). Of that, about "
         f"{launcher_ms:.0f} ms is the launch itself (the in-process figure below); the rest "
         "is imports, serial before the first rank starts (the `platform-run launch` row of "
-        "the imports section): without .pyc mostly compiling the 34 modules of the launch "
+        "the imports section): without .pyc mostly compiling the 35 modules of the launch "
         "path (~4,200 lines, ~2.5 ms per 100 lines), with .pyc the stdlib the CLI needs "
         "(argparse with re/enum/gettext/locale, dataclasses with inspect/ast/dis/tokenize, "
         "subprocess, json) and running the package's module bodies (each dataclass "

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
 
 from platform_plugin.errors import ConfigError, Problem, errors_only
 from platform_plugin.util.numbers import whole_number
+from platform_plugin.util.record import FrozenRecord
 from platform_plugin.variables import PLATFORM_RUN_MODE
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -37,34 +37,37 @@ AUTO_RULE_FULL = "auto: the platform set RANK_START (full runs only) and no RANK
 AUTO_RULE_DEBUG = "auto: the platform set no RANK_START (or set RANK_ID): debug"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One resolved variable and where its value came from (a row of `platform-run env`)."""
+class Setting(FrozenRecord):
+    """One resolved variable and where its value came from (a row of `platform-run env`).
+    `source`: "platform" | ".env" | "flag" | "derived" | "default" | "unset"."""
 
-    name: str
-    value: str | None
-    source: str  # "platform" | ".env" | "flag" | "derived" | "default" | "unset"
-    note: str = ""
+    __slots__ = ("name", "value", "source", "note")
+
+    def __init__(self, name: str, value: str | None, source: str, note: str = "") -> None:
+        self._init(name, value, source, note)
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The resolved platform settings of this server (mode, rank table, ranks, .env)."""
+class Settings(FrozenRecord):
+    """The resolved platform settings of this server (mode, rank table, ranks, .env).
 
-    mode: str  # "debug" | "full"
-    mode_source: str  # "flag" | "PLATFORM_RUN_MODE" | "auto: <rule>"
-    rank_table_file: str | None
-    rank_table: RankTable | None  # parsed + validated when a file is resolved
-    server: Server | None  # this server's entry in the table
-    rank_start: int
-    rank_id: int | None  # debug mode: the in-kernel rank; full: None (derived per process)
-    rank_size: int | None  # from the table; None without a table
-    device_id: int | None  # runtime DEVICE_ID of rank_id (debug), None otherwise
-    user_env: dict[str, str]  # every .env value that does not collide with the platform
-    table: tuple[Setting, ...]  # rows for `platform-run env`
-    problems: tuple[Problem, ...] = ()  # warnings that did not stop resolution
-    visible_devices: str | None = None  # ASCEND_RT_VISIBLE_DEVICES (platform, else .env)
-    env_file: str | None = None  # the .env file read, when there was one
+    mode_source: "flag" | "PLATFORM_RUN_MODE" | "auto: <rule>"; rank_table: parsed, validated;
+    server: this server's entry in it; rank_id: the in-kernel rank (debug), None in a full run
+    (per process); device_id: the runtime DEVICE_ID of rank_id (debug); user_env: the .env
+    values that do not collide with the platform; table: the rows of `platform-run env`;
+    problems: warnings that did not stop resolution; env_file: the .env read, if one was."""
+
+    __slots__ = ("mode", "mode_source", "rank_table_file", "rank_table", "server", "rank_start",
+                 "rank_id", "rank_size", "device_id", "user_env", "table", "problems",
+                 "visible_devices", "env_file")
+
+    def __init__(self, mode: str, mode_source: str, rank_table_file: str | None,
+                 rank_table: RankTable | None, server: Server | None, rank_start: int,
+                 rank_id: int | None, rank_size: int | None, device_id: int | None,
+                 user_env: dict[str, str], table: tuple[Setting, ...],
+                 problems: tuple[Problem, ...] = (), visible_devices: str | None = None,
+                 env_file: str | None = None) -> None:
+        self._init(mode, mode_source, rank_table_file, rank_table, server, rank_start, rank_id,
+                   rank_size, device_id, user_env, table, problems, visible_devices, env_file)
 
     def process_env(self) -> dict[str, str]:
         """Variables to add to a child's (kernel's, rank's) environment: .env values

@@ -177,12 +177,13 @@ LAUNCH_PATH = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.la
         "options", "output", "plan", "preflight", "quiet", "reaper", "result", "spawn",
         "supervisor")} | {"platform_plugin.launcher"} | {
     f"platform_plugin.util.{m}" for m in (
-        "folders", "hosts", "jobdirs", "numbers", "ports", "procfs", "texttable")} | {
+        "folders", "hosts", "jobdirs", "numbers", "ports", "procfs", "record", "texttable")} | {
     "platform_plugin.util"}
 # stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
-# it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway)
+# it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway;
+# `dataclasses`: util/record.py's plain classes instead, see there)
 LAUNCH_STDLIB_NOT = ("logging", "socket", "pathlib", "shutil", "tempfile", "hashlib", "uuid",
-                     "typing",
+                     "typing", "dataclasses", "inspect",
                      "ipaddress", "urllib", "concurrent", "difflib")
 
 

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "mode": resolved.mode, "mode_source": resolved.mode_source,
             "env_file": resolved.env_file,
-            "variables": [row.__dict__ for row in resolved.table],
+            "variables": [row.as_dict() for row in resolved.table],
             "process_env": resolved.process_env(), "tracking": store,
             "problems": [p.as_dict() for p in resolved.problems]}, indent=2))
         return 0

@@ -5,7 +5,6 @@ Reads top to bottom: settings -> plan -> preflight (ports, stale ranks) -> track
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 
@@ -199,8 +198,8 @@ def _rank_base_env(env: dict) -> dict:
 def _with_env(plan: LaunchPlan, extra: dict | None) -> LaunchPlan:
     if not extra:
         return plan
-    ranks = tuple(dataclasses.replace(r, env={**r.env, **extra}) for r in plan.ranks)
-    return dataclasses.replace(plan, ranks=ranks)
+    ranks = tuple(r.replace(env={**r.env, **extra}) for r in plan.ranks)
+    return plan.replace(ranks=ranks)
 
 
 def _finish_tracking(job_tracking, result, last: bool = True):

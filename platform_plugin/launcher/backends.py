@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import BACKEND_CHOICES, LaunchOptions
+from platform_plugin.util.record import FrozenRecord
 
 if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
     from typing import Callable
@@ -32,29 +32,29 @@ MS_NODE_TIMEOUT_S = 60
 MS_HEARTBEAT_RETRY_TIMEOUT_S = 30
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(FrozenRecord):
     """Who runs where. `ranks` lists (global rank, device id) for this server, in local order."""
 
-    world_size: int
-    node_rank: int
-    nnodes: int
-    server_id: str
-    ranks: tuple[tuple[int, int], ...]
-    master_addr: str
-    master_port: int | None
-    rank_table_file: str | None = None
+    __slots__ = ("world_size", "node_rank", "nnodes", "server_id", "ranks", "master_addr",
+                 "master_port", "rank_table_file")
+
+    def __init__(self, world_size: int, node_rank: int, nnodes: int, server_id: str,
+                 ranks: tuple[tuple[int, int], ...], master_addr: str, master_port: int | None,
+                 rank_table_file: str | None = None) -> None:
+        self._init(world_size, node_rank, nnodes, server_id, ranks, master_addr, master_port,
+                   rank_table_file)
 
 
-@dataclass(frozen=True)
-class Helper:
-    """A process of the job that is not a rank (the ms-cluster scheduler, the torch store)."""
+class Helper(FrozenRecord):
+    """A process of the job that is not a rank (the ms-cluster scheduler, the torch store).
+    `name`: "sched" | "store"; `role`: RankSpec.role; `argv_of`: the job's command -> this
+    helper's argv (None: the command itself, as the ms-cluster scheduler)."""
 
-    name: str  # "sched" | "store"
-    role: str  # RankSpec.role
-    env: dict
-    # the job's command -> this helper's argv; None: the command itself (ms-cluster scheduler)
-    argv_of: Callable[[tuple], tuple] | None = None
+    __slots__ = ("name", "role", "env", "argv_of")
+
+    def __init__(self, name: str, role: str, env: dict,
+                 argv_of: Callable[[tuple], tuple] | None = None) -> None:
+        self._init(name, role, env, argv_of)
 
 
 def _fail(code: str, message: str, path: str = "") -> ConfigError:

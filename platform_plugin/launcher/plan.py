@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose, default_nproc
@@ -18,6 +17,7 @@ from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.util.ports import free_port
 from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
+from platform_plugin.util.record import FrozenRecord
 from platform_plugin.tracking.identity import new_job_id
 from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CACHE_DIR, PLATFORM_JOB_DIR,
     PLATFORM_JOB_NAME, PLATFORM_SERVER_ID)
@@ -28,48 +28,46 @@ RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
                   PLATFORM_ATTEMPT.name, "PYTHONUNBUFFERED")
 
 
-@dataclass(frozen=True)
-class Host:
+class Host(FrozenRecord):
     """What launch() found on this machine; tests give it explicitly."""
 
-    base_env: dict = field(default_factory=dict)  # the environment every rank inherits
-    npu_present: bool = False
+    __slots__ = ("base_env", "npu_present")
+
+    def __init__(self, base_env: dict | None = None, npu_present: bool = False) -> None:
+        # base_env: the environment every rank inherits
+        self._init({} if base_env is None else base_env, npu_present)
 
 
-@dataclass(frozen=True)
-class RankSpec:
-    """One process of the job: what to run, where, with which variables and log."""
+class RankSpec(FrozenRecord):
+    """One process of the job: what to run, where, with which variables and log.
+    `name`: "0".."N-1" (global rank) or "sched"; `role`: "worker" | "sched" | "service" (the
+    torch store: stopped after the workers)."""
 
-    name: str  # "0".."N-1" (global rank) or "sched"
-    rank_id: int | None
-    local_rank: int | None
-    device_id: int | None
-    argv: tuple[str, ...]
-    env: dict
-    cwd: str
-    log_path: str
-    role: str = "worker"  # "worker" | "sched" | "service" (torch store: stopped after the workers)
+    __slots__ = ("name", "rank_id", "local_rank", "device_id", "argv", "env", "cwd", "log_path",
+                 "role")
+
+    def __init__(self, name: str, rank_id: int | None, local_rank: int | None,
+                 device_id: int | None, argv: tuple[str, ...], env: dict, cwd: str,
+                 log_path: str, role: str = "worker") -> None:
+        self._init(name, rank_id, local_rank, device_id, argv, env, cwd, log_path, role)
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(FrozenRecord):
     """Everything about a job before any process exists (build_plan makes it)."""
 
-    job_id: str
-    job_name: str
-    job_dir: str
-    backend: str
-    backend_reason: str
-    world_size: int
-    node_rank: int
-    nnodes: int
-    ranks: tuple[RankSpec, ...]
-    command: tuple[str, ...]
-    server_id: str = "localhost"
-    cache_dir: str = ""
-    master_addr: str = "127.0.0.1"
-    master_port: int | None = None
-    attempt: int = 0
+    __slots__ = ("job_id", "job_name", "job_dir", "backend", "backend_reason", "world_size",
+                 "node_rank", "nnodes", "ranks", "command", "server_id", "cache_dir",
+                 "master_addr", "master_port", "attempt")
+
+    def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
+                 backend_reason: str, world_size: int, node_rank: int, nnodes: int,
+                 ranks: tuple[RankSpec, ...], command: tuple[str, ...],
+                 server_id: str = "localhost", cache_dir: str = "",
+                 master_addr: str = "127.0.0.1", master_port: int | None = None,
+                 attempt: int = 0) -> None:
+        self._init(job_id, job_name, job_dir, backend, backend_reason, world_size, node_rank,
+                   nnodes, ranks, command, server_id, cache_dir, master_addr, master_port,
+                   attempt)
 
     @property
     def workers(self) -> tuple[RankSpec, ...]:

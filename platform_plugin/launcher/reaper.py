@@ -23,7 +23,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 
 if __package__:
     from platform_plugin.util.procfs import group_members, user_processes
@@ -35,13 +34,12 @@ POLL_S = 0.05
 KILL_FOR_S = 5.0  # SIGKILL rounds (a process may fork between a scan and the kill) end after this
 
 
-@dataclass
 class JobProcesses:
     """The processes of one job: its ranks' groups and whatever carries its variables."""
 
-    job_id: str
-    job_dir: str
-    pgids: set[int] = field(default_factory=set)
+    def __init__(self, job_id: str, job_dir: str, pgids: set[int] | None = None) -> None:
+        self.job_id, self.job_dir = job_id, job_dir
+        self.pgids: set[int] = set() if pgids is None else pgids
 
     def add_group(self, pgid: int) -> None:
         self.pgids.add(pgid)

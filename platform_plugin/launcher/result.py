@@ -8,13 +8,13 @@ is named so the next step is obvious.
 from __future__ import annotations
 
 import signal
-from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.util.jobdirs import log_name
+from platform_plugin.util.record import Record
 from platform_plugin.util.texttable import render_rows
 
 HELPERS = ("sched", "store")  # processes that are not ranks (output.HELPER_NAMES)
@@ -54,22 +54,25 @@ def describe_exit(exitcode: int | None) -> tuple[int | None, str | None]:
         return exitcode, f"signal {-exitcode}"
 
 
-@dataclass
-class RankFailure:
-    """One process that failed: how, where, and its last lines."""
+class RankFailure(Record):
+    """One process that failed: how, where, and its last lines. `name`: "0", "1", ... or
+    "sched"; `exitcode`: Popen's convention (-N = killed by signal N; None = still running when
+    stopped); `stopped_by_launcher`: a consequence, the launcher stopped it after the root
+    cause; `stack`: its innermost Python frames when stopped (py-spy)."""
 
-    name: str  # "0", "1", ... or "sched"
-    rank_id: int | None
-    device_id: int | None
-    host: str
-    pid: int | None
-    exitcode: int | None  # Popen convention: -N = killed by signal N; None = still running when stopped
-    signal_name: str | None
-    runtime_s: float
-    last_lines: list[str] = field(default_factory=list)
-    root_cause: bool = False
-    stopped_by_launcher: bool = False  # a consequence: the launcher stopped it after the root cause
-    stack: list[str] = field(default_factory=list)  # innermost Python frames when stopped (py-spy)
+    __slots__ = ("name", "rank_id", "device_id", "host", "pid", "exitcode", "signal_name",
+                 "runtime_s", "last_lines", "root_cause", "stopped_by_launcher", "stack")
+
+    def __init__(self, name: str, rank_id: int | None, device_id: int | None, host: str,
+                 pid: int | None, exitcode: int | None, signal_name: str | None,
+                 runtime_s: float, last_lines: list[str] | None = None, root_cause: bool = False,
+                 stopped_by_launcher: bool = False, stack: list[str] | None = None) -> None:
+        self.name, self.rank_id, self.device_id, self.host = name, rank_id, device_id, host
+        self.pid, self.exitcode, self.signal_name = pid, exitcode, signal_name
+        self.runtime_s = runtime_s
+        self.last_lines = [] if last_lines is None else last_lines
+        self.root_cause, self.stopped_by_launcher = root_cause, stopped_by_launcher
+        self.stack = [] if stack is None else stack
 
     @property
     def how(self) -> str:
@@ -84,38 +87,50 @@ class RankFailure:
         return _name_label(self.name)
 
 
-@dataclass
-class JobResult:
-    """How a job ended: status, exit codes, the root cause, the tracking report."""
+class JobResult(Record):
+    """How a job ended: status, exit codes, the root cause, the tracking report.
 
-    job_id: str
-    job_name: str
-    job_dir: str
-    backend: str
-    status: JobStatus
-    ok: bool
-    duration_s: float
-    exitcodes: dict[str, int | None]  # rank name -> Popen returncode
-    failures: list[RankFailure] = field(default_factory=list)
-    root_cause: RankFailure | None = None
-    tracking: DeliveryReport | None = None  # set after the ranks ended
-    reason: str = ""  # why the launcher ended the job (timeout, silence, interrupt), if it did
-    held_back: dict[str, int] = field(default_factory=dict)  # lines not displayed, per rank
-    attempts: list[dict] = field(default_factory=list)  # earlier failed attempts (--max-restarts)
-    server_id: str = "localhost"
-    job_file_error: str = ""  # job.json could not be written completely (a full disk)
+    exitcodes: rank name -> Popen returncode; tracking: set after the ranks ended; reason: why
+    the launcher ended the job (timeout, silence, interrupt), if it did; held_back: lines not
+    displayed, per rank; attempts: earlier failed attempts (--max-restarts); job_file_error:
+    job.json could not be written completely (a full disk)."""
+
+    __slots__ = ("job_id", "job_name", "job_dir", "backend", "status", "ok", "duration_s",
+                 "exitcodes", "failures", "root_cause", "tracking", "reason", "held_back",
+                 "attempts", "server_id", "job_file_error")
+
+    def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
+                 status: JobStatus, ok: bool, duration_s: float,
+                 exitcodes: dict[str, int | None], failures: list[RankFailure] | None = None,
+                 root_cause: RankFailure | None = None, tracking: DeliveryReport | None = None,
+                 reason: str = "", held_back: dict[str, int] | None = None,
+                 attempts: list[dict] | None = None, server_id: str = "localhost",
+                 job_file_error: str = "") -> None:
+        self.job_id, self.job_name, self.job_dir, self.backend = job_id, job_name, job_dir, backend
+        self.status, self.ok, self.duration_s, self.exitcodes = status, ok, duration_s, exitcodes
+        self.failures = [] if failures is None else failures
+        self.root_cause, self.tracking, self.reason = root_cause, tracking, reason
+        self.held_back = {} if held_back is None else held_back
+        self.attempts = [] if attempts is None else attempts
+        self.server_id, self.job_file_error = server_id, job_file_error
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Plain data for JSON (job.json, the notebook's result output), as dataclasses.asdict
+        would (containers copied)."""
+        data = self.as_dict()
         data["status"] = self.status.value
-        data["tracking"] = asdict(self.tracking) if self.tracking is not None else None
+        data["exitcodes"] = dict(self.exitcodes)
+        data["failures"] = [_failure_dict(f) for f in self.failures]
+        data["root_cause"] = _failure_dict(self.root_cause) if self.root_cause else None
+        data["tracking"] = None if self.tracking is None else self.tracking.as_dict()
+        data["held_back"] = dict(self.held_back)
+        data["attempts"] = [dict(a) for a in self.attempts]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobResult:
         """The inverse of `to_dict` for what rendering needs (tracking stays a plain dict)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {k: v for k, v in data.items() if k in cls.__slots__}
         values["status"] = JobStatus(values["status"])
         values["failures"] = [_failure(f) for f in data.get("failures") or []]
         cause = data.get("root_cause")
@@ -197,5 +212,11 @@ def _dash(value) -> str:
 
 
 def _failure(data: dict[str, Any]) -> RankFailure:
-    known = {f.name for f in fields(RankFailure)}
-    return RankFailure(**{k: v for k, v in data.items() if k in known})
+    return RankFailure(**{k: v for k, v in data.items() if k in RankFailure.__slots__})
+
+
+def _failure_dict(failure: RankFailure) -> dict[str, Any]:
+    data = failure.as_dict()
+    data["last_lines"], data["stack"] = list(failure.last_lines), list(failure.stack)
+    return data
+

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.output import Output
@@ -39,36 +38,40 @@ BUSY_BYTES = 16 * 1024  # a pump that read this much means ranks are printing fa
 BATCH_S = 0.005  # ... so wait this long before the next read (display latency stays tiny)  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
 
 
-@dataclass
 class _Proc:
     """A running process of the job, as the supervisor tracks it."""
 
-    spec: RankSpec
-    popen: subprocess.Popen
-    started: float
-    ended: float | None = None
-    eof: bool = False
-    ended_while_stopping: bool = False
-    failure_order: int | None = None
-    pidfd: int | None = None
+    __slots__ = ("spec", "popen", "started", "ended", "eof", "ended_while_stopping",
+                 "failure_order", "pidfd")
+
+    def __init__(self, spec: RankSpec, popen: subprocess.Popen, started: float) -> None:
+        self.spec, self.popen, self.started = spec, popen, started
+        self.ended: float | None = None
+        self.eof = False
+        self.ended_while_stopping = False
+        self.failure_order: int | None = None
+        self.pidfd: int | None = None
 
 
-@dataclass
 class _Exit:
     """Selector tag of a process's pidfd."""
 
-    proc: _Proc
+    __slots__ = ("proc",)
+
+    def __init__(self, proc: _Proc) -> None:
+        self.proc = proc
 
 
-@dataclass
 class _Stop:
-    """A stop in progress: why, and when SIGKILL follows."""
+    """A stop in progress: why, and when SIGKILL follows. `terminated`: SIGTERM sent (a
+    successful end sends it only if something is left)."""
 
-    status: JobStatus
-    reason: str
-    kill_at: float
-    killed: bool = False
-    terminated: bool = True  # SIGTERM sent (a successful end sends it only if something is left)
+    __slots__ = ("status", "reason", "kill_at", "killed", "terminated")
+
+    def __init__(self, status: JobStatus, reason: str, kill_at: float, killed: bool = False,
+                 terminated: bool = True) -> None:
+        self.status, self.reason, self.kill_at = status, reason, kill_at
+        self.killed, self.terminated = killed, terminated
 
 
 class Supervisor:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 
+from platform_plugin.util.record import Record
 from platform_plugin.variables import PLATFORM_TRACKING
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -16,21 +16,24 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.tracking.views import PlanView, ResultView
 
 
-@dataclass
-class DeliveryReport:
-    """What tracking delivered for a job, what still waits, and why."""
+class DeliveryReport(Record):
+    """What tracking delivered for a job, what still waits, and why. skipped: spool lines that
+    were not records (a rank killed mid-write); rejected: records the sink refused for good;
+    refused: records the tracker refused in the rank (over MLflow's size limits); quarantined:
+    spool lines too large to deliver, kept in rank_<N>.jsonl.quarantine. (A plain class: no
+    `dataclasses` on the launch path.)"""
 
-    sink: str = "none"
-    delivered: int = 0
-    pending: int = 0
-    reason: str = ""
-    parent_run_id: str | None = None
-    ui_hint: str = ""
-    skipped: int = 0  # spool lines that were not records (a rank killed mid-write)
-    rejected: int = 0  # records the sink refused for good
-    spool_dir: str = ""
-    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
-    quarantined: int = 0  # spool lines too large to deliver, kept in rank_<N>.jsonl.quarantine
+    __slots__ = ("sink", "delivered", "pending", "reason", "parent_run_id", "ui_hint", "skipped",
+                 "rejected", "spool_dir", "refused", "quarantined")
+
+    def __init__(self, sink: str = "none", delivered: int = 0, pending: int = 0, reason: str = "",
+                 parent_run_id: str | None = None, ui_hint: str = "", skipped: int = 0,
+                 rejected: int = 0, spool_dir: str = "", refused: int = 0,
+                 quarantined: int = 0) -> None:
+        self.sink, self.delivered, self.pending, self.reason = sink, delivered, pending, reason
+        self.parent_run_id, self.ui_hint, self.skipped = parent_run_id, ui_hint, skipped
+        self.rejected, self.spool_dir, self.refused = rejected, spool_dir, refused
+        self.quarantined = quarantined
 
     def wait_ended(self, timeout: float = 120.0) -> bool:
         """Wait until the forwarding helper has finished (runs ended, or left open for sync):

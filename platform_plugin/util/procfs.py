@@ -6,7 +6,6 @@ and the lifeline's reaper, which imports this file without the package: so stdli
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,15 +39,18 @@ def ancestors() -> set[int]:
     return pids
 
 
-@dataclass(frozen=True)
 class ProcessInfo:
-    """A live process as /proc shows it."""
+    """A live process as /proc shows it (a plain class: no `dataclasses` on the launch path)."""
 
-    pid: int
-    ppid: int
-    env: dict[str, str]
-    cmdline: str
-    pgid: int = -1
+    __slots__ = ("pid", "ppid", "env", "cmdline", "pgid")
+
+    def __init__(self, pid: int, ppid: int, env: dict[str, str], cmdline: str,
+                 pgid: int = -1) -> None:
+        self.pid, self.ppid, self.env, self.cmdline, self.pgid = pid, ppid, env, cmdline, pgid
+
+    def __repr__(self) -> str:
+        return (f"ProcessInfo(pid={self.pid}, ppid={self.ppid}, cmdline={self.cmdline!r}, "
+                f"pgid={self.pgid})")
 
 
 def user_processes(with_variable: str) -> Iterator[ProcessInfo]:

@@ -27,8 +27,8 @@ def published(result):
 
 
 def test_the_job_result_travels_as_data_and_round_trips():
-    earlier = JobResult(**{**RESULT.__dict__, "job_id": "train-0", "status": JobStatus.SUCCEEDED,
-                           "ok": True, "failures": [], "root_cause": None})
+    earlier = RESULT.replace(job_id="train-0", status=JobStatus.SUCCEEDED, ok=True, failures=[],
+                             root_cause=None)
     outputs = [published(earlier), stream("stdout", "job train-1 FAILED ... printed text\n"),
                published(RESULT)]
     got = job_result(outputs)
