@@ -147,7 +147,9 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
                 + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
     for note in job_tracking.notes:
         output.note(note)
-    job_file = JobFile(plan, attempts, early_end=job_tracking.sink != "none")
+    # job.json: written when the ranks started and once at the end; a tracked job whose delivery
+    # must be waited for also records the ranks' end before that wait (`waiting`)
+    job_file = JobFile(plan, attempts, early_end=False)
     peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
     result = None
     try:  # the output observes the supervisor too: the board shows each process's status
@@ -155,7 +157,8 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
                             grace=options.grace, stop_check=peers.stop_reason).run()
     finally:
-        report = _finish_tracking(job_tracking, result, last)
+        report = _finish_tracking(job_tracking, result, last,
+                                  waiting=lambda: job_file.record(result) if result is not None else None)
     result.tracking = report
     result.attempts = list(attempts)
     result.server_id = plan.server_id
@@ -202,10 +205,10 @@ def _with_env(plan: LaunchPlan, extra: dict | None) -> LaunchPlan:
     return plan.replace(ranks=ranks)
 
 
-def _finish_tracking(job_tracking, result, last: bool = True):
+def _finish_tracking(job_tracking, result, last: bool = True, waiting=None):
     """Tracking must never turn a finished job into a crash: a failing sink becomes a note."""
     try:
-        return job_tracking.finish(result, last=last)
+        return job_tracking.finish(result, last=last, waiting=waiting)
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         plan = getattr(job_tracking, "plan", None)
         hint = (f"; what the ranks spooled stays in {plan.job_dir}/tracking: `platform-run sync "

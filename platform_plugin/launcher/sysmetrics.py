@@ -14,17 +14,17 @@ Names: MLflow's own where MLflow has one (`system/cpu_utilization_percentage`,
 """
 from __future__ import annotations
 
-import json
-import shutil
 import threading
 import time
-from typing import Any
-from pathlib import Path
 
-from platform_plugin.tracking.spool import SPOOL_SUFFIX, SpoolWriter, encode_metric
-from platform_plugin.util import npu_smi
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+
+    from platform_plugin.tracking.spool import SpoolWriter
 
 PREFIX = "system/"
+PRIME_S = 1.0  # at most: the CPU baselines are taken this long before the first sample
 
 
 def physical_device(device_id, env: dict) -> int | None:
@@ -71,12 +71,17 @@ class _Tree:
 
 class SystemMetrics:
     """A Supervisor observer: `started(supervisor)` starts the sampling thread, `ended(result)`
-    stops it. `interval <= 0` or no spool: does nothing."""
+    stops it. `interval <= 0` or no spool: does nothing.
+
+    The thread first sleeps: a job shorter than (about) one interval - most `%dist_run` cells
+    that fail fast, every no-op - imports nothing (psutil, npu-smi's parser, the spool writer)
+    and samples nothing. Shortly before the first interval it imports them and takes the CPU
+    baselines; the first sample comes at the first interval, then one every interval."""
 
     def __init__(self, spool_dir: str | None, interval: float, *, npu_smi_exe: str | None = None):
-        self.spool_dir = Path(spool_dir) if spool_dir else None
+        self.spool_dir = spool_dir or None
         self.interval = interval
-        self.npu_smi = npu_smi_exe or shutil.which("npu-smi")
+        self.npu_smi = npu_smi_exe
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -90,16 +95,11 @@ class SystemMetrics:
         return self.spool_dir is not None and self.interval > 0
 
     def started(self, supervisor) -> None:
-        spool_dir = self.spool_dir
-        if spool_dir is None or not self.enabled:
+        if not self.enabled:
             return
-        ranks = [(str(p.spec.rank_id), p.popen.pid, physical_device(p.spec.device_id, p.spec.env),
-                  SpoolWriter(spool_dir / f"rank_{p.spec.rank_id}{SPOOL_SUFFIX}"))
+        ranks = [(str(p.spec.rank_id), p.popen.pid, p.spec.device_id, p.spec.env)
                  for p in supervisor.procs
                  if getattr(p.spec, "role", "worker") == "worker" and p.spec.rank_id is not None]
-        # psutil's import and the baselines happen in the thread: a short job neither waits for
-        # them at its start nor, in `ended`, for a thread that has not sampled yet
-        self._writers = [writer for *_, writer in ranks]
         self._thread = threading.Thread(target=self._loop, args=(ranks,), name="system-metrics",
                                         daemon=True)
         self._thread.start()
@@ -107,28 +107,57 @@ class SystemMetrics:
     def ended(self, result) -> None:
         if self._thread is None:
             return
-        with self._sampling:  # a sample in progress completes; none starts after this
+        with self._sampling:  # a sample (or the set-up) in progress completes; none starts after
             self._stop.set()
             for writer in self._writers:
                 writer.close()
 
     def _loop(self, ranks) -> None:
-        import psutil
-        psutil.cpu_percent(None)  # baseline of the machine's CPU %
-        trees = [(label, _Tree(pid), device, writer) for label, pid, device, writer in ranks]
-        for _, tree, _, _ in trees:
-            tree.sample()  # baseline of each tree's CPU %
-        self._nvml = _nvml()
-        self._ranks = trees
-        # a fixed pause after each sample: two samples are never closer than the interval
-        while not self._stop.wait(self.interval):
+        prime = min(PRIME_S, self.interval / 2)
+        if self._stop.wait(self.interval - prime):
+            return  # a short job: nothing imported, nothing sampled
+        trees = self._baselines(ranks)  # outside the lock: `ended` never waits for an import
+        with self._sampling:
+            if self._stop.is_set():
+                return
+            self._open_writers(trees)
+        pause = prime  # the first sample at the first interval; the next ones an interval apart
+        while not self._stop.wait(pause):
             with self._sampling:
                 if self._stop.is_set():
                     return
                 self.sample_once()
+            pause = self.interval  # a fixed pause after each sample: never closer than that
+
+    def _baselines(self, ranks) -> list:
+        """psutil's import and the CPU baselines (the machine's, each rank's process tree)."""
+        import shutil
+
+        import psutil
+        self.npu_smi = self.npu_smi or shutil.which("npu-smi")
+        self._nvml = _nvml()
+        psutil.cpu_percent(None)
+        trees = []
+        for label, pid, device_id, env in ranks:
+            tree = _Tree(pid)
+            tree.sample()
+            trees.append((label, tree, physical_device(device_id, env)))
+        return trees
+
+    def _open_writers(self, trees: list) -> None:
+        from platform_plugin.tracking.spool import SPOOL_SUFFIX, SpoolWriter
+        for label, tree, device in trees:
+            writer = SpoolWriter(f"{self.spool_dir}/rank_{label}{SPOOL_SUFFIX}")
+            self._writers.append(writer)
+            self._ranks.append((label, tree, device, writer))
 
     def sample_once(self) -> None:
+        import json
+
         import psutil
+
+        from platform_plugin.tracking.spool import encode_metric
+        from platform_plugin.util import npu_smi
         now = int(time.time() * 1000)
         memory = psutil.virtual_memory()
         machine = {"cpu_utilization_percentage": psutil.cpu_percent(None),

@@ -14,13 +14,13 @@ The MLflow tag keys these facts become are MLflow's own constants (sinks/mlflow_
 """
 from __future__ import annotations
 
-import getpass
 import json
 import os
-from pathlib import Path
 
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS
 
+# os.path, not pathlib: the launcher reads these facts for every tracked job before its ranks
+# start (pathlib with its urllib/ipaddress imports costs ~5 ms there)
 NOTEBOOK_ENV = PLATFORM_NOTEBOOK.name  # set by the notebook runner: the notebook's path
 NOTEBOOK_PARAMETERS_ENV = PLATFORM_NOTEBOOK_PARAMETERS.name  # its resolved parameters, JSON
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in every kernel it starts
@@ -29,33 +29,49 @@ CODE_DIR_NAME = "CODE"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 
 
-def code_dir(cwd: str | os.PathLike | None, environ) -> Path | None:
+def _ancestors(path: str):
+    """`path`, then each folder above it up to the root."""
+    while True:
+        yield path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def code_dir(cwd: str | os.PathLike | None, environ) -> str | None:
     """The platform's snapshotted folder the ranks run in, if any: PLATFORM_CODE_DIR, else the
     nearest ancestor of `cwd` named CODE."""
-    start = Path(os.path.abspath(cwd or os.getcwd()))
+    start = os.path.abspath(cwd or os.getcwd())
     if environ.get(CODE_DIR_ENV):
-        explicit = Path(environ[CODE_DIR_ENV]).resolve()
-        return explicit if start == explicit or explicit in start.parents else None
-    return next((d for d in (start, *start.parents) if d.name == CODE_DIR_NAME), None)
+        explicit = os.path.realpath(environ[CODE_DIR_ENV])
+        return explicit if start == explicit or start.startswith(explicit.rstrip(os.sep) + os.sep) else None
+    return next((d for d in _ancestors(start) if os.path.basename(d) == CODE_DIR_NAME), None)
 
 
-def project_dir(cwd: str | os.PathLike | None, environ) -> Path:
+def project_dir(cwd: str | os.PathLike | None, environ) -> str:
     """The folder holding CODE/ when the ranks run inside one, else the ranks' folder."""
     code = code_dir(cwd, environ)
-    return code.parent if code is not None else Path(os.path.abspath(cwd or os.getcwd()))
+    return os.path.dirname(code) if code is not None else os.path.abspath(cwd or os.getcwd())
 
 
 def notebook_path(environ) -> str | None:
     return environ.get(NOTEBOOK_ENV) or environ.get(JUPYTER_SESSION_ENV) or None
 
 
+def _stem(path: str) -> str:
+    name = os.path.basename(path.rstrip(os.sep))
+    dot = name.rfind(".")
+    return name[:dot] if 0 < dot < len(name) - 1 else name  # = pathlib's PurePath.stem
+
+
 def experiment_name(environ, cwd: str | os.PathLike | None) -> str:
     if environ.get("MLFLOW_EXPERIMENT_NAME"):
         return environ["MLFLOW_EXPERIMENT_NAME"]
     notebook = notebook_path(environ)
-    if notebook and Path(notebook).stem:
-        return Path(notebook).stem
-    return project_dir(cwd, environ).name or "platform_plugin"
+    if notebook and _stem(notebook):
+        return _stem(notebook)
+    return os.path.basename(project_dir(cwd, environ)) or "platform_plugin"
 
 
 def default_store(cwd: str | os.PathLike | None, environ) -> tuple[str, str]:
@@ -64,21 +80,21 @@ def default_store(cwd: str | os.PathLike | None, environ) -> tuple[str, str]:
         return environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
     code = code_dir(cwd, environ)
     folder = project_dir(cwd, environ)
-    why = f"default: beside {code.name}/, outside what the platform snapshots" if code else \
-        "default: the working folder (no CODE/ folder around it)"
-    return f"sqlite:///{folder.resolve() / 'mlflow.db'}", why
+    why = f"default: beside {os.path.basename(code)}/, outside what the platform snapshots" if code \
+        else "default: the working folder (no CODE/ folder around it)"
+    return f"sqlite:///{os.path.join(os.path.realpath(folder), 'mlflow.db')}", why
 
 
 def source(environ, command, cwd: str | os.PathLike | None) -> tuple[str, str]:
     """(source name, MLflow source type name) of a job: its notebook, else its script."""
     notebook = environ.get(NOTEBOOK_ENV)
     if notebook:
-        return str(Path(notebook).resolve()), "NOTEBOOK"
+        return os.path.realpath(notebook), "NOTEBOOK"
     words = [command] if isinstance(command, str) else [str(w) for w in command]
     script = next((w for w in words if w.endswith((".py", ".sh", ".ipynb"))), None)
     if script is None:
         return " ".join(words), "LOCAL"
-    return str((Path(cwd or os.getcwd()) / script).resolve()), "LOCAL"
+    return os.path.realpath(os.path.join(cwd or os.getcwd(), script)), "LOCAL"
 
 
 def notebook_parameters(environ) -> dict[str, str]:
@@ -94,6 +110,7 @@ def notebook_parameters(environ) -> dict[str, str]:
 
 
 def user() -> str:
+    import getpass
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no passwd entry (containers): MLflow's own fallback

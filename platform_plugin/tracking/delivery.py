@@ -1,6 +1,6 @@
 """The forwarding helper: one process per launched job that ships the ranks' spools to the sink.
 
-The launcher starts it once the ranks run (`start_helper`), so MLflow's import (seconds and
+The launcher starts it once the ranks run (`job_tracking.start_helper`), so MLflow's import (seconds and
 hundreds of MiB: docs/benchmarks.md), the store's first open (under its lock), the experiment
 and the runs never stand in front of a rank, and never live in the launcher's (or a notebook
 kernel's) memory:
@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import os
 import select
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -35,25 +33,6 @@ MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
 AGGREGATE_BATCHES = 4  # aggregates ship in batches as large as a round of 4 streams' batches
 STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
 HELPER_ENV = PLATFORM_TRACKING_HELPER.name  # marks the helper's process (tests, process sweeps)
-
-
-def start_helper(spool_dir: Path, environ: dict | None = None) -> subprocess.Popen:
-    """Start the helper for a spool folder; reaped by a daemon thread of the caller."""
-    env = dict(os.environ if environ is None else environ)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    env[HELPER_ENV] = str(spool_dir)
-    # One request must not outlive the drain deadline by minutes: the helper retries whole passes
-    # itself (exactly once through the offsets), so MLflow's own chain (7 retries, backoff up to
-    # 2 min) against a dead server only delays giving up. A user's own settings win.
-    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    env.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    with open(Path(spool_dir) / "helper.log", "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "platform_plugin.tracking.delivery", str(spool_dir)],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                                env=env, start_new_session=True, close_fds=True)
-    threading.Thread(target=proc.wait, name="tracking-helper-reaper", daemon=True).start()
-    return proc
 
 
 class ServerPeers:

@@ -19,45 +19,21 @@ stream keeps its order). Observers (`delivered(label, records)`) see every accep
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
-from dataclasses import dataclass, field
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from platform_plugin.tracking.identity import stream_name
 from platform_plugin.tracking.reading import Passed, Reading, advance, batches, next_batch  # noqa: F401
-from platform_plugin.tracking.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, count_pending, read_complete
+from platform_plugin.tracking import offsets
+from platform_plugin.tracking.offsets import Counts, drain_timeout, spool_labels  # noqa: F401
+from platform_plugin.tracking.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
-from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
 
 # bytes of a stream decoded at a time (kept between turns): more than one line's maximum
 READ_BYTES = 2 * MAX_LINE_BYTES
-
-
-def drain_timeout(default: float) -> float:
-    """Seconds to wait for delivery at the end: PLATFORM_TRACKING_DRAIN_TIMEOUT, else `default`."""
-    value = PLATFORM_TRACKING_DRAIN_TIMEOUT.get()
-    return default if value is None else value
-
-
-def spool_labels(spool_dir: Path) -> list[str]:
-    labels = (p.name[len("rank_"):-len(SPOOL_SUFFIX)] for p in spool_dir.glob(f"rank_*{SPOOL_SUFFIX}"))
-    return sorted(label for label in labels if "." not in label)  # rank ids and `no-rank` only
-
-
-@dataclass
-class Counts:
-    delivered: int = 0
-    pending: int = 0
-    skipped: int = 0
-    rejected: int = 0
-    refused: int = 0
-    quarantined: int = 0
-    partial_lines: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 class Forwarder:
@@ -282,37 +258,14 @@ class Forwarder:
 
     # --- totals ---------------------------------------------------------------------------
     def counts(self) -> Counts:
-        total = Counts(errors=[self.last_error] if self.last_error else [])
-        for label in self.labels():
-            stream = stream_name(label)
-            state = StreamState.load(self.spool_dir, stream)
-            pending, partial = count_pending(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", state.offset)
-            total.delivered += state.delivered
-            total.skipped += state.skipped
-            total.rejected += state.rejected
-            total.refused += state.refused
-            total.quarantined += state.quarantined
-            total.pending += pending
-            total.partial_lines += int(partial)
-        return total
+        return offsets.totals(self.spool_dir, self.labels(), [self.last_error] if self.last_error else [])
 
     def stream_pending(self, label: str) -> int:
-        stream = stream_name(label)
-        offset = StreamState.load(self.spool_dir, stream).offset
-        return count_pending(self.spool_dir / f"{stream}{SPOOL_SUFFIX}", offset)[0]
+        return offsets.stream_pending(self.spool_dir, label)
 
     def all_delivered(self) -> bool:
-        """Cheap: every stream's offset is at its last complete line (polled by the launcher)."""
-        for label in self.labels():
-            stream = stream_name(label)
-            offset = StreamState.load(self.spool_dir, stream).offset
-            path = self.spool_dir / f"{stream}{SPOOL_SUFFIX}"
-            try:
-                if path.stat().st_size > offset and count_pending(path, offset)[0]:
-                    return False
-            except FileNotFoundError:
-                continue
-        return True
+        """Cheap: every stream's offset is at its last complete line."""
+        return offsets.all_delivered(self.spool_dir, self.labels())
 
     # --- background thread ----------------------------------------------------------------
     def start(self) -> None:

@@ -40,10 +40,8 @@ class DeliveryReport(Record):
         for tests and scripts that read the runs right after `launch()`. Refreshes the report."""
         if not self.spool_dir:
             return True
-        from pathlib import Path
-
         from platform_plugin.tracking.state import HelperStatus, SinkConfig
-        spool_dir = Path(self.spool_dir)
+        spool_dir = self.spool_dir
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             status = HelperStatus.load(spool_dir)
@@ -66,7 +64,7 @@ class JobTracking:
         if choice == "none":  # nothing else of tracking is loaded (start-up time of the CLI)
             return cls()
         from platform_plugin.tracking.job_tracking import SpoolingJobTracking, job_environment
-        from platform_plugin.tracking.sinks import choose, choose_layout
+        from platform_plugin.tracking.sink_choice import choose, choose_layout
         env = job_environment(plan)
         sink_name = choose(choice, env)
         if sink_name is None:
@@ -83,7 +81,10 @@ class JobTracking:
         """Supervisor observer: the ranks are running."""
         self.start()
 
-    def finish(self, result: ResultView, last: bool = True) -> DeliveryReport:
+    def finish(self, result: ResultView, last: bool = True, waiting=None) -> DeliveryReport:
+        """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
+        if that wait is not over at once (the launcher records the ranks' end in job.json then,
+        instead of always writing it one more time)."""
         return DeliveryReport()
 
     notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)

@@ -5,7 +5,9 @@
     ...Supervisor(plan, output, [job_tracking]).run()   # started(): the forwarding helper starts
     report = job_tracking.finish(result)   # end.json, then wait for delivery up to the deadline
 
-Nothing of the sink runs in the launcher's process: the forwarding helper process
+This module and what it imports (state.py, offsets.py, conventions.py: the stdlib, no
+dataclasses, no pathlib) are all the launcher loads of tracking: it runs before the ranks
+start. Nothing of the sink runs in the launcher's process: the forwarding helper process
 (`tracking/delivery.py`) imports MLflow, opens the store under its lock, creates the experiment
 and the runs, forwards while the ranks run, and ends the runs after `finish()` returned. A
 tracking failure never stops or delays the job: the points wait in the spool and the report
@@ -17,19 +19,20 @@ tell the ranks that tracking is off (so a rank's `get_tracker()` doesn't forward
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
+import sys
 import time
-from pathlib import Path
 
-from platform_plugin.tracking import conventions
+from platform_plugin.tracking import conventions, offsets
 from platform_plugin.tracking.handle import DeliveryReport, JobTracking
-from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
                                             JobEnd, SinkConfig, read_json, write_json_atomic)
-from platform_plugin.tracking.views import PlanView, RankView, ResultView
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
-    PLATFORM_TRACKING_LAYOUT, PLATFORM_TRACKING_SPOOL_DIR)
+    PLATFORM_TRACKING_HELPER, PLATFORM_TRACKING_LAYOUT, PLATFORM_TRACKING_SPOOL_DIR)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.tracking.views import PlanView, RankView, ResultView
 
 PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", PLATFORM_SERVER_ID.name,
                       PLATFORM_RUN_MODE.name)
@@ -41,8 +44,8 @@ class SpoolingJobTracking(JobTracking):
         self.sink = sink_name
         self.plan = plan
         attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: new runs per attempt
-        self.spool_dir = Path(plan.job_dir) / ("tracking" if not attempt
-                                               else f"tracking-attempt{attempt + 1}")
+        self.spool_dir = os.path.join(plan.job_dir, "tracking" if not attempt
+                                      else f"tracking-attempt{attempt + 1}")
         self.config = job_sink_config(sink_name, plan, layout)
         self.notes = local_store_notes(self.config) if not attempt else []
         self.helper: subprocess.Popen | None = None
@@ -50,7 +53,7 @@ class SpoolingJobTracking(JobTracking):
 
     def prepare(self) -> dict[str, str]:
         """Cheap and sink-free: the ranks only need to know where to spool."""
-        self.spool_dir.mkdir(parents=True, exist_ok=True)
+        os.makedirs(self.spool_dir, exist_ok=True)
         self.config.save(self.spool_dir)
         return {PLATFORM_TRACKING.name: self.sink,
                 PLATFORM_TRACKING_SPOOL_DIR.name: str(self.spool_dir),
@@ -60,15 +63,14 @@ class SpoolingJobTracking(JobTracking):
         """Start the forwarding helper (once); a failure to start it is reported, not raised."""
         if self.helper is not None or self.setup_error:
             return
-        from platform_plugin.tracking.delivery import start_helper
         try:
             self.helper = start_helper(self.spool_dir, helper_environment(self.plan))
         except Exception as exc:  # noqa: BLE001 - tracking must not stop the job
             self.setup_error = f"cannot start the forwarding helper: {type(exc).__name__}: {exc}"
 
-    def finish(self, result: ResultView, last: bool = True) -> DeliveryReport:
+    def finish(self, result: ResultView, last: bool = True, waiting=None) -> DeliveryReport:
         self.start()  # the ranks may have failed to start: the runs are still created and ended
-        timeout = drain_timeout(30)
+        timeout = offsets.drain_timeout(30)
         # a restart follows: the parent stays open; else this server reports its end on it
         JobEnd(final_status(result), time.time() + timeout, reason=end_reason(result),
                last=last).save(self.spool_dir)
@@ -77,32 +79,35 @@ class SpoolingJobTracking(JobTracking):
                 self.helper.stdin.close()  # wakes the helper: the job ended
             except OSError:
                 pass
-        forwarder = Forwarder(self.spool_dir, self.config, None)  # offsets only: no sink imported here
-        drained = self._wait_delivered(forwarder, timeout)
+        drained = self._wait_delivered(timeout, waiting)  # offset files only: no sink in this process
         error = self._helper_error() or ("" if drained else server_down(self.config.tracking_uri))
-        return delivery_report(self.sink, self.spool_dir, forwarder, self.config,
-                               self.plan.job_id, drained, error)
+        counts = offsets.totals(self.spool_dir, offsets.spool_labels(self.spool_dir))
+        return delivery_report(self.sink, self.spool_dir, counts, self.config, self.plan.job_id,
+                               drained, error)
 
     def tell_stopping(self, server: str, reason: str) -> None:
         """The helper puts it on the parent run (rank-table route: no job link)."""
         if self.config.job.get("poll_stop") and self.config.job.get("servers", 1) > 1:
-            write_json_atomic(self.spool_dir / STOPPING_FILE, {"server": server, "reason": reason})
+            write_json_atomic(os.path.join(self.spool_dir, STOPPING_FILE), {"server": server, "reason": reason})
 
     def stop_requested(self, server: str) -> str | None:
         """What the helper read on the parent run: another server stopped the job."""
-        data = read_json(self.spool_dir / STOP_REQUEST_FILE)
+        data = read_json(os.path.join(self.spool_dir, STOP_REQUEST_FILE))
         return str(data["reason"]) if data else None
 
-    def _wait_delivered(self, forwarder: Forwarder, timeout: float) -> bool:
+    def _wait_delivered(self, timeout: float, waiting=None) -> bool:
         """Poll the offset files (no sink in this process) until every complete line is
-        delivered, the helper is gone, or the deadline."""
+        delivered, the helper is gone, or the deadline. `waiting()`: before the first pause."""
         deadline = time.monotonic() + timeout
         pause = FIRST_POLL_S
         while True:
-            if forwarder.all_delivered():
+            if offsets.all_delivered(self.spool_dir, offsets.spool_labels(self.spool_dir)):
                 return True
             if self.helper is None or self.helper.poll() is not None or time.monotonic() >= deadline:
                 return False
+            if waiting is not None:
+                waiting()
+                waiting = None
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, MAX_POLL_S)
 
@@ -110,7 +115,7 @@ class SpoolingJobTracking(JobTracking):
         status = HelperStatus.load(self.spool_dir)
         error = self.setup_error or (status.error if status else "")
         if not error and self.helper is not None and self.helper.poll() not in (None, 0):
-            error = f"the forwarding helper exited with code {self.helper.returncode} (see {self.spool_dir / 'helper.log'})"
+            error = f"the forwarding helper exited with code {self.helper.returncode} (see {os.path.join(self.spool_dir, 'helper.log')})"
         return error
 
 
@@ -127,12 +132,11 @@ def server_down(uri: str | None) -> str:
         return f"MLflow server {uri} unreachable ({type(exc).__name__})"
 
 
-def delivery_report(sink: str, spool_dir: Path, forwarder: Forwarder, config: SinkConfig,
+def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: SinkConfig,
                     job_id: str, drained: bool, error: str = "") -> DeliveryReport:
-    counts = forwarder.counts()
     notes = []
     if counts.pending:
-        why = error or forwarder.last_error or ("drain timed out" if not drained else "not yet forwarded")
+        why = error or ("drain timed out" if not drained else "not yet forwarded")
         notes.append(f"{counts.pending} records wait in {spool_dir} ({why}); deliver them with "
                      f"`platform-run sync {job_id}`")
     elif error:
@@ -156,7 +160,7 @@ def delivery_report(sink: str, spool_dir: Path, forwarder: Forwarder, config: Si
     return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,
                           reason="; ".join(notes), parent_run_id=saved.parent_run_id,
                           ui_hint=hint, skipped=counts.skipped, rejected=counts.rejected,
-                          spool_dir=str(spool_dir), refused=counts.refused,
+                          spool_dir=spool_dir, refused=counts.refused,
                           quarantined=counts.quarantined)
 
 
@@ -207,7 +211,7 @@ def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
     ranks_ = workers(plan)
     first_env = job_environment(plan)
     cwd = ranks_[0].cwd if ranks_ else None
-    host = socket.gethostname()
+    host = os.uname().nodename  # = socket.gethostname(), without importing socket
     tags = {
         "job_id": plan.job_id,
         "mode": PLATFORM_RUN_MODE.raw(first_env),
@@ -248,6 +252,27 @@ def rank_table_summary(path: str | None) -> str:
         from platform_plugin.ranktable import load
         table = load(path)
         servers = ", ".join(f"{s.server_id}:{len(s.devices)}" for s in table.servers)
-        return f"{Path(path).name}: {table.rank_size} devices on {len(table.servers)} server(s) ({servers})"
+        return f"{os.path.basename(path)}: {table.rank_size} devices on {len(table.servers)} server(s) ({servers})"
     except Exception:  # noqa: BLE001 - a summary is a tag, not a check (doctor checks)
-        return Path(path).name
+        return os.path.basename(path)
+
+
+def start_helper(spool_dir: str, environ: dict | None = None) -> subprocess.Popen:
+    """Start the forwarding helper (tracking/delivery.py) for a spool folder; reaped by a daemon
+    thread of the caller."""
+    import threading
+    env = dict(os.environ if environ is None else environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env[PLATFORM_TRACKING_HELPER.name] = str(spool_dir)
+    # One request must not outlive the drain deadline by minutes: the helper retries whole passes
+    # itself (exactly once through the offsets), so MLflow's own chain (7 retries, backoff up to
+    # 2 min) against a dead server only delays giving up. A user's own settings win.
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    env.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    with open(os.path.join(spool_dir, "helper.log"), "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "platform_plugin.tracking.delivery", str(spool_dir)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                env=env, start_new_session=True, close_fds=True)
+    threading.Thread(target=proc.wait, name="tracking-helper-reaper", daemon=True).start()
+    return proc

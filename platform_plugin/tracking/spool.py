@@ -181,14 +181,3 @@ def _valid(record) -> bool:
 
 
 KINDS = {"m": 5, "p": 3, "t": 3, "a": 3, "r": 4}  # kind -> fields per record
-
-
-def count_pending(path: str | os.PathLike, offset: int) -> tuple[int, bool]:
-    """(complete lines after `offset`, whether a partial line follows them)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return 0, False
-    return data.count(b"\n"), bool(data) and not data.endswith(b"\n")

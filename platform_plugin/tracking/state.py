@@ -19,73 +19,106 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
+# Plain classes, not dataclasses, and str paths, not pathlib: the launcher imports this module
+# for every tracked job before its ranks start (each dataclass costs ~1.5 ms to define, pathlib
+# and its imports ~5 ms). A `spool_dir` argument is a str or a Path.
 SINK_FILE = "sink.json"
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+def write_json_atomic(path, data: dict) -> None:
+    """One line of JSON (C encoder; the offsets are rewritten after every batch), atomically."""
+    path = os.fspath(path)
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, sort_keys=True))
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> dict | None:
+def read_json(path) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        with open(path, encoding="utf-8") as fh:
+            return json.loads(fh.read())
     except FileNotFoundError:
         return None
 
 
-@dataclass
-class StreamState:
-    offset: int = 0  # bytes of the spool delivered (or skipped as bad lines)
-    delivered: int = 0
-    skipped: int = 0  # complete lines that were not valid records
-    rejected: int = 0  # valid records the sink refused for good (e.g. a param changing value)
-    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
-    quarantined: int = 0  # lines too large to deliver, moved to <stream>.jsonl.quarantine
-    run_id: str | None = None  # MLflow run of this stream (layout "runs")
-    last_error: str = ""
+class _State:
+    """A state file's fields (`__slots__`), saved as a JSON object and loaded back ignoring
+    names it does not know (a file written by another version)."""
+    __slots__ = ()
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @classmethod
+    def _from(cls, data: dict):
+        return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
+
+    def __eq__(self, other: object) -> bool:
+        return other.__class__ is self.__class__ and self.as_dict() == other.as_dict()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.as_dict()!r})"
+
+
+class StreamState(_State):
+    __slots__ = ("offset", "delivered", "skipped", "rejected", "refused", "quarantined", "run_id",
+                 "last_error")
+
+    def __init__(self, offset: int = 0, delivered: int = 0, skipped: int = 0, rejected: int = 0,
+                 refused: int = 0, quarantined: int = 0, run_id: str | None = None,
+                 last_error: str = ""):
+        self.offset = offset  # bytes of the spool delivered (or skipped as bad lines)
+        self.delivered = delivered
+        self.skipped = skipped  # complete lines that were not valid records
+        self.rejected = rejected  # valid records the sink refused for good (a param changing value)
+        self.refused = refused  # records the tracker refused in the rank (over MLflow's size limits)
+        self.quarantined = quarantined  # lines too large to deliver, moved to <stream>.jsonl.quarantine
+        self.run_id = run_id  # MLflow run of this stream (layout "runs")
+        self.last_error = last_error
 
     @staticmethod
-    def path_for(spool_dir: Path, stream: str) -> Path:
-        return spool_dir / f"{stream}.state.json"
+    def path_for(spool_dir, stream: str) -> str:
+        return os.path.join(spool_dir, f"{stream}.state.json")
 
     @classmethod
-    def load(cls, spool_dir: Path, stream: str) -> "StreamState":
-        data = read_json(cls.path_for(spool_dir, stream)) or {}
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def load(cls, spool_dir, stream: str) -> "StreamState":
+        return cls._from(read_json(cls.path_for(spool_dir, stream)) or {})
 
-    def save(self, spool_dir: Path, stream: str) -> None:
-        write_json_atomic(self.path_for(spool_dir, stream), asdict(self))
+    def save(self, spool_dir, stream: str) -> None:
+        write_json_atomic(self.path_for(spool_dir, stream), self.as_dict())
 
 
-@dataclass
-class SinkConfig:
-    sink: str  # registry key: "mlflow" | "wflogger"
-    layout: str = "runs"  # "runs" | "flat"
-    tracking_uri: str | None = None
-    experiment_name: str | None = None
-    experiment_id: str | None = None
-    parent_run_id: str | None = None  # the job's run (None for a rank logging without launcher)
-    job: dict = field(default_factory=dict)  # job_id, job_name, tags for the parent run
-    ranks: dict = field(default_factory=dict)  # label -> {device_id, server_id, host, log_path}
-    final_status: str | None = None  # set by finish(): "FINISHED" | "FAILED"
-    ended: bool = False  # runs terminated in the sink
+class SinkConfig(_State):
+    __slots__ = ("sink", "layout", "tracking_uri", "experiment_name", "experiment_id",
+                 "parent_run_id", "job", "ranks", "final_status", "ended")
+
+    def __init__(self, sink: str, layout: str = "runs", tracking_uri: str | None = None,
+                 experiment_name: str | None = None, experiment_id: str | None = None,
+                 parent_run_id: str | None = None, job: dict | None = None,
+                 ranks: dict | None = None, final_status: str | None = None, ended: bool = False):
+        self.sink = sink  # registry key: "mlflow" | "wflogger"
+        self.layout = layout  # "runs" | "flat"
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id  # the job's run (None for a rank logging without launcher)
+        self.job = {} if job is None else job  # job_id, job_name, tags for the parent run
+        self.ranks = {} if ranks is None else ranks  # label -> {device_id, server_id, host, log_path}
+        self.final_status = final_status  # set by finish(): "FINISHED" | "FAILED"
+        self.ended = ended  # runs terminated in the sink
 
     @classmethod
-    def load(cls, spool_dir: Path) -> "SinkConfig | None":
-        data = read_json(spool_dir / SINK_FILE)
-        if data is None:
-            return None
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def load(cls, spool_dir) -> "SinkConfig | None":
+        data = read_json(os.path.join(spool_dir, SINK_FILE))
+        return None if data is None else cls._from(data)
 
-    def save(self, spool_dir: Path) -> None:
-        write_json_atomic(spool_dir / SINK_FILE, asdict(self))
+    def save(self, spool_dir) -> None:
+        write_json_atomic(os.path.join(spool_dir, SINK_FILE), self.as_dict())
 
 
 END_FILE = "end.json"
@@ -94,54 +127,56 @@ STOPPING_FILE = "stopping.json"  # this server's job stops: the helper tags the 
 STOP_REQUEST_FILE = "stop_request.json"  # the helper saw another server stop the job
 
 
-@dataclass
-class JobEnd:
+class JobEnd(_State):
     """The launcher's word that the ranks have ended (end.json)."""
-    status: str  # "FINISHED" | "FAILED"
-    deadline: float  # epoch seconds: deliver until then, leave the rest to `sync`
-    reason: str = ""  # why it failed (recorded on a multi-server job's parent run)
-    last: bool = True  # False: --max-restarts starts another attempt, the parent stays open
+    __slots__ = ("status", "deadline", "reason", "last")
+
+    def __init__(self, status: str, deadline: float, reason: str = "", last: bool = True):
+        self.status = status  # "FINISHED" | "FAILED"
+        self.deadline = deadline  # epoch seconds: deliver until then, leave the rest to `sync`
+        self.reason = reason  # why it failed (recorded on a multi-server job's parent run)
+        self.last = last  # False: --max-restarts starts another attempt, the parent stays open
 
     @classmethod
-    def load(cls, spool_dir: Path) -> "JobEnd | None":
-        data = read_json(spool_dir / END_FILE)
+    def load(cls, spool_dir) -> "JobEnd | None":
+        data = read_json(os.path.join(spool_dir, END_FILE))
         return None if data is None else cls(str(data["status"]), float(data["deadline"]),
                                              str(data.get("reason", "")),
                                              bool(data.get("last", True)))
 
-    def save(self, spool_dir: Path) -> None:
-        write_json_atomic(spool_dir / END_FILE, asdict(self))
+    def save(self, spool_dir) -> None:
+        write_json_atomic(os.path.join(spool_dir, END_FILE), self.as_dict())
 
 
-@dataclass
-class HelperStatus:
+class HelperStatus(_State):
     """The forwarding helper's progress (helper.json), read by the launcher and by tests."""
-    pid: int = 0
-    phase: str = "starting"  # starting | forwarding | ending | done
-    error: str = ""  # why the sink could not be set up or reached, if it could not
-    runs_ended: bool = False
+    __slots__ = ("pid", "phase", "error", "runs_ended")
+
+    def __init__(self, pid: int = 0, phase: str = "starting", error: str = "",
+                 runs_ended: bool = False):
+        self.pid = pid
+        self.phase = phase  # starting | forwarding | ending | done
+        self.error = error  # why the sink could not be set up or reached, if it could not
+        self.runs_ended = runs_ended
 
     @classmethod
-    def load(cls, spool_dir: Path) -> "HelperStatus | None":
-        data = read_json(spool_dir / HELPER_FILE)
-        if data is None:
-            return None
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def load(cls, spool_dir) -> "HelperStatus | None":
+        data = read_json(os.path.join(spool_dir, HELPER_FILE))
+        return None if data is None else cls._from(data)
 
-    def save(self, spool_dir: Path) -> None:
-        write_json_atomic(spool_dir / HELPER_FILE, asdict(self))
+    def save(self, spool_dir) -> None:
+        write_json_atomic(os.path.join(spool_dir, HELPER_FILE), self.as_dict())
 
 
 LOCK_POLL_S = 0.1
 
 
 @contextmanager
-def stream_lock(spool_dir: Path, stream: str, *, blocking: bool, timeout: float | None = None):
+def stream_lock(spool_dir, stream: str, *, blocking: bool, timeout: float | None = None):
     """Yields True when this process holds the stream, False when another one does. Blocking
     waits for it, at most `timeout` seconds when given: a forwarder stuck in MLflow's own HTTP
     retries (minutes, when its server died mid-request) holds its stream that long."""
-    fd = os.open(spool_dir / f"{stream}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(os.path.join(spool_dir, f"{stream}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         yield _acquire(fd, blocking, timeout)
     finally:

@@ -214,8 +214,9 @@ def test_dead_server_at_start_defers_everything_to_sync(tracking_env, tmp_path):
         t.log_metric("loss", 1.0)
         t.close()
         tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "1")
-        report = jt.finish(Result(ok=True))
-        assert report.delivered == 0 and report.pending == 1
+        waits: list[int] = []  # the launcher records the ranks' end in job.json before it waits
+        report = jt.finish(Result(ok=True), waiting=lambda: waits.append(1))
+        assert report.delivered == 0 and report.pending == 1 and waits == [1]
         assert f"platform-run sync {plan.job_id}" in report.reason
         assert report.wait_ended()  # the helper gave up at the deadline and said why
         assert "unreachable" in HelperStatus.load(jt.spool_dir).error

@@ -15,9 +15,9 @@ from platform_plugin.tracking import tracker as tracker_mod
 from platform_plugin.tracking.forwarder import batches
 from platform_plugin.tracking.identity import RankIdentity, run_name
 from platform_plugin.tracking.job_folders import find_spool_dirs
+from platform_plugin.tracking.offsets import count_pending
 from platform_plugin.tracking.sinks import choose, choose_layout
-from platform_plugin.tracking.spool import (SpoolWriter, count_pending, encode, encode_metric,
-    read_complete)
+from platform_plugin.tracking.spool import SpoolWriter, encode, encode_metric, read_complete
 from platform_plugin.tracking.tracker import NullTracker, Tracker
 
 

@@ -1,0 +1,61 @@
+"""What default tracking adds to a launch, in the launcher's process: only the small launcher
+side of tracking (the spool folder, sink.json, the forwarding helper's start, end.json and the
+offset files), no sink, no forwarder, no MLflow, no psutil for a job shorter than one sampling
+interval, and no wait (nor an extra job.json write) when nothing is left to deliver."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from platform_plugin.tracking.handle import DeliveryReport
+from platform_plugin.tracking.job_tracking import JobTracking
+from tests.test_layout import LAUNCH_PATH, LAUNCH_STDLIB_NOT, loaded_by
+from tests.tracking.helpers import make_plan
+
+# the launch path of `--tracking none` plus these, and nothing else of the package
+TRACKED_SIDE = {f"platform_plugin.tracking.{m}" for m in (
+    "job_tracking", "state", "offsets", "conventions", "sink_choice")} | {
+    "platform_plugin.launcher.sysmetrics"}
+# what stays out of the launcher: the delivery side, its stdlib, and the sampler's imports
+NOT_LOADED = LAUNCH_STDLIB_NOT + ("mlflow", "psutil", "platform_plugin.tracking.forwarder",
+                                  "platform_plugin.tracking.spool", "platform_plugin.tracking.sinks",
+                                  "platform_plugin.util.npu_smi")
+
+
+@pytest.mark.slow  # the forwarding helper it starts imports MLflow once the job ended
+def test_a_tracked_launch_loads_only_the_launcher_side_of_tracking(tmp_path):
+    argv = ["launch", "--nproc", "2", "--backend", "plain", "--show", "none", "--log-dir",
+            str(tmp_path / "logs"), "--", sys.executable, "-c", "pass"]
+    code = ("import os, sys\nsys.stdout = open(os.devnull, 'w')\n"
+            f"os.environ['MLFLOW_TRACKING_URI'] = {'sqlite:///' + str(tmp_path / 'mlflow.db')!r}\n"
+            f"from platform_plugin.cli import main\nassert main({argv!r}) == 0\n"
+            "sys.stdout = sys.__stdout__")
+    try:
+        loaded = loaded_by(code, prefixes=("platform_plugin",))
+        assert set(loaded) == LAUNCH_PATH | TRACKED_SIDE
+        assert loaded_by(code, prefixes=NOT_LOADED) == []
+    finally:  # both launches' helpers create and end their runs: let them finish here
+        for spool in (tmp_path / "logs").glob("*/tracking"):
+            assert DeliveryReport(spool_dir=str(spool)).wait_ended(300)
+    job = json.loads(next((tmp_path / "logs").glob("*/job.json")).read_text())
+    assert job["state"] == "ended" and job["result"]["tracking"]["sink"] == "mlflow"
+    assert not any(p.name.endswith(".jsonl") for p in (tmp_path / "logs").glob("*/tracking/*"))
+
+
+class Ended:  # what finish() reads of a JobResult
+    ok = True
+
+
+def test_a_job_with_nothing_to_deliver_is_not_waited_for(tracking_env, tmp_path):
+    plan = make_plan(tmp_path, 2)
+    jt = JobTracking.create("mlflow", plan)
+    jt.prepare()
+    jt.started()
+    waits: list[int] = []
+    report = jt.finish(Ended(), waiting=lambda: waits.append(1))
+    assert waits == [] and (report.delivered, report.pending) == (0, 0)
+    assert os.path.isfile(os.path.join(report.spool_dir, "end.json"))
+    assert report.wait_ended(300)
