@@ -20,9 +20,11 @@ import os
 import time
 from contextlib import contextmanager
 
-# Plain classes, not dataclasses, and str paths, not pathlib: the launcher imports this module
-# for every tracked job before its ranks start (each dataclass costs ~1.5 ms to define, pathlib
-# and its imports ~5 ms). A `spool_dir` argument is a str or a Path.
+from platform_plugin.util.record import Record
+
+# Plain classes (util/record.py), not dataclasses, and str paths, not pathlib: the launcher
+# imports this module for every tracked job before its ranks start (each dataclass costs ~1.5 ms
+# to define, pathlib and its imports ~5 ms). A `spool_dir` argument is a str or a Path.
 SINK_FILE = "sink.json"
 
 
@@ -44,25 +46,14 @@ def read_json(path) -> dict | None:
         return None
 
 
-class _State:
-    """A state file's fields (`__slots__`), saved as a JSON object and loaded back ignoring
-    names it does not know (a file written by another version)."""
+class _State(Record):
+    """A state file's fields (`__slots__`), saved as a JSON object (`as_dict`) and loaded back
+    ignoring names it does not know (a file written by another version)."""
     __slots__ = ()
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
 
     @classmethod
     def _from(cls, data: dict):
         return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
-
-    def __eq__(self, other: object) -> bool:
-        return other.__class__ is self.__class__ and self.as_dict() == other.as_dict()  # type: ignore[attr-defined]
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.as_dict()!r})"
 
 
 class StreamState(_State):
