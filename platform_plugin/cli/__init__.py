@@ -80,7 +80,7 @@ def _chosen(argv: list[str]) -> str | None:
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The parser, with only the chosen command's module imported (`--help` imports none):
-    every other command is a placeholder that lists its name and help."""
+    without a chosen command, every command is a placeholder that lists its name and help."""
     parser = _Parser(
         prog="platform-run",
         description="Distributed training on the AI靶场 platform, one trustworthy step.",
@@ -89,7 +89,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     chosen = _chosen(sys.argv[1:] if argv is None else argv)
     for name, module, help_text in COMMANDS:
         if module != chosen:
-            sub.add_parser(name, help=help_text, add_help=False)
+            if chosen is None:  # a chosen command is parsed alone: no parser for the others
+                sub.add_parser(name, help=help_text, add_help=False)
         elif chosen not in {m for n, m, _h in COMMANDS[:COMMANDS.index((name, module, help_text))]}:
             __import__(f"platform_plugin.cli.{module}")  # (not importlib: start-up time)
             sys.modules[f"platform_plugin.cli.{module}"].register(sub)

@@ -21,7 +21,6 @@ from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
 from platform_plugin.launcher.link import open_link
 from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
-from platform_plugin.launcher.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.output import Output, check_show
 from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
@@ -83,8 +82,11 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
 def _display(options: LaunchOptions, shown) -> Output:
     """The live board inside a Jupyter kernel unless --show was given; prefixed lines elsewhere."""
     hide = hide_pattern(options.verbose)
-    if options.show is None and options.write is None and in_kernel():
-        return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
+    if options.show is None and options.write is None and "ipykernel" in sys.modules:
+        # only where a kernel may run: a CLI launch does not compile the board's modules
+        from platform_plugin.launcher.notebook_display import in_kernel, make_board
+        if in_kernel():
+            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
     return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 

@@ -52,8 +52,7 @@ class JobFile:
         self._write()
 
     def _write(self, *, reserve: bool = False) -> bool:
-        import json  # here: the first write comes after the ranks started (CLI start-up time)
-        text = json.dumps(self.data, indent=2, default=str) + "\n"
+        text = _dumps(self.data)
         tmp = f"{self.path}.tmp"
         try:
             os.makedirs(self.plan.job_dir, exist_ok=True)
@@ -87,11 +86,29 @@ class JobFile:
         return False
 
 
+def _dumps(value, depth: int = 0) -> str:
+    """The document, readable and quick to make: the top two levels one item a line (the
+    plan's and the result's fields, one rank or failure a line), deeper values as compact JSON
+    on that line. `indent=` would run json's pure-Python encoder, several times slower than the
+    C one used here."""
+    import json  # here: the first write comes after the ranks started (CLI start-up time)
+    if depth >= 2 or not value or not isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    pad = "  " * (depth + 1)
+    if isinstance(value, dict):
+        items = [f"{pad}{json.dumps(str(k))}: {_dumps(v, depth + 1)}" for k, v in value.items()]
+    else:
+        items = [pad + _dumps(v, depth + 1) for v in value]
+    ends = "{}" if isinstance(value, dict) else "[]"
+    text = ends[0] + "\n" + ",\n".join(items) + "\n" + "  " * depth + ends[1]
+    return text + "\n" if depth == 0 else text
+
+
 def _smaller_forms(data: dict):
     """The document, then more compact versions of it (the last lines of each failed rank go
     last: they are also in the rank logs)."""
     import json
-    yield json.dumps(data, indent=2, default=str) + "\n"
+    yield _dumps(data)
     yield json.dumps(data, separators=(",", ":"), default=str) + "\n"
     result = data.get("result")
     if isinstance(result, dict):
