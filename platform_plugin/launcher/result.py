@@ -13,9 +13,7 @@ from enum import Enum
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.record import Record
-from platform_plugin.util.texttable import render_rows
 
 HELPERS = ("sched", "store")  # processes that are not ranks (output.HELPER_NAMES)
 if TYPE_CHECKING:
@@ -84,7 +82,7 @@ class RankFailure(Record):
 
     @property
     def label(self) -> str:
-        return _name_label(self.name)
+        return name_label(self.name)
 
 
 class JobResult(Record):
@@ -139,34 +137,10 @@ class JobResult(Record):
         return cls(**values)
 
     def render(self) -> str:
-        """A compact table: one headline, the root cause with its last lines, one row per rank."""
-        ranks = len(self.exitcodes)
-        head = (f"job {self.job_id} {self.status.upper()} after {self.duration_s:.1f}s "
-                f"(backend {self.backend}, {ranks} process{'es' if ranks != 1 else ''})")
-        lines = [head]
-        cause = self.root_cause
-        if self.reason and cause is None:
-            lines.append(f"  why: {self.reason}")
-        if cause is not None:
-            lines.append(f"  root cause: {cause.label} (device {_dash(cause.device_id)}, host "
-                         f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
-                         f"{cause.runtime_s:.1f}s")
-            if cause.last_lines:
-                lines.append(f"  last {len(cause.last_lines)} lines of {log_name(cause.name)}:")
-                lines.extend(f"    | {line}" for line in cause.last_lines)
-        if self.failures or not self.ok:
-            lines.append(_table(self))
-        held = {k: v for k, v in self.held_back.items() if v}
-        if held:
-            parts = ", ".join(f"{_name_label(k)}: {v}" for k, v in held.items())
-            lines.append(f"  lines held back from the display (complete in the logs): {parts}")
-        lines.append(f"  logs: {self.job_dir}")
-        if self.attempts and not self.ok:
-            lines.append(f"  all {len(self.attempts) + 1} attempts failed; the earlier ones:")
-            for earlier in self.attempts:
-                lines.extend(f"  | {line}" for line in
-                             [f"attempt {earlier['attempt']}:"] + earlier["table"].splitlines())
-        return "\n".join(lines)
+        """A compact table: one headline, the root cause with its last lines, one row per rank
+        (launcher/result_table.py: only a failed job needs it)."""
+        from platform_plugin.launcher.result_table import render
+        return render(self)
 
 
 class JobFailed(PlatformPluginError):
@@ -181,34 +155,8 @@ class JobFailed(PlatformPluginError):
         super().__init__(f"job {result.job_id} {result.status}: {what} (logs: {result.job_dir})")
 
 
-STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in the log
-
-
-def _table(result: JobResult) -> str:
-    by_name = {f.name: f for f in result.failures}
-    stacks = any(f.stack for f in result.failures)  # a stopped job (hang, timeout, interrupt)
-    rows = []
-    for name, code in result.exitcodes.items():
-        failure = by_name.get(name)
-        if failure is None:
-            _, sig = describe_exit(code)
-            rows.append((_name_label(name), "", "", "", sig or f"exit {code}", "", "ok", "")[:8 if stacks else 7])
-            continue
-        note = ("ROOT CAUSE" if failure.root_cause else
-                "stopped by launcher" if failure.stopped_by_launcher else "failed later")
-        row = (failure.label, _dash(failure.rank_id), _dash(failure.device_id),
-               _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note)
-        rows.append(row + ((" < ".join(failure.stack[:STACK_FRAMES]) or "-",) if stacks else ()))
-    header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
-    return render_rows(header + (["stuck in (innermost frames)"] if stacks else []), rows, indent="  ")
-
-
-def _name_label(name: str) -> str:
+def name_label(name: str) -> str:
     return name if name in HELPERS else f"rank {name}"
-
-
-def _dash(value) -> str:
-    return "-" if value is None else str(value)
 
 
 def _failure(data: dict[str, Any]) -> RankFailure:

@@ -8,41 +8,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import namedtuple
 
 NO_RANK = "no-rank"
 
 
-class RankIdentity:
-    """Who this process is in its job (rank, device, job, server). Immutable; a plain class,
-    not a dataclass: the launcher imports this module (new_job_id), and `dataclasses` costs
-    its start-up ~10 ms."""
+class RankIdentity(namedtuple("RankIdentity", "rank_id device_id job_id job_name server_id host")):
+    """Who this process is in its job: rank_id, device_id (str or None), job_id, job_name,
+    server_id, host. An immutable value; a named tuple, not a dataclass: the launcher imports
+    this module (new_job_id), and `dataclasses` costs its start-up ~10 ms."""
 
-    __slots__ = ("rank_id", "device_id", "job_id", "job_name", "server_id", "host")
-
-    def __init__(self, rank_id: str | None, device_id: str | None, job_id: str, job_name: str,
-                 server_id: str, host: str) -> None:
-        for name, value in zip(self.__slots__, (rank_id, device_id, job_id, job_name,
-                                                server_id, host)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"RankIdentity is immutable: cannot set {name}")
-
-    def _fields(self) -> tuple:
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __eq__(self, other: object) -> bool:
-        return self._fields() == other._fields() if isinstance(other, RankIdentity) else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __reduce__(self):  # pickled by its fields (the slots cannot be set one by one)
-        return (RankIdentity, self._fields())
-
-    def __repr__(self) -> str:
-        return "RankIdentity(" + ", ".join(f"{n}={v!r}" for n, v in zip(self.__slots__,
-                                                                           self._fields())) + ")"
+    __slots__ = ()
 
     @property
     def label(self) -> str:

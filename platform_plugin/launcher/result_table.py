@@ -1,0 +1,65 @@
+"""The table a failed job prints (`JobResult.render()`): the headline, the root cause with
+its last lines, one row per process. Its own module: a job that succeeds never renders it, and
+without .pyc every module on the launch path is compiled at each start."""
+from __future__ import annotations
+
+from platform_plugin.launcher.result import JobResult, name_label, describe_exit
+from platform_plugin.util.jobdirs import log_name
+from platform_plugin.util.texttable import render_rows
+
+
+def render(result: JobResult) -> str:
+    """A compact table: one headline, the root cause with its last lines, one row per rank."""
+    ranks = len(result.exitcodes)
+    head = (f"job {result.job_id} {result.status.upper()} after {result.duration_s:.1f}s "
+            f"(backend {result.backend}, {ranks} process{'es' if ranks != 1 else ''})")
+    lines = [head]
+    cause = result.root_cause
+    if result.reason and cause is None:
+        lines.append(f"  why: {result.reason}")
+    if cause is not None:
+        lines.append(f"  root cause: {cause.label} (device {_dash(cause.device_id)}, host "
+                     f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
+                     f"{cause.runtime_s:.1f}s")
+        if cause.last_lines:
+            lines.append(f"  last {len(cause.last_lines)} lines of {log_name(cause.name)}:")
+            lines.extend(f"    | {line}" for line in cause.last_lines)
+    if result.failures or not result.ok:
+        lines.append(_table(result))
+    held = {k: v for k, v in result.held_back.items() if v}
+    if held:
+        parts = ", ".join(f"{name_label(k)}: {v}" for k, v in held.items())
+        lines.append(f"  lines held back from the display (complete in the logs): {parts}")
+    lines.append(f"  logs: {result.job_dir}")
+    if result.attempts and not result.ok:
+        lines.append(f"  all {len(result.attempts) + 1} attempts failed; the earlier ones:")
+        for earlier in result.attempts:
+            lines.extend(f"  | {line}" for line in
+                         [f"attempt {earlier['attempt']}:"] + earlier["table"].splitlines())
+    return "\n".join(lines)
+
+
+STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in the log
+
+
+def _table(result: JobResult) -> str:
+    by_name = {f.name: f for f in result.failures}
+    stacks = any(f.stack for f in result.failures)  # a stopped job (hang, timeout, interrupt)
+    rows = []
+    for name, code in result.exitcodes.items():
+        failure = by_name.get(name)
+        if failure is None:
+            _, sig = describe_exit(code)
+            rows.append((name_label(name), "", "", "", sig or f"exit {code}", "", "ok", "")[:8 if stacks else 7])
+            continue
+        note = ("ROOT CAUSE" if failure.root_cause else
+                "stopped by launcher" if failure.stopped_by_launcher else "failed later")
+        row = (failure.label, _dash(failure.rank_id), _dash(failure.device_id),
+               _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note)
+        rows.append(row + ((" < ".join(failure.stack[:STACK_FRAMES]) or "-",) if stacks else ()))
+    header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
+    return render_rows(header + (["stuck in (innermost frames)"] if stacks else []), rows, indent="  ")
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
