@@ -35,8 +35,9 @@ def check_plan(plan: LaunchPlan) -> None:
     check_writable_folder(os.path.dirname(plan.cache_dir), "cache", "LAUNCH_CACHE_DIR", "--cache-dir")
     for spec in plan.workers[:1]:  # every rank runs the same argv in the same folder
         check_program(list(spec.argv), spec.env, spec.cwd)
+    sizes: dict = {}  # shared by the ranks: most of their variables are the same
     for spec in plan.ranks:
-        check_exec_size(list(spec.argv), spec.env)
+        check_exec_size(list(spec.argv), spec.env, sizes)
 
 
 def resolve_program(program: str, env: dict, cwd: str) -> str | None:
@@ -86,25 +87,35 @@ def _check_script(argv: list[str], cwd: str) -> None:
                       "command")
 
 
-def check_exec_size(argv: list[str], env: dict) -> None:
-    """What execve would refuse with E2BIG ('Argument list too long') or ValueError (NUL)."""
-    total = 0
-    for text in [*argv, *(f"{k}={v}" for k, v in env.items())]:
-        if "\0" in text:
-            name = text.split("=", 1)[0]
-            raise _refuse("LAUNCH_NUL", f"{name[:60]!r} holds a NUL byte: no argument or "
-                          "variable can carry one", name[:60])
-        size = len(text.encode("utf-8", "surrogateescape")) + 1
-        if size > MAX_ARG_STRLEN:
-            name = text.split("=", 1)[0][:60]
-            raise _refuse("LAUNCH_ARG_TOO_LONG", f"{name} is {size} bytes; Linux passes at most "
-                          f"{MAX_ARG_STRLEN} per argument or variable ('Argument list too "
-                          "long'). Put large data in a file.", name)
-        total += size + 8  # the pointer to it
+def check_exec_size(argv: list[str], env: dict, sizes: dict | None = None) -> None:
+    """What execve would refuse with E2BIG ('Argument list too long') or ValueError (NUL).
+    `sizes` remembers each variable's checked size across calls (the ranks of a job)."""
+    sizes = {} if sizes is None else sizes
+    total = sum(_checked_size(text) + 8 for text in argv)  # + 8: the pointer to it
+    for item in env.items():
+        size = sizes.get(item)
+        if size is None:
+            size = sizes[item] = _checked_size(f"{item[0]}={item[1]}")
+        total += size + 8
     limit = _arg_max()
     if total > limit:
         raise _refuse("LAUNCH_ARG_TOO_LONG", f"arguments and variables of a rank take {total} "
                       f"bytes; this system allows {limit}. Unset large variables.", "env")
+
+
+def _checked_size(text: str) -> int:
+    """The bytes execve copies for one argument or NAME=VALUE (refused: a NUL, or too long)."""
+    if "\0" in text:
+        name = text.split("=", 1)[0]
+        raise _refuse("LAUNCH_NUL", f"{name[:60]!r} holds a NUL byte: no argument or "
+                      "variable can carry one", name[:60])
+    size = len(text.encode("utf-8", "surrogateescape")) + 1
+    if size > MAX_ARG_STRLEN:
+        name = text.split("=", 1)[0][:60]
+        raise _refuse("LAUNCH_ARG_TOO_LONG", f"{name} is {size} bytes; Linux passes at most "
+                      f"{MAX_ARG_STRLEN} per argument or variable ('Argument list too "
+                      "long'). Put large data in a file.", name)
+    return size
 
 
 def _arg_max() -> int:
