@@ -23,6 +23,16 @@ def write_section(name: str, body: str, doc: Path = BENCH_DOC) -> None:
     doc.write_text(text, encoding="utf-8")
 
 
+def read_section(name: str, doc: Path = BENCH_DOC) -> str:
+    """A section's current body (its `## name` heading included), "" when it has none yet: for
+    a bench that re-runs only some of its parts and keeps the others' text."""
+    start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    if start not in text or end not in text:
+        return ""
+    return text[text.index(start) + len(start):text.index(end)].strip()
+
+
 def alternate(sides: dict, rounds: int) -> dict[str, list[float]]:
     """Time every side `rounds` times, alternating their order each round (ABBA...), so a noisy
     machine's slow phase hurts both sides alike. `sides`: name -> zero-argument callable."""

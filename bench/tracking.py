@@ -4,6 +4,10 @@ end-to-end delivery into MLflow, each side by side with its anchor.
     .venv/bin/python bench/tracking.py [--rounds 3] [--ranks 4] [--steps 100000]
                                        [--delivery-rounds 2] [--server-steps 10000]
                                        [--async-steps 5000] [--no-profile] [--no-write]
+                                       [--only launch]
+
+`--only launch` runs parts 1 and 2 (a minute or two) and keeps the section's other parts as the
+last full run wrote them (with that run's command line).
 
 1. Launch cost, 8 no-op ranks, `platform-run launch` with default tracking (MLflow, sqlite) vs
    `--tracking none`, alternating rounds: wall time, peak RSS of the launcher process itself
@@ -34,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchdoc import load_text, spread, write_section  # bench/benchdoc.py
+from benchdoc import load_text, read_section, spread, write_section  # bench/benchdoc.py
 from tracking_profile import profile_helper, profile_lines  # bench/tracking_profile.py
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,7 +79,7 @@ print(walls[0], walls[1], "mlflow" in sys.modules)
 
 def wait_helpers_done(log_dir: Path, timeout: float = 300) -> None:
     """Let every forwarding helper of earlier jobs finish, so rounds don't share the CPU."""
-    from platform_plugin.tracking.job_tracking import DeliveryReport
+    from platform_plugin.tracking.handle import DeliveryReport
     for spool in log_dir.glob("*/tracking"):
         DeliveryReport(spool_dir=str(spool)).wait_ended(timeout)
 
@@ -297,7 +301,11 @@ def main() -> None:
     parser.add_argument("--async-steps", type=int, default=5_000)
     parser.add_argument("--no-profile", action="store_true", help="no profile even if the goal is missed")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--only", choices=("launch",),
+                        help="only the launch cost (parts 1-2); the section keeps the other parts")
     args = parser.parse_args()
+    if args.only == "launch":
+        return launch_only(args)
     load_before = load_text()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -331,6 +339,36 @@ def main() -> None:
         f"- goal < 5 µs: {verdict(rank_cost['ours_us'] < 5)}.", "",
         *delivery_lines(args, ours, server, theirs),
         *profile,
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        write_section("tracking", text)
+
+
+IN_RANK = "In-rank cost of one `log_metric` call"
+EARLIER = "The in-rank cost and the delivery below are from an earlier full run: "
+
+
+def launch_only(args) -> None:
+    """Parts 1-2 only; the in-rank and delivery parts of the section are kept as they were."""
+    load_before = load_text()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        cost = launch_cost(work, args.rounds)
+        kernel = kernel_twice(work)
+    old = read_section("tracking")
+    kept = old[old.index(IN_RANK):] if IN_RANK in old else ""
+    earlier = next((line for line in old.splitlines() if line.startswith(("Command:", EARLIER))), "")
+    earlier = earlier[len(EARLIER):] if earlier.startswith(EARLIER) else earlier
+    lines = [
+        "## tracking", "",
+        f"Command: `.venv/bin/python bench/tracking.py --only launch --rounds {args.rounds}` — "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load_before} at the start, "
+        f"{load_text()} at the end (2 cores shared with other jobs: absolute times are noisy, the "
+        "ratios of alternating runs are what count).", "",
+        *launch_lines(cost, kernel, args.rounds),
+        *([EARLIER + earlier, "", kept] if kept else []),
     ]
     text = "\n".join(lines)
     print(text)

@@ -70,8 +70,9 @@ class _Tree:
 
 
 class SystemMetrics:
-    """A Supervisor observer: `started(supervisor)` starts the sampling thread, `ended(result)`
-    stops it. `interval <= 0` or no spool: does nothing.
+    """A Supervisor observer: made before the ranks spawn (its thread starts then), told their
+    pids by `started(supervisor)`, stopped by `ended(result)`. `interval <= 0` or no spool: does
+    nothing.
 
     The thread first sleeps: a job shorter than (about) one interval - most `%dist_run` cells
     that fail fast, every no-op - imports nothing (psutil, npu-smi's parser, the spool writer)
@@ -89,20 +90,20 @@ class SystemMetrics:
         self._writers: list[SpoolWriter] = []
         self._ranks: list[tuple[str, _Tree, int | None, SpoolWriter]] = []
         self._nvml = None
+        self._procs: list[tuple] | None = None  # (label, pid, device id, env) once started
+        if self.enabled:  # now, before the ranks spawn: a thread's start waits for a free core
+            self._thread = threading.Thread(target=self._loop, name="system-metrics", daemon=True)
+            self._thread.start()
 
     @property
     def enabled(self) -> bool:
         return self.spool_dir is not None and self.interval > 0
 
     def started(self, supervisor) -> None:
-        if not self.enabled:
-            return
-        ranks = [(str(p.spec.rank_id), p.popen.pid, p.spec.device_id, p.spec.env)
-                 for p in supervisor.procs
-                 if getattr(p.spec, "role", "worker") == "worker" and p.spec.rank_id is not None]
-        self._thread = threading.Thread(target=self._loop, args=(ranks,), name="system-metrics",
-                                        daemon=True)
-        self._thread.start()
+        if self.enabled:
+            self._procs = [(str(p.spec.rank_id), p.popen.pid, p.spec.device_id, p.spec.env)
+                           for p in supervisor.procs if getattr(p.spec, "role", "worker") == "worker"
+                           and p.spec.rank_id is not None]
 
     def ended(self, result) -> None:
         if self._thread is None:
@@ -112,11 +113,11 @@ class SystemMetrics:
             for writer in self._writers:
                 writer.close()
 
-    def _loop(self, ranks) -> None:
+    def _loop(self) -> None:
         prime = min(PRIME_S, self.interval / 2)
-        if self._stop.wait(self.interval - prime):
-            return  # a short job: nothing imported, nothing sampled
-        trees = self._baselines(ranks)  # outside the lock: `ended` never waits for an import
+        if self._stop.wait(self.interval - prime) or self._procs is None:
+            return  # a short job (or none started): nothing imported, nothing sampled
+        trees = self._baselines(self._procs)  # outside the lock: `ended` never waits for an import
         with self._sampling:
             if self._stop.is_set():
                 return

@@ -258,9 +258,10 @@ def rank_table_summary(path: str | None) -> str:
 
 
 def start_helper(spool_dir: str, environ: dict | None = None) -> subprocess.Popen:
-    """Start the forwarding helper (tracking/delivery.py) for a spool folder; reaped by a daemon
-    thread of the caller."""
-    import threading
+    """Start the forwarding helper (tracking/delivery.py) for a spool folder; reaped by a thread
+    of the caller (`_thread`: threading's start would wait for that thread to run, and the cores
+    are busy with the ranks' own start right now)."""
+    import _thread
     env = dict(os.environ if environ is None else environ)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
@@ -274,5 +275,5 @@ def start_helper(spool_dir: str, environ: dict | None = None) -> subprocess.Pope
         proc = subprocess.Popen([sys.executable, "-m", "platform_plugin.tracking.delivery", str(spool_dir)],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                                 env=env, start_new_session=True, close_fds=True)
-    threading.Thread(target=proc.wait, name="tracking-helper-reaper", daemon=True).start()
+    _thread.start_new_thread(proc.wait, ())
     return proc
