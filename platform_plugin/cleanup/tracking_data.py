@@ -73,7 +73,7 @@ def _uri_from_env_file(root: Path) -> str | None:
         return None
     if URI_VARIABLE.encode() not in head:
         return None
-    from platform_plugin.settings import read_env_file
+    from platform_plugin.util.envfile import read_env_file
 
     try:
         values, _ = read_env_file(None, str(root))

@@ -35,8 +35,15 @@ MS_HEARTBEAT_RETRY_TIMEOUT_S = 30
 class Layout(FrozenRecord):
     """Who runs where. `ranks` lists (global rank, device id) for this server, in local order."""
 
-    __slots__ = ("world_size", "node_rank", "nnodes", "server_id", "ranks", "master_addr",
-                 "master_port", "rank_table_file")
+    world_size: int
+    node_rank: int
+    nnodes: int
+    server_id: str
+    ranks: tuple[tuple[int, int], ...]
+    master_addr: str
+    master_port: int | None
+    rank_table_file: str | None
+    __slots__ = tuple(__annotations__)  # the fields, in order
 
     def __init__(self, world_size: int, node_rank: int, nnodes: int, server_id: str,
                  ranks: tuple[tuple[int, int], ...], master_addr: str, master_port: int | None,
@@ -50,7 +57,11 @@ class Helper(FrozenRecord):
     `name`: "sched" | "store"; `role`: RankSpec.role; `argv_of`: the job's command -> this
     helper's argv (None: the command itself, as the ms-cluster scheduler)."""
 
-    __slots__ = ("name", "role", "env", "argv_of")
+    name: str
+    role: str
+    env: dict
+    argv_of: Callable[[tuple], tuple] | None
+    __slots__ = tuple(__annotations__)  # the fields, in order
 
     def __init__(self, name: str, role: str, env: dict,
                  argv_of: Callable[[tuple], tuple] | None = None) -> None:

@@ -31,7 +31,9 @@ RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
 class Host(FrozenRecord):
     """What launch() found on this machine; tests give it explicitly."""
 
-    __slots__ = ("base_env", "npu_present")
+    base_env: dict
+    npu_present: bool
+    __slots__ = tuple(__annotations__)  # the fields, in order
 
     def __init__(self, base_env: dict | None = None, npu_present: bool = False) -> None:
         # base_env: the environment every rank inherits
@@ -43,8 +45,16 @@ class RankSpec(FrozenRecord):
     `name`: "0".."N-1" (global rank) or "sched"; `role`: "worker" | "sched" | "service" (the
     torch store: stopped after the workers)."""
 
-    __slots__ = ("name", "rank_id", "local_rank", "device_id", "argv", "env", "cwd", "log_path",
-                 "role")
+    name: str
+    rank_id: int | None
+    local_rank: int | None
+    device_id: int | None
+    argv: tuple[str, ...]
+    env: dict
+    cwd: str
+    log_path: str
+    role: str
+    __slots__ = tuple(__annotations__)  # the fields, in order
 
     def __init__(self, name: str, rank_id: int | None, local_rank: int | None,
                  device_id: int | None, argv: tuple[str, ...], env: dict, cwd: str,
@@ -55,9 +65,22 @@ class RankSpec(FrozenRecord):
 class LaunchPlan(FrozenRecord):
     """Everything about a job before any process exists (build_plan makes it)."""
 
-    __slots__ = ("job_id", "job_name", "job_dir", "backend", "backend_reason", "world_size",
-                 "node_rank", "nnodes", "ranks", "command", "server_id", "cache_dir",
-                 "master_addr", "master_port", "attempt")
+    job_id: str
+    job_name: str
+    job_dir: str
+    backend: str
+    backend_reason: str
+    world_size: int
+    node_rank: int
+    nnodes: int
+    ranks: tuple[RankSpec, ...]
+    command: tuple[str, ...]
+    server_id: str
+    cache_dir: str
+    master_addr: str
+    master_port: int | None
+    attempt: int
+    __slots__ = tuple(__annotations__)  # the fields, in order
 
     def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
                  backend_reason: str, world_size: int, node_rank: int, nnodes: int,

@@ -7,9 +7,20 @@ a class; the launch path had 16). A `Record` subclass lists its fields, in order
 `__slots__` and writes its own `__init__` (its signature is the documentation); `Record`
 derives from the slots what a dataclass would: `__repr__`, `__eq__`, `replace()`, `as_dict()`
 (shallow: nested records stay records) and pickling. `FrozenRecord` is immutable and
-hashable; its `__init__` sets the fields with `self._init(...)`.
+hashable; its `__init__` sets the fields with `self._init(...)`, so its fields are declared as
+annotations (what mypy reads) and its slots derived from them:
+
+    class Host(FrozenRecord):
+        base_env: dict
+        npu_present: bool
+        __slots__ = tuple(__annotations__)
 """
 from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import TypeVar
+    R = TypeVar("R", bound="Record")
 
 
 def _rebuild(cls, values):
@@ -39,7 +50,7 @@ class Record:
     def __reduce__(self):
         return (_rebuild, (self.__class__, self._values()))
 
-    def replace(self, **changes) -> Record:
+    def replace(self: R, **changes) -> R:
         """A copy with `changes` (as dataclasses.replace; an unknown name is a TypeError)."""
         unknown = set(changes).difference(self.__slots__)
         if unknown:

@@ -1,0 +1,61 @@
+"""The user's `.env` file, read safely: the explicit file only, bounded, no NUL bytes, no value
+a process environment cannot carry. python-dotenv parses it; settings.py decides what the values
+may override."""
+from __future__ import annotations
+
+import io
+import os
+
+from platform_plugin.errors import ConfigError, Problem
+
+
+def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
+    """The .env values ({} when the default ./.env does not exist); None values are dropped."""
+    path = os.path.join(cwd, env_file) if env_file else os.path.join(cwd, ".env")
+    if not os.path.isfile(path):
+        if env_file:
+            raise ConfigError(f"env file {path} does not exist: fix --env-file.",
+                              code="ENV_FILE_MISSING")
+        return {}, None
+    # imported here: a rank's tracker reaches this module (job_log_dir) and must need only
+    # the standard library
+    from dotenv import dotenv_values
+    text = _env_file_text(path)
+    try:
+        # the explicit file, never find_dotenv(): that searches from the caller's source file
+        values = dotenv_values(stream=io.StringIO(text), interpolate=False)
+    except ValueError as exc:
+        raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
+    values = {k: v for k, v in values.items() if k and v is not None}
+    for name, value in values.items():
+        if len(name.encode()) + len(value.encode()) + 2 > MAX_VARIABLE_BYTES:
+            raise ConfigError([Problem("ENV_VALUE_TOO_LONG", f"{name} in {path} is "
+                                       f"{len(value.encode())} bytes; a process variable holds at "
+                                       f"most {MAX_VARIABLE_BYTES - 2} (Linux refuses to start the "
+                                       "process: 'Argument list too long'). Put large data in a "
+                                       "file and set the variable to its path.", name)])
+    return values, path
+
+
+# Linux's MAX_ARG_STRLEN: one NAME=VALUE string of a process environment, terminator included
+MAX_VARIABLE_BYTES = 128 * 1024
+MAX_ENV_FILE_BYTES = 1024 * 1024  # a .env holds settings, not data
+
+
+def _env_file_text(path: str) -> str:
+    """The file's text, bounded and without NUL bytes (no process variable can hold one)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_ENV_FILE_BYTES + 1)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
+    if len(raw) > MAX_ENV_FILE_BYTES:
+        raise ConfigError(f"env file {path} is over {MAX_ENV_FILE_BYTES // 1024} KiB: a .env "
+                          "holds settings; put data in files.", code="ENV_FILE_TOO_LARGE")
+    if "\0" in text:
+        line = text[:text.index("\0")].count("\n") + 1
+        raise ConfigError([Problem("ENV_FILE_NUL", f"env file {path} holds a NUL byte on line "
+                                   f"{line}: no process variable can carry one. Remove it (was "
+                                   "the file saved by a binary tool?).", path)])
+    return text
