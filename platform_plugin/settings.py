@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 
 from platform_plugin.errors import ConfigError, Problem, errors_only
-from platform_plugin.util.envfile import read_env_file
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.record import FrozenRecord
 from platform_plugin.variables import PLATFORM_RUN_MODE
@@ -220,7 +219,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     """
     environ = dict(os.environ if environ is None else environ)
     cwd = cwd or os.getcwd()
-    dotenv, env_path = read_env_file(env_file, cwd)
+    dotenv, env_path = _env_values(env_file, cwd)
     mode, mode_source = choose_mode(mode, environ)
     r = _Resolver(mode, environ, dotenv, normalize_flags(flags))
     if "PLATFORM_RUN_MODE" in dotenv:
@@ -259,6 +258,15 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     return Settings(mode, mode_source, table_path, table, server, rank_start, rank_id, rank_size,
                     device_id, user_env, tuple(r.rows[n] for n in order), tuple(r.problems),
                     visible_value, env_path)
+
+
+def _env_values(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
+    """The .env's values and path; util/envfile.py loads only when there is a file to read
+    (or --env-file names one): most launches have none."""
+    if not env_file and not os.path.isfile(os.path.join(cwd, ".env")):
+        return {}, None
+    from platform_plugin.util.envfile import read_env_file
+    return read_env_file(env_file, cwd)
 
 
 def _user_env(r: _Resolver, dotenv: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
