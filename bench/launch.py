@@ -163,7 +163,7 @@ def _where_cli_time_goes(o: dict, extra: dict, launcher_ms: float) -> str:
         f"{launcher_ms:.0f} ms is the launch itself (the in-process figure below); the rest "
         "is imports, serial before the first rank starts (the `platform-run launch` row of "
         "the imports section). With .pyc: the stdlib modules the bare script does not load "
-        "(argparse, gettext, json: ~5 ms) and running the bodies of the package's 33 modules "
+        "(argparse, gettext, json: ~5 ms) and running the bodies of the package's 32 modules "
         "(no `dataclasses` on the path any more: its import and the generated methods of 16 "
         "classes were ~30 ms). Without .pyc, compiling those modules on top: "
         f"{compile_ms:.0f} ms of wall here (no .pyc minus .pyc), for ~4,200 lines of code "

@@ -177,7 +177,7 @@ LAUNCH_PATH = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.la
         "options", "output", "plan", "preflight", "quiet", "reaper", "result", "spawn",
         "supervisor")} | {"platform_plugin.launcher"} | {
     f"platform_plugin.util.{m}" for m in (
-        "folders", "hosts", "jobdirs", "numbers", "ports", "procfs", "record")} | {
+        "folders", "hosts", "jobdirs", "numbers", "procfs", "record")} | {
     "platform_plugin.util"}
 # stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
 # it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway;

@@ -14,7 +14,6 @@ import sys
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose, default_nproc
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.util.ports import free_port
 from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.record import FrozenRecord
@@ -157,6 +156,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     name, reason = choose(options.backend, list(argv), settings, host.npu_present)
     backend = BACKENDS[name]
     if backend.needs_port and options.master_port is None and options.nnodes == 1:
+        from platform_plugin.util.ports import free_port  # (only the backends with a port)
         options = options.replace(master_port=free_port("0.0.0.0"))
     if options.nproc is None and name != "rank-table":
         options = options.replace(nproc=default_nproc(host)[0])

@@ -13,7 +13,6 @@ from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.plan import LaunchPlan
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.hosts import is_host
-from platform_plugin.util.ports import check_free
 
 MAX_JOB_NAME = 100  # the job folder is <name>-<date>-<time>-<hex>; file names end at 255 bytes
 MAX_ARG_STRLEN = 128 * 1024  # Linux: one argument or NAME=VALUE, terminator included
@@ -131,6 +130,7 @@ def check_ports_and_devices(plan: LaunchPlan, options: LaunchOptions, npu_presen
     if options.master_port and plan.node_rank == 0 and plan.master_port:
         what = "MS_SCHED_PORT" if plan.backend == "ms-cluster" else "MASTER_PORT"
         if plan.backend in ("ms-cluster", "torch"):
+            from platform_plugin.util.ports import check_free  # (only a requested port)
             check_free(plan.master_port, "0.0.0.0", what=what)
     if plan.backend == "rank-table" or npu_present:
         from platform_plugin.launcher.stale import refuse_or_kill  # only a job with devices
