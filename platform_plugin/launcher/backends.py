@@ -230,9 +230,10 @@ class RankTableBackend(Backend):
 BACKENDS: dict[str, Backend] = {b.name: b for b in (
     RankTableBackend(), MsClusterBackend(), TorchBackend(), PlainBackend())}
 
+# what `auto` looks for in the program's source (compiled by re when `auto` first runs)
 _IMPORTS = {
-    "ms-cluster": re.compile(rb"^\s*(?:import|from)\s+mindspore\b", re.M),
-    "torch": re.compile(rb"^\s*(?:import|from)\s+torch\b", re.M),
+    "ms-cluster": rb"^\s*(?:import|from)\s+mindspore\b",
+    "torch": rb"^\s*(?:import|from)\s+torch\b",
 }
 
 
@@ -282,7 +283,7 @@ def choose(requested: str, command: list[str], settings: Settings,
         return "rank-table", f"Ascend NPUs present and rank table {table.path or ''} resolved"
     what, source = program_source(command)
     for name, pattern in _IMPORTS.items():
-        if source is not None and pattern.search(source):
+        if source is not None and re.search(pattern, source, re.M):
             library = "mindspore" if name == "ms-cluster" else "torch"
             return name, f"{what} imports {library}"
     if source is None:

@@ -27,8 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 # glog lines of MindSpore below ERROR from its networking: the DISTRIBUTED submodule (cluster
 # connect/retry/register) and the collective-communication setup (ccsrc/.../collective/...).
-CHATTER_LINE = re.compile(rb"\[(?:WARNING|INFO|DEBUG)\] (?:DISTRIBUTED\(|[A-Z_]+\([^)]*\):\S* "
-                          rb"\[mindspore/ccsrc/[^\]]*collective)")
+# compiled at the first chunk that holds a mark (_Chatter.regex): most jobs never need it
+CHATTER_LINE = (rb"\[(?:WARNING|INFO|DEBUG)\] (?:DISTRIBUTED\(|[A-Z_]+\([^)]*\):\S* "
+                rb"\[mindspore/ccsrc/[^\]]*collective)")
 # every chatter line holds one of these: a chunk without them needs no regex at all
 _CHATTER_MARKS = (b"] DISTRIBUTED(", b"[mindspore/ccsrc/")
 
@@ -40,12 +41,19 @@ class _Chatter:
     by byte in Python's engine (with a `^` and re.M it was the launcher's largest cost on a
     chatty rank); `in` runs at memchr/memmem speed and is almost always the whole answer."""
 
+    regex = None
+
     def search(self, chunk: bytes) -> bool:
         return (b"[" in chunk and any(mark in chunk for mark in _CHATTER_MARKS)  # memchr first
-                and CHATTER_LINE.search(chunk) is not None)
+                and self._regex().search(chunk) is not None)
 
     def match(self, line: bytes) -> bool:
-        return CHATTER_LINE.match(line) is not None
+        return self._regex().match(line) is not None
+
+    def _regex(self):
+        if self.regex is None:
+            self.regex = re.compile(CHATTER_LINE)
+        return self.regex
 
 
 CHATTER = _Chatter()
