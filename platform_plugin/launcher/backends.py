@@ -1,4 +1,5 @@
-"""Backends: how ranks find each other. A registry, so a new backend is one class and one line.
+"""Backends: how ranks find each other. A registry, so a new backend is one class and one line
+(the framework backends are in launcher/framework_backends.py).
 
 Each backend answers three questions from the settings and options it is given (it starts
 nothing; `choose()` for `auto` reads the program's source):
@@ -22,15 +23,6 @@ if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
     from typing import Callable
 
     from platform_plugin.settings import Settings
-# `ranktable` and `torch_store` are imported by the backends that use them: a launch with
-# another backend starts without compiling them.
-
-# Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
-# rank that never started into a half-hour wait; the launcher watches the processes anyway.
-MS_TOPO_TIMEOUT_S = 120
-MS_NODE_TIMEOUT_S = 60
-MS_HEARTBEAT_RETRY_TIMEOUT_S = 30
-
 
 class Layout(FrozenRecord):
     """Who runs where. `ranks` lists (global rank, device id) for this server, in local order."""
@@ -68,7 +60,8 @@ class Helper(FrozenRecord):
         self._init(name, role, env, argv_of)
 
 
-def _fail(code: str, message: str, path: str = "") -> ConfigError:
+def fail(code: str, message: str, path: str = "") -> ConfigError:
+    """The refusal of a bad launch request: raise fail(CODE, what to do, where)."""
     return ConfigError([Problem(code, message, path)])
 
 
@@ -97,16 +90,16 @@ def grid_layout(settings: Settings, options: LaunchOptions, *, needs_port: bool)
     build_plan has replaced a missing --nproc by `default_nproc`."""
     nproc = options.nproc
     if not nproc or nproc < 1:
-        raise _fail("LAUNCH_NPROC", f"--nproc {nproc}: start at least 1 process (leave --nproc "
-                    "out for the default: the rank table's devices, else the visible NPUs, else "
-                    f"{CPU_DEFAULT_NPROC})", "--nproc")
+        raise fail("LAUNCH_NPROC", f"--nproc {nproc}: start at least 1 process (leave --nproc "
+                   "out for the default: the rank table's devices, else the visible NPUs, else "
+                   f"{CPU_DEFAULT_NPROC})", "--nproc")
     nnodes, node_rank = options.nnodes, options.node_rank
     if not 0 <= node_rank < nnodes:
-        raise _fail("LAUNCH_NODE_RANK", f"--node-rank {node_rank} must be between 0 and "
-                    f"--nnodes - 1 = {nnodes - 1}", "--node-rank")
+        raise fail("LAUNCH_NODE_RANK", f"--node-rank {node_rank} must be between 0 and "
+                   f"--nnodes - 1 = {nnodes - 1}", "--node-rank")
     if nnodes > 1 and needs_port and not options.master_port:
-        raise _fail("LAUNCH_MASTER_PORT", "a multi-node job needs the same --master-port on every "
-                    "server (and --master-addr = the address of node 0)", "--master-port")
+        raise fail("LAUNCH_MASTER_PORT", "a multi-node job needs the same --master-port on every "
+                   "server (and --master-addr = the address of node 0)", "--master-port")
     first = node_rank * nproc
     return Layout(world_size=nnodes * nproc, node_rank=node_rank, nnodes=nnodes,
                   server_id=(settings.server.server_id if settings.server
@@ -141,94 +134,18 @@ class PlainBackend(Backend):
     name = "plain"
 
 
-class TorchBackend(Backend):
-    """torch.distributed env:// rendezvous, the variables torchrun sets."""
-
-    name = "torch"
-    needs_port = True
-
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
-        from platform_plugin.launcher import torch_store
-        rank, _ = layout.ranks[local_rank]
-        return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
-                "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
-                "GROUP_RANK": str(layout.node_rank), "MASTER_ADDR": layout.master_addr,
-                "MASTER_PORT": str(layout.master_port), **torch_store.AGENT_STORE,
-                # gloo's own listening sockets: on loopback for a single-server job
-                **({"GLOO_SOCKET_IFNAME": "lo"} if layout.nnodes == 1 else {})}
-
-    def helpers(self, layout: Layout) -> list[Helper]:
-        """Node 0 hosts the rendezvous store on MASTER_ADDR only (torch_store.py says why)."""
-        if layout.node_rank != 0:
-            return []
-        from platform_plugin.launcher import torch_store
-        env = {"MASTER_ADDR": layout.master_addr, "MASTER_PORT": str(layout.master_port)}
-        return [Helper(torch_store.NAME, torch_store.ROLE, env, argv_of=torch_store.argv)]
+# The backends' names, as --backend lists them. `plain` is defined here; the framework backends
+# (ms-cluster, torch, rank-table) in launcher/framework_backends.py, loaded by the jobs that
+# use one (a plain launch starts without compiling them).
+BACKENDS = ("rank-table", "ms-cluster", "torch", "plain")
 
 
-class MsClusterBackend(Backend):
-    """MindSpore dynamic cluster (CPU/GPU, or Ascend without a table): one scheduler, N workers.
-
-    MS_ENABLE_RECOVERY is never set: with it the scheduler waits for lost workers forever."""
-
-    name = "ms-cluster"
-    needs_port = True
-
-    def _cluster_env(self, layout: Layout) -> dict[str, str]:
-        return {"MS_SCHED_HOST": layout.master_addr, "MS_SCHED_PORT": str(layout.master_port),
-                "MS_WORKER_NUM": str(layout.world_size), "MS_TOPO_TIMEOUT": str(MS_TOPO_TIMEOUT_S),
-                "MS_NODE_TIMEOUT": str(MS_NODE_TIMEOUT_S),
-                "MS_HEARTBEAT_RETRY_TIMEOUT": str(MS_HEARTBEAT_RETRY_TIMEOUT_S)}
-
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
-        rank, _ = layout.ranks[local_rank]
-        return {**self._cluster_env(layout), "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(rank)}
-
-    def helpers(self, layout: Layout) -> list[Helper]:
-        if layout.node_rank != 0:  # one scheduler per job, on node 0
-            return []
-        return [Helper("sched", "sched", {**self._cluster_env(layout), "MS_ROLE": "MS_SCHED"})]
-
-
-class RankTableBackend(Backend):
-    """Ascend with an HCCL rank table: this server's devices, DEVICE_ID = the runtime id of the
-    physical device (davincirunsdk wrongly uses the list index)."""
-
-    name = "rank-table"
-
-    def layout(self, settings: Settings, options: LaunchOptions) -> Layout:
-        from platform_plugin import ranktable
-        table = settings.rank_table
-        if table is None:
-            raise _fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "
-                        "--rank-table FILE or set RANK_TABLE_FILE", "RANK_TABLE_FILE")
-        server = settings.server
-        if server is None:
-            server = ranktable.select_server(table, rank_start=settings.rank_start)
-        devices = sorted(server.devices, key=lambda d: d.rank_id)
-        if options.nproc and options.nproc != len(devices):
-            raise _fail("LAUNCH_NPROC_TABLE", f"the rank table gives server {server.server_id} "
-                        f"{len(devices)} devices but --nproc is {options.nproc}: leave --nproc out "
-                        "or use a table with the devices you want", "--nproc")
-        node_rank = [s.server_id for s in table.servers].index(server.server_id)
-        # DEVICE_ID is what the runtime calls the card: the physical id, renumbered from 0
-        # when ASCEND_RT_VISIBLE_DEVICES hides some cards (a card outside it is an error).
-        visible = settings.visible_devices
-        return Layout(world_size=table.rank_size, node_rank=node_rank, nnodes=len(table.servers),
-                      server_id=server.server_id,
-                      ranks=tuple((d.rank_id, ranktable.runtime_device_id(d.device_id, visible))
-                                  for d in devices),
-                      master_addr=options.master_addr, master_port=None,
-                      rank_table_file=table.path or settings.rank_table_file)
-
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
-        rank, _ = layout.ranks[local_rank]
-        return {"RANK_TABLE_FILE": str(layout.rank_table_file or ""),
-                "RANK_START": str(layout.ranks[0][0])}
-
-
-BACKENDS: dict[str, Backend] = {b.name: b for b in (
-    RankTableBackend(), MsClusterBackend(), TorchBackend(), PlainBackend())}
+def backend(name: str) -> Backend:
+    """The backend called `name` (one of BACKENDS)."""
+    if name == "plain":
+        return PlainBackend()
+    from platform_plugin.launcher.framework_backends import FRAMEWORK_BACKENDS
+    return FRAMEWORK_BACKENDS[name]
 
 # what `auto` looks for in the program's source (compiled by re when `auto` first runs)
 _IMPORTS = {
@@ -275,8 +192,8 @@ def choose(requested: str, command: list[str], settings: Settings,
     """(backend name, the reason printed to the user)."""
     if requested != "auto":
         if requested not in BACKENDS:
-            raise _fail("LAUNCH_BACKEND", f"unknown backend {requested!r}; choose one of "
-                        f"{', '.join(BACKEND_CHOICES)}", "--backend")
+            raise fail("LAUNCH_BACKEND", f"unknown backend {requested!r}; choose one of "
+                       f"{', '.join(BACKEND_CHOICES)}", "--backend")
         return requested, "requested"
     table = settings.rank_table
     if npu_present and table is not None:

@@ -12,7 +12,8 @@ import re
 import sys
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.backends import BACKENDS, Backend, Layout, choose, default_nproc
+from platform_plugin.launcher.backends import (Backend, Layout, backend as backend_named,
+                                                choose, default_nproc)
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
@@ -154,7 +155,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     host = host or Host()
     base_env = dict(host.base_env)
     name, reason = choose(options.backend, list(argv), settings, host.npu_present)
-    backend = BACKENDS[name]
+    backend = backend_named(name)
     if backend.needs_port and options.master_port is None and options.nnodes == 1:
         from platform_plugin.util.ports import free_port  # (only the backends with a port)
         options = options.replace(master_port=free_port("0.0.0.0"))
