@@ -23,9 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from platform_plugin.tracking.forwarder import Forwarder, drain_timeout
+from platform_plugin.tracking.offsets import drain_timeout
 from platform_plugin.tracking.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
 from platform_plugin.variables import PLATFORM_TRACKING_HELPER
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.tracking.forwarder import Forwarder
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
 IDLE_BEFORE_IMPORT_S = 3.0  # at most, before the helper imports MLflow with nothing to deliver
@@ -71,9 +75,11 @@ class ServerPeers:
 
 
 class Helper:
+    """The helper's work. Made cheaply (the stdlib and the state files): until a rank spooled
+    something or the job ended it only waits, and imports the forwarder and the sink (~0.1 s of
+    CPU without .pyc, then MLflow's seconds) after that, not while the ranks start."""
+
     def __init__(self, spool_dir: Path, control=None):
-        from platform_plugin.tracking.observers import make_observers
-        from platform_plugin.tracking.sinks import get_sink
         self.spool_dir = Path(spool_dir)
         self.status = HelperStatus(pid=os.getpid())
         config = SinkConfig.load(self.spool_dir)
@@ -83,17 +89,27 @@ class Helper:
         if config is None:
             raise FileNotFoundError(self.status.error)
         self.config = config
+        self.control = control  # the launcher's pipe: EOF = launcher done or dead
+        self.orphaned = False
+        self.orphan_stop: float | None = None  # the launcher died: deliver until then
+        self.forwarder: Forwarder  # made by _set_up(), after the idle wait
+        self.peers: ServerPeers
+
+    def _set_up(self) -> None:
+        from platform_plugin.tracking.forwarder import Forwarder
+        from platform_plugin.tracking.observers import make_observers
+        from platform_plugin.tracking.sinks import get_sink
         sink = get_sink(self.config.sink)
         self.forwarder = Forwarder(self.spool_dir, self.config, sink, workers=STREAM_WORKERS,
                                    observers=make_observers(self.config, sink, self.spool_dir),
                                    aggregates=job_aggregates(self.config, sink))
-        self.control = control  # the launcher's pipe: EOF = launcher done or dead
+        self.forwarder.stop_at = self.orphan_stop
         self.peers = ServerPeers(self.spool_dir, self.config, sink)
-        self.orphaned = False
 
     def run(self) -> None:
         self._set(phase="forwarding")
         self._idle_until_work()
+        self._set_up()
         backoff = PASS_INTERVAL_S
         end = None
         while True:
@@ -139,7 +155,9 @@ class Helper:
             self.control = None
             if JobEnd.load(self.spool_dir) is None and not self.orphaned:
                 self.orphaned = True
-                self.forwarder.stop_at = time.time() + drain_timeout(10)
+                self.orphan_stop = time.time() + drain_timeout(10)
+                if hasattr(self, "forwarder"):  # else _set_up() gives it the deadline
+                    self.forwarder.stop_at = self.orphan_stop
 
     def _end_runs(self, end: JobEnd) -> None:
         self._set(phase="ending")
