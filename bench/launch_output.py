@@ -6,8 +6,11 @@
 every side, alternating every round:
 - to /dev/null, unbuffered (PYTHONUNBUFFERED=1, the launcher's default: a write per print)
   and with the ranks' own buffering (what `--buffered` keeps);
-- each rank piped into a reader that only drains (64 KiB reads, 5 ms apart while busy: no
-  processing at all) — the floor for anything that captures output through a pipe;
+- each rank piped into a reader that only drains, on the launcher's schedule (64 KiB reads,
+  passes 5 ms apart while output flows, the pipes never polled: no processing at all) — the
+  floor for anything that captures output through a pipe;
+- the same reader waiting in epoll on the pipes (the launcher's earlier design): since Linux
+  5.16 a pipe that was ever polled wakes its waiters on every write, which the ranks pay;
 - each rank piped into `cat` (which wakes up for every write);
 - each rank writing its own file in the log folder (torchrun's `--tee` design, untailed);
 - through `launch()` (rank logs + prefixed display to /dev/null), both ways.
@@ -57,33 +60,53 @@ def to_devnull(argvs, env) -> None:
         p.wait()
 
 
-def drain_only(argvs, env) -> None:
+def _drain_pipe(fd: int) -> tuple[int, bool]:
+    """Read what the pipe holds now in 64 KiB pieces: (bytes read, at EOF)."""
+    got = 0
+    while True:
+        try:
+            data = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return got, False
+        if not data:
+            return got, True
+        got += len(data)
+        if len(data) < 1 << 16:
+            return got, False
+
+
+def drain_only(argvs, env, polled: bool = False) -> None:
     """The pipe floor: the launcher's read pattern (pipes enlarged to 1 MiB, 64 KiB reads until
-    a short one, 5 ms sleep while busy) with nothing done to the bytes."""
+    a short one, passes 5 ms apart while output flows, up to 50 ms when quiet) with nothing done
+    to the bytes. `polled`: wait in epoll on the pipes instead of reading them on a schedule."""
     import fcntl
     procs = [subprocess.Popen(a, stdout=subprocess.PIPE, env=env, start_new_session=True)
              for a in argvs]
+    pipes = {p.stdout.fileno(): p.stdout for p in procs}
     selector = selectors.DefaultSelector()
-    for p in procs:
-        fcntl.fcntl(p.stdout.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-        os.set_blocking(p.stdout.fileno(), False)
-        selector.register(p.stdout, selectors.EVENT_READ)
-    while selector.get_map():
+    for fd in pipes:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        os.set_blocking(fd, False)
+        if polled:
+            selector.register(fd, selectors.EVENT_READ)
+    wait = 0.005
+    while pipes:
+        if polled:
+            ready = [key.fd for key, _ in selector.select(timeout=0.05)]
+        else:
+            time.sleep(wait)
+            ready = list(pipes)
         busy = 0
-        for key, _ in selector.select(timeout=0.05):
-            while True:
-                try:
-                    data = os.read(key.fd, 1 << 16)
-                except BlockingIOError:
-                    break
-                busy += len(data)
-                if not data:
-                    selector.unregister(key.fileobj)
-                    key.fileobj.close()
-                if len(data) < 1 << 16:
-                    break
-        if busy >= 16 * 1024:
-            time.sleep(0.005)
+        for fd in ready:
+            got, eof = _drain_pipe(fd)
+            busy += got
+            if eof:
+                if polled:
+                    selector.unregister(fd)
+                pipes.pop(fd).close()
+        if polled and busy >= 16 * 1024:
+            time.sleep(0.005)  # the launcher's earlier pacing of a polled reader
+        wait = 0.005 if busy else min(wait * 2, 0.05)
     selector.close()
     for p in procs:
         p.wait()
@@ -130,6 +153,7 @@ def throughput(tmp: str, rounds: int) -> dict:
     sides = {
         "devnull": lambda: to_devnull(writers, unbuffered),
         "drain": lambda: drain_only(writers, unbuffered),
+        "polled": lambda: drain_only(writers, unbuffered, polled=True),
         "cat": lambda: piped_into_cat(writers, unbuffered),
         "file": lambda: into_files(writers, unbuffered, tmp),
         "launch": through_launcher,
@@ -159,7 +183,9 @@ def section(result: dict, rounds: int, header: str) -> tuple[str, bool]:
     meets = r_out <= GOAL
     rows = [
         ("devnull", "ranks unbuffered (PYTHONUNBUFFERED=1, the launcher's default) to /dev/null"),
-        ("drain", "the same ranks, each piped into a reader that only drains (the pipe floor)"),
+        ("drain", "the same ranks, each piped into a reader that only drains, on the launcher's "
+                  "schedule (the pipe floor)"),
+        ("polled", "the same reader waiting in epoll on the pipes (the launcher's earlier design)"),
         ("cat", "the same ranks, each piped into `cat` (wakes up for every write)"),
         ("file", "the same ranks, each writing its own log file in the log folder (torchrun's "
                  "`--tee` design, before any tailing)"),
@@ -205,8 +231,12 @@ def _where_the_time_goes(t: dict, cpu: dict) -> list[str]:
         f"Where the time goes (unbuffered): the ranks need {pipe_cost:.2f} s more CPU when "
         f"their stdout is a pipe instead of /dev/null ({med('devnull', 1):.2f} -> "
         f"{med('drain', 1):.2f} s with a reader that does nothing but drain: a `write` into a "
-        "pipe costs the kernel more than one into /dev/null), and the launcher process "
-        f"{med('launch', 0):.2f} s (rank logs, prefixing, display, and the job's start and end). "
+        "pipe costs the kernel more than one into /dev/null); "
+        f"{med('polled', 1) - med('devnull', 1):.2f} s more when the reader waits in epoll on the "
+        "pipes (a polled pipe wakes its waiters on every write since Linux 5.16: "
+        "`pipe->poll_usage`), which is why the launcher reads its pipes on a schedule and polls "
+        f"only the ranks' pidfds. The launcher process itself takes {med('launch', 0):.2f} s "
+        "(rank logs, prefixing, display, and the job's start and end). "
         f"{RANKS} ranks already keep all {os.cpu_count()} cores of this machine busy, so every "
         "extra CPU second "
         f"shows in the wall time: the pipe floor alone is {floor:.2f}x, {verdict}. "

@@ -1,7 +1,12 @@
 """Start every process of a plan, pump their output, stop them all at the first failure.
 
-One loop in the caller's thread does everything (no reader threads): it selects on the rank
-pipes, feeds the output, polls exits and checks the deadlines. Stopping is a phase of the same
+One loop in the caller's thread does everything (no reader threads): it waits on the ranks'
+pidfds (an exit wakes it at once), drains the rank pipes, feeds the output and checks the
+deadlines. The pipes are read on a schedule and never polled: since Linux 5.16 a pipe that was
+ever given to poll/epoll wakes its waiters on *every* write (`pipe->poll_usage`), which costs a
+rank that prints a line at a time about twice the kernel time of its writes (bench/launch.py,
+output section). The schedule: 5 ms after a pass that read something, backing off to 50 ms
+while the ranks are quiet. Stopping is a phase of the same
 loop, so output written while ranks shut down still reaches the logs and the display.
 A KeyboardInterrupt (Ctrl-C, kernel interrupt, the CLI's SIGTERM) starts the stop; a second
 one skips the grace period. Every stop, a successful end included, covers the job's process
@@ -23,9 +28,13 @@ from platform_plugin.launcher.spawn import Lifeline, piped, spawn
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
 from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import IO
+
 # stops whose cause is where the ranks are stuck: their stacks are dumped first
 DUMP_STATUSES = (JobStatus.TIMEOUT, JobStatus.HUNG, JobStatus.INTERRUPTED)
-POLL_S = 0.05
+POLL_S = 0.05  # the longest wait between two passes (quiet ranks: the display lags <= 50 ms)
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 # Pipes are drained in 64 KiB pieces, each written out before the next read: every object the
 # display makes of a piece then stays below glibc's mmap/trim thresholds and reuses heap memory.
@@ -34,8 +43,7 @@ CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 READ_SIZE = 1 << 16
 PIPE_SIZE = 1 << 20
 UNKILLABLE_S = 10.0  # after SIGKILL, stop waiting for processes stuck in uninterruptible sleep
-BUSY_BYTES = 16 * 1024  # a pump that read this much means ranks are printing fast ...
-BATCH_S = 0.005  # ... so wait this long before the next read (display latency stays tiny)  # fewer context switches for chatty ranks (Linux caps it at pipe-max-size)
+BATCH_S = 0.005  # the wait after a pass that read something: chatty ranks fill the pipes meanwhile
 
 
 class _Proc:
@@ -51,15 +59,6 @@ class _Proc:
         self.ended_while_stopping = False
         self.failure_order: int | None = None
         self.pidfd: int | None = None
-
-
-class _Exit:
-    """Selector tag of a process's pidfd."""
-
-    __slots__ = ("proc",)
-
-    def __init__(self, proc: _Proc) -> None:
-        self.proc = proc
 
 
 class _Stop:
@@ -89,7 +88,8 @@ class Supervisor:
         self._groups_empty_at: float | None = None
         self._read_in_last_pump = 0
         self._interrupts = 0
-        self._selector = selectors.DefaultSelector()
+        self._selector = selectors.DefaultSelector()  # the pidfds only
+        self._pipes: dict[int, tuple[IO[bytes], _Proc]] = {}  # open rank pipes, by fd
         self._job = JobProcesses(plan.job_id, plan.job_dir)
         self._nothing_left = False  # set once the loop saw every process of the job gone
         self._stacks: dict[str, list[str]] = {}  # name -> innermost frames, when dumped
@@ -122,6 +122,8 @@ class Supervisor:
                 if proc.pidfd is not None:
                     os.close(proc.pidfd)
             self._selector.close()
+            for pipe, _ in self._pipes.values():  # held by a process that left the job's groups
+                pipe.close()
             lifeline.release()
             if previous_sigint is not None:
                 signal.signal(signal.SIGINT, previous_sigint)
@@ -142,18 +144,20 @@ class Supervisor:
             stdout = piped(popen.stdout)
             _enlarge_pipe(stdout.fileno())
             os.set_blocking(stdout.fileno(), False)
-            self._selector.register(stdout, selectors.EVENT_READ, proc)
+            self._pipes[stdout.fileno()] = (stdout, proc)  # read every pass, never polled
             proc.pidfd = _pidfd(popen.pid)
             if proc.pidfd is not None:  # readable when the process exits: no polling delay
-                self._selector.register(proc.pidfd, selectors.EVENT_READ, _Exit(proc))
+                self._selector.register(proc.pidfd, selectors.EVENT_READ, proc)
 
     # -- the loop -----------------------------------------------------------------------
     def _supervise(self) -> None:
         while True:
             try:
-                next_check = 0.0
+                next_check, wait = 0.0, BATCH_S
                 while True:
-                    exited = self._pump(POLL_S)
+                    exited = self._pump(wait)
+                    # output keeps the passes BATCH_S apart; quiet ranks let them drift to POLL_S
+                    wait = BATCH_S if self._read_in_last_pump else min(wait * 2, POLL_S)
                     if self._interrupts:
                         self._interrupts = 0
                         raise KeyboardInterrupt  # handled below, at a point where no data is in flight
@@ -165,8 +169,6 @@ class Supervisor:
                         if self._finished():
                             return
                     self.output.flush()
-                    if self._read_in_last_pump >= BUSY_BYTES:
-                        time.sleep(BATCH_S)  # busy ranks: let the pipes fill, read in big chunks
             except KeyboardInterrupt:
                 if self._stop is None:
                     self._begin_stop(JobStatus.INTERRUPTED, "interrupted (Ctrl-C, kernel "
@@ -185,20 +187,19 @@ class Supervisor:
         return signal.signal(signal.SIGINT, on_sigint)
 
     def _pump(self, wait: float) -> bool:
-        """Read what is ready; True when a process exited."""
+        """Wait up to `wait` for an exit, then read every pipe; True when a process exited."""
         exited = False
         self._read_in_last_pump = 0
         for key, _ in self._selector.select(timeout=wait):
-            if isinstance(key.data, _Exit):
-                exited = True
-                self._selector.unregister(key.fd)
-                os.close(key.fd)
-                key.data.proc.pidfd = None
-                continue
-            if self._drain(key.fd, key.data):
-                key.data.eof = True
-                self._selector.unregister(key.fileobj)
-                key.fileobj.close()  # type: ignore[union-attr]  # the rank's stdout pipe
+            exited = True
+            self._selector.unregister(key.fd)
+            os.close(key.fd)
+            key.data.pidfd = None
+        for fd, (pipe, proc) in list(self._pipes.items()):
+            if self._drain(fd, proc):
+                proc.eof = True
+                del self._pipes[fd]
+                pipe.close()
         return exited
 
     def _drain(self, fd: int, proc: _Proc) -> bool:
@@ -294,7 +295,7 @@ class Supervisor:
             return False
         self._nothing_left = True
         self._pump(0)  # every writer is gone: what is left in the pipes ends in EOF
-        if all(p.eof for p in self.procs) or not self._selector.get_map():
+        if all(p.eof for p in self.procs) or not self._pipes:
             return True
         # a process that left its group (setsid daemon) may still hold a pipe: do not wait on it
         self._groups_empty_at = self._groups_empty_at or time.monotonic()
