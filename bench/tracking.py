@@ -62,7 +62,8 @@ with mlflow.start_run(run_id=run_id):
 """
 # the launcher's CLI, reporting its own peak RSS (not its children's) on exit
 CLI = ("import resource, sys\nfrom platform_plugin.cli import main\nrc = main(sys.argv[1:])\n"
-       "sys.stderr.write('MAXRSS_KB %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+       "u = resource.getrusage(resource.RUSAGE_SELF)\n"
+       "sys.stderr.write('MAXRSS_KB %d CPU_S %f\\n' % (u.ru_maxrss, u.ru_utime + u.ru_stime))\n"
        "sys.exit(rc)\n")
 FIRST_LINE = "import time; print(repr(time.time()), flush=True)"
 KERNEL = """
@@ -93,16 +94,17 @@ def one_launch(work: Path, tracking: str) -> dict:
     wall = time.time() - t0
     assert done.returncode == 0, done.stdout + done.stderr
     rss = int(done.stderr.split("MAXRSS_KB ")[1].split()[0]) / 1024
+    cpu = float(done.stderr.split("CPU_S ")[1].split()[0])
     job = max((d for d in log_dir.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
     firsts = [float(p.read_text().split()[0]) for p in job.glob("rank_*.log")]
     if tracking != "none":
         wait_helpers_done(log_dir)
-    return {"wall": wall, "rss": rss, "first": min(firsts) - t0}
+    return {"wall": wall, "rss": rss, "first": min(firsts) - t0, "cpu": cpu}
 
 
 def launch_cost(work: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
     sides = {"mlflow": work / "default", "none": work / "none"}
-    out = {name: {"wall": [], "rss": [], "first": []} for name in sides}
+    out = {name: {"wall": [], "rss": [], "first": [], "cpu": []} for name in sides}
     for name, folder in sides.items():
         folder.mkdir()
         one_launch(folder, "auto" if name == "mlflow" else "none")  # warm-up: store, page cache
@@ -238,17 +240,22 @@ def launch_lines(cost: dict, kernel: tuple[float, float, bool], rounds: int) -> 
     r_wall = statistics.median(m["wall"]) / statistics.median(n["wall"])
     r_rss = statistics.median(m["rss"]) / statistics.median(n["rss"])
     d_first = statistics.median(m["first"]) - statistics.median(n["first"])
+    d_cpu = statistics.median(m["cpu"]) - statistics.median(n["cpu"])
     return [
         f"Launch cost of default tracking, 8 no-op ranks (`platform-run launch --nproc 8`), {rounds} "
         "alternating rounds after a warm-up each; median (min–max):", "",
-        "| | wall | launcher peak RSS | command → first rank's first line |", "|---|---|---|---|",
+        "| | wall | launcher peak RSS | command → first rank's first line | launcher CPU (user+sys) |",
+        "|---|---|---|---|---|",
         f"| default tracking (MLflow, sqlite) | {spread(m['wall'])} | {spread(m['rss'], 'MiB', digits=1)} | "
-        f"{spread(m['first'])} |",
-        f"| `--tracking none` | {spread(n['wall'])} | {spread(n['rss'], 'MiB', digits=1)} | {spread(n['first'])} |",
+        f"{spread(m['first'])} | {spread(m['cpu'], 'ms', 1000, 0)} |",
+        f"| `--tracking none` | {spread(n['wall'])} | {spread(n['rss'], 'MiB', digits=1)} | {spread(n['first'])} | "
+        f"{spread(n['cpu'], 'ms', 1000, 0)} |",
         "",
         f"- wall ratio {r_wall:.2f}× (goal ≤ 1.3×: {verdict(r_wall <= 1.3)}); launcher peak RSS ratio "
         f"{r_rss:.2f}× (goal ≤ 2×: {verdict(r_rss <= 2.0)}); first line {d_first * 1000:+.0f} ms vs "
         f"`--tracking none` (goal within 200 ms: {verdict(d_first <= 0.2)}).",
+        f"- launcher CPU added by default tracking: {d_cpu * 1000:+.0f} ms (median; steadier than the "
+        "wall on a shared machine: it does not count the time the launcher waits for a core).",
         f"- Two `launch()` calls in one process (a kernel's `%dist_run` twice, 8 no-op ranks): "
         f"{kernel[0]:.2f} s then {kernel[1]:.2f} s; MLflow imported into that process: "
         f"{'yes' if kernel[2] else 'no'} (goal: no MLflow import in the kernel: {verdict(not kernel[2])}).",
