@@ -364,8 +364,10 @@ def launch_only(args) -> None:
         kernel = kernel_twice(work)
     old = read_section("tracking")
     kept = old[old.index(IN_RANK):] if IN_RANK in old else ""
-    earlier = next((line for line in old.splitlines() if line.startswith(("Command:", EARLIER))), "")
-    earlier = earlier[len(EARLIER):] if earlier.startswith(EARLIER) else earlier
+    # the full run's command line: kept as it was by an earlier --only launch, else its own
+    lines_before = old.splitlines()
+    earlier = next((line[len(EARLIER):] for line in lines_before if line.startswith(EARLIER)),
+                   next((line for line in lines_before if line.startswith("Command:")), ""))
     lines = [
         "## tracking", "",
         f"Command: `.venv/bin/python bench/tracking.py --only launch --rounds {args.rounds}` — "
