@@ -22,7 +22,8 @@ TRACKED_SIDE = {f"platform_plugin.tracking.{m}" for m in (
 # what stays out of the launcher: the delivery side, its stdlib, and the sampler's imports
 NOT_LOADED = LAUNCH_STDLIB_NOT + ("mlflow", "psutil", "platform_plugin.tracking.forwarder",
                                   "platform_plugin.tracking.spool", "platform_plugin.tracking.sinks",
-                                  "platform_plugin.util.npu_smi")
+                                  "platform_plugin.util.npu_smi",
+                                  "platform_plugin.launcher.system_samples")
 
 
 @pytest.mark.slow  # the forwarding helper it starts imports MLflow once the job ended
