@@ -39,6 +39,9 @@ if TYPE_CHECKING:  # pragma: no cover
 PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", PLATFORM_SERVER_ID.name,
                       PLATFORM_RUN_MODE.name)
 FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything delivered"
+# the forwarding helper starts once the ranks ran this long, or at their end: a short job (a
+# no-op, a cell that fails at once) does not share its cores with the helper's interpreter start
+HELPER_DELAY_S = 0.5
 
 
 class SpoolingJobTracking(JobTracking):
@@ -54,6 +57,7 @@ class SpoolingJobTracking(JobTracking):
         self.setup_error = ""
         self._starting = threading.Lock()
         self._spawn_done: threading.Event | None = None  # set once the helper's spawn is over
+        self._ranks_ended = threading.Event()
 
     def prepare(self) -> dict[str, str]:
         """Cheap and sink-free: the ranks only need to know where to spool."""
@@ -63,16 +67,33 @@ class SpoolingJobTracking(JobTracking):
                 PLATFORM_TRACKING_SPOOL_DIR.name: str(self.spool_dir),
                 PLATFORM_TRACKING_LAYOUT.name: self.config.layout}
 
+    def started(self, supervisor=None) -> None:
+        """Supervisor observer: the ranks run; the helper starts HELPER_DELAY_S later (or at
+        their end, whichever comes first)."""
+        _thread.start_new_thread(self._start_after, (HELPER_DELAY_S,))
+
+    def _start_after(self, delay: float) -> None:
+        self._ranks_ended.wait(delay)
+        done = self._claim_start()
+        if done is not None:
+            self._spawn(done)
+
     def start(self) -> None:
         """Start the forwarding helper (once), from a thread of its own: the spawn waits until
-        the new process has exec'd, which takes a free core - busy with the ranks' own start
-        right now - and the launcher's loop need not wait for that (~10-20 ms measured). A
-        failure to start it is reported by `finish`, not raised."""
+        the new process has exec'd, which takes a free core, and the launcher's loop need not
+        wait for that (~10-20 ms measured while the ranks start). A failure to start it is
+        reported by `finish`, not raised."""
+        done = self._claim_start()
+        if done is not None:
+            _thread.start_new_thread(self._spawn, (done,))  # threading's start would wait
+
+    def _claim_start(self) -> threading.Event | None:
+        """The event to set once the helper's spawn is over, for the one caller that spawns it."""
         with self._starting:
             if self._spawn_done is not None:
-                return
+                return None
             self._spawn_done = threading.Event()
-        _thread.start_new_thread(self._spawn, (self._spawn_done,))  # threading's start would wait
+            return self._spawn_done
 
     def _spawn(self, done: threading.Event) -> None:
         """Spawn the helper, then reap it (no zombie in a kernel that runs job after job)."""
@@ -86,13 +107,14 @@ class SpoolingJobTracking(JobTracking):
             self.helper.wait()
 
     def finish(self, result: ResultView, last: bool = True, waiting=None) -> DeliveryReport:
+        self._ranks_ended.set()
         self.start()  # the ranks may have failed to start: the runs are still created and ended
-        if self._spawn_done is not None:
-            self._spawn_done.wait()
         timeout = offsets.drain_timeout(30)
         # a restart follows: the parent stays open; else this server reports its end on it
         JobEnd(final_status(result), time.time() + timeout, reason=end_reason(result),
                last=last).save(self.spool_dir)
+        if self._spawn_done is not None:
+            self._spawn_done.wait()
         if self.helper is not None and self.helper.stdin is not None:
             try:
                 self.helper.stdin.close()  # wakes the helper: the job ended
