@@ -229,9 +229,9 @@ WALL_COST = ("- What the launcher still pays for default tracking on a no-op job
              "launcher side of tracking without `.pyc` (job_tracking, state, offsets, conventions, "
              "sink_choice, sysmetrics: ~960 lines, ~12 ms on a free core), `sink.json` and "
              "`end.json`, the job's tags (`job_sink_config`, ~2 ms), the forwarding helper's spawn "
-             "(in a thread of its own) and its interpreter's start on the same 2 cores as the 8 "
-             "ranks (it imports the forwarder and the sink only once a rank spooled something or "
-             "the job ended). The system-metrics sampler imports and samples nothing for a job "
+             "(by a thread, 0.5 s after the ranks started or at their end: for a no-op job at its "
+             "end) and its interpreter's start on the same 2 cores (it imports the forwarder and "
+             "the sink only once a rank spooled something or the job ended). The system-metrics sampler imports and samples nothing for a job "
              "shorter than its interval; MLflow is never imported by the launcher.")
 
 
