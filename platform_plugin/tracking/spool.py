@@ -26,6 +26,9 @@ from pathlib import Path
 
 SPOOL_SUFFIX = ".jsonl"
 FLUSH_LINES = 1000  # a full buffer is written at once; the timer writes the rest
+# What a writer keeps in memory while its file cannot be written (a full disk): retried at every
+# flush; records beyond it are dropped and counted, never raised into the training loop.
+MAX_UNWRITTEN_BYTES = 32 << 20
 # No valid record comes near this (the tracker refuses values over MLflow's limits, 8,000
 # characters at most): a longer line is moved aside (quarantined) instead of being sent, so it
 # can never hold up the records after it.
@@ -44,7 +47,13 @@ def encode(kind: str, *fields) -> str:
 
 class SpoolWriter:
     """Buffered appender. `append` only touches memory (a lock and a list); the bytes reach the
-    file when the buffer is full, on `flush()` (the tracker's timer) or at `close()`."""
+    file when the buffer is full, on `flush()` (the tracker's timer) or at `close()`.
+
+    A write that fails (ENOSPC, EIO) never raises into the caller - a rank's `log_metric` or
+    the tracker's timer thread: the bytes not written are kept (the exact remainder, so a line
+    cut by a short write continues where it stopped) and retried at the next write, up to
+    MAX_UNWRITTEN_BYTES; records beyond that are dropped and counted (`dropped`). A warning
+    says so when writing starts to fail, and `close()` names what could not be written."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -53,6 +62,9 @@ class SpoolWriter:
         # re-entrant: the SIGTERM handler flushes from the main thread, maybe inside append()
         self._lock = threading.RLock()
         self._lines: list[str] = []
+        self._unwritten = b""  # what a failed write left, retried first
+        self.error: OSError | None = None  # the last write's failure, until a write succeeds
+        self.dropped = 0
         self._terminate_partial_line()
 
     def _terminate_partial_line(self) -> None:
@@ -65,6 +77,9 @@ class SpoolWriter:
 
     def append(self, line: str) -> None:
         with self._lock:
+            if self.error is not None and len(self._unwritten) >= MAX_UNWRITTEN_BYTES:
+                self.dropped += 1
+                return
             self._lines.append(line)
             if len(self._lines) >= FLUSH_LINES:
                 self._write_locked()
@@ -74,22 +89,40 @@ class SpoolWriter:
             self._write_locked()
 
     def _write_locked(self) -> None:
-        if not self._lines or self._fd < 0:
+        if not (self._lines or self._unwritten) or self._fd < 0:
             return
-        lines, self._lines = self._lines, []  # swap first: a nested flush (SIGTERM) sees none
-        data = "".join(lines).encode()
-        while data:  # a regular file takes it all at once; loop for the short-write case
-            written = os.write(self._fd, data)
-            data = data[written:]
+        # swap first: a nested flush (SIGTERM) sees none
+        data, self._unwritten = self._unwritten + "".join(self._lines).encode(), b""
+        self._lines = []
+        try:
+            while data:  # a regular file takes it all at once; loop for the short-write case
+                data = data[os.write(self._fd, data):]
+        except OSError as exc:
+            self._unwritten = data + self._unwritten
+            if self.error is None:
+                import warnings
+                warnings.warn(f"platform_plugin.tracking: cannot write {self.path}: "
+                              f"{exc.strerror or exc}; records are kept in memory (up to "
+                              f"{MAX_UNWRITTEN_BYTES >> 20} MiB) and written when it works again",
+                              stacklevel=2)
+            self.error = exc
+            return
+        self.error = None
 
     def drop_buffer(self) -> None:
         """In a forked child: the parent's buffered lines are the parent's to write."""
         self._lock = threading.RLock()
         self._lines = []
+        self._unwritten = b""
 
     def close(self) -> None:
         with self._lock:
             self._write_locked()
+            lost = self._unwritten.count(b"\n") + self.dropped
+            if lost and self.error is not None:
+                import warnings
+                warnings.warn(f"platform_plugin.tracking: {lost} record(s) could not be written to "
+                              f"{self.path}: {self.error.strerror or self.error}", stacklevel=2)
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

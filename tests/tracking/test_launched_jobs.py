@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -210,3 +211,50 @@ def test_sigkilled_rank_keeps_its_earlier_points(tracking_env, tmp_path):
         assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(30))
         assert run.info.status == "FAILED"
     assert c.get_run(report.parent_run_id).info.status == "FAILED"
+
+
+EARLY = """
+import time
+from platform_plugin import tracking
+t = tracking.get_tracker()
+for step in range(40):
+    t.log_metric("loss", float(step))
+t.flush()
+time.sleep(120)  # killed with the launcher
+"""
+
+
+def test_launcher_sigkilled_before_its_helper_started_then_sync_delivers_exactly_once(
+        tracking_env, tmp_path):
+    """The forwarding helper starts once the ranks ran 0.5 s: a launcher SIGKILLed sooner leaves
+    no runs, only spools. The ranks die with it (lifeline); `platform-run sync --end FAILED`
+    creates the runs and delivers every point once. (On a loaded machine the kill can come after
+    the helper started: then the helper delivers for the drain deadline and sync sends what is
+    left - the same end state, which is what the test checks.)"""
+    from tests.launcher.helpers import job_processes
+    (tmp_path / "early.py").write_text(EARLY)
+    cli = str(Path(sys.executable).with_name("platform-run"))
+    env = dict(os.environ, PLATFORM_TRACKING_DRAIN_TIMEOUT="5")
+    launcher = subprocess.Popen([cli, "launch", "--nproc", "2", "--backend", "plain", "--show", "none",
+                                 "--", sys.executable, "early.py"], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    logs = tmp_path / "platform_logs"
+    spooled = lambda: sum(p.read_bytes().count(b"\n") for p in logs.glob("*/tracking/rank_*.jsonl"))  # noqa: E731
+    try:
+        wait_for(lambda: spooled() == 80, timeout=120, interval=0.01, what="both ranks' 40 points spooled")
+    finally:
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    job_dir = next(d for d in logs.iterdir() if d.is_dir() and not d.name.startswith("."))
+    helper_started = (job_dir / "tracking" / "helper.log").exists()
+    wait_for(lambda: not job_processes(str(job_dir)), timeout=120, what="ranks (and a helper) gone")
+    sync = subprocess.run([cli, "sync", job_dir.name, "--end", "FAILED"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert sync.returncode == 0, sync.stdout + sync.stderr
+    assert "delivered 80, pending 0" in sync.stdout, (helper_started, sync.stdout)
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = json.loads((job_dir / "tracking" / "sink.json").read_text())["parent_run_id"]
+    runs = child_runs(c, parent)
+    assert len(runs) == 2 and c.get_run(parent).info.status == "FAILED"
+    for run in runs:
+        assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(40))

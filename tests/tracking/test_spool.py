@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -75,6 +76,31 @@ def test_writer_reopening_after_a_killed_writer_terminates_the_fragment(tmp_path
     chunk = read_complete(path, 0)
     assert [r for r, _ in chunk.records] == [["t", "phase", "resumed"]]
     assert chunk.bad_lines == 1 and not chunk.partial_tail
+
+
+def test_a_full_disk_never_raises_into_the_rank_and_loses_nothing_that_fits(tmp_path, monkeypatch):
+    """/dev/full answers every write with ENOSPC (a full disk, no mount needed); once the
+    descriptor points at a real file again (dup2) the kept records are written, in order."""
+    from platform_plugin.tracking import spool
+    writer = SpoolWriter("/dev/full")
+    with pytest.warns(UserWarning, match="No space left on device"):
+        for step in range(3 * spool.FLUSH_LINES):  # full buffers: writes from append itself
+            writer.append(encode_metric('"loss"', 1.0, step, 1))
+        writer.flush()  # the tracker's timer thread
+    assert isinstance(writer.error, OSError)
+    monkeypatch.setattr(spool, "MAX_UNWRITTEN_BYTES", len(writer._unwritten))
+    writer.append(encode_metric('"loss"', 1.0, -1, 1))  # over the bound: dropped, counted
+    assert writer.dropped == 1
+    real = tmp_path / "rank_0.jsonl"
+    fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(fd, writer._fd)  # the disk has space again
+    os.close(fd)
+    writer.flush()  # the timer's next tick
+    assert writer.error is None
+    writer.append(encode_metric('"loss"', 1.0, 3 * spool.FLUSH_LINES, 1))
+    writer.close()
+    steps = [record[3] for record, _ in read_complete(real, 0).records]
+    assert steps == list(range(3 * spool.FLUSH_LINES + 1))
 
 
 record_strategy = st.one_of(
