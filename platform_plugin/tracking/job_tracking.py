@@ -39,9 +39,14 @@ if TYPE_CHECKING:  # pragma: no cover
 PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", PLATFORM_SERVER_ID.name,
                       PLATFORM_RUN_MODE.name)
 FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything delivered"
-# the forwarding helper starts once the ranks ran this long, or at their end: a short job (a
-# no-op, a cell that fails at once) does not share its cores with the helper's interpreter start
+# The forwarding helper starts as soon as a rank spooled something, else once the ranks ran
+# HELPER_DELAY_S or at their end: a short job with nothing to deliver (a no-op, a cell that fails
+# at once) does not share its cores with the helper's interpreter start, and a job with points
+# does not wait for them (delaying every job made 1 x 8 ranks x 10,000 steps into a server
+# take 8.2 s end to end instead of 6.6 s). The spool folder is looked at every SPOOL_CHECK_S
+# meanwhile (a scandir of a few files).
 HELPER_DELAY_S = 0.5
+SPOOL_CHECK_S = 0.02
 
 
 class SpoolingJobTracking(JobTracking):
@@ -68,15 +73,26 @@ class SpoolingJobTracking(JobTracking):
                 PLATFORM_TRACKING_LAYOUT.name: self.config.layout}
 
     def started(self, supervisor=None) -> None:
-        """Supervisor observer: the ranks run; the helper starts HELPER_DELAY_S later (or at
-        their end, whichever comes first)."""
+        """Supervisor observer: the ranks run; the helper starts when a rank spooled a record,
+        HELPER_DELAY_S later, or at their end, whichever comes first."""
         _thread.start_new_thread(self._start_after, (HELPER_DELAY_S,))
 
     def _start_after(self, delay: float) -> None:
-        self._ranks_ended.wait(delay)
+        deadline = time.monotonic() + delay
+        while not self._ranks_ended.wait(SPOOL_CHECK_S):
+            if time.monotonic() >= deadline or self._spooled():
+                break
         done = self._claim_start()
         if done is not None:
             self._spawn(done)
+
+    def _spooled(self) -> bool:
+        """A rank wrote a record into its spool (a non-empty `*.jsonl`)."""
+        try:
+            with os.scandir(self.spool_dir) as entries:
+                return any(e.name.endswith(".jsonl") and e.stat().st_size for e in entries)
+        except OSError:
+            return False
 
     def start(self) -> None:
         """Start the forwarding helper (once), from a thread of its own: the spawn waits until
