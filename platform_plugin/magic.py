@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shlex
 import sys
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.utils.text import DollarFormatter
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.magic_tools import split_line
 from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import run as run_job
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
@@ -73,6 +73,18 @@ def magic_help() -> str:
     return render_help("%dist_run", extra=_magic_only) + EXAMPLES
 
 
+def _expanded(line: str, namespace: dict) -> str:
+    """`--expand`: $name and {expr} from the notebook's variables. A name that is not defined,
+    a lone brace or an expression that raises is a ConfigError naming the line: the user asked
+    for the expansion, so the command is never run half-expanded or unexpanded."""
+    try:
+        return DollarFormatter().vformat(line, args=[], kwargs=namespace)
+    except Exception as exc:  # noqa: BLE001 - any expression may raise anything
+        raise ConfigError([Problem("LAUNCH_EXPAND", f"%dist_run --expand: cannot expand "
+                                   f"{line.strip()!r}: {type(exc).__name__}: {exc} (write $$ "
+                                   "and {{ }} for literal ones)", "%dist_run")]) from None
+
+
 def _cell_script(body: str, log_dir: str | None) -> str:
     """The cell body as a file named by its content: re-running an unchanged cell reuses it."""
     folder = os.path.join(job_log_dir(log_dir), "cells")
@@ -91,8 +103,8 @@ class DistRunMagics(Magics):
         """Run a command (line) or the cell (cell magic) once per rank (see below)."""
         __tracebackhide__ = True
         if line.lstrip().startswith("--expand"):  # opt-in, and only as the first option
-            line = DollarFormatter().vformat(line, args=[], kwargs=self.shell.user_ns)
-        args = _parser().parse_args(shlex.split(line))
+            line = _expanded(line, self.shell.user_ns)
+        args = _parser().parse_args(split_line(line, "%dist_run", "LAUNCH_BAD_OPTION"))
         if args.help:
             print(magic_help())
             return None

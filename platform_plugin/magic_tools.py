@@ -37,6 +37,16 @@ class _HelpShown(Exception):
     pass
 
 
+def split_line(line: str, prog: str, code: str) -> list[str]:
+    """The magic's line split as a shell would; an unclosed quote (shlex's ValueError) is a
+    ConfigError naming the magic, not a traceback of shlex's frames."""
+    try:
+        return shlex.split(line)
+    except ValueError as exc:
+        raise ConfigError([Problem(code, f"{prog} {line.strip()}: {exc} (close the quote, or "
+                                   f"escape it with a backslash)", prog)]) from None
+
+
 def _compare_parser() -> MagicParser:
     parser = MagicParser(prog="%dist_compare", description="The ranks of a job side by side: "
                          "per-rank table, a chart of every rank's curve, the MLflow page.")
@@ -80,7 +90,8 @@ class PlatformMagics(Magics):
         """Compare the ranks of a job (default: the latest). `%dist_compare --help` for options."""
         __tracebackhide__ = True
         try:
-            args = _compare_parser().parse_args(shlex.split(line))
+            args = _compare_parser().parse_args(
+                split_line(line, "%dist_compare", "MAGIC_BAD_OPTION"))
         except _HelpShown:
             return None
         from platform_plugin.notebook.compare_view import compare
@@ -93,7 +104,8 @@ class PlatformMagics(Magics):
         """Clean CODE/ as a full run would; `--dry-run` lists what would go. `--help` for more."""
         __tracebackhide__ = True
         try:
-            args = _clean_parser().parse_args(shlex.split(line))
+            args = _clean_parser().parse_args(
+                split_line(line, "%platform_clean", "MAGIC_BAD_OPTION"))
         except _HelpShown:
             return None
         from platform_plugin.cleanup import run as cleanup
