@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
 
 
@@ -21,15 +22,18 @@ def _interrupt(signum, frame):
 
 def run(args) -> int:
     from platform_plugin.launcher.api import run as run_job  # here: `launch --help` stays light
-    from platform_plugin.launcher.result import JobFailed
     import signal
     options = from_arguments(args)
     command = command_of(args)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         run_job(command, options)
-    except JobFailed:
-        return 1  # the table is already printed
+    except PlatformPluginError as exc:
+        # (result.py is imported only once the ranks run: it is not named before)
+        from platform_plugin.launcher.result import JobFailed
+        if isinstance(exc, JobFailed):
+            return 1  # the table is already printed
+        raise
     except KeyboardInterrupt:  # before the ranks started
         print("platform-run: interrupted before the job started", file=sys.stderr)
         return 1

@@ -12,20 +12,26 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
+    from platform_plugin.launcher.jobfile import JobFile
+    from platform_plugin.launcher.output import Output
+    from platform_plugin.launcher.result import JobResult
+    from platform_plugin.launcher.spawn import Started
+    from platform_plugin.launcher.supervisor import Supervisor
+
+# Imported here: what runs before the ranks start. What watches them (the supervisor, the output,
+# job.json, the result) is imported once they were spawned (`_watch`): without .pyc its compile
+# then overlaps the ranks' own start instead of delaying it.
 from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.handle import JobTracking
 from platform_plugin.launcher.backends import default_nproc, npus_present
 from platform_plugin.launcher import preflight
-from platform_plugin.launcher.attempts import PeerNotice, attempt_record, keep_attempt_logs
 from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
 from platform_plugin.launcher.link import open_link
-from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
-from platform_plugin.launcher.output import Output, check_show
+from platform_plugin.launcher.show import check_show
 from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
-from platform_plugin.launcher.result import JobFailed, JobResult, JobStatus
-from platform_plugin.launcher.supervisor import Supervisor
+from platform_plugin.launcher.spawn import start_job
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
 
@@ -75,6 +81,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
         summary += f"\n[launcher] job.json: {result.job_file_error}"
     _print(options.write, summary)
     if options.check and not result.ok:
+        from platform_plugin.launcher.result import JobFailed
         raise JobFailed(result)
     return result
 
@@ -87,6 +94,7 @@ def _display(options: LaunchOptions, shown) -> Output:
         from platform_plugin.launcher.notebook_display import in_kernel, make_board
         if in_kernel():
             return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
+    from platform_plugin.launcher.output import Output
     return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 
@@ -99,17 +107,18 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     while True:
         attempt = len(attempts)
         if attempt:  # every server reached this attempt (the first one was agreed in run())
+            from platform_plugin.launcher.attempts import keep_attempt_logs
             link.agree(plan.job_id, attempt)
             options = options.replace(job_id=plan.job_id, attempt=attempt,
                                       master_port=_port_for(options, plan, attempt))
             plan = build_plan(cmd, settings, options, host)
             keep_attempt_logs(plan.job_dir, attempt - 1)
-        output = _display(options, shown)
-        result = _supervise(plan, options, output, link, attempts,
-                            last=attempt >= options.max_restarts)
+        result, hidden = _supervise(plan, options, shown, link, attempts,
+                                    last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
-            return result, output.hidden()
+            return result, hidden
+        from platform_plugin.launcher.attempts import attempt_record
         attempts.append(attempt_record(result, attempt))
         _print(options.write, result.render() + f"\n[launcher] attempt {attempt + 1} of "
                f"{options.max_restarts + 1} {result.status}: restarting the whole job "
@@ -121,6 +130,7 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
     becomes a failure when another server failed after it."""
     others = [s for s in failed_servers if s != server_id]
     if result.ok and others:
+        from platform_plugin.launcher.result import JobStatus
         result.ok, result.status = False, JobStatus.FAILED
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
 
@@ -133,31 +143,26 @@ def _port_for(options: LaunchOptions, plan: LaunchPlan, attempt: int) -> int | N
     return plan.master_port
 
 
-def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
-               attempts: list[dict], last: bool) -> JobResult:
+def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
+               last: bool) -> tuple[JobResult, int]:
+    """One attempt: start the ranks, then watch them. Returns (result, lines hidden)."""
     __tracebackhide__ = True
     job_tracking = JobTracking.create(options.tracking, plan)
     # before spawning, and without the sink: every rank gets where to spool; the forwarding
     # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
     tracking_env = job_tracking.prepare()
     plan = _with_env(plan, tracking_env)
-    system_metrics = _system_metrics(PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env), options)
-    output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
-                f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
-                f", backend "
-                f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
-                + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
-    for note in job_tracking.notes:
-        output.note(note)
-    # job.json: written when the ranks started and once at the end; a tracked job whose delivery
-    # must be waited for also records the ranks' end before that wait (`waiting`)
-    job_file = JobFile(plan, attempts, early_end=False)
-    peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
+    spool_dir = PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env)
+    started = start_job(plan, options.grace)  # the ranks run from here
+    try:
+        supervisor, job_file = _watch(plan, options, shown, link, attempts, started,
+                                      job_tracking, spool_dir)
+    except BaseException:  # nothing watches the ranks: they must not outlive this
+        started.abandon()
+        raise
     result = None
-    try:  # the output observes the supervisor too: the board shows each process's status
-        result = Supervisor(plan, output, [job_file, output, *system_metrics, peers, job_tracking],
-                            timeout=options.timeout, silence_timeout=options.silence_timeout,
-                            grace=options.grace, stop_check=peers.stop_reason).run()
+    try:
+        result = supervisor.run()
     finally:
         report = _finish_tracking(job_tracking, result, last,
                                   waiting=lambda: job_file.record(result) if result is not None else None)
@@ -166,7 +171,34 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, output: Output, link,
     result.server_id = plan.server_id
     job_file.record(result)
     result.job_file_error = job_file.error or ""
-    return result
+    return result, supervisor.output.hidden()
+
+
+def _watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
+           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile]:
+    """What watches the started ranks: the output, job.json, the other servers, tracking."""
+    from platform_plugin.launcher.attempts import PeerNotice
+    from platform_plugin.launcher.jobfile import JobFile
+    from platform_plugin.launcher.supervisor import Supervisor
+    output = _display(options, shown)
+    output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
+                f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
+                f", backend "
+                f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
+                + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
+    for note in job_tracking.notes:
+        output.note(note)
+    system_metrics = _system_metrics(spool_dir, options)
+    # job.json: written when the ranks started and once at the end; a tracked job whose delivery
+    # must be waited for also records the ranks' end before that wait (`waiting`)
+    job_file = JobFile(plan, attempts, early_end=False)
+    peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
+    # the output observes the supervisor too: the board shows each process's status
+    supervisor = Supervisor(plan, started, output,
+                            [job_file, output, *system_metrics, peers, job_tracking],
+                            timeout=options.timeout, silence_timeout=options.silence_timeout,
+                            grace=options.grace, stop_check=peers.stop_reason)
+    return supervisor, job_file
 
 
 def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:

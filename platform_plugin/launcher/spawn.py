@@ -11,6 +11,10 @@ paid by every job); Python starts only in the rare case that needs it, the super
 The same watchdog ties a server to the process that started it (`Lifeline.for_groups`: the
 MLflow UI of `%dist_compare` and `platform-run ui`, see notebook/jupyter_ui.py).
 
+`start_job(plan, grace)` starts a job's processes and nothing else: the supervisor, the output,
+the result and job.json are imported (compiled, without .pyc) and set up after it returned, while
+the ranks' interpreters start (on 2 cores that overlaps about half of it; bench/launch.py).
+
 Ranks are spawned without a `preexec_fn` on purpose: any preexec_fn forces CPython into
 fork + wait-for-exec, whose cost grows with the parent's memory (a notebook kernel with MindSpore
 or MLflow imported is hundreds of MiB), while `start_new_session` alone keeps the vfork/
@@ -20,13 +24,19 @@ bench/launch.py measures the difference.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import IO
+    from typing import IO, Any
 
+    from platform_plugin.launcher.plan import LaunchPlan, RankSpec
+
+from platform_plugin.errors import PlatformPluginError
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
@@ -57,6 +67,69 @@ def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
     )
 
 
+class Started:
+    """A job's processes just after they were spawned, before anything watches them: the
+    supervisor takes them over (`Supervisor(plan, started, ...)`). `procs`: (spec, popen, start
+    time) per process started; `error`: (status, reason) when starting stopped early (the
+    program does not exist, an interrupt); `interrupts`: Ctrl-Cs received meanwhile (counted,
+    never raised: the supervisor's loop acts on them), if `caught_sigint` (main thread only);
+    `previous_sigint`: the handler to put back at the end; `at`: when starting began."""
+
+    __slots__ = ("lifeline", "procs", "error", "interrupts", "caught_sigint", "previous_sigint",
+                 "at")
+
+    def __init__(self, lifeline: Lifeline) -> None:
+        self.lifeline = lifeline
+        self.at = time.monotonic()
+        self.procs: list[tuple[RankSpec, subprocess.Popen, float]] = []
+        self.error: tuple[str, str] | None = None
+        self.interrupts = 0
+        self.caught_sigint = False
+        self.previous_sigint: Any = None
+
+    def abandon(self) -> None:
+        """Setting up the watch failed after the spawn (an interrupt, an import error): stop
+        every process of the job at once, then end the lifeline cleanly."""
+        from platform_plugin.launcher.reaper import JobProcesses
+        job = JobProcesses(self.lifeline.job_id, self.lifeline.job_dir,
+                           {popen.pid for _, popen, _ in self.procs})
+        job.stop(grace=0)
+        for _, popen, _ in self.procs:
+            popen.poll()
+            if popen.stdout is not None:
+                popen.stdout.close()
+        self.lifeline.release()
+        if self.caught_sigint:
+            signal.signal(signal.SIGINT, self.previous_sigint)
+
+
+def start_job(plan: LaunchPlan, grace: float) -> Started:
+    """Create the job folder and the lifeline, then spawn every process of the plan, each
+    registered with the lifeline before the next starts (a launcher killed meanwhile leaves no
+    orphan). Ctrl-C is counted from here on (see Started)."""
+    try:
+        os.makedirs(plan.job_dir, exist_ok=True)
+    except OSError as exc:  # checked writable just before; a disk can fill in between
+        raise PlatformPluginError(f"cannot create the job folder {plan.job_dir}: "
+                                  f"{exc.strerror or exc}") from None
+    started = Started(Lifeline(plan.job_id, plan.job_dir, grace))
+    if threading.current_thread() is threading.main_thread():
+        def count(signum, frame):
+            started.interrupts += 1
+        started.previous_sigint = signal.signal(signal.SIGINT, count)
+        started.caught_sigint = True
+    try:
+        for spec in plan.ranks:
+            popen = spawn(list(spec.argv), spec.env, spec.cwd)
+            started.procs.append((spec, popen, time.monotonic()))
+            started.lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a leader
+    except KeyboardInterrupt:
+        started.error = ("interrupted", "interrupted while starting the ranks")
+    except OSError as exc:  # e.g. the program does not exist: nothing useful can run
+        started.error = ("failed", f"could not start {plan.command[0]}: {exc}")
+    return started
+
+
 def piped(stream: IO[bytes] | None) -> IO[bytes]:
     """A Popen stream asked for with PIPE, which Popen always creates (typed Optional because
     other arguments leave it None)."""
@@ -75,6 +148,7 @@ class Lifeline:
         return cls("", "", grace)  # no JOB_ID / job folder: the reaper sweeps only the groups
 
     def __init__(self, job_id: str, job_dir: str, grace: float) -> None:
+        self.job_id, self.job_dir = job_id, job_dir
         reaper = [sys.executable or "python3", "-S", "-I", _REAPER, f"{grace:g}", job_id, job_dir]
         env = {k: v for k, v in os.environ.items() if k not in _ENCLOSING_JOB_VARIABLES}
         self._proc = subprocess.Popen(

@@ -11,6 +11,8 @@ loop, so output written while ranks shut down still reaches the logs and the dis
 A KeyboardInterrupt (Ctrl-C, kernel interrupt, the CLI's SIGTERM) starts the stop; a second
 one skips the grace period. Every stop, a successful end included, covers the job's process
 groups and the processes that left them but carry the job's JOB_ID (reaper.py).
+The processes are spawned before this module is imported (spawn.start_job): the supervisor takes
+them over, opens their logs and watches them.
 """
 from __future__ import annotations
 
@@ -18,19 +20,18 @@ import os
 import selectors
 import signal
 import subprocess
-import threading
 import time
 
-from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.output import Output
-from platform_plugin.launcher.plan import LaunchPlan, RankSpec
-from platform_plugin.launcher.spawn import Lifeline, piped, spawn
+from platform_plugin.launcher.spawn import Started, piped
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
 from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import IO
+
+    from platform_plugin.launcher.output import Output
+    from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 
 # stops whose cause is where the ranks are stuck: their stacks are dumped first
 DUMP_STATUSES = (JobStatus.TIMEOUT, JobStatus.HUNG, JobStatus.INTERRUPTED)
@@ -74,10 +75,11 @@ class _Stop:
 
 
 class Supervisor:
-    def __init__(self, plan: LaunchPlan, output: Output, observers=(), *,
+    def __init__(self, plan: LaunchPlan, started: Started, output: Output, observers=(), *,
                  timeout: float | None = None, silence_timeout: float | None = None,
                  grace: float = 3.0, stop_check=None):
         self.plan, self.output, self.observers = plan, output, list(observers)
+        self._started = started
         # another server's launcher asking this one to stop: () -> reason or None
         self.stop_check = stop_check
         self.timeout, self.silence_timeout, self.grace = timeout, silence_timeout, grace
@@ -98,22 +100,21 @@ class Supervisor:
 
     # -- public -------------------------------------------------------------------------
     def run(self) -> JobResult:
-        try:
-            os.makedirs(self.plan.job_dir, exist_ok=True)
-        except OSError as exc:  # checked writable just before; a disk can fill in between
-            raise PlatformPluginError(f"cannot create the job folder {self.plan.job_dir}: "
-                                      f"{exc.strerror or exc}") from None
-        self.started = time.monotonic()
-        lifeline = Lifeline(self.plan.job_id, self.plan.job_dir, self.grace)
-        previous_sigint = self._catch_sigint()
+        started = self._started
+        self.started = started.at
+        self._take_sigint()
         try:
             try:
-                self._start_all(lifeline)
-                self._notify("started", self)
+                self._watch_all()
+                if started.error is not None:
+                    self._begin_stop(JobStatus(started.error[0]), started.error[1])
+                else:
+                    self._notify("started", self)
             except KeyboardInterrupt:
                 self._begin_stop(JobStatus.INTERRUPTED, "interrupted while starting the ranks")
-            except OSError as exc:  # e.g. the program does not exist: nothing useful can run
-                self._begin_stop(JobStatus.FAILED, f"could not start {self.plan.command[0]}: {exc}")
+            except OSError as exc:  # a rank's log cannot be opened: the job cannot keep its logs
+                self._begin_stop(JobStatus.FAILED, f"cannot open the rank logs in "
+                                 f"{self.plan.job_dir}: {exc.strerror or exc}")
             self._supervise()
         finally:
             self._kill_everything()
@@ -124,28 +125,26 @@ class Supervisor:
             self._selector.close()
             for pipe, _ in self._pipes.values():  # held by a process that left the job's groups
                 pipe.close()
-            lifeline.release()
-            if previous_sigint is not None:
-                signal.signal(signal.SIGINT, previous_sigint)
+            started.lifeline.release()
+            if started.caught_sigint:
+                signal.signal(signal.SIGINT, started.previous_sigint)
         result = self._result()
         self._notify("ended", result)
         return result
 
-    # -- starting -----------------------------------------------------------------------
-    def _start_all(self, lifeline: Lifeline) -> None:
-        for spec in self.plan.ranks:
-            self.output.open(spec.name, spec.log_path)
-        for spec in self.plan.ranks:
-            popen = spawn(list(spec.argv), spec.env, spec.cwd)
-            proc = _Proc(spec, popen, time.monotonic())
-            self.procs.append(proc)
-            lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a group leader
+    # -- taking over the started processes --------------------------------------------------
+    def _watch_all(self) -> None:
+        for spec, popen, at in self._started.procs:  # first: every group is stopped on any error
+            self.procs.append(_Proc(spec, popen, at))
             self._job.add_group(popen.pid)
-            stdout = piped(popen.stdout)
+        for proc in self.procs:
+            self.output.open(proc.spec.name, proc.spec.log_path)
+        for proc in self.procs:
+            stdout = piped(proc.popen.stdout)
             _enlarge_pipe(stdout.fileno())
             os.set_blocking(stdout.fileno(), False)
             self._pipes[stdout.fileno()] = (stdout, proc)  # read every pass, never polled
-            proc.pidfd = _pidfd(popen.pid)
+            proc.pidfd = _pidfd(proc.popen.pid)
             if proc.pidfd is not None:  # readable when the process exits: no polling delay
                 self._selector.register(proc.pidfd, selectors.EVENT_READ, proc)
 
@@ -176,15 +175,17 @@ class Supervisor:
                 else:
                     self._stop.kill_at = 0.0  # second interrupt: no more grace
 
-    def _catch_sigint(self):
+    def _take_sigint(self) -> None:
         """Ctrl-C / kernel interrupt become a flag the loop checks, so the KeyboardInterrupt
-        never lands between reading a chunk and writing it to the log. Main thread only."""
-        if threading.current_thread() is not threading.main_thread():
-            return None
+        never lands between reading a chunk and writing it to the log. start_job counted them
+        until now (main thread only: elsewhere nothing was installed)."""
+        if not self._started.caught_sigint:
+            return
 
         def on_sigint(signum, frame):
             self._interrupts += 1
-        return signal.signal(signal.SIGINT, on_sigint)
+        signal.signal(signal.SIGINT, on_sigint)
+        self._interrupts += self._started.interrupts
 
     def _pump(self, wait: float) -> bool:
         """Wait up to `wait` for an exit, then read every pipe; True when a process exited."""

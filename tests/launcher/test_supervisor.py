@@ -172,3 +172,24 @@ def test_a_daemon_left_by_a_successful_rank_is_removed(run):
     result = run("daemon", nproc=2, grace=0.5)
     assert result.ok and result.status == "succeeded"
     assert job_processes(result.job_dir) == []
+
+
+def test_ranks_outlive_no_failure_to_set_up_their_watch(tmp_path, monkeypatch):
+    """The ranks are spawned before the supervisor, output and job.json are imported (api._watch,
+    start-up time): when that set-up fails (here an interrupt: the CLI's SIGTERM), every rank
+    already started is stopped, and Ctrl-C goes back to its handler."""
+    import signal
+
+    from platform_plugin.launcher import api
+    seen: dict = {}
+
+    def broken(plan, *args):
+        seen["job_dir"], seen["running"] = plan.job_dir, job_processes(plan.job_dir)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(api, "_watch", broken)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        launch([PY, "-c", "import time; time.sleep(600)"], nproc=2, backend="plain",
+               tracking="none", log_dir=str(tmp_path), write=lambda s: None)
+    assert len(seen["running"]) == 2  # both ranks ran when the set-up failed
+    assert job_processes(seen["job_dir"]) == [] and signal.getsignal(signal.SIGINT) is before
