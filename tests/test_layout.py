@@ -174,7 +174,7 @@ LAUNCH_PATH = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.la
                "platform_plugin.tracking.identity"} | {
     f"platform_plugin.launcher.{m}" for m in (
         "api", "attempts", "backends", "job_key", "jobfile", "link",
-        "options", "output", "plan", "preflight", "quiet", "reaper", "result", "show", "spawn",
+        "options", "output", "plan", "preflight", "quiet", "reaper", "result", "show", "spawn", "watch",
         "supervisor")} | {"platform_plugin.launcher"} | {
     f"platform_plugin.util.{m}" for m in (
         "folders", "hosts", "jobdirs", "numbers", "procfs", "record")} | {

@@ -12,14 +12,10 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-    from platform_plugin.launcher.jobfile import JobFile
-    from platform_plugin.launcher.output import Output
     from platform_plugin.launcher.result import JobResult
-    from platform_plugin.launcher.spawn import Started
-    from platform_plugin.launcher.supervisor import Supervisor
 
-# Imported here: what runs before the ranks start. What watches them (the supervisor, the output,
-# job.json, the result) is imported once they were spawned (`_watch`): without .pyc its compile
+# Imported here: what runs before the ranks start. What watches them (watch.py: the supervisor,
+# the output, job.json, the result) is imported once they were spawned: without .pyc its compile
 # then overlaps the ranks' own start instead of delaying it.
 from platform_plugin import settings as settings_mod
 from platform_plugin.tracking.handle import JobTracking
@@ -29,7 +25,7 @@ from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
 from platform_plugin.launcher.link import open_link
 from platform_plugin.launcher.options import LaunchOptions, from_kwargs
 from platform_plugin.launcher.show import check_show
-from platform_plugin.launcher.quiet import hide_pattern, libraries_to_log
+from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.spawn import start_job
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
@@ -76,7 +72,8 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
             result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
     finally:
         link.close()
-    summary = _summary(result, hidden)
+    from platform_plugin.launcher.watch import job_summary  # (the job imported it already)
+    summary = job_summary(result, hidden)
     if result.job_file_error:  # a full disk: say what the record holds, it is still readable
         summary += f"\n[launcher] job.json: {result.job_file_error}"
     _print(options.write, summary)
@@ -84,18 +81,6 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
         from platform_plugin.launcher.result import JobFailed
         raise JobFailed(result)
     return result
-
-
-def _display(options: LaunchOptions, shown) -> Output:
-    """The live board inside a Jupyter kernel unless --show was given; prefixed lines elsewhere."""
-    hide = hide_pattern(options.verbose)
-    if options.show is None and options.write is None and "ipykernel" in sys.modules:
-        # only where a kernel may run: a CLI launch does not compile the board's modules
-        from platform_plugin.launcher.notebook_display import in_kernel, make_board
-        if in_kernel():
-            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
-    from platform_plugin.launcher.output import Output
-    return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 
 def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, shown,
@@ -145,7 +130,7 @@ def _port_for(options: LaunchOptions, plan: LaunchPlan, attempt: int) -> int | N
 
 def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
                last: bool) -> tuple[JobResult, int]:
-    """One attempt: start the ranks, then watch them. Returns (result, lines hidden)."""
+    """One attempt: start the ranks, then watch them (watch.py). Returns (result, lines hidden)."""
     __tracebackhide__ = True
     job_tracking = JobTracking.create(options.tracking, plan)
     # before spawning, and without the sink: every rank gets where to spool; the forwarding
@@ -155,60 +140,11 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
     spool_dir = PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env)
     started = start_job(plan, options.grace)  # the ranks run from here
     try:
-        supervisor, job_file = _watch(plan, options, shown, link, attempts, started,
-                                      job_tracking, spool_dir)
+        from platform_plugin.launcher.watch import watch
     except BaseException:  # nothing watches the ranks: they must not outlive this
         started.abandon()
         raise
-    result = None
-    try:
-        result = supervisor.run()
-    finally:
-        report = _finish_tracking(job_tracking, result, last,
-                                  waiting=lambda: job_file.record(result) if result is not None else None)
-    result.tracking = report
-    result.attempts = list(attempts)
-    result.server_id = plan.server_id
-    job_file.record(result)
-    result.job_file_error = job_file.error or ""
-    return result, supervisor.output.hidden()
-
-
-def _watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
-           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile]:
-    """What watches the started ranks: the output, job.json, the other servers, tracking."""
-    from platform_plugin.launcher.attempts import PeerNotice
-    from platform_plugin.launcher.jobfile import JobFile
-    from platform_plugin.launcher.supervisor import Supervisor
-    output = _display(options, shown)
-    output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
-                f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
-                f", backend "
-                f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
-                + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
-    for note in job_tracking.notes:
-        output.note(note)
-    system_metrics = _system_metrics(spool_dir, options)
-    # job.json: written when the ranks started and once at the end; a tracked job whose delivery
-    # must be waited for also records the ranks' end before that wait (`waiting`)
-    job_file = JobFile(plan, attempts, early_end=False)
-    peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
-    # the output observes the supervisor too: the board shows each process's status
-    supervisor = Supervisor(plan, started, output,
-                            [job_file, output, *system_metrics, peers, job_tracking],
-                            timeout=options.timeout, silence_timeout=options.silence_timeout,
-                            grace=options.grace, stop_check=peers.stop_reason)
-    return supervisor, job_file
-
-
-def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
-    """The sampler of the ranks' system metrics, when there is a spool to write them to
-    (sysmetrics.py and psutil are not loaded for an untracked job)."""
-    interval = 0 if options.no_system_metrics else options.system_metrics_interval
-    if not spool_dir or interval <= 0:
-        return []
-    from platform_plugin.launcher.sysmetrics import SystemMetrics
-    return [SystemMetrics(spool_dir, interval)]
+    return watch(plan, options, shown, link, attempts, started, job_tracking, spool_dir, last)
 
 
 def _note(write):
@@ -219,9 +155,6 @@ def _note(write):
 
 def _table_file(plan: LaunchPlan) -> str:
     return next(r.env["RANK_TABLE_FILE"] for r in plan.workers)
-
-
-_HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
 
 
 def _rank_base_env(env: dict) -> dict:
@@ -237,35 +170,6 @@ def _with_env(plan: LaunchPlan, extra: dict | None) -> LaunchPlan:
         return plan
     ranks = tuple(r.replace(env={**r.env, **extra}) for r in plan.ranks)
     return plan.replace(ranks=ranks)
-
-
-def _finish_tracking(job_tracking, result, last: bool = True, waiting=None):
-    """Tracking must never turn a finished job into a crash: a failing sink becomes a note."""
-    try:
-        return job_tracking.finish(result, last=last, waiting=waiting)
-    except Exception as exc:  # noqa: BLE001 - reported, not raised
-        plan = getattr(job_tracking, "plan", None)
-        hint = (f"; what the ranks spooled stays in {plan.job_dir}/tracking: `platform-run sync "
-                f"{plan.job_id}` delivers it (e.g. once the disk has space again)" if plan else "")
-        print(f"[launcher] tracking could not finish: {exc}{hint}", file=sys.stderr)
-        return None
-
-
-def _summary(result: JobResult, hidden: int = 0) -> str:
-    if result.ok:
-        text = (f"[launcher] job {result.job_id} succeeded in {result.duration_s:.1f}s "
-                f"({len(result.exitcodes)} processes); logs in {result.job_dir}")
-        held = sum(result.held_back.values())
-        if held:
-            text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
-    else:
-        text = result.render()
-    if hidden:
-        text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
-                 "logs (--verbose shows them)")
-    # a failed job's metrics matter too (what happened before the crash): say where they went
-    hint = getattr(result.tracking, "ui_hint", "")
-    return text + (f"\n[launcher] tracking: {hint}" if hint else "")
 
 
 def _print(write, text: str) -> None:

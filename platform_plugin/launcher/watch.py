@@ -1,0 +1,128 @@
+"""What watches a job's ranks once they were spawned (api.py starts them): the supervisor, the
+output, job.json, the other servers' notices, tracking's end, and the job's summary line.
+
+Imported only after the spawn (start-up time: without .pyc its compile and that of the modules
+below overlaps the ranks' own start). Whatever fails before the supervisor took the ranks over
+stops them (`Started.abandon`).
+"""
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+
+from platform_plugin.launcher.attempts import PeerNotice
+from platform_plugin.launcher.jobfile import JobFile
+from platform_plugin.launcher.quiet import hide_pattern
+from platform_plugin.launcher.supervisor import Supervisor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.launcher.options import LaunchOptions
+    from platform_plugin.launcher.output import Output
+    from platform_plugin.launcher.plan import LaunchPlan
+    from platform_plugin.launcher.result import JobResult
+    from platform_plugin.launcher.spawn import Started
+
+
+def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
+          started: Started, job_tracking, spool_dir: str | None,
+          last: bool) -> tuple[JobResult, int]:
+    """Supervise the started ranks to their end, then tracking's report and job.json's last
+    write. Returns (result, lines hidden from the display)."""
+    __tracebackhide__ = True
+    try:
+        supervisor, job_file = _set_up(plan, options, shown, link, attempts, started,
+                                       job_tracking, spool_dir)
+    except BaseException:  # nothing watches the ranks yet: they must not outlive this
+        started.abandon()
+        raise
+    result = None
+    try:
+        result = supervisor.run()
+    finally:
+        report = _finish_tracking(job_tracking, result, last,
+                                  waiting=lambda: job_file.record(result) if result is not None else None)
+    result.tracking = report
+    result.attempts = list(attempts)
+    result.server_id = plan.server_id
+    job_file.record(result)
+    result.job_file_error = job_file.error or ""
+    return result, supervisor.output.hidden()
+
+
+def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
+           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile]:
+    """The output, job.json, the other servers' notices, tracking: observers of the supervisor."""
+    output = _display(options, shown)
+    output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
+                f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
+                f", backend "
+                f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
+                + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
+    for note in job_tracking.notes:
+        output.note(note)
+    system_metrics = _system_metrics(spool_dir, options)
+    # job.json: written when the ranks started and once at the end; a tracked job whose delivery
+    # must be waited for also records the ranks' end before that wait (`waiting`)
+    job_file = JobFile(plan, attempts, early_end=False)
+    peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
+    # the output observes the supervisor too: the board shows each process's status
+    supervisor = Supervisor(plan, started, output,
+                            [job_file, output, *system_metrics, peers, job_tracking],
+                            timeout=options.timeout, silence_timeout=options.silence_timeout,
+                            grace=options.grace, stop_check=peers.stop_reason)
+    return supervisor, job_file
+
+
+def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
+    """The sampler of the ranks' system metrics, when there is a spool to write them to
+    (sysmetrics.py and psutil are not loaded for an untracked job)."""
+    interval = 0 if options.no_system_metrics else options.system_metrics_interval
+    if not spool_dir or interval <= 0:
+        return []
+    from platform_plugin.launcher.sysmetrics import SystemMetrics
+    return [SystemMetrics(spool_dir, interval)]
+
+
+def _display(options: LaunchOptions, shown) -> Output:
+    """The live board inside a Jupyter kernel unless --show was given; prefixed lines elsewhere."""
+    hide = hide_pattern(options.verbose)
+    if options.show is None and options.write is None and "ipykernel" in sys.modules:
+        # only where a kernel may run: a CLI launch does not compile the board's modules
+        from platform_plugin.launcher.notebook_display import in_kernel, make_board
+        if in_kernel():
+            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
+    from platform_plugin.launcher.output import Output
+    return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
+
+
+_HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
+
+
+def _finish_tracking(job_tracking, result, last: bool = True, waiting=None):
+    """Tracking must never turn a finished job into a crash: a failing sink becomes a note."""
+    try:
+        return job_tracking.finish(result, last=last, waiting=waiting)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        plan = getattr(job_tracking, "plan", None)
+        hint = (f"; what the ranks spooled stays in {plan.job_dir}/tracking: `platform-run sync "
+                f"{plan.job_id}` delivers it (e.g. once the disk has space again)" if plan else "")
+        print(f"[launcher] tracking could not finish: {exc}{hint}", file=sys.stderr)
+        return None
+
+
+def job_summary(result: JobResult, hidden: int = 0) -> str:
+    if result.ok:
+        text = (f"[launcher] job {result.job_id} succeeded in {result.duration_s:.1f}s "
+                f"({len(result.exitcodes)} processes); logs in {result.job_dir}")
+        held = sum(result.held_back.values())
+        if held:
+            text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
+    else:
+        text = result.render()
+    if hidden:
+        text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
+                 "logs (--verbose shows them)")
+    # a failed job's metrics matter too (what happened before the crash): say where they went
+    hint = getattr(result.tracking, "ui_hint", "")
+    return text + (f"\n[launcher] tracking: {hint}" if hint else "")
