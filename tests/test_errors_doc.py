@@ -6,8 +6,8 @@ import re
 
 from tests.helpers import REPO
 
-PREFIXES = ("CLEAN", "CLI", "COMPARE", "ENV", "INIT", "LAUNCH", "MAGIC", "NB", "RT", "TRACKING",
-            "UI")
+PREFIXES = ("CLEAN", "CLI", "COMPARE", "ENV", "INIT", "LAUNCH", "MAGIC", "NB", "RT", "SERVER",
+            "TRACKING", "UI")
 CODE = re.compile(r"""["']((?:%s)_[A-Z0-9_]+)["']""" % "|".join(PREFIXES))
 # check_writable_folder(folder, what, CODE, flag) raises CODE_NOT_DIR or CODE_READONLY
 FOLDER = re.compile(r"""check_writable_folder\([^)]*?["']([A-Z0-9_]+)["']""", re.S)

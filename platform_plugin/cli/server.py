@@ -60,6 +60,9 @@ def _check(args) -> None:
     problems = []
     if not 0 <= args.port <= 65535:
         problems.append(Problem("SERVER_PORT", f"--port {args.port}: a TCP port is 0-65535", "--port"))
+    if not 0 <= args.pg_port <= 65535:  # PostgreSQL itself would refuse it after initdb
+        problems.append(Problem("SERVER_PG_PORT", f"--pg-port {args.pg_port}: a TCP port is "
+                                "0-65535 (0 = a free one)", "--pg-port"))
     if not 1 <= args.workers <= 64:
         problems.append(Problem("SERVER_WORKERS", "--workers must be 1..64", "--workers"))
     try:
@@ -75,6 +78,18 @@ def _check(args) -> None:
         raise ConfigError([Problem("SERVER_POSTGRES", why, "postgres")])
     if args.port:
         check_free(args.port, args.host, what="--port")
+    if args.pg_port:
+        check_free(args.pg_port, "127.0.0.1", what="--pg-port")
+
+
+def _check_folders(data: Path, artifacts: str) -> None:
+    """Both folders can be made before initdb runs: a bad --data-dir or --artifacts is a
+    refusal with a code, not a traceback after a cluster was half made."""
+    from platform_plugin.util.folders import check_writable_folder
+    folder = str(data)
+    check_writable_folder(folder, "server data", "SERVER_DATA_DIR", "--data-dir")
+    _check_data_dir(data)
+    check_writable_folder(artifacts, "artifacts", "SERVER_ARTIFACTS", "--artifacts")
 
 
 def tracking_uri(host: str, port: int) -> str:
@@ -112,8 +127,8 @@ def run(args) -> int:
     from platform_plugin.tracking.postgres import LocalPostgres
     from platform_plugin.tracking.server import start_team_server, stop_server, wait_healthy
     data = Path(args.data_dir or default_data_dir()).resolve()
-    _check_data_dir(data)
     artifacts = str(Path(args.artifacts).resolve() if args.artifacts else data / "artifacts")
+    _check_folders(data, artifacts)
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, _interrupt)
     from platform_plugin.launcher.spawn import Lifeline

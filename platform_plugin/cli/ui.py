@@ -1,6 +1,7 @@
 """`platform-run ui`: a local MLflow UI on the configured store, lean, loopback only."""
 from __future__ import annotations
 
+import os
 import signal
 import tempfile
 
@@ -11,7 +12,7 @@ from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server import HOST
-from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
+from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri, sqlite_path
 
 
 def register(subparsers) -> None:
@@ -24,12 +25,32 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+# what `mlflow server --backend-store-uri` accepts ("" = a plain path: a file store)
+STORE_SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+
+
 def store_uri(explicit: str | None) -> str:
     uri = explicit or default_tracking_uri()
     if uri.startswith(("http://", "https://")):
         raise ConfigError(f"MLFLOW_TRACKING_URI is a server ({uri}): open it directly, or pass "
                           "--store sqlite:///path/to/mlflow.db", code="TRACKING_UI")
+    _check_store(uri)
     return uri
+
+
+def _check_store(uri: str) -> None:
+    """Refuse a store MLflow's server cannot open before it starts: it would die with a
+    traceback in its log and this command would wait for it first."""
+    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
+    if scheme not in STORE_SCHEMES:
+        raise ConfigError([Problem("UI_STORE", f"--store {uri}: MLflow stores are "
+                                   "sqlite:///path.db, postgresql://..., mysql://..., "
+                                   "mssql://... or a folder", "--store")])
+    path = sqlite_path(uri.split("?", 1)[0])
+    if path is not None and str(path) not in ("", ":memory:"):
+        from platform_plugin.util.folders import check_writable_folder
+        folder = os.path.dirname(os.path.abspath(path))
+        check_writable_folder(folder, "store", "UI_STORE", "--store")
 
 
 def latest_comparison(ui: str, metric: str, log_dir: str | None) -> str | None:

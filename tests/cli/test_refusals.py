@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
+import tempfile
 
 import pytest
 
@@ -171,3 +173,35 @@ def test_a_missing_program_is_refused_whatever_the_backend(cwd):
     for backend in ("torch", "ms-cluster", "plain"):
         refused(run_inprocess(["launch", "--nproc", "2", "--backend", backend, "--",
                                "no-such-program-xyz"], cwd), "LAUNCH_PROGRAM_MISSING")
+
+
+@pytest.mark.parametrize("store, code", [
+    ("bogus://x", "UI_STORE"), ("sqlite:////proc/no-such-folder/mlflow.db", "UI_STORE_READONLY"),
+    ("sqlite:///afile/mlflow.db", "UI_STORE_NOT_DIR")])
+def test_ui_store_mlflow_cannot_open_is_refused_before_the_server_starts(cwd, store, code):
+    cwd.joinpath("afile").write_text("x")
+    refused(run_inprocess(["ui", "--port", "0", "--store", store], cwd), code)
+
+
+@pytest.fixture
+def reachable(cwd):
+    """A folder the `postgres` user can enter (pytest's tmp is closed to it)."""
+    root = tempfile.mkdtemp(prefix="platform-refusal-")
+    os.chmod(root, 0o755)
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["--pg-port", "99999"], "SERVER_PG_PORT"), (["--pg-port", "-1"], "SERVER_PG_PORT"),
+    (["--data-dir", "/proc/no-such-folder/server"], "SERVER_DATA_DIR_READONLY"),
+    (["--data-dir", "{root}/afile/server"], "SERVER_DATA_DIR_NOT_DIR"),
+    (["--artifacts", "/proc/no-such-folder/artifacts"], "SERVER_ARTIFACTS_READONLY")])
+def test_server_flags_are_refused_before_any_cluster_or_folder_exists(cwd, reachable, argv,
+                                                                      code):
+    with open(os.path.join(reachable, "afile"), "w") as fh:
+        fh.write("x")
+    argv = [a.format(root=reachable) for a in argv]
+    data = [] if "--data-dir" in argv else ["--data-dir", os.path.join(reachable, "server")]
+    refused(run_inprocess(["server", "--port", "0", *data, *argv], cwd), code)
+    assert os.listdir(reachable) == ["afile"]  # no cluster, no artifacts folder
