@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    if args.wait < 0:
+    if not args.wait >= 0:  # also nan, which compares false to everything
         raise ConfigError(f"--wait {args.wait:g}: give the seconds to keep retrying, 0 or more",
                           code="TRACKING_SYNC_WAIT")
     waiting = 0

@@ -205,3 +205,25 @@ def test_server_flags_are_refused_before_any_cluster_or_folder_exists(cwd, reach
     data = [] if "--data-dir" in argv else ["--data-dir", os.path.join(reachable, "server")]
     refused(run_inprocess(["server", "--port", "0", *data, *argv], cwd), code)
     assert os.listdir(reachable) == ["afile"]  # no cluster, no artifacts folder
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "too-large"])
+def test_rank_table_that_is_no_regular_file_or_too_large_is_refused_at_once(cwd, kind):
+    """A FIFO without a writer blocked open() forever; a 65 MiB file (over the 64 MiB limit)
+    was read whole."""
+    table = cwd / "t.json"
+    if kind == "fifo":
+        os.mkfifo(table)
+    elif kind == "folder":
+        table.mkdir()
+    else:
+        with open(table, "wb") as fh:  # sparse: costs no disk
+            fh.truncate(65 << 20)
+    code = "RT_FILE_TOO_LARGE" if kind == "too-large" else "RT_FILE_NOT_REGULAR"
+    refused(run_inprocess(["ranktable", "check", str(table)], cwd), code)
+    cwd.joinpath(".env").write_text(f"RANK_TABLE_FILE={table}\n")
+    refused(run_inprocess(["launch", "--tracking", "none", "--", "true"], cwd), code)
+
+
+def test_sync_wait_that_is_not_a_number_of_seconds_is_refused(cwd):
+    refused(run_inprocess(["sync", "--wait", "nan"], cwd), "TRACKING_SYNC_WAIT")
