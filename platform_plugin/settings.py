@@ -22,8 +22,9 @@ from platform_plugin.variables import PLATFORM_RUN_MODE
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.ranktable import RankTable, Server
-# `platform_plugin.ranktable` (parsing, rules, formats: ~900 lines) is imported only where a rank
-# table was found: a launch without one starts without compiling it.
+# `platform_plugin.ranktable` (parsing, rules, formats: ~900 lines) and settings_table.py (what a
+# table decides) are imported only where a rank table was found: a launch without one starts
+# without compiling them.
 
 MODES = PLATFORM_RUN_MODE.choices
 # The variables this module resolves itself; every other .env key passes through untouched.
@@ -200,13 +201,6 @@ class _Resolver:
     def row_from(self, name: str, chosen: tuple[str, str] | None, note: str = "") -> None:
         self.row(name, chosen[1] if chosen else None, chosen[0] if chosen else "unset", note)
 
-    def table_problems(self, problems: list[Problem], source: str) -> None:
-        # check_environment says what is wrong; the user also needs to know where it was set
-        for p in problems:
-            label = SOURCE_LABELS.get(source, f"the {source} value")
-            self.problems.append(Problem(p.code, f"{p.message} ({p.path} came from {label}.)",
-                                         p.path, p.severity))
-
 
 def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
             env_file: str | None = None, flags: dict[str, object] | None = None,
@@ -289,19 +283,8 @@ def _resolve_rank_start(r: _Resolver, table: RankTable | None,
     if table is None:
         r.row_from("RANK_START", chosen) if chosen else r.row("RANK_START", 0, "default")
         return None, value or 0
-    from platform_plugin.ranktable import RankTableError, select_server
-    try:
-        server = select_server(table, rank_start=value, local_addresses=local_addresses)
-    except RankTableError as exc:
-        r.table_problems(exc.problems, chosen[0]) if chosen else r.problems.extend(exc.problems)
-        r.row_from("RANK_START", chosen)
-        return None, value or 0
-    if chosen:
-        r.row_from("RANK_START", chosen, f"server {server.server_id}")
-    else:
-        r.row("RANK_START", server.first_rank, "derived", f"first rank of server "
-              f"{server.server_id}" + (" (this host)" if len(table.servers) > 1 else ""))
-    return server, server.first_rank
+    from platform_plugin.settings_table import rank_start_from_table
+    return rank_start_from_table(r, table, chosen, value, local_addresses)
 
 
 def _resolve_rank_size(r: _Resolver, table: RankTable | None) -> int | None:
@@ -310,12 +293,8 @@ def _resolve_rank_size(r: _Resolver, table: RankTable | None) -> int | None:
         chosen = cands[0] if cands else None
         r.row_from("RANK_SIZE", chosen, "no rank table: not checked" if chosen else "")
         return r.integer("RANK_SIZE", chosen)
-    from platform_plugin.ranktable import check_environment
-    for source, value in cands:  # set anywhere and different from the table: an error
-        if r.integer("RANK_SIZE", (source, value)) is not None:
-            r.table_problems(check_environment(table, {"RANK_SIZE": value}), source)
-    r.row("RANK_SIZE", table.rank_size, "derived", f"{len(table.servers)} server(s) in the table")
-    return table.rank_size
+    from platform_plugin.settings_table import rank_size_from_table
+    return rank_size_from_table(r, table, cands)
 
 
 def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Server | None,
@@ -336,35 +315,5 @@ def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Serv
         r.row_from("RANK_ID", chosen)
         r.row_from("DEVICE_ID", device, "no rank table: not checked" if device else "")
         return rank_id, r.integer("DEVICE_ID", device)
-    from platform_plugin.ranktable import RankTableError, check_environment
-    if chosen is None and server is not None:
-        rank_id = rank_start
-        r.row("RANK_ID", rank_id, "default", "first rank of this server; set RANK_ID to change")
-    else:
-        r.row_from("RANK_ID", chosen)
-    if rank_id is None:
-        r.row("DEVICE_ID", None, "unset")
-        return None, None
-    env = {"RANK_ID": str(rank_id), "RANK_START": str(rank_start)} if server else \
-        {"RANK_ID": str(rank_id)}
-    rank_problems = check_environment(table, env)
-    r.table_problems(rank_problems, chosen[0] if chosen else "default")
-    if rank_problems:
-        r.row("DEVICE_ID", None, "unset", "no valid RANK_ID")
-        return rank_id, None
-    try:
-        device_id = table.device_id_for_rank(rank_id, visible)
-    except RankTableError as exc:
-        r.problems.extend(exc.problems)
-        r.row("DEVICE_ID", None, "unset")
-        return rank_id, None
-    for source, value in r.candidates("DEVICE_ID"):  # a set DEVICE_ID must agree
-        if r.integer("DEVICE_ID", (source, value)) is not None:
-            r.table_problems(check_environment(table, {
-                "RANK_ID": str(rank_id), "DEVICE_ID": value, VISIBLE_DEVICES: visible or ""}),
-                source)
-    _server, device = table.device_for_rank(rank_id)
-    via = f" via {VISIBLE_DEVICES}" if visible and device.device_id != device_id else ""
-    r.row("DEVICE_ID", device_id, "derived", f"rank {rank_id} is physical device "
-          f"{device.device_id}{via}")
-    return rank_id, device_id
+    from platform_plugin.settings_table import rank_and_device_from_table
+    return rank_and_device_from_table(r, table, server, rank_start, visible, chosen, rank_id)

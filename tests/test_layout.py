@@ -21,7 +21,8 @@ LAYERS = [
     ("workflows", ("platform_plugin.notebook", "platform_plugin.cleanup")),
     ("launcher", ("platform_plugin.launcher",)),
     ("tracking", ("platform_plugin.tracking",)),
-    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor")),
+    ("facts", ("platform_plugin.settings", "platform_plugin.settings_table",
+               "platform_plugin.ranktable", "platform_plugin.doctor")),
     ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
 ]
 # The rank side of tracking runs inside every training process: the stdlib only (and the
@@ -174,7 +175,8 @@ LAUNCH_PATH = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.la
                "platform_plugin.tracking.identity"} | {
     f"platform_plugin.launcher.{m}" for m in (
         "api", "attempts", "backends", "job_key", "jobfile", "link",
-        "options", "output", "plan", "preflight", "quiet", "reaper", "result", "show", "spawn", "watch",
+        "chatter", "options", "output", "plan", "preflight", "quiet", "reaper", "result", "show",
+        "spawn", "watch",
         "supervisor")} | {"platform_plugin.launcher"} | {
     f"platform_plugin.util.{m}" for m in (
         "folders", "hosts", "jobdirs", "numbers", "procfs", "record")} | {

@@ -1,7 +1,8 @@
 """Quiet by default: library chatter goes to the logs, not to the cell or the terminal.
 
 Two sources, two treatments (`--verbose` turns both off):
-- rank output: lines of MindSpore's networking (`[WARNING] DISTRIBUTED(...)`, `[INFO] ...`:
+- rank output (chatter.py: the display's filter, imported with the output once the ranks run):
+  lines of MindSpore's networking (`[WARNING] DISTRIBUTED(...)`, `[INFO] ...`:
   the cluster's connect/retry/register messages, and the collective-communication setup
   lines of `ccsrc/.../collective/`, dozens per rank and job) are kept out of
   the display; the rank logs keep every byte. Their ERROR lines are always shown.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import warnings
 
@@ -25,45 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import logging
 
-# glog lines of MindSpore below ERROR from its networking: the DISTRIBUTED submodule (cluster
-# connect/retry/register) and the collective-communication setup (ccsrc/.../collective/...).
-# compiled at the first chunk that holds a mark (_Chatter.regex): most jobs never need it
-CHATTER_LINE = (rb"\[(?:WARNING|INFO|DEBUG)\] (?:DISTRIBUTED\(|[A-Z_]+\([^)]*\):\S* "
-                rb"\[mindspore/ccsrc/[^\]]*collective)")
-# every chatter line holds one of these: a chunk without them needs no regex at all
-_CHATTER_MARKS = (b"] DISTRIBUTED(", b"[mindspore/ccsrc/")
-
-
-class _Chatter:
-    """What the display hides. `search(chunk)`: could the chunk hold a chatter line (the display
-    then `match`es each line, which anchors the pattern at the line's start). The cheap test
-    matters: it runs over every byte a rank prints. A regex scan steps through the chunk byte
-    by byte in Python's engine (with a `^` and re.M it was the launcher's largest cost on a
-    chatty rank); `in` runs at memchr/memmem speed and is almost always the whole answer."""
-
-    regex = None
-
-    def search(self, chunk: bytes) -> bool:
-        return (b"[" in chunk and any(mark in chunk for mark in _CHATTER_MARKS)  # memchr first
-                and self._regex().search(chunk) is not None)
-
-    def match(self, line: bytes) -> bool:
-        return self._regex().match(line) is not None
-
-    def _regex(self):
-        if self.regex is None:
-            self.regex = re.compile(CHATTER_LINE)
-        return self.regex
-
-
-CHATTER = _Chatter()
 WARNINGS_LOGGER = "platform_plugin.warnings"
 LIBRARY_LOGGERS = ("mlflow", "alembic", WARNINGS_LOGGER)
 LOG_NAME = "launcher.log"
-
-
-def hide_pattern(verbose: bool):
-    return None if verbose else CHATTER
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 
 from platform_plugin.launcher.attempts import PeerNotice
 from platform_plugin.launcher.jobfile import JobFile
-from platform_plugin.launcher.quiet import hide_pattern
+from platform_plugin.launcher.chatter import hide_pattern
 from platform_plugin.launcher.supervisor import Supervisor
 
 if TYPE_CHECKING:  # pragma: no cover

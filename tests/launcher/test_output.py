@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from platform_plugin.launcher.output import Output
-from platform_plugin.launcher.quiet import CHATTER
+from platform_plugin.launcher.chatter import CHATTER
 
 CHATTY = (b"[WARNING] DISTRIBUTED(1,7f,python):2026-11-30 [cluster_context.cc:1] connecting\n"
           b"step 1 [WARNING] DISTRIBUTED(1,7f,python): quoted inside a line\n"

@@ -1,0 +1,44 @@
+"""What the display keeps out of sight: MindSpore's networking chatter (see quiet.py's docstring
+for both treatments of library chatter; `--verbose` shows it). The rank logs keep every byte.
+
+Imported with the output, after the ranks were spawned (start-up time without .pyc)."""
+from __future__ import annotations
+
+import re
+
+# glog lines of MindSpore below ERROR from its networking: the DISTRIBUTED submodule (cluster
+# connect/retry/register) and the collective-communication setup (ccsrc/.../collective/...).
+# compiled at the first chunk that holds a mark (_Chatter.regex): most jobs never need it
+CHATTER_LINE = (rb"\[(?:WARNING|INFO|DEBUG)\] (?:DISTRIBUTED\(|[A-Z_]+\([^)]*\):\S* "
+                rb"\[mindspore/ccsrc/[^\]]*collective)")
+# every chatter line holds one of these: a chunk without them needs no regex at all
+_CHATTER_MARKS = (b"] DISTRIBUTED(", b"[mindspore/ccsrc/")
+
+
+class _Chatter:
+    """What the display hides. `search(chunk)`: could the chunk hold a chatter line (the display
+    then `match`es each line, which anchors the pattern at the line's start). The cheap test
+    matters: it runs over every byte a rank prints. A regex scan steps through the chunk byte
+    by byte in Python's engine (with a `^` and re.M it was the launcher's largest cost on a
+    chatty rank); `in` runs at memchr/memmem speed and is almost always the whole answer."""
+
+    regex = None
+
+    def search(self, chunk: bytes) -> bool:
+        return (b"[" in chunk and any(mark in chunk for mark in _CHATTER_MARKS)  # memchr first
+                and self._regex().search(chunk) is not None)
+
+    def match(self, line: bytes) -> bool:
+        return self._regex().match(line) is not None
+
+    def _regex(self):
+        if self.regex is None:
+            self.regex = re.compile(CHATTER_LINE)
+        return self.regex
+
+
+CHATTER = _Chatter()
+
+
+def hide_pattern(verbose: bool):
+    return None if verbose else CHATTER
