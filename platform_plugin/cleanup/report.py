@@ -6,6 +6,9 @@ from pathlib import Path
 
 from platform_plugin.cleanup.walk import Removal
 
+# a folder the user cannot write lists each of its files as an error: the first ones say why
+MAX_ERRORS = 20
+
 
 @dataclass
 class CleanupReport:
@@ -44,7 +47,9 @@ class CleanupReport:
                      f"   {verb} in {self.seconds:.2f}s")
         lines += [f"  kept {_quote(item)}" for item in self.kept]
         lines += [f"  skipped {_quote(item)}" for item in self.skipped]
-        lines += [f"  could not remove {_quote(error)}" for error in self.errors]
+        lines += [f"  could not remove {_quote(error)}" for error in self.errors[:MAX_ERRORS]]
+        if len(self.errors) > MAX_ERRORS:
+            lines.append(f"  ... and {len(self.errors) - MAX_ERRORS} more left in place")
         return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ are kept (tracking_data.py).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from platform_plugin.cleanup.root import ROOT_ENV, find_root, looks_like_project
 from platform_plugin.cleanup.rules import (KEEP_FILE, Category, CleanupRules, load_categories,
                                            read_keep_file, rules_dir)
 from platform_plugin.cleanup.walk import Removal, walk
+from platform_plugin.errors import ConfigError
 
 PROGRESS_DELAY_S = 1.0  # a cleanup faster than this shows no counter at all
 
@@ -62,7 +64,23 @@ class PreparedCleanup:
     rules: CleanupRules
 
     def run(self, *, dry_run: bool = False, progress: bool | None = None) -> CleanupReport:
+        if not dry_run:
+            refuse_read_only(self.root)
         return run_cleanup(self.root, self.rules, dry_run=dry_run, progress=progress)
+
+
+def refuse_read_only(root: Path) -> None:
+    """A ROOT on a read-only mount: nothing can be removed, so say it once and remove
+    nothing, instead of one "could not remove" line per file (100,000 for a real cache).
+    A dry run still lists what a writable CODE/ would lose."""
+    try:
+        read_only = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except OSError:
+        return  # the walk reports what it cannot read
+    if read_only:
+        raise ConfigError(f"{root} is on a read-only mount: nothing can be removed there "
+                          "(`--dry-run` lists what would go on a writable CODE/; a full run "
+                          "takes --no-cleanup)", code="CLEAN_ROOT_READONLY")
 
 
 def prepare_cleanup(root: Path, *, only: Iterable[str] | None = None, keep: Iterable[str] = (),

@@ -91,3 +91,29 @@ def test_mountinfo_parsing_keeps_only_mounts_below_root(tmp_path, monkeypatch):
     monkeypatch.setattr("platform_plugin.cleanup.mounts.MOUNTINFO", str(table))
     assert mount_points_below(root) == {("kernel_meta", "mnt"), ("with space",)}
     assert _unescape("a\\011b\\134c") == "a\tb\\c"
+
+
+@needs_unshare
+def test_a_read_only_code_folder_is_refused_once_and_a_dry_run_still_lists(tmp_path):
+    """Before: exit 1 and one "could not remove ...: Read-only file system" line per file."""
+    root = tmp_path / "CODE"
+    write_tree(root, {"train.py": "", **{f"kernel_meta/k{i}.o": "1" for i in range(30)},
+                      **{f"r{i}.log": "2" for i in range(30)}})
+    before = snapshot(root)
+    q = shlex.quote(str(root))
+    read_only = [f"mount --bind {q} {q}", f"mount -o remount,ro,bind {q}"]
+    done = clean_in_namespace(read_only, "--root", str(root), "--no-progress", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "[CLEAN_ROOT_READONLY]" in done.stderr and "could not remove" not in done.stdout
+    dry = clean_in_namespace(read_only, "--root", str(root), "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and "would remove logs    r29.log" in dry.stdout, dry.stdout
+    assert snapshot(root) == before
+
+
+def test_a_report_lists_at_most_20_errors_and_counts_the_rest(tmp_path):
+    from platform_plugin.cleanup.report import CleanupReport
+
+    errors = [f"r{i}.log: denied" for i in range(50)]
+    report = CleanupReport(tmp_path, False, ("logs",), [], errors, 0.0)
+    text = report.render()
+    assert text.count("could not remove") == 20 and "... and 30 more left in place" in text
