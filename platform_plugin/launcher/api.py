@@ -23,7 +23,7 @@ from platform_plugin.launcher.backends import default_nproc, npus_present
 from platform_plugin.launcher import preflight
 from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
 from platform_plugin.launcher.link import open_link
-from platform_plugin.launcher.options import LaunchOptions, from_kwargs
+from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.show import check_show
 from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
@@ -40,6 +40,7 @@ def launch(cmd: list[str] | str, **options: Any) -> JobResult:
     or it was interrupted — unless `check=False`.
     """
     __tracebackhide__ = True  # IPython: the user's cell, not our frames, is the interesting part
+    from platform_plugin.launcher.keywords import from_kwargs  # (the CLI does not need it)
     return run(cmd, from_kwargs(options))
 
 

@@ -2,7 +2,7 @@
 (the framework backends are in launcher/framework_backends.py).
 
 Each backend answers three questions from the settings and options it is given (it starts
-nothing; `choose()` for `auto` reads the program's source):
+nothing; `choose()` for `auto` reads the program's source: auto_backend.py):
 - `layout`: which global ranks (and physical devices) run on this server,
 - `rank_env`: the variables that make one worker a member of the job,
 - `helpers`: extra processes that are not ranks (the ms-cluster scheduler).
@@ -147,46 +147,6 @@ def backend(name: str) -> Backend:
     from platform_plugin.launcher.framework_backends import FRAMEWORK_BACKENDS
     return FRAMEWORK_BACKENDS[name]
 
-# what `auto` looks for in the program's source (compiled by re when `auto` first runs)
-_IMPORTS = {
-    "ms-cluster": rb"^\s*(?:import|from)\s+mindspore\b",
-    "torch": rb"^\s*(?:import|from)\s+torch\b",
-}
-
-
-def program_source(command: list[str]) -> tuple[str, bytes | None]:
-    """(what the program is, its source if readable): the script of `python x.py`, the module
-    of `python -m pkg.mod`, the code of `python -c ...`, or a `.py` given directly."""
-    args = list(command)
-    if args and os.path.basename(args[0]).startswith("python"):
-        args = args[1:]
-        while args and args[0].startswith("-") and args[0] not in ("-m", "-c"):
-            args = args[2:] if args[0] in ("-W", "-X") else args[1:]  # options with a value
-        if len(args) >= 2 and args[0] == "-c":
-            return "python -c", args[1].encode()
-        if len(args) >= 2 and args[0] == "-m":
-            import importlib.util
-            try:
-                spec = importlib.util.find_spec(args[1])
-            except (ImportError, ValueError):
-                spec = None
-            origin = spec.origin if spec and spec.origin not in (None, "built-in", "frozen") else None
-            return f"module {args[1]}", _read(origin)
-    if args and args[0].endswith(".py"):
-        return args[0], _read(args[0])
-    return (args[0] if args else "?"), None
-
-
-def _read(path: str | None) -> bytes | None:
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(1 << 20)
-    except OSError:
-        return None
-
-
 def choose(requested: str, command: list[str], settings: Settings,
            npu_present: bool) -> tuple[str, str]:
     """(backend name, the reason printed to the user)."""
@@ -198,14 +158,8 @@ def choose(requested: str, command: list[str], settings: Settings,
     table = settings.rank_table
     if npu_present and table is not None:
         return "rank-table", f"Ascend NPUs present and rank table {table.path or ''} resolved"
-    what, source = program_source(command)
-    for name, pattern in _IMPORTS.items():
-        if source is not None and re.search(pattern, source, re.M):
-            library = "mindspore" if name == "ms-cluster" else "torch"
-            return name, f"{what} imports {library}"
-    if source is None:
-        return "plain", f"cannot read {what} to see what it imports; only rank variables set"
-    return "plain", f"{what} imports neither mindspore nor torch; only rank variables set"
+    from platform_plugin.launcher.auto_backend import by_imports  # (a named backend: not needed)
+    return by_imports(command)
 
 
 def npus_present() -> bool:

@@ -13,10 +13,39 @@ from __future__ import annotations
 import os
 import time
 
-from platform_plugin.launcher.plan import LaunchPlan
 from platform_plugin.util.jobdirs import JOB_FILE
+from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME,
+                                       PLATFORM_SERVER_ID)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.launcher.plan import LaunchPlan
 
 RESERVE = 64 * 1024  # room for the result when the disk is full by the end of the job
+# Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
+RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
+                  PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
+                  PLATFORM_ATTEMPT.name, "PYTHONUNBUFFERED")
+
+
+def plan_summary(plan: LaunchPlan) -> dict:
+    """What job.json records at the start (the doctor reads it)."""
+    return {
+        "job_id": plan.job_id, "job_name": plan.job_name, "job_dir": plan.job_dir,
+        "backend": plan.backend, "backend_reason": plan.backend_reason,
+        "world_size": plan.world_size, "node_rank": plan.node_rank, "nnodes": plan.nnodes,
+        "server_id": plan.server_id, "cache_dir": plan.cache_dir, "command": list(plan.command),
+        "master_addr": plan.master_addr, "master_port": plan.master_port,
+        "attempt": plan.attempt,
+        "ranks": [{"name": r.name, "role": r.role, "rank_id": r.rank_id,
+                   "local_rank": r.local_rank, "device_id": r.device_id, "argv": list(r.argv),
+                   "cwd": r.cwd, "log_path": r.log_path,
+                   "env": {k: v for k, v in r.env.items()
+                           if k in RANK_VARIABLES or k.startswith(("MS_", "MASTER_", "RANK"))
+                           or k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                    "MS_COMPILER_CACHE_PATH", "ASCEND_PROCESS_LOG_PATH")}}
+                  for r in plan.ranks],
+    }
 
 
 class JobFile:
@@ -31,7 +60,7 @@ class JobFile:
         self.path = os.path.join(plan.job_dir, JOB_FILE)
         self.error = ""  # why the last write failed, if it did
         self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
-                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan.summary(),
+                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan_summary(plan),
                      "pids": {}, "result": None,
                      # --max-restarts: the root-cause table of every earlier failed attempt
                      "attempt": plan.attempt + 1, "failed_attempts": list(attempts or [])}

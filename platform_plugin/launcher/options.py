@@ -4,8 +4,8 @@ Each field of `LaunchOptions` carries its type, default, help text, choices, CLI
 its check. Everything else is generated from it:
 - `add_arguments(parser)`: the flags of `platform-run launch` and of `%dist_run`,
 - `from_arguments(namespace)`: parsed flags -> a validated record,
-- `from_kwargs(kwargs)`: `launch(cmd, **options)` -> a validated record (an unknown name is a
-  ConfigError with a "did you mean" suggestion),
+- `from_kwargs(kwargs)` (keywords.py: only `launch()` needs it): `launch(cmd, **options)` -> a
+  validated record (an unknown name is a ConfigError with a "did you mean" suggestion),
 - `render_help(prog)`: the option help shown by `platform-run launch --help` and `%dist_run --help`.
 
 Every refusal is a ConfigError with a code, raised before any folder, run or process exists.
@@ -252,33 +252,6 @@ def _problem(f: Option, value: Any) -> Problem | None:
     if complaint:
         return Problem(meta["code"], f"{where} {value!r}: {complaint}", where)
     return None
-
-
-def _keyword(name: str) -> str:
-    """A keyword or one of its aliases -> the field name; unknown -> ConfigError."""
-    if name in FIELDS:
-        return name
-    for f in FIELDS.values():
-        if name in f.metadata["aliases"]:
-            return f.name
-    known = sorted(list(FIELDS) + [a for f in FIELDS.values() for a in f.metadata["aliases"]])
-    import difflib  # only for a typo: `launch --help` does not pay for it
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; the options are {', '.join(known)}"
-    raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"launch() has no option {name!r}{hint}",
-                               name)])
-
-
-def from_kwargs(kwargs: Dict[str, Any]) -> LaunchOptions:
-    """`launch(cmd, **kwargs)` -> the validated record."""
-    values: Dict[str, Any] = {}
-    for name, value in kwargs.items():
-        key = _keyword(name)
-        if key in values:
-            raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"{name!r} repeats the option "
-                                       f"{key!r}", name)])
-        values[key] = value
-    return LaunchOptions(**values)
 
 
 # ---- argparse, generated from the record -------------------------------------------------------

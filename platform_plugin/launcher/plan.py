@@ -22,10 +22,6 @@ from platform_plugin.tracking.identity import new_job_id
 from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CACHE_DIR, PLATFORM_JOB_DIR,
     PLATFORM_JOB_NAME, PLATFORM_SERVER_ID)
 
-# Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
-RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
-                  PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
-                  PLATFORM_ATTEMPT.name, "PYTHONUNBUFFERED")
 
 
 class Host(FrozenRecord):
@@ -95,25 +91,6 @@ class LaunchPlan(FrozenRecord):
     @property
     def workers(self) -> tuple[RankSpec, ...]:
         return tuple(r for r in self.ranks if r.role == "worker")
-
-    def summary(self) -> dict:
-        """What job.json records at the start (the doctor reads it)."""
-        return {
-            "job_id": self.job_id, "job_name": self.job_name, "job_dir": self.job_dir,
-            "backend": self.backend, "backend_reason": self.backend_reason,
-            "world_size": self.world_size, "node_rank": self.node_rank, "nnodes": self.nnodes,
-            "server_id": self.server_id, "cache_dir": self.cache_dir, "command": list(self.command),
-            "master_addr": self.master_addr, "master_port": self.master_port,
-            "attempt": self.attempt,
-            "ranks": [{"name": r.name, "role": r.role, "rank_id": r.rank_id,
-                       "local_rank": r.local_rank, "device_id": r.device_id, "argv": list(r.argv),
-                       "cwd": r.cwd, "log_path": r.log_path,
-                       "env": {k: v for k, v in r.env.items()
-                               if k in RANK_VARIABLES or k.startswith(("MS_", "MASTER_", "RANK"))
-                               or k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                        "MS_COMPILER_CACHE_PATH", "ASCEND_PROCESS_LOG_PATH")}}
-                      for r in self.ranks],
-        }
 
 
 def normalize_command(command: list[str] | str) -> tuple[str, ...]:

@@ -11,8 +11,9 @@ from platform_plugin import launch
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher import options as opts_mod
 from platform_plugin.launcher.backends import BACKENDS
+from platform_plugin.launcher.keywords import from_kwargs
 from platform_plugin.launcher.options import (FIELDS, LaunchOptions, add_arguments, from_arguments,
-    from_kwargs, render_help)
+    render_help)
 from tests.helpers import REPO, VENV_BIN, clean_env
 from tests.launcher.helpers import PY
 

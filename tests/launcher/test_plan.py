@@ -9,7 +9,8 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from platform_plugin import settings as settings_mod
 from platform_plugin.errors import ConfigError
-from platform_plugin.launcher.backends import choose, default_nproc, program_source
+from platform_plugin.launcher.auto_backend import program_source
+from platform_plugin.launcher.backends import choose, default_nproc
 from platform_plugin.launcher.output import parse_show
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.plan import Host, build_plan, default_job_name, normalize_command
