@@ -35,18 +35,25 @@ def read_section(name: str, doc: Path = BENCH_DOC) -> str:
 
 def alternate(sides: dict, rounds: int) -> dict[str, list[float]]:
     """Time every side `rounds` times, alternating their order each round (ABBA...), so a noisy
-    machine's slow phase hurts both sides alike. `sides`: name -> zero-argument callable."""
+    machine's slow phase hurts both sides alike. `sides`: name -> zero-argument callable; what
+    it returns, if callable, is run after the clock stopped (the bench's own checks, cleanup)."""
     import time
     names = list(sides)
     times: dict[str, list[float]] = {name: [] for name in names}
     for name in names:  # one warm-up each (page cache, imports), not counted
-        sides[name]()
+        _after(sides[name]())
     for round_no in range(rounds):
         for name in (names if round_no % 2 == 0 else names[::-1]):
             start = time.perf_counter()
-            sides[name]()
+            after = sides[name]()
             times[name].append(time.perf_counter() - start)
+            _after(after)
     return times
+
+
+def _after(after) -> None:
+    if callable(after):
+        after()
 
 
 def spread(values: list[float], unit: str = "s", scale: float = 1.0, digits: int = 3) -> str:

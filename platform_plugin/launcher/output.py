@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 HELPER_NAMES = ("sched", "store")  # processes of a job that are not ranks
 TAIL_LINES = 20
+TAIL_WINDOW = 4096  # where a chunk's last TAIL_LINES lines are looked for first
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 
@@ -67,7 +68,7 @@ class _RankStream:
         except OSError as exc:
             self.log_error = exc
 
-    def feed(self, data: bytes, now: float, out: list[str]) -> None:
+    def feed(self, data: bytes, now: float, out: list[bytes | memoryview]) -> None:
         self._log(data)
         cut = data.rfind(b"\n") + 1
         if not cut:  # no line ends in this chunk
@@ -83,12 +84,12 @@ class _RankStream:
         if len(self.partial) > PARTIAL_MAX:
             self.flush_partial(now, out)
 
-    def flush_partial(self, now: float, out: list[str]) -> None:
+    def flush_partial(self, now: float, out: list[bytes | memoryview]) -> None:
         if self.partial:
             self._lines(_last_state(self.partial) + b"\n", now, out)
             self.partial, self.partial_since = b"", 0.0
 
-    def _lines(self, complete: bytes, now: float, out: list[str]) -> None:
+    def _lines(self, complete: bytes, now: float, out: list[bytes | memoryview]) -> None:
         """`complete` ends with a newline. The common case (no \\r, no cap) is one decode and one
         replace for the whole chunk: throughput matters when ranks print a lot."""
         lines = complete[:-1].split(b"\n") if b"\r" in complete else None
@@ -98,19 +99,30 @@ class _RankStream:
             complete = self._without_hidden(complete)
             if not complete:
                 return
-        self.tail.extend(complete.rsplit(b"\n", TAIL_LINES + 1)[-TAIL_LINES - 1:-1])
+        self._keep_tail(complete)
         if not self.shown:
             return
         if self.rate is not None:
             complete = self._within_rate(complete, now, out)
             if not complete:
                 return
-        # prefixed as bytes, then decoded once: bytes.replace is several times faster than
-        # str.replace, and the ASCII prefix decodes to itself (the text is what decoding the
-        # lines gives)
-        prefixed = complete.replace(b"\n", self.newline_prefix)  # "a\n[p]b\n[p]": cut the last [p]
-        text = str(memoryview(prefixed)[:len(prefixed) - len(self.prefix_bytes)], "utf-8", "replace")
-        out.append(self.prefix + text)
+        # one bytes.replace for the whole chunk (several times faster than str.replace; limiting
+        # it to all newlines but the last needs a count, slower than the replace itself), the
+        # trailing prefix cut by a view, not a copy: "a\n[p]b\n[p]" -> "a\n[p]b\n". The first
+        # line's prefix is a piece of its own, not a concatenation (another copy). Bytes all
+        # the way: decoding, if the display needs text at all, happens in write_pending.
+        prefixed = complete.replace(b"\n", self.newline_prefix)
+        out.append(self.prefix_bytes)
+        out.append(memoryview(prefixed)[:len(prefixed) - len(self.prefix_bytes)])
+
+    def _keep_tail(self, complete: bytes) -> None:
+        """The last TAIL_LINES lines, as small copies: a chunk is never kept (holding on to
+        the pieces a chatty job reads costs fresh memory, and cache misses, at every read).
+        Ordinary lines are found in the chunk's last TAIL_WINDOW bytes, without splitting it."""
+        lines = complete[-TAIL_WINDOW:].rsplit(b"\n", TAIL_LINES + 1)
+        if len(lines) < TAIL_LINES + 2 and len(complete) > TAIL_WINDOW:  # long lines
+            lines = complete.rsplit(b"\n", TAIL_LINES + 1)
+        self.tail.extend(lines[-TAIL_LINES - 1:-1])
 
     def _without_hidden(self, complete: bytes) -> bytes:
         lines = complete[:-1].split(b"\n")
@@ -118,7 +130,7 @@ class _RankStream:
         self.hidden += len(lines) - len(kept)
         return b"\n".join(kept) + b"\n" if kept else b""
 
-    def _within_rate(self, complete: bytes, now: float, out: list[str]) -> bytes:
+    def _within_rate(self, complete: bytes, now: float, out: list[bytes | memoryview]) -> bytes:
         rate = self.rate
         if rate is None:  # no line cap: every line is shown
             return complete
@@ -128,7 +140,7 @@ class _RankStream:
         allowed = min(count, int(self.tokens))
         self.tokens -= allowed
         if allowed and self.held_now:
-            out.append(f"{self.prefix}... {self.held_now} lines held back (all in the log)\n")
+            out.append(self._held_note())
             self.held_now = 0
         if allowed < count:
             held = count - allowed
@@ -139,15 +151,27 @@ class _RankStream:
             complete = b"\n".join(complete.split(b"\n", allowed)[:allowed]) + b"\n"
         return complete
 
-    def close(self, out: list[str]) -> None:
+    def _held_note(self) -> bytes:
+        return f"{self.prefix}... {self.held_now} lines held back (all in the log)\n".encode()
+
+    def close(self, out: list[bytes | memoryview]) -> None:
         self.flush_partial(time.monotonic(), out)
         if self.shown and self.held_now:
-            out.append(f"{self.prefix}... {self.held_now} lines held back (all in the log)\n")
+            out.append(self._held_note())
             self.held_now = 0
         try:
             self.log.close()
         except OSError:  # pragma: no cover - unbuffered: nothing left to flush
             pass
+
+
+def _byte_layer(stdout):
+    """`stdout`'s byte stream when the display can skip decoding: a UTF-8 TextIOWrapper (a
+    terminal, a file, a pipe: the CLI). None in a kernel (ipykernel's stream has no byte
+    layer) or for any other encoding (the text path applies the stream's own encoding/errors)."""
+    binary = getattr(stdout, "buffer", None)
+    encoding = (getattr(stdout, "encoding", "") or "").lower().replace("-", "")
+    return binary if binary is not None and encoding == "utf8" else None
 
 
 class Output:
@@ -160,8 +184,10 @@ class Output:
         self.max_lines_per_s = max_lines_per_s
         self._write = write
         self._streams: dict[str, _RankStream] = {}
-        self._pending: list[str] = []
+        # display pieces (bytes or views of them): whole lines, the bytes the ranks wrote
+        self._pending: list[bytes | memoryview] = []
         self._stdout_written = False  # written to sys.stdout since its last flush
+        self._stdout = self._stdout_bytes = None  # the sys.stdout last written, its byte layer
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
 
@@ -187,7 +213,7 @@ class Output:
 
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""
-        self._pending.append(f"[launcher] {text}\n")
+        self._pending.append(f"[launcher] {text}\n".encode())
 
     def flush(self) -> None:
         """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick).
@@ -202,15 +228,32 @@ class Output:
             sys.stdout.flush()
 
     def write_pending(self) -> None:
-        """Write the display text made so far (the supervisor calls it after every piece read)."""
+        """Write the display made so far (the supervisor calls it after every piece read)."""
         if self._pending:
             # piece by piece, not joined: a joined string of several MiB is fresh memory from
             # the kernel at every call (page faults), the pieces are reused heap memory
             pieces, self._pending = self._pending, []
+            if self._write is None:
+                binary = self._stdout_byte_layer()
+                if binary is not None:  # the CLI: the ranks' bytes, never decoded at all
+                    for piece in pieces:
+                        binary.write(piece)
+                    return
             write = self._write or sys.stdout.write
-            for text in pieces:
-                write(text)
-            self._stdout_written = self._write is None
+            for piece in pieces:
+                write(str(piece, "utf-8", "replace"))
+
+    def _stdout_byte_layer(self):
+        """The byte layer of the current sys.stdout, if it has a usable one (looked up once per
+        stream). Its text layer is flushed when the display starts writing to it: the launcher's
+        lines printed before the job stay before it (and after it: close() flushes)."""
+        stdout = sys.stdout
+        if stdout is not self._stdout:
+            self._stdout, self._stdout_bytes = stdout, _byte_layer(stdout)
+            if self._stdout_bytes is not None:
+                stdout.flush()
+        self._stdout_written = True
+        return self._stdout_bytes
 
     def tail(self, name: str) -> list[str]:
         stream = self._streams[name]

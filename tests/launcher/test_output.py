@@ -55,3 +55,53 @@ def test_ranks_writing_faster_than_a_pass_drains_lose_nothing(tmp_path):
         assert log == block[:1 << 20] * 24  # 1 MiB cuts a line: 23 lines are joined from 2 writes
         mine = [line for line in shown_lines if line.startswith(f"[rank {rank}] ")]
         assert len(mine) == log.count(b"\n") + 1  # every line shown; the last one has no newline
+
+
+def _stdout_over(monkeypatch, encoding: str):
+    import io
+    import sys
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=encoding, errors="replace")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    return stdout
+
+
+def test_the_cli_display_writes_the_ranks_bytes_after_what_was_printed_before(tmp_path, monkeypatch):
+    """A UTF-8 sys.stdout with a byte layer (the CLI's terminal, file or pipe) gets the ranks'
+    bytes prefixed, never decoded: what the rank wrote, even bytes that are not UTF-8 (as `cat`
+    shows them); text printed before the job stays before it."""
+    stdout = _stdout_over(monkeypatch, "utf-8")
+    print("before the job")
+    output = Output("all")
+    output.open("0", str(tmp_path / "rank_0.log"))
+    output.feed("0", b"a\n\xff\xfe b\nc\rd\n")
+    output.note("a note")
+    output.close()
+    assert stdout.buffer.getvalue() == (b"before the job\n[rank 0] a\n[rank 0] \xff\xfe b\n"
+                                        b"[rank 0] d\n[launcher] a note\n")
+
+
+def test_a_stdout_of_another_encoding_gets_decoded_text(tmp_path, monkeypatch):
+    stdout = _stdout_over(monkeypatch, "latin-1")
+    output = Output("all")
+    output.open("0", str(tmp_path / "rank_0.log"))
+    output.feed("0", "\u00e9t\u00e9 \u4e2d\n".encode())
+    output.close()
+    assert stdout.buffer.getvalue() == "[rank 0] \u00e9t\u00e9 ?\n".encode("latin-1")
+
+
+def test_the_tail_is_the_last_lines_of_however_many_chunks_hold_them(tmp_path):
+    """Short chunks, a chunk of many short lines, lines longer than the window looked at first."""
+    from platform_plugin.launcher.output import TAIL_LINES
+    output = Output("none")
+    output.open("0", str(tmp_path / "rank_0.log"))
+    for i in range(3 * TAIL_LINES):  # one line a chunk: every chunk of the tail is kept
+        output.feed("0", b"%d\n" % i)
+    assert output.tail("0") == [str(i) for i in range(2 * TAIL_LINES, 3 * TAIL_LINES)]
+    output.feed("0", b"".join(b"line %d\n" % i for i in range(1000)))  # one chunk holds it all
+    assert output.tail("0") == ["line %d" % i for i in range(1000 - TAIL_LINES, 1000)]
+    output.feed("0", b"x" * 5000 + b"\nlast")  # a long line, and a partial one at the end
+    assert output.tail("0") == ["line %d" % i for i in range(1002 - TAIL_LINES, 1000)] + [
+        "x" * 5000, "last"]
+    output.feed("0", b"\n" + b"".join(b"%04d" % i + b"y" * 996 + b"\n" for i in range(30)))
+    assert output.tail("0") == ["%04d" % i + "y" * 996 for i in range(30 - TAIL_LINES, 30)]
+    output.close()
