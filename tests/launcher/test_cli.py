@@ -69,6 +69,7 @@ def test_the_job_folder_a_test_waits_for_is_never_the_log_folder_probe(log_dir, 
     that probe for the job folder waited 60 s for rank logs that were never there. The probe is
     held here (its removal does nothing) as a poller could catch it."""
     monkeypatch.setattr(folders.os, "rmdir", lambda path: None)
+    monkeypatch.setattr(folders, "_surely_writable", lambda path: False)  # (as on /proc, a full disk)
     folders.check_writable_folder(str(log_dir), "log", "LAUNCH_LOG_DIR", "--log-dir")
     [probe] = list(log_dir.iterdir())  # the launcher's own probe, by its real name
     with pytest.raises(AssertionError, match="a job folder in"):
