@@ -6,6 +6,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 RANKTABLES = REPO / "tests" / "data" / "ranktables"  # copies of the platform's sample tables
 ASSETS = REPO / "tests" / "assets"
@@ -52,3 +54,21 @@ def process_tree(pid: int) -> list[int]:
         tree.append(current)
         todo.extend(children.get(current, []))
     return tree
+
+
+def _can_unshare() -> str | None:
+    """Why mounts cannot be made in a private namespace here, or None when they can."""
+    import shutil
+    import subprocess
+    if os.geteuid() != 0:
+        return "mounting needs root (run the suite as root to test mounts)"
+    if shutil.which("unshare") is None:
+        return "unshare(1) is not installed"
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"unshare -m is not permitted here: {probe.stderr.strip()}"
+    return None
+
+
+# tests that mount (bind, read-only, a small tmpfs) inside `unshare -m`, as root
+needs_unshare = pytest.mark.skipif(_can_unshare() is not None, reason=str(_can_unshare()))

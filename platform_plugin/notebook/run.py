@@ -31,6 +31,7 @@ from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureK
     escaped_failure_kind, failure_from, record_escaped_failure)
 from platform_plugin.launcher.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import load_params_file, load_profile, merge_parameters
+from platform_plugin.notebook.save import OutputNotSaved, atomic_saves
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
 
@@ -187,7 +188,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
     failure = None
     try:
         env = {**run.env, **({TERMINAL_ENV: "1"} if live else {})}
-        with _exported(env), _quiet_injected_parameter():
+        with _exported(env), _quiet_injected_parameter(), atomic_saves(str(run.output)):
             papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,
                 kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
@@ -198,6 +199,10 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
                 **watcher.engine_options())
     except PapermillExecutionError as error:
         failure = failure_from(error, watcher)
+    except OutputNotSaved as exc:  # e.g. a full disk: the run stops, the last save stays
+        kept = "holds the run as of its last save" if run.output.exists() else "was not written"
+        raise PlatformPluginError(f"the output notebook could not be saved ({exc.strerror}): "
+                                  f"the run stopped there; {run.output} {kept}") from None
     except Exception as exc:  # a timeout or dead kernel escapes papermill's own handling
         kind = escaped_failure_kind(exc)
         if kind is None:  # e.g. the kernel did not start: nothing ran, no cell to blame

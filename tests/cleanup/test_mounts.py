@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,22 +13,8 @@ import pytest
 
 from platform_plugin.cleanup.mounts import _unescape, mount_points_below
 
-from tests.helpers import clean_env
+from tests.helpers import clean_env, needs_unshare
 from tests.notebook.helpers import snapshot, write_tree
-
-
-def _can_unshare() -> str | None:
-    if os.geteuid() != 0:
-        return "mounting needs root (run the suite as root to test bind mounts)"
-    if shutil.which("unshare") is None:
-        return "unshare(1) is not installed"
-    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        return f"unshare -m is not permitted here: {probe.stderr.strip()}"
-    return None
-
-
-needs_unshare = pytest.mark.skipif(_can_unshare() is not None, reason=str(_can_unshare()))
 
 
 def clean_in_namespace(mounts: list[str], *args: str, cwd: Path) -> subprocess.CompletedProcess:

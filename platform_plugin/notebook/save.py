@@ -1,0 +1,42 @@
+"""The output notebook is saved atomically: a temporary file next to it, then a rename.
+
+papermill rewrites the output notebook in place after cells; on a full disk that left a
+truncated, unreadable .ipynb and lost every cell saved before. With a rename, a save that
+fails leaves the last good save in place, and the run stops with `OutputNotSaved` (what and
+where), not an OSError from papermill's frames.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+
+class OutputNotSaved(OSError):
+    """A save of the output notebook failed; the file holds the last good save (if any)."""
+
+
+@contextlib.contextmanager
+def atomic_saves(output: str) -> Iterator[None]:
+    """While inside, papermill writes `output` (this path only) through `_AtomicSave`."""
+    from papermill.iorw import LocalHandler, papermill_io
+
+    class _AtomicSave(LocalHandler):
+        def write(self, buf: str, path: str) -> None:
+            partial = os.path.join(os.path.dirname(path),
+                                   f".{os.path.basename(path)}.{os.getpid()}.partial")
+            try:
+                with open(partial, "w", encoding="utf-8") as handle:
+                    handle.write(buf)
+                os.replace(partial, path)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(partial)
+                raise OutputNotSaved(exc.errno, exc.strerror, path) from None
+
+    entry = (output, _AtomicSave())  # papermill picks the newest handler whose prefix matches
+    papermill_io.register(*entry)
+    try:
+        yield
+    finally:
+        papermill_io._handlers.remove(entry)

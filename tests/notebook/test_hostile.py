@@ -1,0 +1,42 @@
+"""`platform-run debug|full` against what a hostile machine or user does to a run: the disk
+under the output notebook fills up, the runner is interrupted before its first cell.
+Real kernels, real papermill, real subprocesses; the full disk is a small tmpfs mounted in a
+private mount namespace (`unshare -m`, as root)."""
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from tests.helpers import clean_env, needs_unshare
+from tests.notebook.helpers import make_notebook, read_output
+
+pytestmark = pytest.mark.slow
+
+
+@needs_unshare
+def test_a_full_disk_under_the_output_keeps_the_last_good_save(tmp_path):
+    """Before: papermill rewrote the .ipynb in place, the disk filled mid-write and left a
+    truncated, unreadable notebook; the error was 'the notebook could not be run: OSError'."""
+    make_notebook(tmp_path / "big.ipynb", ["print('a' * 300_000)", "print('never reached')"],
+                  parameters="x = 1")
+    out = tmp_path / "small" / "out.ipynb"
+    out.parent.mkdir()
+    run = shlex.join([sys.executable, "-m", "platform_plugin", "debug", "big.ipynb",
+                      "--output", str(out)])
+    script = f"mount -t tmpfs -o size=200k tmpfs {shlex.quote(str(out.parent))} && {run} ; " \
+             f"rc=$?; cp {shlex.quote(str(out))} {shlex.quote(str(tmp_path / 'kept.ipynb'))}; " \
+             f"ls -a {shlex.quote(str(out.parent))}; exit $rc"
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "output notebook could not be saved (No space left on device)" in done.stderr
+    assert "Traceback" not in done.stderr[-3000:]
+    nb = read_output(tmp_path / "kept.ipynb")  # a valid notebook: the last good save
+    nbformat.validate(nb)
+    assert "never reached" not in str(nb.cells[-1].get("outputs"))
+    assert ".partial" not in done.stdout  # no temporary file left on the full disk
