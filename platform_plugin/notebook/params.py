@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import keyword
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -54,6 +55,8 @@ def load_params_file(path: str | Path | None) -> dict:
         return {}
     import yaml  # only a run given -f pays for it
 
+    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read forever
+        raise ConfigError(f"parameters file {path} is not a regular file (-f)", code="NB_PARAMS")
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -99,10 +102,12 @@ def merge_parameters(mode: str, profile: dict, from_file: dict,
     for source, values in layers:
         parameters.update(values)
         sources.update(dict.fromkeys(values, source))
-    bad = [name for name in parameters if not name.isidentifier()]
+    # `class = 3` in the injected cell would be a SyntaxError only after the kernel started
+    bad = [name for name in parameters if not name.isidentifier() or keyword.iskeyword(name)]
     if bad:
-        raise ConfigError(f"parameter names must be Python identifiers (papermill assigns them "
-                          f"as variables): {', '.join(map(repr, bad))}", code="NB_PARAMS")
+        raise ConfigError(f"parameter names must be Python identifiers and not keywords "
+                          f"(papermill assigns them as variables): {', '.join(map(repr, bad))}",
+                          code="NB_PARAMS")
     parameters["platform_mode"] = mode
     sources["platform_mode"] = "injected"
     return parameters, sources

@@ -1,6 +1,9 @@
 """Parameters: profile < -f < -p, typed like papermill's -p; profile and file errors."""
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
 from platform_plugin.errors import ConfigError
@@ -34,6 +37,30 @@ def test_platform_mode_cannot_be_overridden():
 def test_parameter_names_must_be_identifiers():
     with pytest.raises(ConfigError, match="'bad-name'"):
         merge_parameters("debug", {}, {"bad-name": 1}, [])
+
+
+@pytest.mark.parametrize("name", ["class", "None", "lambda"])
+def test_parameter_names_must_not_be_keywords(name):
+    """`class = 3` in the injected cell failed as a SyntaxError only after the kernel started."""
+    with pytest.raises(ConfigError, match=repr(name)):
+        merge_parameters("debug", {}, {}, [(name, "3")])
+
+
+def test_a_params_file_that_is_a_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "params.yaml"
+    os.mkfifo(fifo)
+
+    def hang(signum, frame):
+        raise TimeoutError("reading the FIFO blocked")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(10)
+    try:
+        with pytest.raises(ConfigError, match="not a regular file"):
+            load_params_file(str(fifo))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_profile_reads_the_mode_section(tmp_path):
