@@ -169,18 +169,21 @@ def test_no_module_over_400_lines_and_no_function_over_60():
 # table package, the delivery side of tracking, the job link of multi-server jobs, system
 # metrics, stack dumps, the torch store are imported only by the jobs that use them (without
 # .pyc every module of the package is compiled at each start: about 2.5 ms per 100 lines).
-LAUNCH_PATH = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.launch",
-               "platform_plugin.errors", "platform_plugin.variables", "platform_plugin.settings",
-               "platform_plugin.tracking", "platform_plugin.tracking.handle",
-               "platform_plugin.tracking.identity"} | {
+# Spawn first: what runs before the first process of the job (the lifeline) is spawned. The rest
+# of LAUNCH_PATH (the supervisor, the output, job.json, the result, the sweep: launcher/watch.py)
+# is imported after the ranks were spawned, so its compile overlaps their start.
+BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.launch",
+                "platform_plugin.errors", "platform_plugin.variables", "platform_plugin.settings",
+                "platform_plugin.tracking", "platform_plugin.tracking.handle",
+                "platform_plugin.tracking.identity", "platform_plugin.launcher"} | {
     f"platform_plugin.launcher.{m}" for m in (
-        "api", "attempts", "backends", "job_key", "jobfile", "link",
-        "chatter", "options", "output", "plan", "preflight", "quiet", "reaper", "result", "show",
-        "spawn", "watch",
-        "supervisor")} | {"platform_plugin.launcher"} | {
-    f"platform_plugin.util.{m}" for m in (
-        "folders", "hosts", "jobdirs", "numbers", "procfs", "record")} | {
+        "api", "backends", "job_key", "link", "options", "plan", "preflight", "quiet", "show",
+        "spawn")} | {
+    f"platform_plugin.util.{m}" for m in ("folders", "hosts", "jobdirs", "numbers", "record")} | {
     "platform_plugin.util"}
+LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
+    "attempts", "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
+    "platform_plugin.util.procfs"}
 # stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
 # it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway;
 # `dataclasses`: util/record.py's plain classes instead, see there)
@@ -197,3 +200,18 @@ def test_an_untracked_launch_loads_only_the_launch_path(tmp_path):
             "sys.stdout = sys.__stdout__")
     assert set(loaded_by(code)) == LAUNCH_PATH
     assert loaded_by(code, prefixes=LAUNCH_STDLIB_NOT) == []
+
+
+def test_an_untracked_launch_spawns_before_it_imports_what_watches_the_ranks(tmp_path):
+    """The modules loaded when the first process of the job (the lifeline) is spawned: the audit
+    hook stops the launch there (nothing is left: the job folder is all it made)."""
+    argv = ["launch", "--nproc", "1", "--tracking", "none", "--backend", "plain", "--show",
+            "none", "--log-dir", str(tmp_path), "--", sys.executable, "-c", "pass"]
+    code = ("import os, sys\nsys.stdout = open(os.devnull, 'w')\n"
+            "class Spawned(BaseException): pass\n"
+            "def hook(event, args):\n"
+            "    if event == 'subprocess.Popen': raise Spawned\n"
+            "sys.addaudithook(hook)\n"
+            f"from platform_plugin.cli import main\ntry: main({argv!r})\nexcept Spawned: pass\n"
+            "sys.stdout = sys.__stdout__")
+    assert set(loaded_by(code)) == BEFORE_SPAWN
