@@ -161,19 +161,19 @@ def _where_cli_time_goes(o: dict, extra: dict, launcher_ms: float) -> str:
         f"more CPU than the bare script's without .pyc and {extra['.pyc'] * 1000:.0f} ms with "
         "(the ranks are the same on both sides). Of that, about "
         f"{launcher_ms:.0f} ms is the launch itself (the in-process figure below); the rest "
-        "is imports, serial before the first rank starts (the `platform-run launch` row of "
-        "the imports section). With .pyc: the stdlib modules the bare script does not load "
-        "(argparse, gettext, json: ~5 ms) and running the bodies of the package's 32 modules "
-        "(no `dataclasses` on the path any more: its import and the generated methods of 16 "
-        "classes were ~30 ms). Without .pyc, compiling those modules on top: "
+        "is imports. They are split by the spawn (docs/architecture.md, Start-up): 26 package "
+        "modules (~2,600 lines: the CLI, options, settings, plan, checks, spawn) are imported "
+        "before the first rank starts and delay it by their whole cost; the 9 that watch the "
+        "ranks (~1,500 lines: supervisor, output, result, job.json, the sweep) are imported "
+        "after the spawn, sharing the 2 cores with the ranks' own start, which hides about "
+        "half of their cost (the imports section has both rows). With .pyc: the stdlib "
+        "modules the bare script does not load (argparse, gettext: ~3 ms) and running the "
+        "module bodies. Without .pyc, compiling them on top: "
         f"{compile_ms:.0f} ms of wall here (no .pyc minus .pyc), for ~4,100 lines of code "
-        "(`compile()` of their sources alone takes ~45 ms in a warm process; docstrings and "
-        "comments make no difference, code does). Meeting 1.5x "
-        f"without .pyc needs {gap_ms:.0f} ms less wall, i.e. roughly "
-        f"{min(100, 100 * gap_ms / max(compile_ms, 1)):.0f}% of that code off the path: "
-        "what is left is the launch itself (options, settings, plan, checks, supervisor, "
-        "output, job record), each module loaded only by the jobs that use it (see "
-        "docs/architecture.md, Start-up). The bare script imports only subprocess.")
+        "(parsing is most of `compile()`; docstrings and comments make no difference, code "
+        "does). Meeting 1.5x "
+        f"without .pyc needs {gap_ms:.0f} ms less wall in this run. The bare script imports "
+        "only subprocess and makes neither a job folder nor a lifeline.")
 
 
 def inprocess_overhead(tmp: str, rounds: int) -> dict:
