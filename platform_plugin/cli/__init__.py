@@ -124,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlatformPluginError as exc:
         print(f"platform-run: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # Ctrl-C while a command was still preparing: no traceback
+        print("\nplatform-run: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -87,9 +87,10 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     try:
         result = notebook.execute(run_spec, verbose=args.verbose)
-    except KeyboardInterrupt:
-        print(f"\n[platform-run] interrupted; the notebook so far: {run_spec.output}",
-              file=sys.stderr)
+    except KeyboardInterrupt:  # before the first save there is no notebook to point at
+        so_far = (f"; the notebook so far: {run_spec.output}" if run_spec.output.exists()
+                  else " before the notebook started; no output notebook was written")
+        print(f"\n[platform-run] interrupted{so_far}", file=sys.stderr)
         return 130
     print(summarize(result), file=sys.stderr)
     return result.exit_code

@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 
 import pytest
 
@@ -227,3 +228,34 @@ def test_rank_table_that_is_no_regular_file_or_too_large_is_refused_at_once(cwd,
 
 def test_sync_wait_that_is_not_a_number_of_seconds_is_refused(cwd):
     refused(run_inprocess(["sync", "--wait", "nan"], cwd), "TRACKING_SYNC_WAIT")
+
+
+def test_ctrl_c_while_a_command_waits_is_exit_130_without_a_traceback(cwd):
+    """`ranktable check --wait` polls a table still "initializing"; Ctrl-C there was a
+    KeyboardInterrupt traceback out of time.sleep."""
+    import signal
+    import subprocess
+    import sys
+
+    write_json(cwd / "t.json", {**sample(TABLE_4P), "status": "initializing"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "ranktable", "check", "--wait", "60", "t.json"],
+        cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+    try:
+        for _ in range(300):  # the poll loop has started once the parser's imports are done
+            if proc.poll() is not None or _sleeping(proc.pid):
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "platform-run: interrupted" in err and "Traceback" not in err
+
+
+def _sleeping(pid: int) -> bool:
+    """The process sits in a sleep (the poll's time.sleep), not importing."""
+    with open(f"/proc/{pid}/wchan") as fh:
+        return fh.read() in ("hrtimer_nanosleep", "do_nanosleep")

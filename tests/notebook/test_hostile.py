@@ -4,7 +4,9 @@ Real kernels, real papermill, real subprocesses; the full disk is a small tmpfs 
 private mount namespace (`unshare -m`, as root)."""
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import sys
 
@@ -40,3 +42,43 @@ def test_a_full_disk_under_the_output_keeps_the_last_good_save(tmp_path):
     nbformat.validate(nb)
     assert "never reached" not in str(nb.cells[-1].get("outputs"))
     assert ".partial" not in done.stdout  # no temporary file left on the full disk
+
+
+def _interrupted_run(tmp_path, wait_for_line: str) -> tuple[int, str]:
+    """`platform-run debug` of a notebook that never ends, SIGINT (as Ctrl-C) once stderr
+    shows `wait_for_line`. The child's SIGINT is reset to the default: a test runner started
+    in the background would hand its children an ignored SIGINT."""
+    make_notebook(tmp_path / "forever.ipynb",
+                  ["import sys, time\nprint('cell started', file=sys.stderr, flush=True)\n"
+                   "time.sleep(600)"], parameters="x = 1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "debug", "forever.ipynb", "--output",
+         "out.ipynb"], cwd=tmp_path, env=clean_env(), stderr=subprocess.PIPE, text=True,
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if wait_for_line in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        seen.append(proc.stderr.read())
+        return proc.wait(timeout=60), "".join(seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ctrl_c_before_the_first_cell_points_at_no_notebook(tmp_path):
+    """Before: 'interrupted; the notebook so far: out.ipynb' - a file that did not exist."""
+    rc, err = _interrupted_run(tmp_path, "[platform-run] debug run of")
+    assert rc == 130, err
+    assert "interrupted before the notebook started; no output notebook was written" in err
+    assert "Traceback" not in err and not (tmp_path / "out.ipynb").exists()
+
+
+def test_ctrl_c_in_a_cell_points_at_the_notebook_so_far(tmp_path):
+    rc, err = _interrupted_run(tmp_path, "cell started")
+    assert rc == 130, err
+    assert f"interrupted; the notebook so far: {tmp_path / 'out.ipynb'}" in err
+    nbformat.validate(read_output(tmp_path / "out.ipynb"))
