@@ -5,7 +5,8 @@ reader never sees half a file) and holds only the launcher's own variables, neve
 
 A full disk must not cost the result: the first write leaves `RESERVE` bytes of trailing
 blanks (valid JSON) so that when the atomic rewrite finds no space, the result is written
-over the file's own blocks instead (compacted if it must). Writing never raises: a failure is
+over the file's own blocks instead (compacted if it must: jobfile_in_place.py, imported only
+then). Writing never raises: a failure is
 kept in `error` and reported by the launcher.
 """
 from __future__ import annotations
@@ -93,26 +94,10 @@ class JobFile:
         except OSError as exc:
             self.error = f"{exc.strerror or exc} writing {self.path}"
         _remove(tmp)  # frees the blocks the failed copy took
-        return self._overwrite_in_place()
-
-    def _overwrite_in_place(self) -> bool:
-        """Write over the existing file's blocks (no new space needed while it fits)."""
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            return False
-        for text in _smaller_forms(self.data):
-            if len(text.encode()) > size:
-                continue
-            try:
-                with open(self.path, "r+b") as fh:
-                    data = text.encode()
-                    fh.write(data + b" " * (size - len(data)))  # same length: no new blocks
-                self.error += " (written in place, over the space reserved at the start)"
-                return True
-            except OSError:
-                return False
-        return False
+        from platform_plugin.launcher.jobfile_in_place import overwrite_in_place  # a full disk
+        written, note = overwrite_in_place(self.path, self.data)
+        self.error += note
+        return written
 
 
 def _dumps(value, depth: int = 0) -> str:
@@ -131,20 +116,6 @@ def _dumps(value, depth: int = 0) -> str:
     ends = "{}" if isinstance(value, dict) else "[]"
     text = ends[0] + "\n" + ",\n".join(items) + "\n" + "  " * depth + ends[1]
     return text + "\n" if depth == 0 else text
-
-
-def _smaller_forms(data: dict):
-    """The document, then more compact versions of it (the last lines of each failed rank go
-    last: they are also in the rank logs)."""
-    import json
-    yield _dumps(data)
-    yield json.dumps(data, separators=(",", ":"), default=str) + "\n"
-    result = data.get("result")
-    if isinstance(result, dict):
-        trimmed = dict(result, failures=[dict(f, last_lines=[]) for f in result.get("failures", [])],
-                       root_cause=(dict(result["root_cause"], last_lines=[])
-                                   if result.get("root_cause") else None))
-        yield json.dumps(dict(data, result=trimmed), separators=(",", ":"), default=str) + "\n"
 
 
 def _remove(path: str) -> None:
