@@ -38,8 +38,31 @@ def _requests(groups, limit: int):
         yield request
 
 
-def _creds(client):
-    return client._tracking_client.store.get_host_creds()
+def _request(client, method: str, body: str | None, allowed: tuple, **options) -> tuple[int, bytes]:
+    """(status, body) of a request to the route; a status not `allowed` raises MLflow's error
+    (its code kept, so `is_permanent` judges it as a `log_batch` error; `http_status` added).
+    Through the sink's REST client (mlflow_rest.py: MLflow not imported) or MLflow's own HTTP
+    helper with the client's credentials (whatever auth plugin the user configured)."""
+    transport = getattr(client, "transport", None)
+    if transport is not None:
+        from platform_plugin.tracking.sinks.mlflow_rest import error_of
+        status, data = transport.request(
+            method, ROUTE, body.encode() if body is not None else None, timeout=options["timeout"],
+            retries=options.get("max_retries"), backoff=options.get("backoff_factor"),
+            headers=JSON_HEADERS if body is not None else None)
+        if status not in allowed:
+            raise error_of(method, ROUTE, status, data)
+        return status, data
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+    response = http_request(client._tracking_client.store.get_host_creds(), ROUTE, method, data=body,
+                            extra_headers=JSON_HEADERS if body is not None else None, **options)
+    if response.status_code not in allowed:
+        try:
+            verify_rest_response(response, ROUTE)
+        except Exception as exc:
+            exc.http_status = response.status_code  # type: ignore[attr-defined]
+            raise
+    return response.status_code, response.content
 
 
 class BulkRoute:
@@ -61,18 +84,16 @@ class BulkRoute:
         """True: the route answers with our version. False: the server has no such route (a
         404/405: MLflow's own server). Anything else (down, auth refused) raises, so the
         forwarder retries later and nothing is decided from a transient failure."""
-        from mlflow.utils.rest_utils import http_request, verify_rest_response
-        response = http_request(_creds(client), ROUTE, "GET", max_retries=2, backoff_factor=0.5,
-                                timeout=30)
-        if response.status_code in (404, 405):
+        status, data = _request(client, "GET", None, (200, 404, 405), max_retries=2,
+                                backoff_factor=0.5, timeout=30)
+        if status in (404, 405):
             print(f"[platform_plugin] {uri} has no bulk metrics route ({ROUTE}: "
-                  f"HTTP {response.status_code}, a plain `mlflow server`): metric points go "
+                  f"HTTP {status}, a plain `mlflow server`): metric points go "
                   "through MLflow's log_batch, 1,000 a request - slower. `platform-run server` "
                   "serves the route.", file=sys.stderr, flush=True)
             return False
-        verify_rest_response(response, ROUTE)
         try:
-            return int(response.json().get("version", 0)) >= VERSION
+            return int(json.loads(data).get("version", 0)) >= VERSION
         except (ValueError, AttributeError):
             return False
 
@@ -95,11 +116,11 @@ class BulkRoute:
                 done.result()  # the first failure is raised; the round is resent whole
 
     def _send(self, client, uri: str, groups) -> None:
-        from mlflow.utils.rest_utils import http_request, verify_rest_response
         body = json.dumps({"runs": [{"run_id": run_id, "metrics": points} for run_id, points in groups]})
-        response = http_request(_creds(client), ROUTE, "POST", data=body,
-                                extra_headers=JSON_HEADERS, timeout=120)
-        if response.status_code in (404, 405):  # the server was replaced by one without it:
-            with self._lock:  # ask again before the next batch (and fall back to log_batch)
-                self._found.pop(uri, None)
-        verify_rest_response(response, ROUTE)
+        try:
+            _request(client, "POST", body, (200,), timeout=120)
+        except Exception as exc:
+            if getattr(exc, "http_status", getattr(exc, "status_code", None)) in (404, 405):
+                with self._lock:  # the server was replaced by one without the route: ask again
+                    self._found.pop(uri, None)  # before the next batch (and fall back to log_batch)
+            raise

@@ -9,36 +9,64 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+SOURCE_TYPES = ("NOTEBOOK", "JOB", "PROJECT", "LOCAL", "UNKNOWN", "RECIPE")  # MLflow's SourceType
+
+
 def standard_tags(job: dict) -> dict[str, str]:
     """`mlflow.user`, `mlflow.source.name/type` and, when the source is in a git repository,
     `mlflow.source.git.commit/branch/repoURL` — what MLflow's own run-context providers set, so
-    the UI's "Created by" and "Source" are filled."""
-    from mlflow.entities import SourceType
-    from mlflow.utils import mlflow_tags as keys
+    the UI's "Created by" and "Source" are filled. MLflow's tag keys, without importing MLflow
+    (the forwarding helper talks REST to a server: mlflow_rest.py)."""
     tags = {}
     if job.get("user"):
-        tags[keys.MLFLOW_USER] = job["user"]
+        tags["mlflow.user"] = job["user"]
     source = job.get("source")
     if source:
-        tags[keys.MLFLOW_SOURCE_NAME] = source
-        kind = getattr(SourceType, job.get("source_type") or "LOCAL", SourceType.LOCAL)
-        tags[keys.MLFLOW_SOURCE_TYPE] = SourceType.to_string(kind)
+        tags["mlflow.source.name"] = source
+        kind = job.get("source_type") or "LOCAL"
+        tags["mlflow.source.type"] = kind if kind in SOURCE_TYPES else "LOCAL"
         tags.update(git_tags(source))
     return tags
 
 
 def git_tags(source: str) -> dict[str, str]:
+    """What MLflow's git_utils find (through GitPython, i.e. the git command): the commit (none
+    when the folder is git-ignored), the branch (none when detached), the first remote's URL
+    without credentials."""
     path = Path(source)
     path = path if path.exists() else path.parent  # a notebook run's copy may not exist yet
     if not path.exists():
         return {}
-    source = str(path)
-    from mlflow.utils import mlflow_tags as keys
-    from mlflow.utils.git_utils import get_git_branch, get_git_commit, get_git_repo_url
-    found = {keys.MLFLOW_GIT_COMMIT: get_git_commit(source),
-             keys.MLFLOW_GIT_BRANCH: get_git_branch(source),
-             keys.MLFLOW_GIT_REPO_URL: get_git_repo_url(source)}
+    folder = str(path.resolve().parent if path.is_file() else path)
+    found = {}
+    head = _git(folder, "rev-parse", "HEAD", "--symbolic-full-name", "HEAD")
+    if head is not None and _git(folder, "check-ignore", "-q", folder) is None:
+        lines = head.splitlines()
+        found["mlflow.source.git.commit"] = lines[0] if lines else ""
+        ref = lines[1] if len(lines) > 1 else ""
+        found["mlflow.source.git.branch"] = ref[len("refs/heads/"):] if ref.startswith("refs/heads/") else ""
+    remotes = _git(folder, "config", "--get-regexp", r"^remote\..*\.url$")
+    if remotes:
+        found["mlflow.source.git.repoURL"] = _without_credentials(remotes.splitlines()[0].split(" ", 1)[-1])
     return {k: v for k, v in found.items() if v}
+
+
+def _git(folder: str, *args: str) -> str | None:
+    """The command's output, None when it fails (not a repository, no git, nothing matched)."""
+    import subprocess
+    try:
+        done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _without_credentials(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+    parts = urlsplit(url)
+    if not parts.scheme or "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, parts.query, parts.fragment))
 
 
 class _Divert(logging.Filter):

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import fcntl
 import os
-from contextlib import contextmanager
+import sys
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.tracking.sinks import mlflow_job, mlflow_rest
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
@@ -82,7 +83,7 @@ class MlflowSink:
     def batch_limits(self, config: SinkConfig) -> dict[str, int]:
         """Called once the store is open (after ensure_runs)."""
         uri = store_uri(config)
-        fast = self.metric_writer(uri) is not None or self._bulk.available(self.client(uri), uri)
+        fast = self.metric_writer(uri) is not None or self._bulk.available(self._api(uri), uri)
         return self.sql_limits if fast else self.limits
 
     def __init__(self):
@@ -91,6 +92,8 @@ class MlflowSink:
         self._tags: dict[str, dict[str, str]] = {}
         self._writers: dict[str, object] = {}
         self._bulk = BulkRoute()  # an http store's bulk route (mlflow_bulk.py), asked once
+        self._apis: dict[str, object] = {}  # _api()
+        self._transports: dict[str, mlflow_rest.Transport] = {}  # unavailable()
 
     def client(self, uri: str):
         if uri not in self._clients:
@@ -109,8 +112,23 @@ class MlflowSink:
                     sqlite_seed.keep_template(db, VERSION)  # the next fresh store is a copy
         return self._clients[uri]
 
+    def _api(self, uri: str):
+        """The sink's own calls: into a server with the bulk route, mlflow_rest.py's (no MLflow
+        import in front of the first points); else MLflow's client (compare and the UI: client())."""
+        if uri not in self._apis:
+            rest = mlflow_rest.RestClient(uri) if mlflow_rest.usable(uri) else None
+            self._apis[uri] = rest if rest and self._bulk.available(rest, uri) else self.client(uri)
+        return self._apis[uri]
+
+    def _quiet(self, uri: str, log_path: Path | None = None):
+        """`quiet()` around MLflow's client (a store it opens); nothing to divert for REST calls."""
+        rest = mlflow_rest.usable(uri) and isinstance(self._api(uri), mlflow_rest.RestClient)
+        return nullcontext() if rest else quiet(log_path or self._log_path)
+
     def metric_writer(self, uri: str):
         """The SQL fast path for this store, or None (http, file store, other databases)."""
+        if urlparse(uri).scheme in ("http", "https"):
+            return None
         if uri not in self._writers:
             from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
             store = getattr(getattr(self.client(uri), "_tracking_client", None), "store", None)
@@ -118,16 +136,13 @@ class MlflowSink:
         return self._writers[uri]
 
     def unavailable(self, config: SinkConfig) -> str | None:
-        import mlflow.tracking  # noqa: F401 - imports MLflow once; the store opens in ensure_runs
         uri = config.tracking_uri or ""
         if urlparse(uri).scheme not in ("http", "https"):
+            import mlflow.tracking  # noqa: F401 - imports MLflow once; the store opens in ensure_runs
             return None  # a local store is always there
-        import requests
-        try:
-            requests.get(uri.rstrip("/") + "/health", timeout=2).raise_for_status()
-        except requests.RequestException as exc:
-            return f"MLflow server {uri} unreachable ({type(exc).__name__})"
-        return None
+        if uri not in self._transports:  # a stdlib probe with the client's TLS settings
+            self._transports[uri] = mlflow_rest.Transport(uri)
+        return self._transports[uri].healthy()
 
     # --- runs -------------------------------------------------------------------------------
     def ensure_runs(self, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
@@ -140,8 +155,9 @@ class MlflowSink:
                    if StreamState.load(spool_dir, stream_name(label)).run_id is None]
         if config.experiment_id and (config.parent_run_id or not config.job.get("parent")) and not missing:
             return
-        with quiet(self._log_path), stream_lock(spool_dir, "runs", blocking=True):
-            client = self.client(store_uri(config))  # opens the store under its own lock
+        uri = store_uri(config)
+        with self._quiet(uri), stream_lock(spool_dir, "runs", blocking=True):
+            client = self._api(uri)  # opens the store under its own lock
             saved = SinkConfig.load(spool_dir)
             if saved is not None:
                 config.experiment_id = config.experiment_id or saved.experiment_id
@@ -162,7 +178,7 @@ class MlflowSink:
         self._standard_tags(config)  # the git lookup once, before any thread needs it
 
         def create(label: str) -> None:
-            with quiet(self._log_path):
+            with self._quiet(store_uri(config)):
                 state = StreamState.load(spool_dir, stream_name(label))
                 state.run_id = self._run_for_rank(client, config, label)
                 state.save(spool_dir, stream_name(label))
@@ -183,7 +199,7 @@ class MlflowSink:
     def _parent_run(self, client, config: SinkConfig) -> str:
         """Named after the job and its start time (the job id: unique, sorts by time), with
         MLflow's standard tags and a notebook run's parameters as params."""
-        from mlflow.entities import Param
+        Param = mlflow_rest.entities(client)[0]
         job = config.job
         tags = {**job.get("tags", {}), **self._standard_tags(config),
                 mlflow_job.ROLE_TAG: mlflow_job.ROLE_JOB}
@@ -200,7 +216,6 @@ class MlflowSink:
         return create()
 
     def _experiment(self, client, config: SinkConfig) -> str:
-        from mlflow.exceptions import MlflowException
         name = config.experiment_name
         found = client.get_experiment_by_name(name)
         if found is None:
@@ -208,7 +223,7 @@ class MlflowSink:
             location = (db.parent / "mlartifacts").as_uri() if db else None
             try:
                 experiment_id = client.create_experiment(name, artifact_location=location)
-            except MlflowException:  # created meanwhile by another process
+            except mlflow_rest.errors(client):  # created meanwhile by another process
                 experiment_id = client.get_experiment_by_name(name).experiment_id
         else:
             experiment_id = found.experiment_id
@@ -236,7 +251,8 @@ class MlflowSink:
     # --- delivery ---------------------------------------------------------------------------
     def deliver(self, config: SinkConfig, label: str, state: StreamState,
                 records: list[list]) -> None:
-        from mlflow.entities import Param, RunTag
+        client = self._api(store_uri(config))
+        Param, RunTag = mlflow_rest.entities(client)
         suffix = f"-{label}" if config.layout == "flat" else ""
         points, params, tags, artifacts = [], [], [], []
         for record in records:
@@ -249,8 +265,7 @@ class MlflowSink:
                 tags.append(RunTag(record[1] + suffix, record[2]))
             else:
                 artifacts.append(record)
-        client = self.client(store_uri(config))
-        with quiet(self._log_path):
+        with self._quiet(store_uri(config)):
             metrics = self._log_points(store_uri(config), _run_of(state, label), points)
             if metrics or params or tags:
                 client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
@@ -264,7 +279,7 @@ class MlflowSink:
         into a server with the bulk route (one round in requests sent in parallel, see
         mlflow_bulk.py); into any other server the forwarder's threads send streams in parallel."""
         uri = store_uri(config)
-        return self.metric_writer(uri) is not None or self._bulk.available(self.client(uri), uri)
+        return self.metric_writer(uri) is not None or self._bulk.available(self._api(uri), uri)
 
     def deliver_round(self, config: SinkConfig, items: list[tuple[str, StreamState, list[list]]]) -> None:
         """One batch of several streams, (label, state, records) each: when they are all metric
@@ -274,7 +289,7 @@ class MlflowSink:
         uri = store_uri(config)
         writer = self.metric_writer(uri)
         metric_only = all(r[0] == "m" for _, _, records in items for r in records)
-        bulk = metric_only and writer is None and self._bulk.available(self.client(uri), uri)
+        bulk = metric_only and writer is None and self._bulk.available(self._api(uri), uri)
         if not metric_only or (writer is None and not bulk):
             for label, state, records in items:
                 self.deliver(config, label, state, records)
@@ -282,11 +297,11 @@ class MlflowSink:
         suffix = config.layout == "flat"
         groups = [(_run_of(state, label), [(r[1] + (f"-{label}" if suffix else ""), r[2], r[3], r[4])
                                            for r in records]) for label, state, records in items]
-        with quiet(self._log_path):
+        with self._quiet(uri):
             if writer is not None:
                 writer.log_metrics_many(groups)
             else:
-                self._bulk.post_many(self.client(uri), uri, groups)
+                self._bulk.post_many(self._api(uri), uri, groups)
 
     def _log_points(self, uri: str, run_id: str, points: list[tuple]) -> list:
         """Metric points through the fastest path the store has: the SQL fast path (a database
@@ -298,7 +313,7 @@ class MlflowSink:
         if writer is not None:
             writer.log_metrics(run_id, points)
             return []
-        client = self.client(uri)
+        client = self._api(uri)
         if self._bulk.available(client, uri):
             self._bulk.post(client, uri, run_id, points)
             return []
@@ -310,33 +325,33 @@ class MlflowSink:
         points as the ranks', so through the same fast paths."""
         if not config.parent_run_id:
             return
-        with quiet(self._log_path):
+        with self._quiet(store_uri(config)):
             metrics = self._log_points(store_uri(config), config.parent_run_id,
                                        list(points))  # AggregatePoint: (key, value, step, timestamp_ms)
             step = self.limits["m"]  # aggregates come in batches of sql_limits: log_batch takes fewer
             for start in range(0, len(metrics), step):
-                self.client(store_uri(config)).log_batch(config.parent_run_id,
+                self._api(store_uri(config)).log_batch(config.parent_run_id,
                                                          metrics=metrics[start:start + step])
 
     def is_permanent(self, exc: BaseException) -> bool:
-        from mlflow.exceptions import MlflowException
         if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
             return True
-        status = getattr(getattr(exc, "response", None), "status_code", None)
+        status = (getattr(getattr(exc, "response", None), "status_code", None)
+                  or getattr(exc, "status_code", None))
         if status == 413:  # a request too large for the server: resending cannot help
             return True
-        return isinstance(exc, MlflowException) and exc.error_code in PERMANENT_CODES
+        return isinstance(exc, mlflow_rest.errors(None)) and getattr(exc, "error_code", None) in PERMANENT_CODES
 
     # --- end of job -------------------------------------------------------------------------
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
         """Upload rank logs and end the runs with the job's status. A run whose stream still
         has `pending[label]` records is left RUNNING with a tag saying how many (and so is the
         job's run): `sync` ends them once it has delivered them. True when every run ended."""
-        with quiet(Path(spool_dir) / LOG_FILE):
+        with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
             return self._end_job(config, spool_dir, pending)
 
     def _end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None) -> bool:
-        client = self.client(store_uri(config))
+        client = self._api(store_uri(config))
         status = config.final_status or "FINISHED"
         pending = {k: v for k, v in (pending or {}).items() if v}
         for label, info in config.ranks.items():
@@ -363,10 +378,10 @@ class MlflowSink:
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
     def request_stop(self, config: SinkConfig, server: str, reason: str) -> None:
-        mlflow_job.request_stop(self.client(store_uri(config)), config, server, reason)
+        mlflow_job.request_stop(self._api(store_uri(config)), config, server, reason)
 
     def stop_requested(self, config: SinkConfig, server: str) -> str | None:
-        return mlflow_job.stop_requested(self.client(store_uri(config)), config, server)
+        return mlflow_job.stop_requested(self._api(store_uri(config)), config, server)
 
 
 def _run_of(state: StreamState, label: str) -> str:

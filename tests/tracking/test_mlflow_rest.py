@@ -1,0 +1,150 @@
+"""The forwarding helper's REST calls (tracking/sinks/mlflow_rest.py) into a server with the bulk
+route: the same runs, tags, params, points and ends as through MLflow's client, without MLflow
+imported; MLflow's error codes kept; MLflow's credentials from the environment sent; settings it
+does not implement leave the sink on MLflow's client."""
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.helpers import clean_env
+from tests.tracking.helpers import client
+from platform_plugin.tracking.sinks import mlflow_rest
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+
+# One job of two ranks through the sink, as the forwarding helper drives it; prints what it made
+# and whether MLflow was imported. `mlflow-client`: the sink made to use MLflow's client instead.
+JOB = """
+import json, sys
+from pathlib import Path
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.tracking.state import SinkConfig, StreamState
+spool, uri, experiment, source, mode = Path(sys.argv[1]), *sys.argv[2:]
+spool.mkdir(parents=True)
+ranks = {l: {"rank_id": int(l), "device_id": int(l), "server_id": "s1", "host": "h"} for l in "01"}
+config = SinkConfig("mlflow", tracking_uri=uri, experiment_name=experiment, ranks=ranks, job={
+    "job_id": "train-1", "job_name": "train", "run_name": "train-1", "parent": True, "user": "alice",
+    "source": source, "source_type": "LOCAL", "tags": {"backend": "plain"}, "params": {"lr": "0.1"}})
+sink = MlflowSink()
+if mode == "mlflow-client":
+    sink._apis[uri] = sink.client(uri)
+assert sink.unavailable(config) is None
+sink.ensure_runs(config, spool, ["0", "1"])
+states = {l: StreamState.load(spool, "rank_" + l) for l in "01"}
+sink.deliver_round(config, [(l, states[l], [["m", "loss", 0.5 * s, s, 1000 + s] for s in range(3)])
+                            for l in "01"])
+sink.deliver(config, "0", states["0"], [["p", "batch", "32"], ["t", "phase", "warm"],
+                                        ["m", "acc", 0.9, 1, 2000]])
+ended = sink.end_job(config, spool, {})
+print(json.dumps({"mlflow": "mlflow" in sys.modules, "parent": config.parent_run_id,
+                  "ranks": {l: states[l].run_id for l in "01"}, "ended": ended}))
+"""
+VOLATILE = ("mlflow.source.git.commit", "mlflow.source.git.branch")
+
+
+def run_job(tmp_path, uri: str, mode: str) -> dict:
+    experiment = f"rest-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([sys.executable, "-c", JOB, str(tmp_path / mode), uri, experiment,
+                           str(tmp_path), mode], env=clean_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def described(c, made: dict) -> dict:
+    """What a job left in the store, without ids and times."""
+    def run(run_id: str) -> dict:
+        got = c.get_run(run_id)
+        tags = {k: v for k, v in got.data.tags.items() if k not in VOLATILE}
+        if tags.get("mlflow.parentRunId") == made["parent"]:
+            tags["mlflow.parentRunId"] = "<parent>"
+        history = {key: [(m.step, m.value, m.timestamp) for m in c.get_metric_history(run_id, key)]
+                   for key in got.data.metrics}
+        return {"status": got.info.status, "name": got.info.run_name, "tags": tags,
+                "params": got.data.params, "metrics": history, "user": got.info.user_id}
+    parent = c.get_run(made["parent"])
+    kind = c.get_experiment(parent.info.experiment_id).tags.get("mlflow.experimentKind")
+    return {"parent": run(made["parent"]), "kind": kind,
+            "ranks": {label: run(run_id) for label, run_id in made["ranks"].items()}}
+
+
+@pytest.mark.slow
+def test_rest_calls_make_what_mlflows_client_makes_without_importing_mlflow(tmp_path, postgres_mlflow):
+    rest = run_job(tmp_path, postgres_mlflow, "rest")
+    theirs = run_job(tmp_path, postgres_mlflow, "mlflow-client")
+    assert rest["mlflow"] is False and theirs["mlflow"] is True  # the REST path never imported it
+    assert rest["ended"] and theirs["ended"]
+    c = client(postgres_mlflow)
+    ours = described(c, rest)
+    assert ours == described(c, theirs)
+    assert ours["parent"]["status"] == "FINISHED" and ours["parent"]["params"] == {"lr": "0.1"}
+    assert ours["parent"]["tags"]["platform.role"] == "job" and ours["kind"]
+    rank0 = ours["ranks"]["0"]
+    assert rank0["tags"]["mlflow.parentRunId"] == "<parent>" and rank0["name"] == "rank-00"
+    assert rank0["params"] == {"batch": "32"} and rank0["tags"]["phase"] == "warm"
+    assert rank0["metrics"]["loss"] == [(0, 0.0, 1000), (1, 0.5, 1001), (2, 1.0, 1002)]
+    assert rank0["user"] == "alice" and rank0["status"] == "FINISHED"
+
+
+@pytest.mark.slow
+def test_rest_errors_keep_mlflows_codes_and_the_sink_judges_them_alike(postgres_mlflow):
+    rest = mlflow_rest.RestClient(postgres_mlflow)
+    name = f"rest-{uuid.uuid4().hex[:8]}"
+    assert rest.get_experiment_by_name(name) is None
+    experiment = rest.create_experiment(name)
+    with pytest.raises(mlflow_rest.RestError) as twice:
+        rest.create_experiment(name)
+    assert twice.value.error_code == "RESOURCE_ALREADY_EXISTS"
+    with pytest.raises(mlflow_rest.RestError) as unknown:
+        rest.get_run("0123abc")
+    assert unknown.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    run = rest.create_run(experiment).info.run_id
+    rest.delete_run(run)
+    sink = MlflowSink()
+    with pytest.raises(mlflow_rest.RestError) as deleted:
+        sink._bulk.post(rest, postgres_mlflow, run, [("loss", 1.0, 0, 1)])
+    assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"
+    assert sink.is_permanent(deleted.value) and not sink.is_permanent(unknown.value)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.seen.append(self.headers.get("Authorization"))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_credentials_come_from_mlflows_variables_and_unsupported_settings_keep_mlflows_client(
+        tmp_path, monkeypatch):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    try:
+        for env in ({"MLFLOW_TRACKING_USERNAME": "ann", "MLFLOW_TRACKING_PASSWORD": "s3cret"},
+                    {"MLFLOW_TRACKING_TOKEN": "tok"}, {}):
+            assert mlflow_rest.Transport(uri, env).healthy() is None
+        (tmp_path / ".mlflow").mkdir()
+        (tmp_path / ".mlflow" / "credentials").write_text(
+            "[mlflow]\nmlflow_tracking_username = bob\nmlflow_tracking_password = pw\n")
+        assert mlflow_rest.Transport(uri, {}).healthy() is None
+    finally:
+        server.shutdown()
+    basic = "Basic " + base64.standard_b64encode(b"ann:s3cret").decode()
+    from_file = "Basic " + base64.standard_b64encode(b"bob:pw").decode()
+    assert _Recorder.seen == [basic, "Bearer tok", None, from_file]
+    assert mlflow_rest.usable(uri, {}) and not mlflow_rest.usable("sqlite:///x.db", {})
+    for name in mlflow_rest.UNSUPPORTED_ENV:
+        assert not mlflow_rest.usable(uri, {name: "true"})
