@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from platform_plugin.cleanup.lock import RootLock
 from platform_plugin.cleanup.report import CleanupReport, human_bytes
 from platform_plugin.cleanup.root import ROOT_ENV, find_root, looks_like_project
 from platform_plugin.cleanup.rules import (KEEP_FILE, Category, CleanupRules, load_categories,
@@ -63,10 +64,19 @@ class PreparedCleanup:
     root: Path
     rules: CleanupRules
 
-    def run(self, *, dry_run: bool = False, progress: bool | None = None) -> CleanupReport:
-        if not dry_run:
-            refuse_read_only(self.root)
-        return run_cleanup(self.root, self.rules, dry_run=dry_run, progress=progress)
+    def run(self, *, dry_run: bool = False, progress: bool | None = None,
+            lock: RootLock | None = None) -> CleanupReport:
+        """A real run holds CODE/'s lock (lock.py) exclusively: `lock` when the caller holds
+        it already (a full run), else its own for the cleanup's duration."""
+        if dry_run:
+            return run_cleanup(self.root, self.rules, dry_run=True, progress=progress)
+        refuse_read_only(self.root)
+        own = None if lock else RootLock(self.root, "a cleanup").acquire(exclusive=True)
+        try:
+            return run_cleanup(self.root, self.rules, dry_run=False, progress=progress)
+        finally:
+            if own:
+                own.release()
 
 
 def refuse_read_only(root: Path) -> None:

@@ -81,8 +81,15 @@ def run(args: argparse.Namespace) -> int:
         if cleaning:
             print(cleaning.run(dry_run=True).render(list_items=True))
         return 0
-    if cleaning:
-        print(cleaning.run().render(), file=sys.stderr)
+    with notebook.holding_code(run_spec, cleaning) as lock:
+        if cleaning:
+            print(cleaning.run(lock=lock).render(), file=sys.stderr)
+        if lock:
+            lock.share()
+        return _execute(run_spec, args)
+
+
+def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
     print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
           file=sys.stderr, flush=True)
     try:

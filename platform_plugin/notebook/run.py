@@ -262,12 +262,41 @@ def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
     return cleanup.prepare_cleanup(root, only=only, keep=keep, protect=[run.output])
 
 
+@contextlib.contextmanager
+def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
+                 ) -> Iterator["RootLock | None"]:
+    """A full run holds its CODE/ folder (cleanup/lock.py): exclusively while it cleans (then
+    `share()`), shared while its notebook runs, so no other cleanup removes what it writes.
+    Raises ConfigError CLEAN_ROOT_BUSY before anything is removed or started."""
+    from platform_plugin.cleanup.lock import RootLock
+    from platform_plugin.cleanup.run import find_root
+
+    root = cleaning.root if cleaning else None
+    if run.mode == "full" and root is None:
+        with contextlib.suppress(ConfigError):  # --no-cleanup outside any CODE/: nothing to hold
+            root = find_root(cwd=run.cwd)
+    if run.mode != "full" or root is None:
+        yield None
+        return
+    lock = RootLock(root, f"a full run of {run.notebook.name}").acquire(
+        exclusive=cleaning is not None)
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
 def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, cleanup: bool | None = None,
                  live: bool = True, **options: Any) -> NotebookResult:
     """Python API: prepare, clean CODE/ first for a full run (unless cleanup=False), run.
 
     `options` are `prepare_run`'s keywords (parameters={...}, profile=, output=, cwd=, ...)."""
     run = prepare_run(mode, notebook, **options)
-    if cleanup if cleanup is not None else mode == "full":
-        cleanup_before_run(run).run()
-    return execute(run, live=live)
+    cleaning = cleanup_before_run(run) if (cleanup if cleanup is not None else mode == "full") \
+        else None
+    with holding_code(run, cleaning) as lock:
+        if cleaning:
+            cleaning.run(lock=lock)
+        if lock:
+            lock.share()
+        return execute(run, live=live)

@@ -82,3 +82,43 @@ def test_ctrl_c_in_a_cell_points_at_the_notebook_so_far(tmp_path):
     assert rc == 130, err
     assert f"interrupted; the notebook so far: {tmp_path / 'out.ipynb'}" in err
     nbformat.validate(read_output(tmp_path / "out.ipynb"))
+
+
+def test_a_second_full_run_or_clean_never_removes_what_a_running_full_run_writes(tmp_path):
+    """Before: a second `platform-run full` on the same CODE/ cleaned it while the first one
+    ran, removing the checkpoint and the log the first run was writing."""
+    code = tmp_path / "CODE"
+    make_notebook(code / "train.ipynb",
+                  ["import sys, time\nopen('model.ckpt', 'w').write('weights')\n"
+                   "open('train.log', 'w').write('epoch 1')\n"
+                   "print('cell started', file=sys.stderr, flush=True)\ntime.sleep(600)"],
+                  parameters="x = 1")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "full", "train.ipynb", "--output",
+         str(tmp_path / "first.ipynb")], cwd=code, env=clean_env(), stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    try:
+        for line in first.stderr:
+            if "cell started" in line:
+                break
+        assert (code / "model.ckpt").exists()
+        second = subprocess.run(
+            [sys.executable, "-m", "platform_plugin", "full", "train.ipynb", "--output",
+             str(tmp_path / "second.ipynb")], cwd=code, env=clean_env(), capture_output=True,
+            text=True, timeout=60)
+        clean = subprocess.run([sys.executable, "-m", "platform_plugin", "clean"], cwd=code,
+                               env=clean_env(), capture_output=True, text=True, timeout=120)
+        for done in (second, clean):
+            assert done.returncode == 2, done.stderr
+            assert "[CLEAN_ROOT_BUSY]" in done.stderr and "a full run of train.ipynb" in \
+                done.stderr, done.stderr
+        assert (code / "model.ckpt").read_text() == "weights"
+        assert (code / "train.log").exists() and not (tmp_path / "second.ipynb").exists()
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    # the lock died with its holder (SIGKILL): CODE/ can be cleaned again
+    clean = subprocess.run([sys.executable, "-m", "platform_plugin", "clean"], cwd=code,
+                           env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0, clean.stderr
+    assert not (code / "model.ckpt").exists() and not (code / "train.log").exists()
