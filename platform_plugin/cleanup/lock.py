@@ -12,7 +12,6 @@ platform snapshots).
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 from pathlib import Path
 
@@ -20,6 +19,8 @@ from platform_plugin.errors import ConfigError
 
 
 def lock_path(root: Path) -> str:
+    import hashlib  # only a real cleanup pays for it (not a dry run, not --help)
+
     digest = hashlib.sha1(str(root).encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"platform-run-code-{digest}.lock")
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import socket
-import stat
 import time
 
 from platform_plugin.errors import Problem, errors_only
@@ -51,31 +49,24 @@ MAX_TABLE_BYTES = 64 << 20
 
 
 def _read_text(path: str) -> str:
-    """The file's text. Only a regular file: a FIFO or /dev/zero would never end (a FIFO even
-    blocks open() until a writer comes, hence O_NONBLOCK), and the table is read more than once
-    (waiting for "completed", then by the launcher), which a pipe cannot be."""
+    """The file's text. Only a regular file (util/regular_file.py): the table is also read more
+    than once (waiting for "completed", then by the launcher), which a pipe cannot be."""
+    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        return read_regular_file(path, MAX_TABLE_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise RankTableError(f"rank table {path} does not exist: check RANK_TABLE_FILE / the "
                              "path you gave.", code="RT_FILE_MISSING") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise RankTableError(f"cannot read rank table {path!r}: {exc}",
-                             code="RT_FILE_UNREADABLE") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise RankTableError(f"rank table {path} is not a regular file (a folder, device "
-                                 "or pipe): give the JSON file itself; it is read more than "
-                                 "once.", code="RT_FILE_NOT_REGULAR")
-        with os.fdopen(fd, "rb") as handle:
-            data = handle.read(MAX_TABLE_BYTES + 1)
-        if len(data) > MAX_TABLE_BYTES:
-            raise RankTableError(f"rank table {path} is over {MAX_TABLE_BYTES >> 20} MiB: not a "
-                                 "rank table (hccl_tools writes ~175 bytes a rank). Check "
-                                 "RANK_TABLE_FILE / the path you gave.", code="RT_FILE_TOO_LARGE")
-        return data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except NotRegularFile:
+        raise RankTableError(f"rank table {path} is not a regular file (a folder, device or "
+                             "pipe): give the JSON file itself; it is read more than once.",
+                             code="RT_FILE_NOT_REGULAR") from None
+    except FileTooLarge:
+        raise RankTableError(f"rank table {path} is over {MAX_TABLE_BYTES >> 20} MiB: not a "
+                             "rank table (hccl_tools writes ~175 bytes a rank). Check "
+                             "RANK_TABLE_FILE / the path you gave.", code="RT_FILE_TOO_LARGE"
+                             ) from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the path
         raise RankTableError(f"cannot read rank table {path!r}: {exc}",
                              code="RT_FILE_UNREADABLE") from None
 

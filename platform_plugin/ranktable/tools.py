@@ -46,14 +46,19 @@ def parse_hccn_conf(text: str, *, path: str = DEFAULT_HCCN_CONF) -> dict[int, st
     return addresses
 
 
+# hccn.conf is a few lines a card; a bound keeps /dev/zero or a FIFO from hanging `generate`
+MAX_HCCN_CONF_BYTES = 1 << 20
+
+
 def read_hccn_conf(path: str = DEFAULT_HCCN_CONF) -> dict[int, str]:
+    from platform_plugin.util.regular_file import read_regular_file
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return parse_hccn_conf(handle.read(), path=path)
-    except OSError as exc:
-        raise RankTableError(f"cannot read {path} ({exc.strerror}): it holds the NPU NIC "
-                             "addresses (address_N=IP); pass --hccn-conf FILE on a machine "
-                             "without it.", code="RT_HCCN_MISSING") from None
+        text = read_regular_file(path, MAX_HCCN_CONF_BYTES).decode("utf-8", errors="replace")
+    except (OSError, ValueError) as exc:  # not found, not a regular file, too large, a NUL
+        raise RankTableError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc}): "
+                             "it holds the NPU NIC addresses (address_N=IP); pass --hccn-conf "
+                             "FILE on a machine without it.", code="RT_HCCN_MISSING") from None
+    return parse_hccn_conf(text, path=path)
 
 
 def parse_devices(spec: str) -> list[int]:

@@ -259,3 +259,11 @@ def _sleeping(pid: int) -> bool:
     """The process sits in a sleep (the poll's time.sleep), not importing."""
     with open(f"/proc/{pid}/wchan") as fh:
         return fh.read() in ("hrtimer_nanosleep", "do_nanosleep")
+
+
+def test_ranktable_generate_with_a_fifo_as_hccn_conf_is_refused_at_once(cwd):
+    """The FIFO blocked `generate` forever (and /dev/zero read until memory ran out)."""
+    os.mkfifo(cwd / "hccn.conf")
+    refused(run_inprocess(["ranktable", "generate", "--devices", "0-1", "--hccn-conf",
+                           str(cwd / "hccn.conf"), "--server-ip", "10.0.0.9"], cwd),
+            "RT_HCCN_MISSING")
