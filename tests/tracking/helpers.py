@@ -78,14 +78,16 @@ def hold_port() -> socket.socket:
 
 class MlflowServer:
     """A real `mlflow server` on 127.0.0.1 over a sqlite store; can be killed and restarted on
-    the same port.
+    the same port. `bulk`: with the bulk metrics route, as `platform-run server` serves it (the
+    forwarding helper then talks to it with its REST calls, sinks/mlflow_rest.py).
 
     The port stays held (`hold_port`) until `close()`: while the server is down a connection is
     refused, exactly as from a dead server, and no other process can take the port before the
     restart."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, bulk: bool = False):
         self.store = f"sqlite:///{tmp_path / 'server' / 'mlflow.db'}"
+        self.bulk = bulk
         (tmp_path / "server").mkdir(exist_ok=True)
         self.log = tmp_path / "server" / "server.log"
         self._port_hold = hold_port()
@@ -94,7 +96,12 @@ class MlflowServer:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "MlflowServer":
-        self.proc = start_server(self.store, self.port, log_path=self.log)
+        command, env = None, None
+        if self.bulk:
+            from platform_plugin.tracking.server import APP_NAME, app_env, server_command
+            command = server_command(self.store, self.port) + ["--app-name", APP_NAME]
+            env = app_env(self.log.parent)
+        self.proc = start_server(self.store, self.port, log_path=self.log, command=command, env=env)
         wait_healthy(self.url, self.proc, timeout=180, log_path=self.log)
         return self
 

@@ -121,8 +121,9 @@ def delivered_per_stream(tmp_path: Path) -> dict[str, int]:
     return found
 
 
-def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_path):
-    server = MlflowServer(tmp_path)
+@pytest.mark.parametrize("bulk", [False, True], ids=["plain-server", "bulk-route-rest-calls"])
+def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_path, bulk):
+    server = MlflowServer(tmp_path, bulk=bulk)
     try:
         server.start()
         tracking_env.setenv("MLFLOW_TRACKING_URI", server.url)
@@ -157,6 +158,9 @@ def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_p
         assert (report.delivered, report.pending) == (40, 80), report.reason
         assert "unreachable" in report.reason and f"platform-run sync {result.job_id}" in report.reason
         assert report.wait_ended()  # the helper gave up at the deadline: runs left open for sync
+        if bulk:  # the helper sent through the route, i.e. made its runs with the REST calls
+            logs = list((tmp_path / "platform_logs").glob("*/tracking/helper.log"))
+            assert logs and not any("has no bulk metrics route" in p.read_text() for p in logs)
 
         # sync first, the server back later (same port, held meanwhile; same store): sync keeps
         # retrying while the server starts, then delivers exactly what is missing

@@ -27,8 +27,11 @@ from pathlib import Path
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 from platform_plugin.tracking.state import SinkConfig, StreamState
 spool, uri, experiment, source, mode = Path(sys.argv[1]), *sys.argv[2:]
-spool.mkdir(parents=True)
-ranks = {l: {"rank_id": int(l), "device_id": int(l), "server_id": "s1", "host": "h"} for l in "01"}
+spool.mkdir(parents=True)  # <tmp>/<mode>/tracking: the rank logs beside it, as in a job folder
+for l in "01":
+    (spool.parent / f"rank_{l}.log").write_text(f"rank {l} says hello\\n" * (1 + int(l)))
+ranks = {l: {"rank_id": int(l), "device_id": int(l), "server_id": "s1", "host": "h",
+             "log_path": str(spool.parent / f"rank_{l}.log")} for l in "01"}
 config = SinkConfig("mlflow", tracking_uri=uri, experiment_name=experiment, ranks=ranks, job={
     "job_id": "train-1", "job_name": "train", "run_name": "train-1", "parent": True, "user": "alice",
     "source": source, "source_type": "LOCAL", "tags": {"backend": "plain"}, "params": {"lr": "0.1"}})
@@ -51,7 +54,7 @@ VOLATILE = ("mlflow.source.git.commit", "mlflow.source.git.branch")
 
 def run_job(tmp_path, uri: str, mode: str) -> dict:
     experiment = f"rest-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run([sys.executable, "-c", JOB, str(tmp_path / mode), uri, experiment,
+    done = subprocess.run([sys.executable, "-c", JOB, str(tmp_path / mode / "tracking"), uri, experiment,
                            str(tmp_path), mode], env=clean_env(), capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
@@ -67,7 +70,8 @@ def described(c, made: dict) -> dict:
             tags["mlflow.parentRunId"] = "<parent>"
         history = {key: [(m.step, m.value, m.timestamp) for m in c.get_metric_history(run_id, key)]
                    for key in got.data.metrics}
-        return {"status": got.info.status, "name": got.info.run_name, "tags": tags,
+        logs = [(a.path, a.file_size) for a in c.list_artifacts(run_id, "logs")]
+        return {"status": got.info.status, "name": got.info.run_name, "tags": tags, "logs": logs,
                 "params": got.data.params, "metrics": history, "user": got.info.user_id}
     parent = c.get_run(made["parent"])
     kind = c.get_experiment(parent.info.experiment_id).tags.get("mlflow.experimentKind")
@@ -91,6 +95,7 @@ def test_rest_calls_make_what_mlflows_client_makes_without_importing_mlflow(tmp_
     assert rank0["params"] == {"batch": "32"} and rank0["tags"]["phase"] == "warm"
     assert rank0["metrics"]["loss"] == [(0, 0.0, 1000), (1, 0.5, 1001), (2, 1.0, 1002)]
     assert rank0["user"] == "alice" and rank0["status"] == "FINISHED"
+    assert rank0["logs"] == [("logs/rank_0.log", 18)] and ours["ranks"]["1"]["logs"] == [("logs/rank_1.log", 36)]
 
 
 @pytest.mark.slow

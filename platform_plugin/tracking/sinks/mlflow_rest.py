@@ -27,6 +27,9 @@ from types import SimpleNamespace
 from urllib.parse import quote, urlparse
 
 API = "/api/2.0/mlflow/"
+ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts/"  # a server's proxied artifact store
+PUT_LIMIT = 100 * 2 ** 20  # larger files go through MLflow's client (its multipart upload)
+TEXT_SUFFIXES = (".txt", ".log", ".json", ".yaml", ".yml", ".py", ".md", ".csv")  # as MLflow's
 RETRY_CODES = (408, 429, 500, 502, 503, 504)  # MLflow's transient failure codes
 KeyValue = namedtuple("KeyValue", "key value")  # a param or a tag, as MLflow's Param/RunTag
 UNSUPPORTED_ENV = ("MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4",
@@ -179,6 +182,11 @@ def _run(answer: dict) -> SimpleNamespace:
                            data=SimpleNamespace(tags=tags))
 
 
+def _mime_type(name: str) -> str:
+    import mimetypes
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
+
+
 def _pairs(items) -> list[dict]:
     return [{"key": item.key, "value": str(item.value)} for item in items]
 
@@ -190,6 +198,7 @@ class RestClient:
         self.uri = uri
         self.transport = Transport(uri, environ)
         self._full = None
+        self._artifact_uris: dict[str, str] = {}  # run id -> its artifact URI
 
     def full(self):
         """MLflow's own client, for what this one does not do (imports MLflow: seconds)."""
@@ -224,7 +233,9 @@ class RestClient:
                    "tags": [{"key": k, "value": str(v)} for k, v in tags.items()]}
         if run_name is not None:
             payload["run_name"] = run_name
-        return _run(self.transport.call("POST", "runs/create", payload))
+        run = _run(self.transport.call("POST", "runs/create", payload))
+        self._artifact_uris[run.info.run_id] = run.info.artifact_uri
+        return run
 
     def log_batch(self, run_id: str, metrics=(), params=(), tags=(), synchronous=None) -> None:
         if metrics:  # MLflow's JSON for NaN/inf and its metric rules: only when the route is gone
@@ -250,7 +261,25 @@ class RestClient:
         self.transport.call("POST", "runs/delete", {"run_id": run_id})
 
     def log_artifact(self, run_id: str, local_path: str, artifact_path: str | None = None) -> None:
-        self.full().log_artifact(run_id, local_path, artifact_path)
+        """Into the server's proxied artifact store (a run's `mlflow-artifacts:/...` URI: `mlflow
+        server --serve-artifacts`, as `platform-run server` runs it) one PUT, the request MLflow's
+        client sends; any other artifact store, a large file or an odd path: MLflow's client."""
+        if run_id not in self._artifact_uris:
+            self._artifact_uris[run_id] = self.get_run(run_id).info.artifact_uri or ""
+        where = urlparse(self._artifact_uris[run_id])
+        odd = artifact_path and (artifact_path.startswith("/") or ".." in artifact_path.split("/"))
+        if where.scheme != "mlflow-artifacts" or where.netloc or odd or os.path.getsize(local_path) > PUT_LIMIT:
+            self.full().log_artifact(run_id, local_path, artifact_path)
+            return
+        name = os.path.basename(local_path)
+        parts = [where.path.strip("/"), (artifact_path or "").strip("/"), name]
+        path = ARTIFACTS_API + quote("/".join(p for p in parts if p))
+        with open(local_path, "rb") as f:
+            data = f.read()
+        kind = "text/plain" if name.lower().endswith(TEXT_SUFFIXES) else _mime_type(name)
+        status, answer = self.transport.request("PUT", path, data, headers={"Content-Type": kind})
+        if status != 200:
+            raise error_of("PUT", path, status, answer)
 
     def search_runs(self, *args, **kwargs):
         return self.full().search_runs(*args, **kwargs)
