@@ -105,6 +105,9 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     if out == path:
         raise ConfigError(f"--output {out} is the input notebook: choose another file",
                           code="NB_OUTPUT")
+    if out.is_dir():
+        raise ConfigError(f"--output {out} is a folder: give the notebook's file name, e.g. "
+                          f"{out / path.name}", code="NB_OUTPUT")
     check_writable_folder(str(out.parent), "output", "NB_OUTPUT_DIR", "--output")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources)

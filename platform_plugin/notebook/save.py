@@ -3,7 +3,8 @@
 papermill rewrites the output notebook in place after cells; on a full disk that left a
 truncated, unreadable .ipynb and lost every cell saved before. With a rename, a save that
 fails leaves the last good save in place, and the run stops with `OutputNotSaved` (what and
-where), not an OSError from papermill's frames.
+where), not an OSError from papermill's frames. An output that exists and is not a regular
+file (`/dev/null`, a FIFO) is written in place, as papermill does.
 """
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def atomic_saves(output: str) -> Iterator[None]:
 
     class _AtomicSave(LocalHandler):
         def write(self, buf: str, path: str) -> None:
+            if os.path.exists(path) and not os.path.isfile(path):
+                _write_through(buf, path)  # /dev/null, a FIFO: never renamed over
+                return
             partial = os.path.join(os.path.dirname(path),
                                    f".{os.path.basename(path)}.{os.getpid()}.partial")
             try:
@@ -40,3 +44,13 @@ def atomic_saves(output: str) -> Iterator[None]:
         yield
     finally:
         papermill_io._handlers.remove(entry)
+
+
+def _write_through(buf: str, path: str) -> None:
+    """papermill's habit `--output /dev/null` (and a FIFO) is written in place: a rename would
+    replace the device node itself with a regular file."""
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(buf)
+    except OSError as exc:
+        raise OutputNotSaved(exc.errno, exc.strerror, path) from None

@@ -267,3 +267,13 @@ def test_ranktable_generate_with_a_fifo_as_hccn_conf_is_refused_at_once(cwd):
     refused(run_inprocess(["ranktable", "generate", "--devices", "0-1", "--hccn-conf",
                            str(cwd / "hccn.conf"), "--server-ip", "10.0.0.9"], cwd),
             "RT_HCCN_MISSING")
+
+
+def test_notebook_output_that_is_a_folder_is_refused_before_the_kernel(cwd):
+    """It ran the notebook, then failed to save: 'Is a directory'."""
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(), cwd / "nb.ipynb")
+    (cwd / "adir").mkdir()
+    refused(run_inprocess(["debug", "nb.ipynb", "--output", "adir", "--dry-run"], cwd),
+            "NB_OUTPUT")

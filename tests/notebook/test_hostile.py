@@ -122,3 +122,20 @@ def test_a_second_full_run_or_clean_never_removes_what_a_running_full_run_writes
                            env=clean_env(), capture_output=True, text=True, timeout=120)
     assert clean.returncode == 0, clean.stderr
     assert not (code / "model.ckpt").exists() and not (code / "train.log").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_an_output_that_is_a_device_is_written_in_place_never_replaced(tmp_path):
+    """`--output /dev/null` is a papermill habit: the atomic save must not rename a regular
+    file over the device node (tested on a private copy of /dev/null, never the real one)."""
+    import stat
+
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    make_notebook(tmp_path / "nb.ipynb", ["print('ran')"], parameters="x = 1")
+    done = subprocess.run([sys.executable, "-m", "platform_plugin", "debug", "nb.ipynb",
+                           "--output", str(null)], cwd=tmp_path, env=clean_env(),
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert stat.S_ISCHR(os.lstat(null).st_mode)
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
