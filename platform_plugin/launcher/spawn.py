@@ -127,6 +127,9 @@ def start_job(plan: LaunchPlan, grace: float) -> Started:
         started.error = ("interrupted", "interrupted while starting the ranks")
     except OSError as exc:  # e.g. the program does not exist: nothing useful can run
         started.error = ("failed", f"could not start {plan.command[0]}: {exc}")
+    except BaseException:  # anything else: what was started must not outlive the error
+        started.abandon()
+        raise
     return started
 
 

@@ -193,3 +193,28 @@ def test_ranks_outlive_no_failure_to_set_up_their_watch(tmp_path, monkeypatch):
                tracking="none", log_dir=str(tmp_path), write=lambda s: None)
     assert len(seen["running"]) == 2  # both ranks ran when the set-up failed
     assert job_processes(seen["job_dir"]) == [] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_an_unexpected_error_while_spawning_stops_the_ranks_already_started(tmp_path, monkeypatch):
+    """spawn.start_job: the third spawn raises something no refusal foresaw; the two ranks
+    already running are stopped before the error reaches the caller (the lifeline ends cleanly)."""
+    import signal
+
+    from platform_plugin.launcher import spawn
+    real, seen = spawn.spawn, {}
+
+    def third_fails(argv, env, cwd):
+        if len(seen.setdefault("pids", [])) == 2:
+            seen["job_dir"], seen["running"] = env["PLATFORM_JOB_DIR"], job_processes(
+                env["PLATFORM_JOB_DIR"])
+            raise RuntimeError("unexpected")
+        popen = real(argv, env, cwd)
+        seen["pids"].append(popen.pid)
+        return popen
+    monkeypatch.setattr(spawn, "spawn", third_fails)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(RuntimeError, match="unexpected"):
+        launch([PY, "-c", "import time; time.sleep(600)"], nproc=3, backend="plain",
+               tracking="none", log_dir=str(tmp_path), write=lambda s: None)
+    assert len(seen["running"]) == 2
+    assert job_processes(seen["job_dir"]) == [] and signal.getsignal(signal.SIGINT) is before
