@@ -63,15 +63,20 @@ def _handle():
     return {"stored": sum(len(points) for _, points in runs)}
 
 
-def parse_body(data: bytes) -> list[tuple[str, list[tuple[str, float, int, int]]]]:
-    """[(run_id, [(key, value, step, timestamp_ms), ...]), ...] or INVALID_PARAMETER_VALUE."""
+BODY = "{'runs': [{'run_id': ID, 'metrics': [[key, value, step, timestamp_ms], ...]}]}"
+
+
+def parse_body(data: bytes) -> list[tuple[str, list]]:
+    """[(run_id, [[key, value, step, timestamp_ms], ...]), ...] or INVALID_PARAMETER_VALUE.
+    The points themselves are checked where they are converted, once (`store_points`): a copy
+    converted here too was a third of a request's time in the server (py-spy, 20,000 points)."""
     try:
         body = json.loads(data)
-        runs = [(str(run["run_id"]), [(str(k), float(v), int(s), int(t)) for k, v, s, t in run["metrics"]])
-                for run in body["runs"]]
+        runs = [(str(run["run_id"]), run["metrics"]) for run in body["runs"]]
+        if not all(isinstance(points, list) for _, points in runs):
+            raise TypeError("'metrics' is not a list")
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise _invalid(f"bulk metrics body: expected {{'runs': [{{'run_id': ID, 'metrics': "
-                       f"[[key, value, step, timestamp_ms], ...]}}]}} ({type(exc).__name__}: {exc})")
+        raise _invalid(f"bulk metrics body: expected {BODY} ({type(exc).__name__}: {exc})")
     total = sum(len(points) for _, points in runs)
     if total > MAX_POINTS:
         raise _invalid(f"bulk metrics body holds {total} points; at most {MAX_POINTS} per request")
@@ -84,12 +89,17 @@ def store_points(store, runs: list[tuple[str, list[tuple[str, float, int, int]]]
     if not runs:
         return
     writer = _writer(store)
-    if writer is not None:
-        writer.log_metrics_many(runs)
-        return
-    from mlflow.entities import Metric  # a store without the SQL fast path: its own log_batch
-    for run_id, points in runs:
-        store.log_batch(run_id, metrics=[Metric(k, v, t, s) for k, v, s, t in points], params=[], tags=[])
+    try:
+        if writer is not None:  # converts every point once (float, int) before its transaction
+            writer.log_metrics_many(runs)
+            return
+        from mlflow.entities import Metric  # a store without the SQL fast path: its own log_batch
+        batches = [(run_id, [Metric(str(k), float(v), int(t), int(s)) for k, v, s, t in points])
+                   for run_id, points in runs]
+    except (ValueError, TypeError, IndexError, KeyError) as exc:  # a point not [str, number, int, int]
+        raise _invalid(f"bulk metrics body: expected {BODY} ({type(exc).__name__}: {exc})") from exc
+    for run_id, metrics in batches:
+        store.log_batch(run_id, metrics=metrics, params=[], tags=[])
 
 
 def _store():

@@ -76,6 +76,13 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
     bad = http_request(creds, "/platform/api/metrics/bulk", "POST", data="{\"runs\": 3}",
                        extra_headers={"Content-Type": "application/json"})
     assert bad.status_code == 400 and "INVALID_PARAMETER_VALUE" in bad.text
+    # points are checked where the writer converts them: each malformed one refuses the request
+    for point in (["loss", "x", 0, 1], ["loss", 1.0], [5, 1.0, 0, 1], {"k": 1}, ["loss", None, 0, 1]):
+        body = json.dumps({"runs": [{"run_id": active, "metrics": [["ok", 1.0, 0, 1], point]}]})
+        refused = http_request(creds, "/platform/api/metrics/bulk", "POST", data=body,
+                               extra_headers={"Content-Type": "application/json"})
+        assert refused.status_code == 400 and "INVALID_PARAMETER_VALUE" in refused.text, point
+    assert rows(postgres_mlflow.pg_uri, active) == ([], [])  # nothing of a refused request stored
 
 
 def test_plain_mlflow_server_falls_back_to_log_batch_and_says_so_once(tmp_path, capfd):

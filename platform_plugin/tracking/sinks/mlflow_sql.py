@@ -108,6 +108,8 @@ class SqlMetricWriter:
     def _validate_keys(self, keys: set[str]) -> None:
         from mlflow.utils.validation import _validate_metric_name
         for key in keys - self._valid_keys:
+            if not isinstance(key, str):  # the bulk route's body: refused as a bad body
+                raise TypeError(f"metric name {key!r} is not a string")
             _validate_metric_name(key)  # raises MlflowException(INVALID_PARAMETER_VALUE)
             self._valid_keys.add(key)
 
