@@ -113,3 +113,17 @@ def log_block(dump: StackDump, why: str) -> bytes:
     """What goes into the rank's log."""
     body = dump.text.rstrip() if dump.text else f"(no stack: {dump.error})"
     return f"\n[launcher] Python stack of pid {dump.pid} when the job was stopped ({why}):\n{body}\n".encode()
+
+
+def dump_live(live: dict[str, int], output, job_dir: str, why: str) -> dict[str, list[str]]:
+    """The supervisor's dump before a stop: each live rank's stack into its log (`output`),
+    `<job_dir>/stacks` and the result (returned: name -> innermost frames)."""
+    frames = {}
+    for name, dump in dump_all(live).items():
+        frames[name] = dump.frames or [f"({dump.error or 'no frames'})"]
+        output.log_only(name, log_block(dump, why))
+        save(job_dir, name, dump)
+    output.note(f"Python stack of every rank saved in {os.path.join(job_dir, STACK_DIR)} and "
+                "the rank logs")
+    return frames
+

@@ -123,8 +123,9 @@ class Supervisor:
                 if proc.pidfd is not None:
                     os.close(proc.pidfd)
             self._selector.close()
-            for pipe, _ in self._pipes.values():  # held by a process that left the job's groups
-                pipe.close()
+            for proc in self.procs:  # pipes still open: held by a process that left the job's
+                if proc.popen.stdout is not None:  # groups, or unread (a log was not opened)
+                    proc.popen.stdout.close()
             started.lifeline.release()
             if started.caught_sigint:
                 signal.signal(signal.SIGINT, started.previous_sigint)
@@ -324,15 +325,9 @@ class Supervisor:
 
     def _dump_stacks(self, why: str) -> None:
         live = {p.spec.name: p.popen.pid for p in self.procs if p.ended is None and p.popen.poll() is None}
-        if not live:
-            return
-        from platform_plugin.launcher import stacks  # only a hung job needs it (start-up time)
-        for name, dump in stacks.dump_all(live).items():
-            self._stacks[name] = dump.frames or [f"({dump.error or 'no frames'})"]
-            self.output.log_only(name, stacks.log_block(dump, why))
-            stacks.save(self.plan.job_dir, name, dump)
-        self.output.note(f"Python stack of every rank saved in "
-                         f"{os.path.join(self.plan.job_dir, stacks.STACK_DIR)} and the rank logs")
+        if live:
+            from platform_plugin.launcher.stacks import dump_live  # only a hung job needs it
+            self._stacks.update(dump_live(live, self.output, self.plan.job_dir, why))
 
     def _kill_everything(self) -> None:
         """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
@@ -367,9 +362,15 @@ class Supervisor:
             name=proc.spec.name, rank_id=proc.spec.rank_id, device_id=proc.spec.device_id,
             host=self.host, pid=proc.popen.pid, exitcode=exitcode, signal_name=sig,
             runtime_s=(proc.ended or time.monotonic()) - proc.started,
-            last_lines=self.output.tail(proc.spec.name),
+            last_lines=self._last_lines(proc.spec.name),
             root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
             stopped_by_launcher=proc.ended_while_stopping, stack=self._stacks.get(proc.spec.name, []))
+
+    def _last_lines(self, name: str) -> list[str]:
+        try:
+            return self.output.tail(name)
+        except KeyError:  # its log could not be opened (the disk refused): nothing was read
+            return []
 
     def _notify(self, event: str, payload) -> None:
         for observer in self.observers:

@@ -174,7 +174,7 @@ def test_a_daemon_left_by_a_successful_rank_is_removed(run):
     assert job_processes(result.job_dir) == []
 
 
-def test_ranks_outlive_no_failure_to_set_up_their_watch(tmp_path, monkeypatch):
+def test_a_failure_to_set_up_the_watch_stops_the_ranks_already_started(tmp_path, monkeypatch):
     """The ranks are spawned before the supervisor, output and job.json are imported (watch.py,
     start-up time): when that set-up fails (here an interrupt: the CLI's SIGTERM), every rank
     already started is stopped, and Ctrl-C goes back to its handler."""
@@ -218,3 +218,23 @@ def test_an_unexpected_error_while_spawning_stops_the_ranks_already_started(tmp_
                tracking="none", log_dir=str(tmp_path), write=lambda s: None)
     assert len(seen["running"]) == 2
     assert job_processes(seen["job_dir"]) == [] and signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_rank_log_that_cannot_be_opened_stops_the_started_ranks(run, monkeypatch):
+    """The logs are opened once the ranks run (spawn first): a log the disk refuses then (here
+    ENOSPC, faked: the folder was writable a moment before) fails the job and stops every rank."""
+    import errno
+
+    from platform_plugin.launcher import output
+    real = output.Output.open
+
+    def second_fails(self, name, log_path):
+        if name == "1":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, name, log_path)
+    monkeypatch.setattr(output.Output, "open", second_fails)
+    with pytest.raises(JobFailed) as err:
+        run("hang", nproc=2, grace=0.5)
+    result = err.value.result
+    assert result.status == "failed" and "cannot open the rank logs" in result.reason
+    assert "No space left on device" in result.reason and job_processes(result.job_dir) == []
