@@ -20,6 +20,7 @@ import os
 import time
 from contextlib import contextmanager
 
+from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.record import Record
 
 # Plain classes (util/record.py), not dataclasses, and str paths, not pathlib: the launcher
@@ -38,12 +39,31 @@ def write_json_atomic(path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+class DamagedStateFile(ConfigError, ValueError):
+    """A state file that is not what this module writes (edited by hand, truncated by a full
+    disk or a copy): `sync`/`compare` refuse with the file's name instead of a traceback. A
+    ValueError too, as json's error was before."""
+
+    def __init__(self, path, why: str) -> None:
+        super().__init__([Problem("TRACKING_STATE_DAMAGED", f"damaged ({why}): this job's "
+                                  "tracking state cannot be read; its spool (*.jsonl) is left "
+                                  "as it is", os.fspath(path))])
+
+
 def read_json(path) -> dict | None:
+    """The file's JSON object; None when there is no file."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.loads(fh.read())
+        with open(path, "rb") as fh:
+            raw = fh.read()
     except FileNotFoundError:
         return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # also bytes that are not UTF-8
+        raise DamagedStateFile(path, f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise DamagedStateFile(path, f"a JSON {type(data).__name__}, not an object")
+    return data
 
 
 class _State(Record):
@@ -52,8 +72,11 @@ class _State(Record):
     __slots__ = ()
 
     @classmethod
-    def _from(cls, data: dict):
-        return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
+    def _from(cls, data: dict, path=""):
+        try:
+            return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
+        except TypeError as exc:  # a required field missing
+            raise DamagedStateFile(path, str(exc)) from None
 
 
 class StreamState(_State):
@@ -78,7 +101,8 @@ class StreamState(_State):
 
     @classmethod
     def load(cls, spool_dir, stream: str) -> "StreamState":
-        return cls._from(read_json(cls.path_for(spool_dir, stream)) or {})
+        path = cls.path_for(spool_dir, stream)
+        return cls._from(read_json(path) or {}, path)
 
     def save(self, spool_dir, stream: str) -> None:
         write_json_atomic(self.path_for(spool_dir, stream), self.as_dict())
@@ -105,8 +129,9 @@ class SinkConfig(_State):
 
     @classmethod
     def load(cls, spool_dir) -> "SinkConfig | None":
-        data = read_json(os.path.join(spool_dir, SINK_FILE))
-        return None if data is None else cls._from(data)
+        path = os.path.join(spool_dir, SINK_FILE)
+        data = read_json(path)
+        return None if data is None else cls._from(data, path)
 
     def save(self, spool_dir) -> None:
         write_json_atomic(os.path.join(spool_dir, SINK_FILE), self.as_dict())
@@ -130,10 +155,14 @@ class JobEnd(_State):
 
     @classmethod
     def load(cls, spool_dir) -> "JobEnd | None":
-        data = read_json(os.path.join(spool_dir, END_FILE))
-        return None if data is None else cls(str(data["status"]), float(data["deadline"]),
-                                             str(data.get("reason", "")),
-                                             bool(data.get("last", True)))
+        path = os.path.join(spool_dir, END_FILE)
+        data = read_json(path)
+        try:
+            return None if data is None else cls(str(data["status"]), float(data["deadline"]),
+                                                 str(data.get("reason", "")),
+                                                 bool(data.get("last", True)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DamagedStateFile(path, f"{type(exc).__name__}: {exc}") from None
 
     def save(self, spool_dir) -> None:
         write_json_atomic(os.path.join(spool_dir, END_FILE), self.as_dict())
@@ -152,8 +181,9 @@ class HelperStatus(_State):
 
     @classmethod
     def load(cls, spool_dir) -> "HelperStatus | None":
-        data = read_json(os.path.join(spool_dir, HELPER_FILE))
-        return None if data is None else cls._from(data)
+        path = os.path.join(spool_dir, HELPER_FILE)
+        data = read_json(path)
+        return None if data is None else cls._from(data, path)
 
     def save(self, spool_dir) -> None:
         write_json_atomic(os.path.join(spool_dir, HELPER_FILE), self.as_dict())

@@ -277,3 +277,23 @@ def test_notebook_output_that_is_a_folder_is_refused_before_the_kernel(cwd):
     (cwd / "adir").mkdir()
     refused(run_inprocess(["debug", "nb.ipynb", "--output", "adir", "--dry-run"], cwd),
             "NB_OUTPUT")
+
+
+@pytest.mark.parametrize("name, content", [
+    ("sink.json", "["), ("sink.json", '{"layout": "runs"}'), ("end.json", '{"status": "x"}'),
+    ("rank_0.state.json", "\xff")])
+def test_a_damaged_tracking_state_file_is_refused_by_sync_and_compare(cwd, name, content):
+    """A torn or hand-edited state file was a JSONDecodeError/TypeError/KeyError traceback."""
+    tracking = cwd / "platform_logs" / "train-20260101-000000-abcd" / "tracking"
+    tracking.mkdir(parents=True)
+    sink = {"sink": "mlflow", "tracking_uri": f"sqlite:///{cwd / 'mlflow.db'}",
+            "ranks": {"rank_0": {}}}
+    (tracking / "sink.json").write_text(json.dumps(sink))
+    (tracking / "rank_0.jsonl").write_text("")
+    (tracking / name).write_bytes(content.encode("latin-1"))
+    job = "train-20260101-000000-abcd"
+    commands = [["sync", job, "--wait", "0"]] + ([["compare", job]] if name != "end.json" else [])
+    for argv in commands:  # (compare never reads end.json)
+        outcome = run_inprocess(argv, cwd)
+        assert outcome.rc == 2 and not outcome.traceback, outcome
+        assert "[TRACKING_STATE_DAMAGED]" in outcome.text and name in outcome.text, outcome.text
