@@ -49,4 +49,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _categories(value: str) -> list[str]:
-    return [name.strip() for name in value.split(",") if name.strip()]
+    """`--only ''` (an empty shell variable) named no category: refused, never "all"."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{value!r} names no category: give one or more of "
+                                         "caches,logs,models, or leave --only out to clean all")
+    return names

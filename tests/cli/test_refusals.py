@@ -297,3 +297,12 @@ def test_a_damaged_tracking_state_file_is_refused_by_sync_and_compare(cwd, name,
         outcome = run_inprocess(argv, cwd)
         assert outcome.rc == 2 and not outcome.traceback, outcome
         assert "[TRACKING_STATE_DAMAGED]" in outcome.text and name in outcome.text, outcome.text
+
+
+@pytest.mark.parametrize("value", ["", ",,", " "])
+def test_clean_only_naming_no_category_is_refused_not_read_as_all(cwd, value):
+    """`--only "$CATS"` with an empty variable used to clean every category."""
+    (cwd / "train.py").write_text("")
+    (cwd / "old.log").write_text("keep me")
+    refused(run_inprocess(["clean", "--root", str(cwd), "--only", value], cwd), "CLI_USAGE")
+    assert (cwd / "old.log").exists()
