@@ -1,6 +1,7 @@
 """`platform-run compare [JOB]`: the ranks of a job side by side."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -67,7 +68,20 @@ def find_job(job: str | None, log_dir: str | None):
             runs.config.job.get("job_id", spool_dir.parent.name))
 
 
+def _check(args) -> None:
+    """Before the store is opened: a tolerance that flags nothing (nan) or everything, and a
+    plot that cannot be written after all the work."""
+    if not 0 <= args.tolerance < float("inf"):  # also nan
+        raise ConfigError([Problem("COMPARE_TOLERANCE", f"--tolerance {args.tolerance}: give "
+                                   "the relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
+    if args.plot:
+        from platform_plugin.util.folders import check_writable_folder
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        check_writable_folder(folder, "plot", "COMPARE_PLOT", "--plot")
+
+
 def run(args) -> int:
+    _check(args)
     runs, client, job_id = find_job(args.job, args.log_dir)
     metrics = metrics_of(args)
     series = {m: compare.load_series(runs, m, client) for m in metrics}

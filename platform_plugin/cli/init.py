@@ -45,6 +45,9 @@ def write_templates(target: Path, *, force: bool = False) -> list[tuple[str, str
     """[(file, "written" | "kept")] for every template."""
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{target} is not a folder", code="INIT_DIR")
+    from platform_plugin.util.folders import check_writable_folder
+    folder = str(target)  # (a file on the way or a read-only place: refused before any write)
+    check_writable_folder(folder, "project", "INIT_DIR", "DIR")
     target.mkdir(parents=True, exist_ok=True)
     done = []
     for name in FILES:

@@ -306,3 +306,16 @@ def test_clean_only_naming_no_category_is_refused_not_read_as_all(cwd, value):
     (cwd / "old.log").write_text("keep me")
     refused(run_inprocess(["clean", "--root", str(cwd), "--only", value], cwd), "CLI_USAGE")
     assert (cwd / "old.log").exists()
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["init", "/proc/no-such-folder/project"], "INIT_DIR_READONLY"),
+    (["init", "afile/project"], "INIT_DIR_NOT_DIR"),
+    (["compare", "--tolerance", "nan"], "COMPARE_TOLERANCE"),
+    (["compare", "--tolerance", "-1"], "COMPARE_TOLERANCE"),
+    (["compare", "--plot", "/proc/no-such-folder/p.png"], "COMPARE_PLOT_READONLY")])
+def test_init_and_compare_refuse_what_they_cannot_do_before_any_work(cwd, argv, code):
+    """init into /proc and compare --plot into it were tracebacks (compare's after all its
+    work); --tolerance nan flagged no straggler ever."""
+    (cwd / "afile").write_text("x")
+    refused(run_inprocess(argv, cwd), code)
