@@ -107,6 +107,8 @@ class Remover:
         for name in outcome.names:
             try:
                 unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # gone since the walk listed it (another process): what we wanted
             except OSError as exc:
                 outcome.failed.add(name)
                 outcome.broken = True
@@ -119,6 +121,8 @@ class Remover:
             return
         try:
             os.rmdir(name, dir_fd=parent_fd)
+        except FileNotFoundError:
+            return  # removed meanwhile by someone else: gone, as planned
         except OSError as exc:
             outcome.broken = True
             self.errors.append(f"{outcome.rel}/: {exc.strerror or exc}")

@@ -282,7 +282,7 @@ class _Walk:
             try:
                 nbytes = entry.stat(follow_symlinks=False).st_size
             except OSError:
-                nbytes = 0  # gone since it was listed: its unlink will say so
+                nbytes = 0  # gone since it was listed: nothing left to remove
             names.append(name)
             sizes.append(nbytes)
             size += nbytes
@@ -313,6 +313,8 @@ class _Walk:
         try:
             remove(name, dir_fd=dir_fd)
             return True
+        except FileNotFoundError:
+            return True  # gone since it was listed (another process): not a failure
         except OSError as exc:
             self.result.errors.append(f"{shown}: {exc.strerror or exc}")
             return False
@@ -322,7 +324,7 @@ def _size(entry: os.DirEntry) -> int:
     try:
         return entry.stat(follow_symlinks=False).st_size
     except OSError:
-        return 0  # gone since it was listed: the unlink will say so
+        return 0  # gone since it was listed: nothing left to remove
 
 
 def _close(folder: _Folder) -> None:

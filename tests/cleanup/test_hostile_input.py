@@ -169,3 +169,30 @@ def test_a_platformkeep_link_to_a_regular_keep_list_is_read(tmp_path):
     (tmp_path / "shared-keep").write_text("*.ckpt\n")
     (root / ".platformkeep").symlink_to(tmp_path / "shared-keep")
     assert [i.rel for i in cleanup.clean(root).removed] == ["x.log"]
+
+
+def test_files_and_folders_that_vanish_before_their_removal_are_not_failures(tmp_path):
+    """Another process removed them between the walk's listing and the worker's unlink: the
+    goal (gone) is met - before, each was 'could not remove ...: No such file or directory',
+    the folder stayed 'broken' and the command exited 1."""
+    from platform_plugin.cleanup.remover import FolderOutcome, Remover
+
+    cache = tmp_path / "kernel_meta"
+    cache.mkdir()
+    (cache / "a.o").write_text("x")
+    listed = FolderOutcome("kernel_meta", "caches", names=["a.o", "vanished.o"])
+    errors: list[str] = []
+    remover = Remover(errors)
+    folder_fd = os.open(cache, os.O_RDONLY | os.O_DIRECTORY)
+    parent_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        remover.unlink_all(folder_fd, listed)
+        remover.rmdir(parent_fd, "kernel_meta", listed)
+        gone = FolderOutcome("rank_0/graph_cache", "caches")  # its folder vanished too
+        remover.rmdir(parent_fd, "graph_cache", gone)
+        remover.close()
+    finally:
+        os.close(folder_fd)
+        os.close(parent_fd)
+    assert errors == [] and not listed.broken and not gone.broken
+    assert not cache.exists()
