@@ -319,3 +319,18 @@ def test_init_and_compare_refuse_what_they_cannot_do_before_any_work(cwd, argv, 
     work); --tolerance nan flagged no straggler ever."""
     (cwd / "afile").write_text("x")
     refused(run_inprocess(argv, cwd), code)
+
+
+def test_notebook_parameters_too_big_for_the_kernel_are_refused_before_it(cwd):
+    """An alias bomb took 22 s and 1.8 GB at 8 levels (more: out of memory); a 200 KiB value
+    made PLATFORM_NOTEBOOK_PARAMETERS too long for the kernel's execve."""
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(), cwd / "nb.ipynb")
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]" for p, c in zip("abcdef", "bcdefg")]
+    (cwd / "bomb.yaml").write_text("\n".join(lines) + "\n")  # 9**7 = 4.8 million strings
+    refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "-f", "bomb.yaml"], cwd),
+            "NB_PARAMS")
+    refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "-p", "blob", "x" * 200_000], cwd),
+            "NB_PARAMS")
