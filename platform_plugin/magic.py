@@ -87,7 +87,10 @@ def _expanded(line: str, namespace: dict) -> str:
 
 def _cell_script(body: str, log_dir: str | None) -> str:
     """The cell body as a file named by its content: re-running an unchanged cell reuses it."""
-    folder = os.path.join(job_log_dir(log_dir), "cells")
+    from platform_plugin.util.folders import check_writable_folder
+    logs = job_log_dir(log_dir)  # refused as the launch would, not an OSError from makedirs
+    check_writable_folder(logs, "log", "LAUNCH_LOG_DIR", "--log-dir")
+    folder = os.path.join(logs, "cells")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"cell_{hashlib.sha1(body.encode()).hexdigest()[:10]}.py")
     with open(path, "w", encoding="utf-8") as fh:

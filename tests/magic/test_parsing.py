@@ -57,3 +57,13 @@ def test_a_good_expansion_still_reaches_the_options(shell, capsys, tmp_path):
                       "%dist_run --expand --nproc {bad_nproc} --log-dir LOGS python x.py",
                       "LAUNCH_NPROC")
     assert "--nproc" in message
+
+
+@pytest.mark.parametrize("log_dir, code", [("/proc/no-such-folder", "LAUNCH_LOG_DIR_READONLY"),
+                                           ("/dev/null/x", "LAUNCH_LOG_DIR_NOT_DIR")])
+def test_a_cell_magic_with_an_unusable_log_dir_is_a_clean_refusal(shell, capsys, tmp_path,
+                                                                  log_dir, code):
+    """The cell's script is written under the log folder first: that was a FileNotFoundError /
+    NotADirectoryError traceback."""
+    refused(shell, capsys, tmp_path, f"%%dist_run --log-dir {log_dir} --nproc 1\nprint(1)\n",
+            code)
