@@ -38,6 +38,8 @@ from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAM
 MODES = settings_module.MODES
 RUNS_DIR = "runs"
 DEFAULT_KERNEL = "python3"
+# 1e308 passed the finite check and overflowed in nbclient after the kernel started
+MAX_TIMEOUT_S = 10_000_000  # ~115 days
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,9 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     path = Path(notebook).resolve()
     nb = read_notebook(path)
     kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell",
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell, "
+                          f"at most {MAX_TIMEOUT_S:,} (leave it out for no limit)",
                           code="NB_TIMEOUT")
     profile_params, profile_path = load_profile(mode, profile, project)
     merged, sources = merge_parameters(mode, profile_params, load_params_file(params_file),

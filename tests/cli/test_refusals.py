@@ -334,3 +334,13 @@ def test_notebook_parameters_too_big_for_the_kernel_are_refused_before_it(cwd):
             "NB_PARAMS")
     refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "-p", "blob", "x" * 200_000], cwd),
             "NB_PARAMS")
+
+
+def test_a_cell_timeout_too_large_to_wait_for_is_refused_before_the_kernel(cwd):
+    """--timeout 1e308 passed the finite check, then nbclient overflowed (OverflowError:
+    cannot convert float infinity to integer) once the kernel had started."""
+    import nbformat
+
+    nbformat.write(nbformat.v4.new_notebook(), cwd / "nb.ipynb")
+    refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "--timeout", "1e308"], cwd),
+            "NB_TIMEOUT")
