@@ -34,12 +34,12 @@ SETTLE_S = 3.0  # longer than a create_run takes on a loaded server
 
 
 def _parents(client, config) -> list:
-    from mlflow.entities import ViewType
+    """Active runs only (the search's default view: also what the helper's REST client sends)."""
     job_id = config.job.get("job_id", "").replace("'", "\\'")
     runs = client.search_runs([config.experiment_id],
                               filter_string=f"tags.job_id = '{job_id}' and "
                                             f"tags.`{ROLE_TAG}` = '{ROLE_JOB}'",
-                              run_view_type=ViewType.ACTIVE_ONLY, max_results=100)
+                              max_results=100)
     return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
 

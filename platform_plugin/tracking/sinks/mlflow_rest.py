@@ -178,7 +178,8 @@ def _run(answer: dict) -> SimpleNamespace:
     info = run.get("info", {})
     tags = {t["key"]: t.get("value", "") for t in run.get("data", {}).get("tags", [])}
     return SimpleNamespace(info=SimpleNamespace(run_id=info.get("run_id"), status=info.get("status"),
-                                                artifact_uri=info.get("artifact_uri")),
+                                                artifact_uri=info.get("artifact_uri"),
+                                                start_time=int(info.get("start_time") or 0)),
                            data=SimpleNamespace(tags=tags))
 
 
@@ -281,8 +282,15 @@ class RestClient:
         if status != 200:
             raise error_of("PUT", path, status, answer)
 
-    def search_runs(self, *args, **kwargs):
-        return self.full().search_runs(*args, **kwargs)
+    def search_runs(self, experiment_ids, filter_string: str = "", max_results: int = 1000, **more):
+        """Active runs, one page, as MLflow's client returns them by default (the parent of a
+        job across servers: sinks/mlflow_job.py); another view, order or page: MLflow's client."""
+        if more:
+            return self.full().search_runs(experiment_ids, filter_string, max_results=max_results, **more)
+        answer = self.transport.call("POST", "runs/search", {
+            "experiment_ids": [str(e) for e in experiment_ids], "filter": filter_string,
+            "run_view_type": "ACTIVE_ONLY", "max_results": max_results})
+        return [_run({"run": run}) for run in answer.get("runs", [])]
 
 
 def entities(client) -> tuple:
