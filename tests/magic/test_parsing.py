@@ -67,3 +67,10 @@ def test_a_cell_magic_with_an_unusable_log_dir_is_a_clean_refusal(shell, capsys,
     NotADirectoryError traceback."""
     refused(shell, capsys, tmp_path, f"%%dist_run --log-dir {log_dir} --nproc 1\nprint(1)\n",
             code)
+
+
+@pytest.mark.parametrize("value", ["nan", "-1"])
+def test_dist_compare_refuses_a_tolerance_that_flags_nothing_or_everything(shell, capsys,
+                                                                           tmp_path, value):
+    refused(shell, capsys, tmp_path, f"%dist_compare --log-dir LOGS --tolerance {value}",
+            "COMPARE_TOLERANCE")
