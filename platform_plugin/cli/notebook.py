@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 
 from platform_plugin.cli import HELP
@@ -89,7 +90,12 @@ def run(args: argparse.Namespace) -> int:
         return _execute(run_spec, args)
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM (the platform stopping the run) ends it as Ctrl-C does
+
+
 def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)  # the kernel is shut down, the notebook named
     print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
           file=sys.stderr, flush=True)
     try:

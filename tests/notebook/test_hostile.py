@@ -44,7 +44,8 @@ def test_a_full_disk_under_the_output_keeps_the_last_good_save(tmp_path):
     assert ".partial" not in done.stdout  # no temporary file left on the full disk
 
 
-def _interrupted_run(tmp_path, wait_for_line: str) -> tuple[int, str]:
+def _interrupted_run(tmp_path, wait_for_line: str, signum: int = signal.SIGINT
+                     ) -> tuple[int, str]:
     """`platform-run debug` of a notebook that never ends, SIGINT (as Ctrl-C) once stderr
     shows `wait_for_line`. The child's SIGINT is reset to the default: a test runner started
     in the background would hand its children an ignored SIGINT."""
@@ -60,7 +61,7 @@ def _interrupted_run(tmp_path, wait_for_line: str) -> tuple[int, str]:
         for line in proc.stderr:
             seen.append(line)
             if wait_for_line in line:
-                proc.send_signal(signal.SIGINT)
+                proc.send_signal(signum)
                 break
         seen.append(proc.stderr.read())
         return proc.wait(timeout=60), "".join(seen)
@@ -77,8 +78,10 @@ def test_ctrl_c_before_the_first_cell_points_at_no_notebook(tmp_path):
     assert "Traceback" not in err and not (tmp_path / "out.ipynb").exists()
 
 
-def test_ctrl_c_in_a_cell_points_at_the_notebook_so_far(tmp_path):
-    rc, err = _interrupted_run(tmp_path, "cell started")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_in_a_cell_points_at_the_notebook_so_far(tmp_path, signum):
+    """SIGTERM (the platform stopping a run) used to kill the runner silently (exit -15)."""
+    rc, err = _interrupted_run(tmp_path, "cell started", signum)
     assert rc == 130, err
     assert f"interrupted; the notebook so far: {tmp_path / 'out.ipynb'}" in err
     nbformat.validate(read_output(tmp_path / "out.ipynb"))
