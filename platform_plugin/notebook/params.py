@@ -35,7 +35,8 @@ def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[
         path = (Path.cwd() if profile else project) / path
     if not path.is_file():
         if profile:
-            raise ConfigError(f"profile {path} not found: pass an existing --profile file",
+            what = "is not a regular file" if path.exists() else "not found"
+            raise ConfigError(f"profile {path} {what}: pass an existing --profile file",
                               code="NB_PROFILE")
         return {}, None
     try:

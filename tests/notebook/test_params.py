@@ -98,3 +98,11 @@ def test_params_file(tmp_path):
             load_params_file(str(path))
     with pytest.raises(ConfigError, match="not found"):
         load_params_file(str(tmp_path / "nope.yaml"))
+
+
+def test_a_profile_that_is_a_fifo_or_folder_is_named_as_such(tmp_path):
+    """It said 'not found' about a file that exists."""
+    os.mkfifo(tmp_path / "fifo.toml")
+    for name in ("fifo.toml", "."):
+        with pytest.raises(ConfigError, match="is not a regular file"):
+            load_profile("debug", str(tmp_path / name), tmp_path)
