@@ -33,27 +33,51 @@ class RootLock:
         self.root, self.what, self.fd = root, what, -1
 
     def acquire(self, *, exclusive: bool) -> "RootLock":
-        try:
-            self.fd = os.open(lock_path(self.root), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError:
-            return self  # e.g. another user's lock file: cannot coordinate, do not refuse
-        try:
-            fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 512, 0).decode("utf-8", "replace").strip() or "another run"
-            self.release()
-            raise ConfigError(f"{self.root} is in use by {holder}: a cleanup there would remove "
-                              f"files it is writing. Wait for it to end (or stop it), then "
-                              f"retry", code="CLEAN_ROOT_BUSY") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{self.what} (pid {os.getpid()})".encode(), 0)
+        path = lock_path(self.root)
+        for _ in range(5):  # a holder may remove the file between our open and our flock
+            try:
+                self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            except OSError:
+                return self  # e.g. another user's lock file: cannot coordinate, do not refuse
+            try:
+                fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
+                            fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(self.fd, 512, 0).decode("utf-8", "replace").strip()
+                self.release()
+                raise ConfigError(f"{self.root} is in use by {holder or 'another run'}: a "
+                                  "cleanup there would remove files it is writing. Wait for it "
+                                  "to end (or stop it), then retry", code="CLEAN_ROOT_BUSY"
+                                  ) from None
+            if self._still_at(path):
+                os.ftruncate(self.fd, 0)
+                os.pwrite(self.fd, f"{self.what} (pid {os.getpid()})".encode(), 0)
+                return self
+            os.close(self.fd)  # locked a file its last holder had just removed: again
+            self.fd = -1
         return self
+
+    def _still_at(self, path: str) -> bool:
+        try:
+            return os.fstat(self.fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            return False
 
     def share(self) -> None:
         if self.fd >= 0:
             fcntl.flock(self.fd, fcntl.LOCK_SH)
 
     def release(self) -> None:
-        if self.fd >= 0:
+        """The last holder removes the file (no lock file per cleaned folder piles up in the
+        temporary folder); a process that opened it meanwhile sees it gone and opens anew."""
+        if self.fd < 0:
+            return
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alone with it?
+            if self._still_at(lock_path(self.root)):
+                os.unlink(lock_path(self.root))
+        except OSError:
+            pass  # other holders (shared): the last of them removes it
+        finally:
             os.close(self.fd)  # closing the only descriptor releases the flock
             self.fd = -1
