@@ -89,15 +89,17 @@ def run_case(launchers: int, ranks: int, steps: int, uri: str, db_uri: str, work
     port = free_port()
     start = time.perf_counter()
     poller = FirstPoint(db_uri, work.name, start)
+    errs = [open(work / f"server{n}.err", "wb") for n in range(launchers)]  # why one failed
     procs = [subprocess.Popen([sys.executable, "-m", "platform_plugin", "launch", "--log-dir",
                                str(work / f"server{n}"), "--tracking", "mlflow", "--nproc",
                                str(ranks), "--nnodes", str(launchers), "--node-rank", str(n),
                                "--master-port", str(port), "--backend", "plain", "--show",
                                "none", "--no-system-metrics", "--", sys.executable, str(script)],
-                              cwd=str(work), env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+                              cwd=str(work), env=env, stdout=subprocess.DEVNULL, stderr=errs[n])
              for n in range(launchers)]
     codes = [p.wait() for p in procs]
+    for err in errs:
+        err.close()
     elapsed = time.perf_counter() - start
     poller.stop.set()
     if any(codes):
