@@ -149,17 +149,17 @@ def throughput(tmp: str, rounds: int) -> dict:
     def through_launcher(text_sink: bool = False, **kw):
         """The CLI's display: sys.stdout (here a UTF-8 file on /dev/null), or with `text_sink`
         a `write=` callable that takes text (a display that needs str, uncapped)."""
+        stdout = sys.stdout
         with open(os.devnull, "w", encoding="utf-8") as devnull:
             if text_sink:
-                result = launch([py, "-c", WRITER], nproc=RANKS, backend="plain",
-                                tracking="none", log_dir=tmp, write=devnull.write, **kw)
+                kw["write"] = devnull.write
             else:
-                stdout, sys.stdout = sys.stdout, devnull
-                try:
-                    result = launch([py, "-c", WRITER], nproc=RANKS, backend="plain",
-                                    tracking="none", log_dir=tmp, **kw)
-                finally:
-                    sys.stdout = stdout
+                sys.stdout = devnull
+            try:
+                result = launch([py, "-c", WRITER], nproc=RANKS, backend="plain",
+                                tracking="none", log_dir=tmp, **kw)
+            finally:
+                sys.stdout = stdout
         return lambda: check(result.job_dir)
 
     def check(job_dir: str) -> None:  # after the clock: the bench's own reading of the logs

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchdoc import load_text, write_section  # bench/benchdoc.py
+from benchdoc import alternate, load_text, write_section  # bench/benchdoc.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -100,15 +100,10 @@ def show_scale() -> tuple[list[str], bool]:
         for servers in SHOW_SERVERS:
             paths[servers] = str(Path(folder) / f"hccl_{servers}s.json")
             Path(paths[servers]).write_text(json.dumps(table_dict(servers=servers, cards=8)))
-        times: dict[int, list[float]] = {servers: [] for servers in SHOW_SERVERS}
-        for round_no in range(SHOW_ROUNDS + 1):  # the first round warms the page cache
-            order = SHOW_SERVERS if round_no % 2 == 0 else SHOW_SERVERS[::-1]
-            for servers in order:
-                start = time.perf_counter()
-                subprocess.run([cli, "ranktable", "show", paths[servers]], check=True,
-                               stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
-                if round_no:
-                    times[servers].append(time.perf_counter() - start)
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        times = alternate({servers: lambda path=paths[servers]: subprocess.run(
+            [cli, "ranktable", "show", path], check=True, stdout=subprocess.DEVNULL, env=env)
+            for servers in SHOW_SERVERS}, SHOW_ROUNDS)
     per_device = {s: statistics.median(t) / (s * 8) * 1e6 for s, t in times.items()}
     growth = per_device[SHOW_SERVERS[-1]] / per_device[SHOW_SERVERS[0]]
     ok = growth <= SHOW_GOAL
