@@ -13,6 +13,13 @@ import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 
+
+def interrupt(signum, frame):
+    """A signal handler: SIGTERM (the platform stopping a run, a service manager) or SIGHUP
+    ends a command as Ctrl-C does, through its KeyboardInterrupt path (children stopped, the
+    notebook so far named, servers shut down)."""
+    raise KeyboardInterrupt
+
 # (command, module that registers it, help shown in `platform-run --help`) in listing order
 COMMANDS = [
     ("init", "init", "write the starter files (platform.toml, .env.example, notebook, run.sh)"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from platform_plugin.cli import interrupt
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
 
@@ -15,18 +16,13 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _interrupt(signum, frame):
-    # SIGTERM/SIGHUP to the launcher behave like Ctrl-C: the supervisor stops every rank
-    raise KeyboardInterrupt
-
-
 def run(args) -> int:
     from platform_plugin.launcher.api import run as run_job  # here: `launch --help` stays light
     import signal
     _skip_the_last_collection()
     options = from_arguments(args)
     command = command_of(args)
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         run_job(command, options)
     except PlatformPluginError as exc:

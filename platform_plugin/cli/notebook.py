@@ -7,7 +7,7 @@ import re
 import signal
 import sys
 
-from platform_plugin.cli import HELP
+from platform_plugin.cli import HELP, interrupt
 from platform_plugin.errors import ConfigError
 from platform_plugin.notebook import run as notebook
 from platform_plugin.notebook.params import parse_yaml_parameters
@@ -90,12 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return _execute(run_spec, args)
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM (the platform stopping the run) ends it as Ctrl-C does
-
-
 def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, _interrupt)  # the kernel is shut down, the notebook named
+    signal.signal(signal.SIGTERM, interrupt)  # the kernel is shut down, the notebook named
     print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
           file=sys.stderr, flush=True)
     try:

@@ -14,6 +14,7 @@ import signal
 import socket
 from pathlib import Path
 
+from platform_plugin.cli import interrupt
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.ports import check_free, free_port
 
@@ -118,10 +119,6 @@ def allowed_hosts(explicit: str | None, uri: str, port: int) -> str | None:
 LIFELINE_GRACE_S = 30.0
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run(args) -> int:
     _check(args)
     from platform_plugin.tracking.postgres import LocalPostgres
@@ -130,7 +127,7 @@ def run(args) -> int:
     artifacts = str(Path(args.artifacts).resolve() if args.artifacts else data / "artifacts")
     _check_folders(data, artifacts)
     os.makedirs(artifacts, exist_ok=True)
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     from platform_plugin.launcher.spawn import Lifeline
     pg = LocalPostgres(data, args.pg_port or free_port())
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")

@@ -5,6 +5,7 @@ import os
 import signal
 import tempfile
 
+from platform_plugin.cli import interrupt
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.notebook.jupyter_ui import OwnedUI, browser_base, jupyter_server
 from platform_plugin.tracking import compare
@@ -79,10 +80,6 @@ def _latest_runs(log_dir: str | None):
         return runs
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # SIGTERM stops the server too (it runs in its own session)
-
-
 def run(args) -> int:
     if not 0 <= args.port <= 65535:
         raise ConfigError([Problem("UI_PORT", f"--port {args.port}: a TCP port is 0-65535 "
@@ -90,7 +87,7 @@ def run(args) -> int:
     uri = store_uri(args.store)
     if args.port:  # refuse now, not after waiting for a server that cannot bind
         check_free(args.port, HOST, what="--port")
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     port = args.port or free_port()
     ui = f"http://{HOST}:{port}"
     log = tempfile.NamedTemporaryFile(prefix="mlflow-ui-", suffix=".log", delete=False).name
