@@ -96,6 +96,12 @@ class Started:
         job.stop(grace=0)
         for _, popen, _ in self.procs:
             popen.poll()
+        self.release()
+
+    def release(self) -> None:
+        """The end of every job, watched or abandoned: the rank pipes still open (held by a
+        process that left the job's groups, or never read), the lifeline, the SIGINT handler."""
+        for _, popen, _ in self.procs:
             if popen.stdout is not None:
                 popen.stdout.close()
         self.lifeline.release()

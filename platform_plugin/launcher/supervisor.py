@@ -123,12 +123,7 @@ class Supervisor:
                 if proc.pidfd is not None:
                     os.close(proc.pidfd)
             self._selector.close()
-            for proc in self.procs:  # pipes still open: held by a process that left the job's
-                if proc.popen.stdout is not None:  # groups, or unread (a log was not opened)
-                    proc.popen.stdout.close()
-            started.lifeline.release()
-            if started.caught_sigint:
-                signal.signal(signal.SIGINT, started.previous_sigint)
+            started.release()
         result = self._result()
         self._notify("ended", result)
         return result
