@@ -31,9 +31,10 @@ class RootLock:
 
     def __init__(self, root: Path, what: str) -> None:
         self.root, self.what, self.fd = root, what, -1
+        self.path = lock_path(root)
 
     def acquire(self, *, exclusive: bool) -> "RootLock":
-        path = lock_path(self.root)
+        path = self.path
         for _ in range(5):  # a holder may remove the file between our open and our flock
             try:
                 self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -74,8 +75,8 @@ class RootLock:
             return
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alone with it?
-            if self._still_at(lock_path(self.root)):
-                os.unlink(lock_path(self.root))
+            if self._still_at(self.path):
+                os.unlink(self.path)
         except OSError:
             pass  # other holders (shared): the last of them removes it
         finally:
