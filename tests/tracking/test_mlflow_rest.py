@@ -153,3 +153,53 @@ def test_credentials_come_from_mlflows_variables_and_unsupported_settings_keep_m
     assert mlflow_rest.usable(uri, {}) and not mlflow_rest.usable("sqlite:///x.db", {})
     for name in mlflow_rest.UNSUPPORTED_ENV:
         assert not mlflow_rest.usable(uri, {name: "true"})
+
+
+class _BodyLimitProxy(BaseHTTPRequestHandler):
+    """A STAND-IN for a reverse proxy with a body limit in front of `platform-run server` (nginx's
+    client_max_body_size): the bulk route's probe gets the server's answer, every POST the
+    proxy's own 413 page (HTML, not MLflow's JSON)."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        from platform_plugin.tracking.bulk_app import MAX_POINTS, VERSION
+        self._answer(200, json.dumps({"version": VERSION, "max_points": MAX_POINTS}).encode(),
+                     "application/json")
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(413, b"<html><body><h1>413 Request Entity Too Large</h1></body></html>",
+                     "text/html")
+
+    def _answer(self, status: int, body: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("mode", ["rest", "mlflow-client"])
+def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mode):
+    """Resending a body the server refuses as too large can never succeed: the forwarder must
+    hear "permanent" (and send the records one by one) from MLflow's client too, not retry the
+    same batch until the drain deadline."""
+    from platform_plugin.tracking.state import SinkConfig, StreamState
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BodyLimitProxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    sink = MlflowSink()
+    if mode == "mlflow-client":  # what a server without the REST path gets (mlflow_rest.usable)
+        sink._apis[uri] = sink.client(uri)
+    config = SinkConfig("mlflow", tracking_uri=uri, experiment_id="1")
+    try:
+        with pytest.raises(Exception) as refused:
+            sink.deliver(config, "0", StreamState(run_id="abc"), [["m", "loss", 0.5, 1, 1000]])
+    finally:
+        server.shutdown()
+    assert "413" in str(refused.value)
+    assert isinstance(sink._apis[uri], mlflow_rest.RestClient) == (mode == "rest")
+    assert sink.is_permanent(refused.value)
+    assert refused.value.status_code == 413  # one name for the HTTP status on both clients' errors

@@ -40,7 +40,8 @@ def _requests(groups, limit: int):
 
 def _request(client, method: str, body: str | None, allowed: tuple, **options) -> tuple[int, bytes]:
     """(status, body) of a request to the route; a status not `allowed` raises MLflow's error
-    (its code kept, so `is_permanent` judges it as a `log_batch` error; `http_status` added).
+    (its code kept, so `is_permanent` judges it as a `log_batch` error, and the HTTP status as
+    `status_code`, the name RestError uses: a proxy's 413 has no MLflow code to judge).
     Through the sink's REST client (mlflow_rest.py: MLflow not imported) or MLflow's own HTTP
     helper with the client's credentials (whatever auth plugin the user configured)."""
     transport = getattr(client, "transport", None)
@@ -60,7 +61,7 @@ def _request(client, method: str, body: str | None, allowed: tuple, **options) -
         try:
             verify_rest_response(response, ROUTE)
         except Exception as exc:
-            exc.http_status = response.status_code  # type: ignore[attr-defined]
+            exc.status_code = response.status_code  # type: ignore[attr-defined]
             raise
     return response.status_code, response.content
 
@@ -120,7 +121,7 @@ class BulkRoute:
         try:
             _request(client, "POST", body, (200,), timeout=120)
         except Exception as exc:
-            if getattr(exc, "http_status", getattr(exc, "status_code", None)) in (404, 405):
+            if getattr(exc, "status_code", None) in (404, 405):
                 with self._lock:  # the server was replaced by one without the route: ask again
                     self._found.pop(uri, None)  # before the next batch (and fall back to log_batch)
             raise
