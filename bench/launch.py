@@ -274,6 +274,7 @@ def output_part(args) -> None:
     tmp = tempfile.mkdtemp(prefix="bench_output_")
     try:
         result = launch_output.throughput(tmp, args.rounds)
+        result["free_core"] = launch_output.free_core(tmp, args.rounds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     header = (f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}` "

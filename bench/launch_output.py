@@ -28,6 +28,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,9 +36,17 @@ from benchdoc import alternate, spread  # bench/benchdoc.py
 
 LINES = 250_000
 RANKS = 4
-WRITER = ("import os,sys\nr=int(os.environ.get('RANK_ID') or sys.argv[1])\nw=sys.stdout.write\n"
-          f"for i in range({LINES}): w(f'rank {{r}} line {{i}} ' + 'x'*40 + '\\n')\n")
+FREE_CORE_LINES = 1_000_000  # one rank, so a core stays free for the launcher
+
+
+def writer(lines: int) -> str:
+    return ("import os,sys\nr=int(os.environ.get('RANK_ID') or sys.argv[1])\nw=sys.stdout.write\n"
+            f"for i in range({lines}): w(f'rank {{r}} line {{i}} ' + 'x'*40 + '\\n')\n")
+
+
+WRITER = writer(LINES)
 GOAL = 1.2
+SHM = "/dev/shm"  # tmpfs: a file in memory, no disk behind the rank's writes
 
 
 def _cpu() -> tuple[float, float]:
@@ -137,8 +146,50 @@ def piped_into_cat(argvs, env) -> None:
         proc.wait()
 
 
-def throughput(tmp: str, rounds: int) -> dict:
+def _through_launcher(code: str, nproc: int, lines: int, tmp: str, lost: list[int],
+                      text_sink: bool = False, **kw):
+    """The CLI's display: sys.stdout (here a UTF-8 file on /dev/null), or with `text_sink`
+    a `write=` callable that takes text (a display that needs str, uncapped). Returns the
+    check run after the clock: the bench's own reading and removal of the rank logs."""
     from platform_plugin import launch
+    stdout = sys.stdout
+    with open(os.devnull, "w", encoding="utf-8") as devnull:
+        if text_sink:
+            kw["write"] = devnull.write
+        else:
+            sys.stdout = devnull
+        try:
+            result = launch([sys.executable, "-c", code], nproc=nproc, backend="plain",
+                            tracking="none", log_dir=tmp, **kw)
+        finally:
+            sys.stdout = stdout
+
+    def check() -> None:
+        lost.append(sum(lines - Path(result.job_dir, f"rank_{r}.log").read_bytes().count(b"\n")
+                        for r in range(nproc)))
+        shutil.rmtree(result.job_dir, ignore_errors=True)
+    return check
+
+
+def free_core(tmp: str, rounds: int) -> dict:
+    """One rank of FREE_CORE_LINES lines: a core stays free for the launcher, as on the
+    platform's servers (8 ranks, dozens of cores). Sides: /dev/null, the pipe floor, launch()."""
+    code = writer(FREE_CORE_LINES)
+    argvs = [[sys.executable, "-c", code, "0"]]
+    unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    lost: list[int] = []
+    cpu: dict = {}
+    sides = {
+        "devnull": lambda: to_devnull(argvs, unbuffered),
+        "drain": lambda: drain_only(argvs, unbuffered),
+        "launch": lambda: _through_launcher(code, 1, FREE_CORE_LINES, tmp, lost),
+    }
+    times = alternate({name: _with_cpu(run, cpu, name) for name, run in sides.items()}, rounds)
+    cpu = {name: values[1:] for name, values in cpu.items()}
+    return {"times": times, "cpu": cpu, "lost": sum(lost), "runs": len(lost)}
+
+
+def throughput(tmp: str, rounds: int) -> dict:
     py = sys.executable
     writers = [[py, "-c", WRITER, str(r)] for r in range(RANKS)]
     unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -146,26 +197,8 @@ def throughput(tmp: str, rounds: int) -> dict:
     lost: list[int] = []
     cpu: dict = {}
 
-    def through_launcher(text_sink: bool = False, **kw):
-        """The CLI's display: sys.stdout (here a UTF-8 file on /dev/null), or with `text_sink`
-        a `write=` callable that takes text (a display that needs str, uncapped)."""
-        stdout = sys.stdout
-        with open(os.devnull, "w", encoding="utf-8") as devnull:
-            if text_sink:
-                kw["write"] = devnull.write
-            else:
-                sys.stdout = devnull
-            try:
-                result = launch([py, "-c", WRITER], nproc=RANKS, backend="plain",
-                                tracking="none", log_dir=tmp, **kw)
-            finally:
-                sys.stdout = stdout
-        return lambda: check(result.job_dir)
-
-    def check(job_dir: str) -> None:  # after the clock: the bench's own reading of the logs
-        lost.append(sum(LINES - Path(job_dir, f"rank_{r}.log").read_bytes().count(b"\n")
-                        for r in range(RANKS)))
-        shutil.rmtree(job_dir, ignore_errors=True)
+    def through_launcher(**kw):
+        return _through_launcher(WRITER, RANKS, LINES, tmp, lost, **kw)
 
     sides = {
         "devnull": lambda: to_devnull(writers, unbuffered),
@@ -173,13 +206,19 @@ def throughput(tmp: str, rounds: int) -> dict:
         "polled": lambda: drain_only(writers, unbuffered, polled=True),
         "cat": lambda: piped_into_cat(writers, unbuffered),
         "file": lambda: into_files(writers, unbuffered, tmp),
+        "shm": lambda: into_files(writers, unbuffered, shm),
         "launch": through_launcher,
         "launch_text": lambda: through_launcher(text_sink=True),
         "devnull_buffered": lambda: to_devnull(writers, buffered),
         "drain_buffered": lambda: drain_only(writers, buffered),
         "launch_buffered": lambda: through_launcher(buffered=True),
     }
-    times = alternate({name: _with_cpu(run, cpu, name) for name, run in sides.items()}, rounds)
+    shm = tempfile.mkdtemp(prefix="bench_output_", dir=SHM)
+    try:
+        times = alternate({name: _with_cpu(run, cpu, name) for name, run in sides.items()},
+                          rounds)
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
     cpu = {name: values[1:] for name, values in cpu.items()}  # the warm-up is not counted
     return {"times": times, "cpu": cpu, "lost": sum(lost), "runs": len(lost)}
 
@@ -207,6 +246,7 @@ def section(result: dict, rounds: int, header: str) -> tuple[str, bool]:
         ("cat", "the same ranks, each piped into `cat` (wakes up for every write)"),
         ("file", "the same ranks, each writing its own log file in the log folder (torchrun's "
                  "`--tee` design, before any tailing)"),
+        ("shm", "the same ranks, each writing its own file in /dev/shm (tmpfs: memory, no disk)"),
         ("launch", "the same ranks through the launcher (rank logs + prefixed display on "
                    "sys.stdout, a UTF-8 file on /dev/null: the CLI's path)"),
         ("launch_text", "the same, the display through a `write=` callable that takes text "
@@ -237,9 +277,31 @@ def section(result: dict, rounds: int, header: str) -> tuple[str, bool]:
         f"{result['runs']} launcher runs: {result['lost']}. Unbuffered output alone (a write per "
         f"print) costs {_ratio(t, 'devnull', 'devnull_buffered'):.2f}x — the reason for "
         "`--buffered` where live output is not needed.", "",
-        *_where_the_time_goes(t, cpu),
+        *_where_the_time_goes(t, cpu), "",
+        *_free_core_lines(result["free_core"]),
     ]
     return "\n".join(lines), meets
+
+
+def _free_core_lines(result: dict) -> list[str]:
+    """The same comparison with a core left for the launcher (the platform's shape)."""
+    t, cpu = result["times"], result["cpu"]
+    rows = [("devnull", "1 rank unbuffered to /dev/null"),
+            ("drain", "the same rank piped into a reader that only drains (the pipe floor)"),
+            ("launch", "the same rank through the launcher (the CLI's path, as above)")]
+    r_out = _ratio(t, "launch", "devnull")
+    return [
+        f"With a core free for the launcher, as on the platform's servers (8 ranks, dozens of "
+        f"cores): 1 rank x {FREE_CORE_LINES:,} lines, the same three ways:", "",
+        "| what | wall seconds | ratio | CPU own | CPU ranks |", "|---|---|---|---|---|",
+        *[f"| {what} | {spread(t[name], digits=2)} | {_ratio(t, name, 'devnull'):.2f}x | "
+          f"{_cpu_text(cpu, name)} |" for name, what in rows],
+        "",
+        f"Launcher vs the same rank to /dev/null with a core to spare: {r_out:.2f}x (the "
+        f"goal's {GOAL}x: {'within' if r_out <= GOAL else 'above'}); the pipe floor "
+        f"{_ratio(t, 'drain', 'devnull'):.2f}x; lines lost over {result['runs']} launcher runs: "
+        f"{result['lost']}.",
+    ]
 
 
 def _where_the_time_goes(t: dict, cpu: dict) -> list[str]:
@@ -264,5 +326,6 @@ def _where_the_time_goes(t: dict, cpu: dict) -> list[str]:
         f"shows in the wall time: the pipe floor alone is {floor:.2f}x, {verdict}. "
         f"A file is no way around it: ranks writing their own log file take "
         f"{med('file', 1):.2f} s of CPU ({_ratio(t, 'file', 'devnull'):.2f}x wall) before anything "
-        "reads it.",
+        f"reads it, and {med('shm', 1):.2f} s ({_ratio(t, 'shm', 'devnull'):.2f}x) even in tmpfs "
+        "memory (a write into a page-cache file costs the kernel more than one into a pipe).",
     ]
