@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from platform_plugin.tracking.offsets import drain_timeout
+from platform_plugin.tracking.offsets import any_spooled, drain_timeout
 from platform_plugin.tracking.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
 from platform_plugin.variables import PLATFORM_TRACKING_HELPER
 
@@ -140,7 +140,7 @@ class Helper:
         IDLE_BEFORE_IMPORT_S passed (the runs then appear while a job that logs nothing runs)."""
         until = time.monotonic() + IDLE_BEFORE_IMPORT_S
         while time.monotonic() < until and self.spool_dir.is_dir() and not self.orphaned:
-            if JobEnd.load(self.spool_dir) is not None or _spooled(self.spool_dir):
+            if JobEnd.load(self.spool_dir) is not None or any_spooled(self.spool_dir, on_error=True):
                 return
             self._wait(PASS_INTERVAL_S)
 
@@ -192,13 +192,6 @@ class Helper:
                 self.status.save(self.spool_dir)
             except OSError:  # a full disk: the status is a courtesy, the spool is what counts
                 pass
-
-
-def _spooled(spool_dir: Path) -> bool:
-    try:
-        return any(p.stat().st_size for p in spool_dir.glob("rank_*.jsonl"))
-    except OSError:  # removed meanwhile
-        return True
 
 
 def job_aggregates(config: SinkConfig, sink):

@@ -80,19 +80,11 @@ class SpoolingJobTracking(JobTracking):
     def _start_after(self, delay: float) -> None:
         deadline = time.monotonic() + delay
         while not self._ranks_ended.wait(SPOOL_CHECK_S):
-            if time.monotonic() >= deadline or self._spooled():
+            if time.monotonic() >= deadline or offsets.any_spooled(self.spool_dir, on_error=False):
                 break
         done = self._claim_start()
         if done is not None:
             self._spawn(done)
-
-    def _spooled(self) -> bool:
-        """A rank wrote a record into its spool (a non-empty `*.jsonl`)."""
-        try:
-            with os.scandir(self.spool_dir) as entries:
-                return any(e.name.endswith(".jsonl") and e.stat().st_size for e in entries)
-        except OSError:
-            return False
 
     def start(self) -> None:
         """Start the forwarding helper (once), from a thread of its own: the spawn waits until

@@ -35,6 +35,19 @@ def spool_labels(spool_dir) -> list[str]:
     return sorted(label for label in labels if "." not in label)
 
 
+def any_spooled(spool_dir, on_error: bool) -> bool:
+    """A rank wrote a record into its spool (a non-empty `rank_*.jsonl`). `on_error` is the
+    answer when the folder (or a file in it) cannot be read: the launcher, waiting for a first
+    record before it starts the helper, says False (not made yet: keep waiting); the helper,
+    idling before it imports its sink, says True (removed meanwhile: stop idling)."""
+    try:
+        with os.scandir(spool_dir) as entries:
+            return any(e.name.startswith("rank_") and e.name.endswith(SPOOL_SUFFIX) and e.stat().st_size
+                       for e in entries)
+    except OSError:
+        return on_error
+
+
 def spool_path(spool_dir, label: str) -> str:
     return os.path.join(spool_dir, f"{stream_name(label)}{SPOOL_SUFFIX}")
 

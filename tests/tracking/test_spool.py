@@ -16,7 +16,7 @@ from platform_plugin.tracking import tracker as tracker_mod
 from platform_plugin.tracking.forwarder import batches
 from platform_plugin.tracking.identity import RankIdentity, run_name
 from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.tracking.offsets import count_pending
+from platform_plugin.tracking.offsets import any_spooled, count_pending
 from platform_plugin.tracking.sinks import choose, choose_layout
 from platform_plugin.tracking.spool import SpoolWriter, encode, encode_metric, read_complete
 from platform_plugin.tracking.tracker import NullTracker, Tracker
@@ -31,6 +31,19 @@ def test_metric_line_round_trips(name, value, step):
     record = json.loads(encode_metric(json.dumps(name), value, step, 1700000000123))
     assert record[:2] == ["m", name] and record[3:] == [step, 1700000000123]
     assert (math.isnan(record[2]) and math.isnan(value)) or record[2] == value
+
+
+def test_any_spooled_sees_a_ranks_first_record_only_and_answers_as_told_when_unreadable(tmp_path):
+    """The launcher (on_error=False) and the helper (True) ask the same question of a spool."""
+    spool = tmp_path / "tracking"
+    assert any_spooled(spool, on_error=False) is False and any_spooled(spool, on_error=True) is True
+    spool.mkdir()
+    (spool / "rank_0.jsonl").write_bytes(b"")  # opened by a rank, nothing written yet
+    (spool / "rank_1.jsonl.quarantine").write_bytes(b"x\n")
+    (spool / "sink.json").write_bytes(b"{}")
+    assert not any_spooled(spool, on_error=True)
+    (spool / "rank_0.jsonl").write_bytes(encode("p", "lr", "0.1").encode())
+    assert any_spooled(spool, on_error=False)
 
 
 def test_reader_takes_complete_lines_only_and_skips_garbage(tmp_path):
