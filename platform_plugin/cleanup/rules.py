@@ -182,24 +182,18 @@ def read_keep_file(root: Path) -> list[str]:
     It decides what must NOT be deleted, so a keep file that cannot be read as one stops the
     cleanup (exit 2) rather than being ignored: a folder, a fifo or device (a link to
     /dev/zero), more than 1 MiB, or text that is not UTF-8. Read with a bound, never blocking."""
+    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     path = root / KEEP_FILE
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        data = read_regular_file(str(path), KEEP_FILE_MAX_BYTES)
     except FileNotFoundError:
         return []
-    except OSError as exc:
-        raise _keep_error(path, f"cannot be opened ({exc.strerror or exc})")
-    try:
-        if not _is_regular(fd):
-            raise _keep_error(path, "is not a regular file (a folder, fifo, device or a link "
-                                    "to one)")
-        data = os.read(fd, KEEP_FILE_MAX_BYTES + 1)
+    except NotRegularFile:
+        raise _keep_error(path, "is not a regular file (a folder, fifo, device or a link to one)")
+    except FileTooLarge:
+        raise _keep_error(path, f"is larger than {KEEP_FILE_MAX_BYTES >> 20} MiB")
     except OSError as exc:
         raise _keep_error(path, f"cannot be read ({exc.strerror or exc})")
-    finally:
-        os.close(fd)
-    if len(data) > KEEP_FILE_MAX_BYTES:
-        raise _keep_error(path, f"is larger than {KEEP_FILE_MAX_BYTES >> 20} MiB")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -207,12 +201,6 @@ def read_keep_file(root: Path) -> list[str]:
         raise _keep_error(path, f"is not UTF-8 text (line {line}, byte {exc.start})")
     return [line.split("#", 1)[0].strip() for line in text.splitlines()
             if line.split("#", 1)[0].strip()]
-
-
-def _is_regular(fd: int) -> bool:
-    import stat
-
-    return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
 def _keep_error(path: Path, what: str) -> ConfigError:

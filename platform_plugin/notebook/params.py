@@ -29,19 +29,20 @@ def parse_cli_value(value: str) -> Any:
 
 def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[dict, Path | None]:
     """`[<mode>.parameters]` of the profile. An explicit --profile must exist; the default
-    `<project>/platform.toml` is optional."""
+    `<project>/platform.toml` is optional (but refused like an explicit one when it is there
+    and not a small text file)."""
     path = Path(profile) if profile else project / PROFILE_NAME
     if not path.is_absolute():
         path = (Path.cwd() if profile else project) / path
-    if not path.is_file():
+    text = _read_input(path, "profile", "--profile", "NB_PROFILE")
+    if text is None:
         if profile:
-            what = "is not a regular file" if path.exists() else "not found"
-            raise ConfigError(f"profile {path} {what}: pass an existing --profile file",
+            raise ConfigError(f"profile {path} not found: pass an existing --profile file",
                               code="NB_PROFILE")
         return {}, None
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"profile {path} is not valid TOML: {exc}", code="NB_PROFILE")
     section = data.get(mode, {})
     parameters = section.get("parameters", {}) if isinstance(section, dict) else None
@@ -56,13 +57,12 @@ def load_params_file(path: str | Path | None) -> dict:
         return {}
     import yaml  # only a run given -f pays for it
 
-    if Path(path).exists() and not Path(path).is_file():  # a FIFO would block the read forever
-        raise ConfigError(f"parameters file {path} is not a regular file (-f)", code="NB_PARAMS")
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    text = _read_input(Path(path), "parameters file", "-f", "NB_PARAMS")
+    if text is None:
         raise ConfigError(f"parameters file {path} not found (-f)", code="NB_PARAMS")
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ConfigError(f"parameters file {path} is not valid YAML: {exc}", code="NB_PARAMS")
     if data is None:
         return {}
@@ -70,6 +70,31 @@ def load_params_file(path: str | Path | None) -> dict:
         raise ConfigError(f"parameters file {path} must be a mapping of name: value",
                           code="NB_PARAMS")
     return data
+
+
+# a profile or a -f file holds parameters, not data: a dataset or log given by mistake is refused
+MAX_INPUT_BYTES = 1 << 20
+
+
+def _read_input(path: Path, what: str, flag: str, code: str) -> str | None:
+    """The text of a profile or -f file, None when there is none. Opened once (no exists()
+    then read: it may change between the two), without blocking (a FIFO waits for a writer)
+    and read with a bound (/dev/zero never ends)."""
+    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
+    try:
+        return read_regular_file(str(path), MAX_INPUT_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except NotRegularFile:
+        raise ConfigError(f"{what} {path} is not a regular file (a folder, fifo, device or a "
+                          f"link to one): pass a text file ({flag})", code=code)
+    except FileTooLarge:
+        raise ConfigError(f"{what} {path} is larger than {MAX_INPUT_BYTES >> 20} MiB: it holds "
+                          f"parameters, not data ({flag})", code=code)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start}) ({flag})", code=code)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ConfigError(f"{what} {path} cannot be read ({flag}): {exc}", code=code)
 
 
 def parse_yaml_parameters(texts: Iterable[str]) -> dict:

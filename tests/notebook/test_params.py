@@ -106,3 +106,36 @@ def test_a_profile_that_is_a_fifo_or_folder_is_named_as_such(tmp_path):
     for name in ("fifo.toml", "."):
         with pytest.raises(ConfigError, match="is not a regular file"):
             load_profile("debug", str(tmp_path / name), tmp_path)
+
+
+def _hostile(path, kind: str) -> None:
+    if kind == "dev-zero-link":
+        path.symlink_to("/dev/zero")  # never ends: read with a bound
+    elif kind == "huge":
+        path.write_bytes(b"# a log given by mistake\n" * 50_000)  # 1.2 MiB
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it must not wait for a writer
+    else:
+        path.write_bytes(b"epochs = 1\n\xff\xfe\n")
+
+
+@pytest.mark.parametrize("kind, says", [("dev-zero-link", "not a regular file"),
+                                        ("huge", "larger than 1 MiB"), ("fifo", "not a regular file"),
+                                        ("not-utf8", "not UTF-8")])
+@pytest.mark.parametrize("which", ["--profile", "default profile", "-f"])
+def test_a_profile_or_params_file_that_is_not_a_small_text_file_is_refused_with_a_code(
+        tmp_path, which, kind, says):
+    path = tmp_path / ("params.yaml" if which == "-f" else "platform.toml")
+    _hostile(path, kind)
+    previous = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("the read blocked"))
+    signal.alarm(10)
+    try:
+        with pytest.raises(ConfigError, match=says) as info:
+            if which == "-f":
+                load_params_file(str(path))
+            else:
+                load_profile("debug", str(path) if which == "--profile" else None, tmp_path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert info.value.problems[0].code == ("NB_PARAMS" if which == "-f" else "NB_PROFILE")
