@@ -179,7 +179,8 @@ BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.l
     f"platform_plugin.launcher.{m}" for m in (
         "api", "backends", "job_key", "link", "options", "plan", "preflight", "quiet", "show",
         "spawn")} | {
-    f"platform_plugin.util.{m}" for m in ("folders", "hosts", "jobdirs", "numbers", "record")} | {
+    f"platform_plugin.util.{m}" for m in ("code_lock", "folders", "hosts", "jobdirs", "numbers",
+                                        "record")} | {
     "platform_plugin.util"}
 LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
     "attempts", "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {

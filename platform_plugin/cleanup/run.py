@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from platform_plugin.cleanup.lock import RootLock
+from platform_plugin.util.code_lock import RootLock
 from platform_plugin.cleanup.report import CleanupReport, human_bytes
 from platform_plugin.cleanup.root import ROOT_ENV, find_root, looks_like_project
 from platform_plugin.cleanup.rules import (KEEP_FILE, Category, CleanupRules, load_categories,

@@ -82,11 +82,9 @@ def run(args: argparse.Namespace) -> int:
         if cleaning:
             print(cleaning.run(dry_run=True).render(list_items=True))
         return 0
-    with notebook.holding_code(run_spec, cleaning) as lock:
-        if cleaning:
-            print(cleaning.run(lock=lock).render(), file=sys.stderr)
-        if lock:
-            lock.share()
+    with notebook.holding_code(run_spec, cleaning) as report:
+        if report:
+            print(report.render(), file=sys.stderr)
         return _execute(run_spec, args)
 
 

@@ -28,6 +28,7 @@ from platform_plugin.launcher.show import check_show
 from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.spawn import start_job
+from platform_plugin.util.code_lock import JobHold
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
 
@@ -64,15 +65,16 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     shown = check_show(options.show, plan)
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
-    link = open_link(plan)
-    try:
-        agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
-        if agreed != plan.job_id:
-            plan = build_plan(cmd, settings, options.replace(job_id=agreed), host)
-        with libraries_to_log(plan.job_dir, options.verbose):
-            result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
-    finally:
-        link.close()
+    with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
+        link = open_link(plan)
+        try:
+            agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
+            if agreed != plan.job_id:
+                plan = build_plan(cmd, settings, options.replace(job_id=agreed), host)
+            with libraries_to_log(plan.job_dir, options.verbose):
+                result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
+        finally:
+            link.close()
     from platform_plugin.launcher.watch import job_summary  # (the job imported it already)
     summary = job_summary(result, hidden)
     if result.job_file_error:  # a full disk: say what the record holds, it is still readable
@@ -109,6 +111,12 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
         _print(options.write, result.render() + f"\n[launcher] attempt {attempt + 1} of "
                f"{options.max_restarts + 1} {result.status}: restarting the whole job "
                "(--max-restarts)")
+
+
+def _worked_in(plan: LaunchPlan) -> list[str]:
+    """The folders a job writes in: its ranks' working folders (kernel_meta, checkpoints), its
+    job folder and compile cache (not made yet: the folders above them are held)."""
+    return sorted({spec.cwd for spec in plan.ranks} | {plan.job_dir, plan.cache_dir} - {""})
 
 
 def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> None:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from platform_plugin import settings as settings_module
 from platform_plugin.errors import ConfigError, PlatformPluginError
@@ -34,6 +34,10 @@ from platform_plugin.notebook.params import load_params_file, load_profile, merg
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.cleanup import run as cleanup
+    from platform_plugin.cleanup.report import CleanupReport
 
 MODES = settings_module.MODES
 RUNS_DIR = "runs"
@@ -285,26 +289,25 @@ def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
 
 @contextlib.contextmanager
 def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
-                 ) -> Iterator["RootLock | None"]:
-    """A full run holds its CODE/ folder (cleanup/lock.py): exclusively while it cleans (then
-    `share()`), shared while its notebook runs, so no other cleanup removes what it writes.
-    Raises ConfigError CLEAN_ROOT_BUSY before anything is removed or started."""
-    from platform_plugin.cleanup.lock import RootLock
-    from platform_plugin.cleanup.run import find_root
+                 ) -> Iterator["CleanupReport | None"]:
+    """Clean CODE/ first when `cleaning` (a full run), then hold the run's folder until the
+    block ends (util/code_lock.py), so no other cleanup removes what the notebook writes. The
+    cleanup holds CODE/ exclusively and shares it without letting go: none slips in between.
+    Yields the cleanup's report (None without one). Raises ConfigError CLEAN_ROOT_BUSY before
+    anything is removed or started."""
+    from platform_plugin.util.code_lock import JobHold, RootLock
 
-    root = cleaning.root if cleaning else None
-    if run.mode == "full" and root is None:
-        with contextlib.suppress(ConfigError):  # --no-cleanup outside any CODE/: nothing to hold
-            root = find_root(cwd=run.cwd)
-    if run.mode != "full" or root is None:
-        yield None
-        return
-    lock = RootLock(root, f"a full run of {run.notebook.name}").acquire(
-        exclusive=cleaning is not None)
+    what = f"a {run.mode} run of {run.notebook.name}"
+    cleaner = RootLock(cleaning.root, what).acquire(exclusive=True) if cleaning else None
     try:
-        yield lock
+        report = cleaning.run(lock=cleaner) if cleaning else None
+        if cleaner:
+            cleaner.share()
+        with JobHold.take([run.cwd], what):
+            yield report
     finally:
-        lock.release()
+        if cleaner:
+            cleaner.release()
 
 
 def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, cleanup: bool | None = None,
@@ -315,9 +318,5 @@ def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, cleanup: b
     run = prepare_run(mode, notebook, **options)
     cleaning = cleanup_before_run(run) if (cleanup if cleanup is not None else mode == "full") \
         else None
-    with holding_code(run, cleaning) as lock:
-        if cleaning:
-            cleaning.run(lock=lock)
-        if lock:
-            lock.share()
+    with holding_code(run, cleaning):
         return execute(run, live=live)

@@ -1,4 +1,4 @@
-"""CODE/'s lock (cleanup/lock.py): busy while held, shared holders together, and the lock
+"""CODE/'s lock (util/code_lock.py): busy while held, shared holders together, and the lock
 file is removed by its last holder - before, every cleaned folder left one in /tmp (366 after
 a few test runs)."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from platform_plugin.cleanup.lock import RootLock, lock_path
+from platform_plugin.util.code_lock import RootLock, lock_path
 from platform_plugin.errors import ConfigError
 
 

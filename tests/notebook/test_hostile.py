@@ -127,6 +127,33 @@ def test_a_second_full_run_or_clean_never_removes_what_a_running_full_run_writes
     assert not (code / "model.ckpt").exists() and not (code / "train.log").exists()
 
 
+def test_a_clean_during_a_debug_run_is_refused(tmp_path):
+    """Before: only full runs held CODE/; a clean during a debug run removed the checkpoint its
+    first cell wrote for the next cells."""
+    code = tmp_path / "CODE"
+    make_notebook(code / "train.ipynb",
+                  ["import sys, time\nopen('model.ckpt', 'w').write('weights')\n"
+                   "print('cell started', file=sys.stderr, flush=True)\ntime.sleep(600)"],
+                  parameters="x = 1")
+    debug = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "debug", "train.ipynb", "--output",
+         str(tmp_path / "out.ipynb")], cwd=code, env=clean_env(), stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    try:
+        for line in debug.stderr:
+            if "cell started" in line:
+                break
+        clean = subprocess.run([sys.executable, "-m", "platform_plugin", "clean"], cwd=code,
+                               env=clean_env(), capture_output=True, text=True, timeout=120)
+        assert clean.returncode == 2, clean.stderr
+        assert "[CLEAN_ROOT_BUSY]" in clean.stderr and "a debug run of train.ipynb" in \
+            clean.stderr, clean.stderr
+        assert (code / "model.ckpt").read_text() == "weights"
+    finally:
+        os.killpg(debug.pid, signal.SIGKILL)
+        debug.wait()
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
 def test_an_output_that_is_a_device_is_written_in_place_never_replaced(tmp_path):
     """`--output /dev/null` is a papermill habit: the atomic save must not rename a regular
