@@ -64,6 +64,10 @@ bench: $(STAMP)
 	$(PY) bench/tracking.py
 	$(PY) bench/notebook.py
 	$(PY) bench/cleanup.py
+	$(PY) bench/imports.py
+	$(PY) bench/jobview.py
+	$(PY) bench/multiserver.py
+	$(PY) bench/summary.py
 
 # 100 failure cycles of real jobs (crash, SIGSEGV, TERM-ignoring and setsid grandchildren, double
 # fork, SIGINT/SIGTERM/SIGKILL to the launcher, kernel interrupt): 0 processes may be left.

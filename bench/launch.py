@@ -316,7 +316,7 @@ def launch_part(args) -> None:
         f"| others die on SIGTERM | {d_term:.2f} |",
         f"| others ignore SIGTERM (SIGKILL after grace) | {d_ignore:.2f} |",
         f"| `msrun --join`, 2 MindSpore ranks | {ms_text} |", "",
-        f"goal <= grace + 0.5 s = 3.5 s: {'meets' if max(d_term, d_ignore) <= 3.5 else 'MISSES'}.",
+        f"Rank death -> job stopped: goal <= grace + 0.5 s = 3.5 s: {'meets' if max(d_term, d_ignore) <= 3.5 else 'MISSES'}.",
     ]
     text = "\n".join(lines)
     print(text)
