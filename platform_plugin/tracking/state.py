@@ -23,6 +23,11 @@ from contextlib import contextmanager
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.record import Record
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import TypeVar
+    F = TypeVar("F", bound="_SpoolFile")
+
 # Plain classes (util/record.py), not dataclasses, and str paths, not pathlib: the launcher
 # imports this module for every tracked job before its ranks start (each dataclass costs ~1.5 ms
 # to define, pathlib and its imports ~5 ms). A `spool_dir` argument is a str or a Path.
@@ -79,6 +84,22 @@ class _State(Record):
             raise DamagedStateFile(path, str(exc)) from None
 
 
+class _SpoolFile(_State):
+    """A state file a spool folder has one of, named FILE."""
+    __slots__ = ()
+    FILE = ""
+
+    @classmethod
+    def load(cls: type[F], spool_dir) -> F | None:
+        """None when there is no such file."""
+        path = os.path.join(spool_dir, cls.FILE)
+        data = read_json(path)
+        return None if data is None else cls._from(data, path)
+
+    def save(self, spool_dir) -> None:
+        write_json_atomic(os.path.join(spool_dir, self.FILE), self.as_dict())
+
+
 class StreamState(_State):
     __slots__ = ("offset", "delivered", "skipped", "rejected", "refused", "quarantined", "run_id",
                  "last_error")
@@ -108,7 +129,8 @@ class StreamState(_State):
         write_json_atomic(self.path_for(spool_dir, stream), self.as_dict())
 
 
-class SinkConfig(_State):
+class SinkConfig(_SpoolFile):
+    FILE = SINK_FILE
     __slots__ = ("sink", "layout", "tracking_uri", "experiment_name", "experiment_id",
                  "parent_run_id", "job", "ranks", "final_status", "ended")
 
@@ -127,15 +149,6 @@ class SinkConfig(_State):
         self.final_status = final_status  # set by finish(): "FINISHED" | "FAILED"
         self.ended = ended  # runs terminated in the sink
 
-    @classmethod
-    def load(cls, spool_dir) -> "SinkConfig | None":
-        path = os.path.join(spool_dir, SINK_FILE)
-        data = read_json(path)
-        return None if data is None else cls._from(data, path)
-
-    def save(self, spool_dir) -> None:
-        write_json_atomic(os.path.join(spool_dir, SINK_FILE), self.as_dict())
-
 
 END_FILE = "end.json"
 HELPER_FILE = "helper.json"
@@ -143,8 +156,9 @@ STOPPING_FILE = "stopping.json"  # this server's job stops: the helper tags the 
 STOP_REQUEST_FILE = "stop_request.json"  # the helper saw another server stop the job
 
 
-class JobEnd(_State):
+class JobEnd(_SpoolFile):
     """The launcher's word that the ranks have ended (end.json)."""
+    FILE = END_FILE
     __slots__ = ("status", "deadline", "reason", "last")
 
     def __init__(self, status: str, deadline: float, reason: str = "", last: bool = True):
@@ -154,22 +168,18 @@ class JobEnd(_State):
         self.last = last  # False: --max-restarts starts another attempt, the parent stays open
 
     @classmethod
-    def load(cls, spool_dir) -> "JobEnd | None":
-        path = os.path.join(spool_dir, END_FILE)
-        data = read_json(path)
+    def _from(cls, data: dict, path=""):
+        """Typed as the launcher writes it: helpers and `sync` compare the deadline with time."""
         try:
-            return None if data is None else cls(str(data["status"]), float(data["deadline"]),
-                                                 str(data.get("reason", "")),
-                                                 bool(data.get("last", True)))
+            return cls(str(data["status"]), float(data["deadline"]), str(data.get("reason", "")),
+                       bool(data.get("last", True)))
         except (KeyError, TypeError, ValueError) as exc:
             raise DamagedStateFile(path, f"{type(exc).__name__}: {exc}") from None
 
-    def save(self, spool_dir) -> None:
-        write_json_atomic(os.path.join(spool_dir, END_FILE), self.as_dict())
 
-
-class HelperStatus(_State):
+class HelperStatus(_SpoolFile):
     """The forwarding helper's progress (helper.json), read by the launcher and by tests."""
+    FILE = HELPER_FILE
     __slots__ = ("pid", "phase", "error", "runs_ended")
 
     def __init__(self, pid: int = 0, phase: str = "starting", error: str = "",
@@ -178,15 +188,6 @@ class HelperStatus(_State):
         self.phase = phase  # starting | forwarding | ending | done
         self.error = error  # why the sink could not be set up or reached, if it could not
         self.runs_ended = runs_ended
-
-    @classmethod
-    def load(cls, spool_dir) -> "HelperStatus | None":
-        path = os.path.join(spool_dir, HELPER_FILE)
-        data = read_json(path)
-        return None if data is None else cls._from(data, path)
-
-    def save(self, spool_dir) -> None:
-        write_json_atomic(os.path.join(spool_dir, HELPER_FILE), self.as_dict())
 
 
 LOCK_POLL_S = 0.1
