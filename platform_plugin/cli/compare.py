@@ -71,9 +71,7 @@ def find_job(job: str | None, log_dir: str | None):
 def _check(args) -> None:
     """Before the store is opened: a tolerance that flags nothing (nan) or everything, and a
     plot that cannot be written after all the work."""
-    if not 0 <= args.tolerance < float("inf"):  # also nan
-        raise ConfigError([Problem("COMPARE_TOLERANCE", f"--tolerance {args.tolerance}: give "
-                                   "the relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
+    compare.check_tolerance(args.tolerance)
     if args.plot:
         from platform_plugin.util.folders import check_writable_folder
         folder = os.path.dirname(os.path.abspath(args.plot))
@@ -124,6 +122,7 @@ def _log_table(client, run_id: str, data: dict, where: str) -> None:
 def _log(call, where: str, run_id: str) -> None:
     """Logging the report to the job's run is a bonus: a refusing store is a note, not a failure."""
     try:
-        call()
+        with compare.no_artifact_progress_bars():
+            call()
     except Exception as exc:  # noqa: BLE001
         print(f"note: could not log {where} to run {run_id}: {type(exc).__name__}: {exc}")

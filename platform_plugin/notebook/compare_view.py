@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass, field
 
-from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
+from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.notebook import jupyter_ui
 from platform_plugin.tracking import compare as comparing
@@ -30,9 +30,7 @@ def compare(job: str | None = None, metric: str = "loss", *, log_dir: str | None
     """Compare the ranks of `job` (default: the latest tracked job); display it when `show`."""
     from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
-    if not 0 <= tolerance < float("inf"):  # nan would never flag a straggler
-        raise ConfigError([Problem("COMPARE_TOLERANCE", f"tolerance {tolerance}: give the "
-                                   "relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
+    comparing.check_tolerance(tolerance)
     spool_dir = find_spool_dirs(job, log_dir)[0]
     runs = comparing.job_runs(spool_dir)
     with libraries_to_log(str(spool_dir.parent), verbose=False):  # MLflow's import warnings

@@ -92,6 +92,17 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
     assert "no rank logged 'nonexistent'; its metrics: loss" in capsys.readouterr().err
 
 
+def test_compare_run_again_prints_no_artifact_progress_bar(tracking_env, tmp_path, capsys):
+    """MLflow's log_table downloads the table a first compare logged (to append to it) and
+    drew tqdm's "Downloading artifacts" bar on stderr: a terminal or a cell got a progress bar."""
+    plan, report = make_job(tmp_path)
+    for _ in range(2):
+        assert main(["compare", plan.job_id]) == 0
+        captured = capsys.readouterr()
+        assert "rank-01" in captured.out
+        assert "Downloading artifacts" not in captured.err and "it/s" not in captured.err, captured.err
+
+
 # per-shard end losses of 8 data-parallel ranks spread by more than 10 % by nature; rank 5 is
 # the one real outlier. The old relative-only test flagged most of them.
 SHARD_SPREAD = [0.0, 0.17, -0.15, 0.12, -0.2, 0.0, 0.08, -0.11]
