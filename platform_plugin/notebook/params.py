@@ -134,28 +134,31 @@ def merge_parameters(mode: str, profile: dict, from_file: dict,
         raise ConfigError(f"parameter names must be Python identifiers and not keywords "
                           f"(papermill assigns them as variables): {', '.join(map(repr, bad))}",
                           code="NB_PARAMS")
-    _check_expanded_size(parameters)
     parameters["platform_mode"] = mode
     sources["platform_mode"] = "injected"
     return parameters, sources
 
 
-# YAML aliases (`b: [*a, *a, ...]`) share one list many times; papermill and the kernel's
-# environment write it out expanded: 8 levels of 9 took 22 s and 1.8 GB before any kernel
-MAX_PARAMETER_VALUES = 100_000
+def parameters_json(parameters: dict, variable: str) -> str:
+    """The parameters as JSON for the kernel's environment variable `variable`: one string,
+    which Linux caps at 128 KiB (over it the kernel cannot start: 'Argument list too long').
+    Measured while it is encoded, stopping at the bound: YAML aliases (`b: [*a, *a, ...]`,
+    8 levels of 9 took 22 s and 1.8 GB written out whole) and an alias of itself cost no more
+    than the bound."""
+    import json
 
-
-def _check_expanded_size(parameters: dict) -> None:
-    """Count the values as they would be written out, stopping at the bound."""
-    pending, count = [parameters], 0
-    while pending:
-        value = pending.pop()
-        count += 1
-        if count > MAX_PARAMETER_VALUES:
-            raise ConfigError(f"the parameters expand to more than {MAX_PARAMETER_VALUES:,} "
-                              "values (YAML aliases repeating a list?): pass a file name or a "
-                              "smaller value instead", code="NB_PARAMS")
-        if isinstance(value, dict):
-            pending.extend(value.values())
-        elif isinstance(value, (list, tuple)):
-            pending.extend(value)
+    from platform_plugin.util.envfile import MAX_VARIABLE_BYTES, variable_bytes
+    chunks, size = [], variable_bytes(variable, "")
+    try:
+        for chunk in json.JSONEncoder(default=str).iterencode(parameters):
+            size += len(chunk)  # ASCII (ensure_ascii): one byte a character
+            if size > MAX_VARIABLE_BYTES:
+                raise ConfigError(f"the parameters are over {MAX_VARIABLE_BYTES // 1024} KiB as "
+                                  "JSON, what a process environment variable can hold (YAML "
+                                  "aliases repeating a value?): pass a file name as the parameter "
+                                  "and read the file in the notebook", code="NB_PARAMS")
+            chunks.append(chunk)
+    except ValueError as exc:  # json's "Circular reference detected": `a: &a [*a]`
+        raise ConfigError(f"the parameters cannot be written as JSON ({exc}): a YAML alias "
+                          "inside its own anchor?", code="NB_PARAMS") from None
+    return "".join(chunks)

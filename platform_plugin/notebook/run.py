@@ -30,7 +30,8 @@ from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureKind,
     escaped_failure_kind, failure_from, record_escaped_failure)
 from platform_plugin.launcher.notebook_display import TERMINAL_ENV
-from platform_plugin.notebook.params import load_params_file, load_profile, merge_parameters
+from platform_plugin.notebook.params import (load_params_file, load_profile, merge_parameters,
+                                             parameters_json)
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
@@ -107,7 +108,7 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     env.setdefault(PLATFORM_RUN_MODE.name, mode)
     # for tracking: the job's experiment, source and params (the parent run shows them)
     env[PLATFORM_NOTEBOOK.name] = str(path)
-    env[PLATFORM_NOTEBOOK_PARAMETERS.name] = _parameters_json(merged)
+    env[PLATFORM_NOTEBOOK_PARAMETERS.name] = parameters_json(merged, PLATFORM_NOTEBOOK_PARAMETERS.name)
     out = Path(output).resolve() if output else default_output(project, mode, path)
     if out == path:
         raise ConfigError(f"--output {out} is the input notebook: choose another file",
@@ -118,21 +119,6 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     check_writable_folder(str(out.parent), "output", "NB_OUTPUT_DIR", "--output")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources)
-
-
-def _parameters_json(parameters: dict[str, Any]) -> str:
-    """The kernel's PLATFORM_NOTEBOOK_PARAMETERS: one environment string, which Linux caps at
-    128 KiB (a bigger one and the kernel cannot start: 'Argument list too long')."""
-    from platform_plugin.util.envfile import MAX_VARIABLE_BYTES
-
-    text = json.dumps(parameters, default=str)
-    size = len(PLATFORM_NOTEBOOK_PARAMETERS.name) + 2 + len(text.encode("utf-8", "replace"))
-    if size > MAX_VARIABLE_BYTES:
-        raise ConfigError(f"the parameters are {size:,} bytes as JSON, over the "
-                          f"{MAX_VARIABLE_BYTES // 1024} KiB a process environment variable "
-                          "can hold: pass a file name as the parameter and read the file in "
-                          "the notebook", code="NB_PARAMS")
-    return text
 
 
 def read_notebook(path: Path) -> "nbformat.NotebookNode":

@@ -28,7 +28,7 @@ def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str |
         raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
     values = {k: v for k, v in values.items() if k and v is not None}
     for name, value in values.items():
-        if len(name.encode()) + len(value.encode()) + 2 > MAX_VARIABLE_BYTES:
+        if variable_bytes(name, value) > MAX_VARIABLE_BYTES:
             raise ConfigError([Problem("ENV_VALUE_TOO_LONG", f"{name} in {path} is "
                                        f"{len(value.encode())} bytes; a process variable holds at "
                                        f"most {MAX_VARIABLE_BYTES - 2} (Linux refuses to start the "
@@ -40,6 +40,11 @@ def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str |
 # Linux's MAX_ARG_STRLEN: one NAME=VALUE string of a process environment, terminator included
 MAX_VARIABLE_BYTES = 128 * 1024
 MAX_ENV_FILE_BYTES = 1024 * 1024  # a .env holds settings, not data
+
+
+def variable_bytes(name: str, value: str) -> int:
+    """What NAME=VALUE costs of MAX_VARIABLE_BYTES: its UTF-8 bytes, `=` and the terminating NUL."""
+    return len(name.encode("utf-8", "replace")) + len(value.encode("utf-8", "replace")) + 2
 
 
 def _env_file_text(path: str) -> str:

@@ -334,6 +334,14 @@ def test_notebook_parameters_too_big_for_the_kernel_are_refused_before_it(cwd):
             "NB_PARAMS")
     refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "-p", "blob", "x" * 200_000], cwd),
             "NB_PARAMS")
+    # few values but many bytes: 2,000 aliases of a 400 KB string were 800 MB of JSON built
+    # before the size was looked at; and an alias inside its own anchor (a list holding itself)
+    (cwd / "wide.yaml").write_text(f"s: &s {'x' * 400_000}\nt: [{', '.join(['*s'] * 2000)}]\n")
+    (cwd / "self.yaml").write_text("a: &a [1, *a]\n")
+    for name in ("wide.yaml", "self.yaml"):
+        refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "-f", name], cwd), "NB_PARAMS")
+    (cwd / "ok.yaml").write_text("data: /data/full\nlayers: [1, 2, 3]\n")
+    assert run_inprocess(["debug", "nb.ipynb", "--dry-run", "-f", "ok.yaml"], cwd).rc == 0
 
 
 def test_a_cell_timeout_too_large_to_wait_for_is_refused_before_the_kernel(cwd):
