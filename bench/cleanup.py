@@ -31,6 +31,7 @@ CACHE_DIRS = [f"rank_{r}/kernel_meta" for r in range(8)] + \
              ["kernel_meta", "somas_meta", "verbose_ir_files", "src/__pycache__"]
 SUBDIRS_PER_CACHE = 25
 GOALS = {"tmpfs": 1.3, "disk": 1.15}
+AGAINST = "clean (--against)"
 PLATFORM_RUN = str(Path(sys.executable).with_name("platform-run"))
 
 
@@ -56,11 +57,11 @@ def fs_type(path: str) -> str:
     return done.stdout.split()[-1] if done.returncode == 0 else "unknown"
 
 
-def timed(argv: list[str]) -> tuple[float, float]:
-    """(wall, CPU user+system) of one child process."""
+def timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(wall, CPU user+system) of one child process (and its worker: waited for)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -73,21 +74,29 @@ SIDES = {  # name -> argv on a freshly built tree
 }
 
 
-def measure(folder: str, files: int, rounds: int) -> dict[str, list[tuple[float, float]]]:
-    """Rounds in `folder`, the order of the sides reversed every other round (ABAB)."""
-    times: dict[str, list[tuple[float, float]]] = {side: [] for side in SIDES}
+def measure(folder: str, files: int, rounds: int,
+            against: str | None = None) -> dict[str, list[tuple[float, float]]]:
+    """Rounds in `folder`, the order of the sides reversed every other round (ABAB).
+    `against`: one more side, `platform-run clean` importing the package from that checkout
+    (PYTHONPATH), for an A/B of two versions in the same run."""
+    sides = dict(SIDES)
+    envs: dict[str, dict[str, str] | None] = {side: None for side in SIDES}
+    if against:
+        sides[AGAINST] = SIDES["platform-run clean"]
+        envs[AGAINST] = {**os.environ, "PYTHONPATH": against}
+    times: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="bench-cleanup-", dir=folder) as tmp:
         for round_no in range(rounds):
-            for side in list(SIDES) if round_no % 2 == 0 else list(reversed(SIDES)):
+            for side in list(sides) if round_no % 2 == 0 else list(reversed(sides)):
                 root = Path(tmp) / "CODE"
                 folders = build_tree(root, files)
                 subprocess.run(["sync"], check=False)  # the build's writeback is not timed
-                times[side].append(timed(SIDES[side](root, folders)))
+                times[side].append(timed(sides[side](root, folders), envs[side]))
                 left = [d for d in folders if os.path.exists(d)]
                 assert not left and (root / "train.py").exists(), f"{side} left {left}"
                 shutil.rmtree(root)
             print(f"{folder} round {round_no + 1}: " + ", ".join(
-                f"{side} {times[side][-1][0]:.2f}s" for side in SIDES), flush=True)
+                f"{side} {times[side][-1][0]:.2f}s" for side in sides), flush=True)
     return times
 
 
@@ -118,18 +127,25 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
-def row(folder: str, times: dict[str, list[tuple[float, float]]]) -> tuple[str, str]:
-    clean, rm = times["platform-run clean"], times["rm -rf"]
-    # ratios of the round-by-round pairs: both sides of a round saw the same machine
-    walls = [c[0] / r[0] for c, r in zip(clean, rm)]
-    cpus = [c[1] / r[1] for c, r in zip(clean, rm)]
+def row(folder: str, times: dict[str, list[tuple[float, float]]],
+        against: str | None = None) -> tuple[list[str], str]:
+    """The table's line(s) for one folder (a second for the --against side) and the verdict."""
+    rm = times["rm -rf"]
     kind = "tmpfs" if fs_type(folder) == "tmpfs" else "disk"
-    ratio = statistics.median(walls)
-    verdict = "meets" if ratio <= GOALS[kind] else "misses"
-    line = (f"| {folder} ({fs_type(folder)}) | {spread([c[0] for c in clean])} | "
-            f"{spread([r[0] for r in rm])} | **{spread(walls)}×** | "
-            f"{spread([c[1] for c in clean])} / {spread([r[1] for r in rm])} | {spread(cpus)}× |")
-    return line, f"- {kind}: wall ratio {ratio:.2f}× vs goal ≤ {GOALS[kind]}× — **{verdict}**"
+    lines, ratios = [], []
+    for side in [side for side in times if side != "rm -rf"]:
+        clean = times[side]
+        # ratios of the round-by-round pairs: both sides of a round saw the same machine
+        walls = [c[0] / r[0] for c, r in zip(clean, rm)]
+        cpus = [c[1] / r[1] for c, r in zip(clean, rm)]
+        ratios.append(statistics.median(walls))
+        shown = f"{folder} ({fs_type(folder)})" + (f", {against}" if side == AGAINST else "")
+        lines.append(f"| {shown} | {spread([c[0] for c in clean])} | "
+                     f"{spread([r[0] for r in rm])} | **{spread(walls)}×** | "
+                     f"{spread([c[1] for c in clean])} / {spread([r[1] for r in rm])} | "
+                     f"{spread(cpus)}× |")
+    verdict = "meets" if ratios[0] <= GOALS[kind] else "misses"
+    return lines, f"- {kind}: wall ratio {ratios[0]:.2f}× vs goal ≤ {GOALS[kind]}× — **{verdict}**"
 
 
 def main() -> int:
@@ -141,17 +157,22 @@ def main() -> int:
     parser.add_argument("--dirs", default="/dev/shm,/tmp",
                         help="comma-separated folders to build the trees in (default: a tmpfs, "
                              "where only the tools' own work counts, and the disk, like CODE/)")
+    parser.add_argument("--against", metavar="CHECKOUT",
+                        help="also time `platform-run clean` importing the package from this "
+                             "checkout (e.g. a worktree of main): an A/B in the same run")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
     folders = [d for d in args.dirs.split(",") if os.path.isdir(d)]
     command = (f".venv/bin/python bench/cleanup.py --files {args.files} --rounds {args.rounds}"
-               f" --disk-rounds {args.disk_rounds} --dirs {','.join(folders)}")
+               f" --disk-rounds {args.disk_rounds} --dirs {','.join(folders)}"
+               + (f" --against {args.against}" if args.against else ""))
     load_before = os.getloadavg()
     rows, verdicts = [], []
     for folder in folders:
         rounds = args.rounds if fs_type(folder) == "tmpfs" else args.disk_rounds
-        line, verdict = row(folder, measure(folder, args.files, rounds))
-        rows.append(line)
+        lines, verdict = row(folder, measure(folder, args.files, rounds, args.against),
+                             args.against)
+        rows += lines
         verdicts.append(verdict)
     tmpfs = [d for d in folders if fs_type(d) == "tmpfs"]
     steps = breakdown(tmpfs[0], args.files, 3) if tmpfs else []
@@ -179,13 +200,15 @@ def main() -> int:
             "", f"Where the time goes besides the unlinks (tmpfs, same tree, 3 runs each; "
             f"`rm -rf` does only the unlinks):", "",
             "| step | wall (s) | CPU user+sys (s) |", "|---|---|---|", *steps, "",
-            "The walk decides on the main thread and a worker thread unlinks (one job per "
-            "folder), so the `lstat` for the report's byte count and the per-entry Python "
-            "overlap with the unlinks. The wall ratio therefore depends on a second core: "
-            "with one free, the extra work hides behind the unlinks; on a saturated machine "
-            "two threads also get a larger share of the CPU than `rm`'s one, which flatters "
-            "the wall ratio. The CPU ratio is the work itself: the `lstat` per file (about "
-            "half of the extra CPU), per-entry Python, interpreter start and imports."]
+            "The walk decides in the command's process and a worker process unlinks (one job "
+            "per folder, the folder's descriptor passed over a unix socket), so the `lstat` "
+            "for the report's byte count and the per-entry Python run on one core while the "
+            "unlinks run on the other. The wall ratio therefore depends on a second core: with "
+            "one free, the walk hides behind the unlinks and what shows is the start (interpreter, "
+            "imports, rules) plus the worker's own Python per unlink; on a saturated machine two "
+            "processes also get a larger share of the CPU than `rm`'s one, which flatters the "
+            "wall ratio. The CPU ratio is the work itself: the `lstat` per file, per-entry "
+            "Python, interpreter start and imports (twice: the worker is a second interpreter)."]
     print("\n".join(lines))
     if not args.no_write:
         write_section("cleanup", "\n".join(["## cleanup", "", *lines]))

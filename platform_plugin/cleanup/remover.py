@@ -1,13 +1,15 @@
-"""Removing a matched folder's contents on a worker thread, and what the report says once the
+"""Removing a matched folder's contents in a worker process, and what the report says once the
 removals are known.
 
 The walk decides (scandir, protected names, the `lstat` for the byte count) and the worker
-unlinks, in the order it was asked: a folder's files, then the folder itself, children before
-parents. Both spend most of their time in system calls, which release the GIL, so on two
-cores the decisions about one folder overlap with the removal of the previous one. The
-worker gets a duplicate of the folder's descriptor (opened by the walk with O_NOFOLLOW and
-checked for its filesystem), so it removes exactly where the walk decided, with the same
-guarantees; the queue is bounded, which bounds the descriptors it holds.
+(`unlinker.py`, its own interpreter, started at the first job) unlinks, in the order it was
+asked: a folder's files, then the folder itself, children before parents. So on two cores
+the decisions about one folder run while the previous one is removed - a thread could not do
+that: on tmpfs both sides are mostly Python between microsecond system calls, and the GIL let
+only one run at a time. Each job carries a duplicate of the folder's descriptor (opened by the
+walk with O_NOFOLLOW and checked for its filesystem), so the worker removes exactly where the
+walk decided, with the same guarantees; the socket's buffer bounds the jobs (and descriptors)
+in flight. The worker dies with the walk's process (PR_SET_PDEATHSIG).
 
 A removal can fail (an immutable file, a permission): the folder and every folder above it
 are then not removed as a whole and the report lists what did go, piece by piece. Since that
@@ -17,11 +19,17 @@ report is resolved at the end, children before parents.
 from __future__ import annotations
 
 import os
-import queue
-import threading
+import sys
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-QUEUE_DEPTH = 32  # folders waiting for the worker (each holds one duplicated descriptor)
+from platform_plugin.cleanup import unlinker
+from platform_plugin.cleanup.unlinker import MAX_MESSAGE, Jobs, job_bytes
+
+if TYPE_CHECKING:
+    from socket import socket
+
 LINK = -1  # in `sizes`: this piece is a symlink (reported as a link of 0 bytes)
 
 
@@ -51,6 +59,7 @@ class FolderOutcome:
     failed: set[str] = field(default_factory=set)  # names the worker could not unlink
     broken: bool = False  # something in it or below it stayed after all
     removals: list[Removal] = field(default_factory=list)  # resolved: what the report lists
+    job: int = -1  # its number for the worker, once it was sent one
 
     def resolve(self) -> None:
         """Fill `removals`; its children must be resolved already (post-order)."""
@@ -67,62 +76,127 @@ class FolderOutcome:
 
 
 class Remover:
-    """The worker thread. `close()` waits until every queued removal is done."""
+    """The walk's side of the worker process. `close()` waits until every removal sent is
+    done and marks what failed on the outcomes."""
 
     def __init__(self, errors: list[str]):
         self.errors = errors
-        self._jobs: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
-        self._thread = threading.Thread(target=self._work, name="cleanup-remover", daemon=True)
-        self._thread.start()
+        self._outcomes: list[FolderOutcome] = []  # by job number
+        self._sock: socket | None = None  # to the worker, from the first job on
+        self._pid = 0
+        self._inline: Jobs | None = None  # when no worker process could be started
 
-    def unlink_all(self, dir_fd: int, outcome: FolderOutcome) -> None:
-        self._jobs.put((os.dup(dir_fd), outcome, None))
+    @property
+    def pid(self) -> int:
+        """The worker's process id (0 before the first job, or when removing inline)."""
+        return self._pid
 
-    def rmdir(self, parent_fd: int, name: str, outcome: FolderOutcome) -> None:
-        self._jobs.put((os.dup(parent_fd), outcome, name))
+    def unlink_all(self, dir_fd: int | None, outcome: FolderOutcome) -> None:
+        header = b"U" + self._job(outcome)
+        payload = os.fsencode("\0".join(outcome.names))
+        while len(payload) > MAX_MESSAGE:  # one message each ~60 KiB of names, at a "\0"
+            cut = payload.rindex(b"\0", 0, MAX_MESSAGE)
+            self._send(header + payload[:cut], dir_fd)
+            payload = payload[cut + 1:]
+        self._send(header + payload, dir_fd)
+
+    def rmdir(self, parent_fd: int | None, name: str, outcome: FolderOutcome) -> None:
+        job = self._job(outcome)
+        children = b"".join(job_bytes(child.job) for child in outcome.children if child.job >= 0)
+        room = MAX_MESSAGE - MAX_MESSAGE % 4
+        while len(children) > room:  # thousands of subfolders: the rest ahead, as P jobs
+            self._send(b"P" + job + children[:room], parent_fd)
+            children = children[room:]
+        self._send(b"R" + job + os.fsencode(name) + b"\0" + children, parent_fd)
 
     def close(self) -> None:
-        self._jobs.put(None)
-        self._thread.join()
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            fd, outcome, folder_name = job
+        """Every job sent is done (or the worker is gone): record what failed."""
+        if self._inline is not None:
+            self._record(self._inline.answers())
+        elif self._sock is not None:
             try:
-                if folder_name is None:
-                    self._unlink_all(fd, outcome)
-                else:
-                    self._rmdir(fd, folder_name, outcome)
-            except Exception as exc:  # noqa: BLE001 - a dead worker would leave the walk waiting
-                outcome.broken = True
-                self.errors.append(f"{outcome.rel}/: {type(exc).__name__}: {exc}")
+                self._sock.shutdown(_socket().SHUT_WR)
+                answers = self._answers()
+            except OSError:
+                answers = []  # the worker is gone: reported below
             finally:
-                os.close(fd)
+                self._sock.close()
+                status = os.waitpid(self._pid, 0)[1]
+            self._record(answers, status)
 
-    def _unlink_all(self, fd: int, outcome: FolderOutcome) -> None:
-        unlink = os.unlink
-        for name in outcome.names:
-            try:
-                unlink(name, dir_fd=fd)
-            except FileNotFoundError:
-                continue  # gone since the walk listed it (another process): what we wanted
-            except OSError as exc:
-                outcome.failed.add(name)
-                outcome.broken = True
-                self.errors.append(f"{outcome.rel}/{name}: {exc.strerror or exc}")
+    def _answers(self) -> list[bytes]:
+        answers: list[bytes] = []
+        assert self._sock is not None
+        while not answers or answers[-1] not in (b"", b"D"):  # D: done; b"": it is gone
+            answers.append(self._sock.recv(MAX_MESSAGE + 1024))
+        return answers
 
-    def _rmdir(self, parent_fd: int, name: str, outcome: FolderOutcome) -> None:
-        # the children's jobs ran before this one (queued first): their result is final
-        if outcome.broken or any(child.broken for child in outcome.children):
-            outcome.broken = True  # not empty: no rmdir, no "Directory not empty" error
+    def _job(self, outcome: FolderOutcome) -> bytes:
+        if outcome.job < 0:
+            outcome.job = len(self._outcomes)
+            self._outcomes.append(outcome)
+        return job_bytes(outcome.job)
+
+    def _send(self, message: bytes, fd: int | None) -> None:
+        assert fd is not None, "the walk hands over open folders only"
+        if self._sock is None and self._inline is None:
+            self._start()
+        if self._inline is not None:
+            self._inline.run(message, fd)
             return
         try:
-            os.rmdir(name, dir_fd=parent_fd)
-        except FileNotFoundError:
-            return  # removed meanwhile by someone else: gone, as planned
-        except OSError as exc:
-            outcome.broken = True
-            self.errors.append(f"{outcome.rel}/: {exc.strerror or exc}")
+            _socket().send_fds(self._sock, [message], [fd])
+        except OSError:
+            pass  # the worker died: close() says so
+
+    def _start(self) -> None:
+        socket = _socket()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # dup2 to a fixed number in the child only: the walk's copy stays close-on-exec, so no
+        # other process started meanwhile (a kernel's threads) inherits the worker's end
+        target = 4 if theirs.fileno() == 3 else 3
+        actions: list[tuple] = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0)
+                                for fd in (0, 1, 2)]
+        actions.append((os.POSIX_SPAWN_DUP2, theirs.fileno(), target))
+        try:
+            self._pid = os.posix_spawn(
+                sys.executable, [sys.executable, "-I", "-S", unlinker.__file__,
+                                 str(os.getpid()), str(target)], os.environ,
+                file_actions=actions, setpgroup=0)  # its own group: Ctrl-C is the walk's
+            self._sock = ours
+        except (OSError, ValueError):  # no interpreter to start (embedded): remove inline
+            ours.close()
+            self._inline = Jobs()
+        finally:
+            theirs.close()
+
+    def _record(self, answers: list[bytes], status: int = 0) -> None:
+        done = bool(answers) and answers[-1] == b"D"
+        for answer in answers:
+            outcome = self._outcomes[int.from_bytes(answer[1:5], "little")] if answer[1:] else None
+            if answer[:1] == b"F" and outcome is not None:
+                name, _, reason = answer[5:].partition(b"\0")
+                shown = f"{outcome.rel}/{os.fsdecode(name)}" if name else f"{outcome.rel}/"
+                if name:
+                    outcome.failed.add(os.fsdecode(name))
+                self.errors.append(f"{shown}: {reason.decode('utf-8', 'replace')}")
+            elif answer[:1] == b"B" and outcome is not None:
+                outcome.broken = True
+        if not done:  # what it removed is unknown: claim nothing, say so
+            for outcome in self._outcomes:
+                outcome.broken = True
+                outcome.failed.update(outcome.names)
+            self.errors.append(f"./: the remover process ended early ({_status(status)}); "
+                               f"what it removed is not listed: run the cleanup again")
+
+
+def _socket() -> ModuleType:
+    import socket  # only a real cleanup pays for it (a dry run never starts the worker)
+
+    return socket
+
+
+def _status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else "unknown"

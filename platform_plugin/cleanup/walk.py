@@ -42,7 +42,8 @@ _SPOOL_HINTS = ("sink.json", "tracking", "rank_")  # names that may make a folde
 class Matcher(Protocol):
     """What the walk asks about each entry (implemented by `cleanup.rules.CleanupRules`)."""
 
-    checks_paths: bool
+    @property
+    def checks_paths(self) -> bool: ...
 
     def stays_by_name(self, name: str) -> bool: ...
     def stays_by_path(self, rel: str) -> bool: ...
@@ -249,7 +250,7 @@ class _Walk:
     def matched(self, folder: _Folder, category: str) -> Visitor:
         """Inside a matched folder everything goes except what must stay. The hot loop of a
         big cleanup: per file one name test and one lstat (the byte count); the unlinks go to
-        the remover's thread as one job per folder."""
+        the remover process as one job per folder."""
         matcher = self.matcher
         stays, checks_paths = matcher.stays_by_name, matcher.checks_paths
         prefix = folder.rel + "/"

@@ -1,0 +1,132 @@
+"""The cleanup's worker process (cleanup/remover.py + unlinker.py): it dies with the walk's
+process on kill -9, finishes the folders already sent on Ctrl-C and then exits, splits big
+folders over several messages, reports a worker that died, and removes inline when no
+process can be started. The walk-level guarantees are in test_walk.py/test_hostile_input.py."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from platform_plugin.cleanup import run as cleanup
+from platform_plugin.cleanup.remover import FolderOutcome, Remover
+from platform_plugin.util.procfs import alive
+
+from tests.helpers import REPO, clean_env, wait_for
+from tests.notebook.helpers import write_tree
+
+# Sends one folder to the worker, prints the worker's pid, then waits to be killed/interrupted.
+HOLDER = """
+import os, sys, time
+from platform_plugin.cleanup.remover import FolderOutcome, Remover
+errors = []
+remover = Remover(errors)
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+outcome = FolderOutcome("cache", "caches", names=sorted(os.listdir(sys.argv[1])))
+try:
+    remover.unlink_all(fd, outcome)
+    if len(sys.argv) > 2 and os.fork() == 0:  # a child that keeps the socket's end open
+        time.sleep(120)
+        os._exit(0)
+    print(remover.pid, flush=True)
+    time.sleep(120)
+finally:
+    remover.close()
+    print("closed", errors, outcome.broken, flush=True)
+"""
+
+
+def start_holder(folder: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), *extra], cwd=REPO,
+                              env=clean_env(PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    assert holder.stdout is not None
+    worker = int(holder.stdout.readline())
+    assert worker > 0 and alive(worker)
+    return holder, worker
+
+
+def test_kill_9_of_the_cleanup_takes_its_worker_along(tmp_path):
+    """Even when the socket stays open elsewhere (here a forked child holds it: no EOF tells
+    the worker), the worker dies with the process that started it (PR_SET_PDEATHSIG)."""
+    write_tree(tmp_path / "cache", {f"k{i}.o": "x" for i in range(10)})
+    holder, worker = start_holder(tmp_path / "cache", "--fork-a-socket-holder")
+    try:
+        # the folder sent is done: the worker is past its start, waiting for the next job
+        wait_for(lambda: os.listdir(tmp_path / "cache") == [], timeout=30, what="the unlinks")
+        holder.kill()
+        holder.wait(timeout=30)
+        wait_for(lambda: not alive(worker), timeout=30, what="the worker to die with its parent")
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)  # the forked child
+
+
+def test_ctrl_c_lets_the_worker_finish_what_was_sent_then_it_exits(tmp_path):
+    """Ctrl-C reaches the whole process group: the worker ignores it, the walk's side stops
+    sending, waits for the folders already sent and reaps the worker."""
+    write_tree(tmp_path / "cache", {f"k{i}.o": "x" for i in range(10)})
+    holder, worker = start_holder(tmp_path / "cache")
+    os.killpg(holder.pid, signal.SIGINT)
+    out, _ = holder.communicate(timeout=60)
+    assert "closed [] False" in out and holder.returncode != 0  # KeyboardInterrupt
+    assert os.listdir(tmp_path / "cache") == []
+    assert not alive(worker)
+
+
+def test_a_worker_killed_midway_is_reported_and_nothing_is_claimed(tmp_path):
+    write_tree(tmp_path / "cache", {"a.o": "x"})
+    errors: list[str] = []
+    remover = Remover(errors)
+    outcome = FolderOutcome("cache", "caches", names=["a.o"])
+    fd = os.open(tmp_path / "cache", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        remover.unlink_all(fd, outcome)
+        os.kill(remover.pid, signal.SIGKILL)
+        remover.close()
+    finally:
+        os.close(fd)
+    assert len(errors) == 1 and "remover process ended early (signal 9)" in errors[0]
+    outcome.resolve()
+    assert outcome.broken and outcome.removals == []
+
+
+def test_folders_bigger_than_one_message_are_removed_whole(tmp_path):
+    """~600 KiB of names (ten messages) in one folder, and a folder whose 16,000 subfolders'
+    numbers need P messages ahead of its rmdir: a broken one among them keeps it."""
+    names = {f"{i:04d}_{'n' * 200}.o": "" for i in range(3000)}
+    write_tree(tmp_path / "CODE", {"train.py": "", **{f"kernel_meta/{n}": "" for n in names}})
+    report = cleanup.clean(tmp_path / "CODE")
+    assert [(r.rel, r.kind, r.files) for r in report.removed] == [("kernel_meta", "dir", 3000)]
+    assert report.errors == [] and not (tmp_path / "CODE" / "kernel_meta").exists()
+
+    (tmp_path / "big" / "d").mkdir(parents=True)
+    errors: list[str] = []
+    remover = Remover(errors)
+    big = FolderOutcome("big", "caches")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    big_fd = os.open(tmp_path / "big", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(16_000):
+            child = FolderOutcome(f"big/c{i}", "caches")
+            if i == 100:  # unlinking a folder fails (EISDIR): this child is broken
+                child.names.append("d")
+                remover.unlink_all(big_fd, child)
+            remover.rmdir(big_fd, f"c{i}", child)  # gone already: not a failure
+            big.children.append(child)
+        remover.rmdir(fd, "big", big)
+        remover.close()
+    finally:
+        os.close(fd)
+        os.close(big_fd)
+    assert len(errors) == 1 and errors[0].startswith("big/c100/d:")
+    assert big.broken and (tmp_path / "big" / "d").is_dir()
+
+
+def test_without_a_worker_process_the_walk_removes_inline(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    write_tree(tmp_path / "CODE", {"train.py": "", "kernel_meta/a/k.o": "12"})
+    report = cleanup.clean(tmp_path / "CODE")
+    assert [(r.rel, r.files, r.bytes) for r in report.removed] == [("kernel_meta", 1, 2)]
+    assert report.errors == [] and sorted(os.listdir(tmp_path / "CODE")) == ["train.py"]
