@@ -10,7 +10,6 @@ import os
 import shutil
 from pathlib import Path
 
-from platform_plugin.errors import ConfigError
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 FILES = ("platform.toml", ".env.example", "notebook.ipynb", "run.sh")
@@ -43,10 +42,8 @@ def project_dir(explicit: str | None, cwd: Path | None = None) -> Path:
 
 def write_templates(target: Path, *, force: bool = False) -> list[tuple[str, str]]:
     """[(file, "written" | "kept")] for every template."""
-    if target.exists() and not target.is_dir():
-        raise ConfigError(f"{target} is not a folder", code="INIT_DIR")
     from platform_plugin.util.folders import check_writable_folder
-    folder = str(target)  # (a file on the way or a read-only place: refused before any write)
+    folder = str(target)  # a file at DIR or on the way, or a read-only place: refused before any write
     check_writable_folder(folder, "project", "INIT_DIR", "DIR")
     target.mkdir(parents=True, exist_ok=True)
     done = []

@@ -311,6 +311,7 @@ def test_clean_only_naming_no_category_is_refused_not_read_as_all(cwd, value):
 @pytest.mark.parametrize("argv, code", [
     (["init", "/proc/no-such-folder/project"], "INIT_DIR_READONLY"),
     (["init", "afile/project"], "INIT_DIR_NOT_DIR"),
+    (["init", "afile"], "INIT_DIR_NOT_DIR"),
     (["compare", "--tolerance", "nan"], "COMPARE_TOLERANCE"),
     (["compare", "--tolerance", "-1"], "COMPARE_TOLERANCE"),
     (["compare", "--plot", "/proc/no-such-folder/p.png"], "COMPARE_PLOT_READONLY")])
