@@ -73,14 +73,14 @@ def _check(args) -> None:
                                 "machine", "--host"))
     if problems:
         raise ConfigError(problems)
-    from platform_plugin.tracking.postgres import missing_reason
+    from platform_plugin.tracking.postgres import HOST as PG_HOST, missing_reason
     why = missing_reason()
     if why:
         raise ConfigError([Problem("SERVER_POSTGRES", why, "postgres")])
     if args.port:
         check_free(args.port, args.host, what="--port")
     if args.pg_port:
-        check_free(args.pg_port, "127.0.0.1", what="--pg-port")
+        check_free(args.pg_port, PG_HOST, what="--pg-port")  # where the cluster will listen
 
 
 def _check_folders(data: Path, artifacts: str) -> None:

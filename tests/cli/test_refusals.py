@@ -208,6 +208,21 @@ def test_server_flags_are_refused_before_any_cluster_or_folder_exists(cwd, reach
     assert os.listdir(reachable) == ["afile"]  # no cluster, no artifacts folder
 
 
+def test_server_pg_port_in_use_where_postgres_listens_is_refused_before_the_cluster(cwd, reachable):
+    import socket
+
+    from platform_plugin.tracking.postgres import HOST
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        outcome = run_inprocess(["server", "--port", "0", "--pg-port", str(port), "--data-dir",
+                                 os.path.join(reachable, "server")], cwd)
+    refused(outcome, "LAUNCH_PORT_BUSY")
+    assert f"--pg-port {port} on {HOST} is in use" in outcome.text
+    assert os.listdir(reachable) == []
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder", "too-large"])
 def test_rank_table_that_is_no_regular_file_or_too_large_is_refused_at_once(cwd, kind):
     """A FIFO without a writer blocked open() forever; a 65 MiB file (over the 64 MiB limit)
