@@ -1,6 +1,10 @@
 """`platform-run sync [JOB]`: deliver tracked params/metrics still waiting in a job's spool."""
 from __future__ import annotations
 
+import signal
+import sys
+
+from platform_plugin.cli import interrupt
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.replay import DEFAULT_WAIT_S, sync_spool_dir
@@ -19,7 +23,8 @@ def register(subparsers) -> None:
                         "the launching process itself was killed")
     p.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
                    help="keep retrying this long while the sink is unreachable or refuses for now, "
-                        f"e.g. a server still starting (default {DEFAULT_WAIT_S:g}; 0 = one attempt)")
+                        f"e.g. a server still starting (default {DEFAULT_WAIT_S:g}; 0 = one attempt; "
+                        "inf = until delivered: Ctrl-C or SIGTERM stops it, nothing is lost)")
     p.set_defaults(func=run)
 
 
@@ -27,6 +32,16 @@ def run(args) -> int:
     if not args.wait >= 0:  # also nan, which compares false to everything
         raise ConfigError(f"--wait {args.wait:g}: give the seconds to keep retrying, 0 or more",
                           code="TRACKING_SYNC_WAIT")
+    signal.signal(signal.SIGTERM, interrupt)  # `--wait inf` in the background: stop as Ctrl-C
+    try:
+        return _sync(args)
+    except KeyboardInterrupt:  # offsets are written per accepted batch: a rerun resumes there
+        print("\nplatform-run sync: interrupted; what was delivered is recorded, the rest stays "
+              "in the spool for the next `platform-run sync`", file=sys.stderr)
+        return 130
+
+
+def _sync(args) -> int:
     waiting = 0
     for spool_dir in find_spool_dirs(args.job, args.log_dir):
         res = sync_spool_dir(spool_dir, end_status=args.end, wait=args.wait)

@@ -193,13 +193,16 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    from platform_plugin.notebook.interrupt import interruptible
+
     run.output.parent.mkdir(parents=True, exist_ok=True)
     watcher = CellWatcher(run.timeout, sys.stderr if live else None)
     started = time.monotonic()
     failure = None
     try:
         env = {**run.env, **({TERMINAL_ENV: "1"} if live else {})}
-        with _exported(env), _quiet_injected_parameter(), atomic_saves(str(run.output)):
+        with interruptible() as interrupts, _exported(env), _quiet_injected_parameter(), \
+                atomic_saves(str(run.output)):
             papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,
                 kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
@@ -207,8 +210,10 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
                 stdout_file=sys.stdout if live else None,
                 stderr_file=sys.stderr if live else None,
                 extra_arguments=[] if verbose else QUIET_KERNEL_ARGS,
-                **watcher.engine_options())
+                **interrupts.engine_options(watcher.engine_options()))
     except PapermillExecutionError as error:
+        if interrupts.count:  # the interrupted cell's KeyboardInterrupt, saved in the notebook
+            raise KeyboardInterrupt from None
         failure = failure_from(error, watcher)
     except OutputNotSaved as exc:  # e.g. a full disk: the run stops, the last save stays
         kept = "holds the run as of its last save" if run.output.exists() else "was not written"
@@ -222,6 +227,8 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
         if kind == FailureKind.TIMEOUT and watcher.timed_out_index is None:
             watcher.timed_out_index = watcher.current_index
         failure = record_escaped_failure(run.output, watcher, exc)
+    if interrupts.count:  # the signal came as the last cell ended: the run was still stopped
+        raise KeyboardInterrupt
     return NotebookResult(run, failure is None, time.monotonic() - started, failure)
 
 

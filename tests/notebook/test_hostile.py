@@ -9,6 +9,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import nbformat
 import pytest
@@ -84,6 +85,45 @@ def test_ctrl_c_or_sigterm_in_a_cell_points_at_the_notebook_so_far(tmp_path, sig
     rc, err = _interrupted_run(tmp_path, "cell started", signum)
     assert rc == 130, err
     assert f"interrupted; the notebook so far: {tmp_path / 'out.ipynb'}" in err
+    # before: the kernel's own "Exception in message handler ... ZMQError" traceback
+    assert "Traceback" not in err and "ZMQError" not in err, err
+    # the cell was interrupted as by Jupyter's stop button: the notebook records it
+    outputs = read_output(tmp_path / "out.ipynb").cells[-1].outputs
+    assert [o.get("ename") for o in outputs if o.output_type == "error"] == ["KeyboardInterrupt"]
+
+
+def test_a_cell_that_ignores_the_interrupt_ends_at_the_second_signal_quietly(tmp_path):
+    make_notebook(tmp_path / "stubborn.ipynb",
+                  ["import signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                   "print('cell started', file=sys.stderr, flush=True)\ntime.sleep(600)"],
+                  parameters="x = 1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "debug", "stubborn.ipynb", "--output",
+         "out.ipynb"], cwd=tmp_path, env=clean_env(), stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        for line in proc.stderr:
+            if "cell started" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1)  # the first one reached the kernel, which ignores it
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        err = proc.stderr.read()
+        assert proc.wait(timeout=60) == 130, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "interrupted; the notebook so far" in err and "Traceback" not in err, err
+    kernels = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cwd(pid) == str(tmp_path)]
+    assert kernels == []  # the busy kernel was killed, not left behind
+
+
+def _cwd(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
     nbformat.validate(read_output(tmp_path / "out.ipynb"))
 
 

@@ -1,0 +1,113 @@
+"""Ctrl-C (or SIGTERM) during `platform-run debug|full`: interrupt the cell, then end quietly.
+
+The kernel runs in its own session, so the terminal's Ctrl-C reaches only the runner. Before,
+the runner's KeyboardInterrupt went through papermill into jupyter_client's shutdown, which
+sends the busy kernel SIGINT and its shutdown request at the same moment: the kernel's cell
+stops, its reply meets a socket the shutdown has just closed, and the kernel printed its own
+ZMQError traceback on the terminal (its stderr is the runner's: a real error still shows).
+
+Now the first signal interrupts the cell the way Jupyter's stop button does (SIGINT to the
+kernel's process group: a `%dist_run` in the cell stops its ranks) and lets the run end on its
+own: the cell's KeyboardInterrupt is recorded in the output notebook, the idle kernel shuts
+down cleanly, and `execute()` raises KeyboardInterrupt (exit 130). A cell that does not stop
+within FORCE_AFTER_S, or a second signal, ends the run at once: the kernel is killed (no
+shutdown to race with), its jobs' ranks die with their launcher (launcher/spawn.py).
+"""
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import signal
+import threading
+from typing import Any, Iterator
+
+# a cell's %dist_run stops its ranks within the launcher's grace (3 s by default) after SIGINT
+FORCE_AFTER_S = 10.0
+
+
+class Interrupts:
+    """Counts the signals of one run and knows its kernel (through `manager_class()`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.kernel_group: int | None = None
+        self._timer: threading.Timer | None = None
+
+    def manager_class(self) -> type:
+        """A kernel manager for nbclient (`kernel_manager_class`) that tells this object its
+        kernel's process group, and kills the kernel at the end of an interrupted run."""
+        from jupyter_client.manager import AsyncKernelManager
+
+        interrupts = self
+
+        class Manager(AsyncKernelManager):
+            async def _async_post_start_kernel(self, **kwargs: Any) -> None:
+                await super()._async_post_start_kernel(**kwargs)
+                interrupts.kernel_group = getattr(self.provisioner, "pgid", None)
+
+            async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+                # after a forced end the kernel may still be busy: kill it, never race it
+                await super().shutdown_kernel(now=now or interrupts.count > 1, restart=restart)
+
+        return Manager
+
+    def engine_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """papermill's options plus this kernel manager, and a check before every cell: an
+        interrupt that found the kernel between two cells must not let the next one start."""
+        on_cell_start = options.get("on_cell_start")
+
+        def before_cell(**kwargs: Any) -> None:
+            if self.count:
+                self.count = max(self.count, 2)
+                raise KeyboardInterrupt
+            if on_cell_start:
+                on_cell_start(**kwargs)
+
+        return {**options, "kernel_manager_class": self.manager_class(),
+                "on_cell_start": before_cell}
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.count == 1 and self._interrupt_kernel():
+            self._timer = threading.Timer(FORCE_AFTER_S, self._force)
+            self._timer.daemon = True
+            self._timer.start()
+            return
+        self.count = max(self.count, 2)
+        raise KeyboardInterrupt
+
+    def _interrupt_kernel(self) -> bool:
+        if self.kernel_group is None:  # the kernel is not started yet: nothing to interrupt
+            return False
+        try:
+            os.killpg(self.kernel_group, signal.SIGINT)
+        except OSError:
+            return False
+        return True
+
+    def _force(self) -> None:
+        self.count = max(self.count, 2)
+        _thread.interrupt_main()  # KeyboardInterrupt in the runner: papermill stops, kill
+
+    def stop(self) -> None:
+        if self._timer:
+            self._timer.cancel()
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[Interrupts]:
+    """SIGINT and SIGTERM handled as above for the block (main thread only; elsewhere the
+    signals keep their handlers and the object only counts nothing)."""
+    interrupts = Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupts
+        return
+    previous = {sig: signal.signal(sig, interrupts.handle) for sig in (signal.SIGINT,
+                                                                     signal.SIGTERM)}
+    try:
+        yield interrupts
+    finally:
+        interrupts.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
