@@ -16,7 +16,7 @@ from platform_plugin.launcher import launch
 from platform_plugin.tracking.identity import RankIdentity
 from platform_plugin.tracking.job_tracking import JobTracking
 from platform_plugin.tracking.replay import sync_spool_dir
-from platform_plugin.tracking.sinks.mlflow_sink import PENDING_TAG
+from platform_plugin.tracking.sinks.mlflow_end import PENDING_TAG
 from platform_plugin.tracking.state import HelperStatus, StreamState
 from platform_plugin.tracking.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.tracking import conventions
 from platform_plugin.tracking.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_job, mlflow_rest
+from platform_plugin.tracking.sinks import mlflow_end, mlflow_job, mlflow_rest
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
@@ -47,9 +47,6 @@ def store_uri(config: SinkConfig) -> str:
     if not config.tracking_uri:
         raise PlatformPluginError("the job's tracking/sink.json names no MLflow tracking URI")
     return config.tracking_uri
-
-
-PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
 
 
 @contextmanager
@@ -348,33 +345,7 @@ class MlflowSink:
         has `pending[label]` records is left RUNNING with a tag saying how many (and so is the
         job's run): `sync` ends them once it has delivered them. True when every run ended."""
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
-            return self._end_job(config, spool_dir, pending)
-
-    def _end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None) -> bool:
-        client = self._api(store_uri(config))
-        status = config.final_status or "FINISHED"
-        pending = {k: v for k, v in (pending or {}).items() if v}
-        for label, info in config.ranks.items():
-            state = StreamState.load(spool_dir, stream_name(label))
-            run_id = state.run_id or config.parent_run_id
-            log_path = info.get("log_path")
-            if run_id and log_path and Path(log_path).is_file():
-                where = f"logs/rank_{label}" if run_id == config.parent_run_id else "logs"
-                client.log_artifact(run_id, log_path, where)
-            stack = Path(spool_dir).parent / "stacks" / f"rank_{label}.txt"  # a stopped job's
-            if run_id and stack.is_file():
-                where = f"stacks/rank_{label}" if run_id == config.parent_run_id else "stacks"
-                client.log_artifact(run_id, str(stack), where)
-            if state.run_id and state.run_id != config.parent_run_id:
-                _end_or_mark(client, state.run_id, status, pending.get(label, 0))
-        if config.parent_run_id and not config.job.get("keep_parent_open"):
-            if sum(pending.values()):
-                client.set_tag(config.parent_run_id, PENDING_TAG, str(sum(pending.values())))
-            else:  # one job across servers: the last server's launcher ends it (mlflow_job.py)
-                if PENDING_TAG in client.get_run(config.parent_run_id).data.tags:
-                    client.delete_tag(config.parent_run_id, PENDING_TAG)
-                mlflow_job.end_parent(client, config, status, config.job.get("end_reason", ""))
-        return not pending
+            return mlflow_end.end_job(self._api(store_uri(config)), config, spool_dir, pending)
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
     def request_stop(self, config: SinkConfig, server: str, reason: str) -> None:
@@ -389,12 +360,3 @@ def _run_of(state: StreamState, label: str) -> str:
     if state.run_id is None:
         raise PlatformPluginError(f"rank {label} has no run yet (ensure_runs did not finish)")
     return state.run_id
-
-
-def _end_or_mark(client, run_id: str, status: str, pending: int) -> None:
-    if pending:
-        client.set_tag(run_id, PENDING_TAG, str(pending))
-        return
-    if PENDING_TAG in client.get_run(run_id).data.tags:
-        client.delete_tag(run_id, PENDING_TAG)
-    client.set_terminated(run_id, status)
