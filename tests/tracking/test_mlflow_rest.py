@@ -181,6 +181,34 @@ class _BodyLimitProxy(BaseHTTPRequestHandler):
         pass
 
 
+def test_the_health_probe_and_the_rest_client_share_one_transport_per_server(monkeypatch):
+    """Each Transport reads the credentials (a file, maybe) and makes a TLS context: once a server."""
+    from platform_plugin.tracking.state import SinkConfig
+    made = []
+    monkeypatch.setattr(mlflow_rest.Transport, "__init__", _counting(made))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _BodyLimitProxy)  # answers every GET: healthy
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    sink = MlflowSink()
+    try:
+        assert sink.unavailable(SinkConfig("mlflow", tracking_uri=uri)) is None
+        api = sink._api(uri)  # the bulk route answered: the sink's REST client
+        assert sink.unavailable(SinkConfig("mlflow", tracking_uri=uri)) is None
+    finally:
+        server.shutdown()
+    assert isinstance(api, mlflow_rest.RestClient) and len(made) == 1
+    assert api.transport is made[0]
+
+
+def _counting(made: list):
+    original = mlflow_rest.Transport.__init__
+
+    def init(self, *args, **kwargs):
+        made.append(self)
+        original(self, *args, **kwargs)
+    return init
+
+
 @pytest.mark.parametrize("mode", ["rest", "mlflow-client"])
 def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mode):
     """Resending a body the server refuses as too large can never succeed: the forwarder must

@@ -195,9 +195,9 @@ def _pairs(items) -> list[dict]:
 class RestClient:
     """The part of `mlflow.tracking.MlflowClient` the sink uses, same names and arguments."""
 
-    def __init__(self, uri: str, environ=None):
+    def __init__(self, uri: str, environ=None, transport: Transport | None = None):
         self.uri = uri
-        self.transport = Transport(uri, environ)
+        self.transport = transport or Transport(uri, environ)  # the sink's, also its health probe
         self._full = None
         self._artifact_uris: dict[str, str] = {}  # run id -> its artifact URI
 

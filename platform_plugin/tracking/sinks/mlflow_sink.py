@@ -90,7 +90,7 @@ class MlflowSink:
         self._writers: dict[str, object] = {}
         self._bulk = BulkRoute()  # an http store's bulk route (mlflow_bulk.py), asked once
         self._apis: dict[str, object] = {}  # _api()
-        self._transports: dict[str, mlflow_rest.Transport] = {}  # unavailable()
+        self._transports: dict[str, mlflow_rest.Transport] = {}  # one per server: _transport()
 
     def client(self, uri: str):
         if uri not in self._clients:
@@ -113,7 +113,8 @@ class MlflowSink:
         """The sink's own calls: into a server with the bulk route, mlflow_rest.py's (no MLflow
         import in front of the first points); else MLflow's client (compare and the UI: client())."""
         if uri not in self._apis:
-            rest = mlflow_rest.RestClient(uri) if mlflow_rest.usable(uri) else None
+            rest = (mlflow_rest.RestClient(uri, transport=self._transport(uri))
+                    if mlflow_rest.usable(uri) else None)
             self._apis[uri] = rest if rest and self._bulk.available(rest, uri) else self.client(uri)
         return self._apis[uri]
 
@@ -137,9 +138,14 @@ class MlflowSink:
         if urlparse(uri).scheme not in ("http", "https"):
             import mlflow.tracking  # noqa: F401 - imports MLflow once; the store opens in ensure_runs
             return None  # a local store is always there
-        if uri not in self._transports:  # a stdlib probe with the client's TLS settings
+        return self._transport(uri).healthy()  # a stdlib probe with the client's TLS settings
+
+    def _transport(self, uri: str) -> mlflow_rest.Transport:
+        """One per server for the health probe and the REST client: the credentials read and
+        the TLS context made once."""
+        if uri not in self._transports:
             self._transports[uri] = mlflow_rest.Transport(uri)
-        return self._transports[uri].healthy()
+        return self._transports[uri]
 
     # --- runs -------------------------------------------------------------------------------
     def ensure_runs(self, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
