@@ -137,10 +137,15 @@ class Remover:
             self._outcomes.append(outcome)
         return job_bytes(outcome.job)
 
-    def _send(self, message: bytes, fd: int | None) -> None:
-        assert fd is not None, "the walk hands over open folders only"
+    def start(self) -> None:
+        """Start the worker now (else at the first job): its interpreter then starts while
+        the walk reads the first folders."""
         if self._sock is None and self._inline is None:
             self._start()
+
+    def _send(self, message: bytes, fd: int | None) -> None:
+        assert fd is not None, "the walk hands over open folders only"
+        self.start()
         if self._inline is not None:
             self._inline.run(message, fd)
             return

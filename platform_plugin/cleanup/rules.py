@@ -148,6 +148,15 @@ class CleanupRules:
                 or name.startswith(TRACKING_PREFIXES)
                 or (self._keep is not None and self._keep.match(name) is not None))
 
+    def names_that_stay(self, names: list[str]) -> set[str]:
+        """`stays_by_name` for a whole folder at once (a matched folder's hot path: one
+        comprehension instead of a call per entry)."""
+        found = {name for name in names if name.endswith(PROTECTED_SUFFIXES)
+                 or name in STAY_NAMES or name.startswith(TRACKING_PREFIXES)}
+        if self._keep is not None:
+            found.update(name for name in names if self._keep.match(name) is not None)
+        return found
+
     def stays_by_path(self, rel: str) -> bool:
         if self._keep is not None and self._keep.match(rel):
             return True

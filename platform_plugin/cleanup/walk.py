@@ -46,6 +46,7 @@ class Matcher(Protocol):
     def checks_paths(self) -> bool: ...
 
     def stays_by_name(self, name: str) -> bool: ...
+    def names_that_stay(self, names: list[str]) -> set[str]: ...
     def stays_by_path(self, rel: str) -> bool: ...
     def directory_category(self, parts: tuple[str, ...]) -> str | None: ...
     def file_category(self, parts: tuple[str, ...]) -> str | None: ...
@@ -101,7 +102,6 @@ def walk(root: Path, matcher: Matcher, *, remove: bool,
     cleaning = _Walk(root, matcher, remove, progress)
     top = _Folder("", (), root_fd, 0, 0, [])
     try:
-        cleaning.remover = Remover(cleaning.result.errors) if remove else None
         stat = os.fstat(root_fd)
         top.dev, top.ino = stat.st_dev, stat.st_ino
         cleaning.dev = stat.st_dev  # the one filesystem the walk may touch
@@ -123,10 +123,12 @@ class _Walk:
                  progress: Callable[[int], None] | None):
         self.root, self.matcher, self.remove, self.progress = root, matcher, remove, progress
         self.result = WalkResult()
+        self.remover = Remover(self.result.errors) if remove else None
+        if self.remover is not None:
+            self.remover.start()  # its interpreter starts while this one reads mounts, ROOT
         self.dev = 0
         self.mounts = mount_points_below(str(root))
         self.mount_parents = frozenset(parts[:-1] for parts in self.mounts)
-        self.remover: Remover | None = None
         self.finished: list[FolderOutcome] = []  # matched folders, children before parents
 
     def report(self) -> WalkResult:
@@ -249,52 +251,56 @@ class _Walk:
 
     def matched(self, folder: _Folder, category: str) -> Visitor:
         """Inside a matched folder everything goes except what must stay. The hot loop of a
-        big cleanup: per file one name test and one lstat (the byte count); the unlinks go to
-        the remover process as one job per folder."""
-        matcher = self.matcher
-        stays, checks_paths = matcher.stays_by_name, matcher.checks_paths
-        prefix = folder.rel + "/"
-        has_mounts = folder.parts in self.mount_parents
+        big cleanup, so whole-folder steps (list comprehensions, one name test per entry
+        and one lstat per file for the byte count); the unlinks go to the remover process
+        as one job per folder, after the subfolders' jobs."""
         outcome = FolderOutcome(folder.rel, category)
-        names, sizes, children = outcome.names, outcome.sizes, outcome.children
-        size = 0
-        for entry in folder.entries:
-            name = entry.name
-            if stays(name) or (checks_paths and matcher.stays_by_path(prefix + name)):
+        subfolders, pieces = self._split(folder, outcome)
+        for entry in subfolders:
+            child = yield _Visit(entry.name, folder.parts + (entry.name,), category)
+            if child is None:
                 outcome.planned_whole = False
                 continue
-            if entry.is_dir(follow_symlinks=False):
-                child = yield _Visit(name, folder.parts + (name,), category)
-                if child is None:
-                    outcome.planned_whole = False
-                    continue
-                children.append(child)
-                outcome.files += child.files
-                outcome.bytes += child.bytes
-                outcome.planned_whole = outcome.planned_whole and child.planned_whole
-                continue
-            if has_mounts and self._mounted(folder.parts + (name,), prefix + name):
-                outcome.planned_whole = False
-                continue
-            if entry.is_symlink():
-                names.append(name)
-                sizes.append(LINK)
-                continue
-            try:
-                nbytes = entry.stat(follow_symlinks=False).st_size
-            except OSError:
-                nbytes = 0  # gone since it was listed: nothing left to remove
-            names.append(name)
-            sizes.append(nbytes)
-            size += nbytes
-        outcome.files += len(names)
-        outcome.bytes += size
-        if names and self.remover is not None:
-            self.remover.unlink_all(folder.fd, outcome)  # the folder is open: it is running
-        if self.progress and names:
-            self.progress(len(names))
+            outcome.children.append(child)
+            outcome.files += child.files
+            outcome.bytes += child.bytes
+            outcome.planned_whole = outcome.planned_whole and child.planned_whole
+        if pieces:
+            outcome.names = [entry.name for entry in pieces]
+            outcome.sizes = _sizes(pieces)
+            outcome.files += len(pieces)
+            outcome.bytes += sum(size for size in outcome.sizes if size > 0)
+            if self.remover is not None:
+                self.remover.unlink_all(folder.fd, outcome)  # the folder is open: running
+            if self.progress:
+                self.progress(len(pieces))
         self.finished.append(outcome)
         return outcome
+
+    def _split(self, folder: _Folder,
+               outcome: FolderOutcome) -> tuple[list[os.DirEntry], list[os.DirEntry]]:
+        """A matched folder's entries that go: (subfolders, files and links). What must stay
+        (protected names, keeps, bind-mounted files) is left out and makes the folder not
+        removable as a whole."""
+        matcher, entries = self.matcher, folder.entries
+        stay = matcher.names_that_stay([entry.name for entry in entries])
+        if matcher.checks_paths:
+            prefix = folder.rel + "/"
+            stay.update(entry.name for entry in entries
+                        if matcher.stays_by_path(prefix + entry.name))
+        if stay:
+            outcome.planned_whole = False
+            entries = [entry for entry in entries if entry.name not in stay]
+        subfolders = [entry for entry in entries if entry.is_dir(follow_symlinks=False)]
+        pieces = ([entry for entry in entries if not entry.is_dir(follow_symlinks=False)]
+                  if subfolders else entries)
+        if folder.parts in self.mount_parents:
+            mounted = [entry for entry in pieces
+                       if self._mounted(folder.parts + (entry.name,), f"{folder.rel}/{entry.name}")]
+            if mounted:
+                outcome.planned_whole = False
+                pieces = [entry for entry in pieces if entry not in mounted]
+        return subfolders, pieces
 
     # ---------------------------------------------------------------- touching the tree
     def _mounted(self, parts: tuple[str, ...], rel: str) -> bool:
@@ -326,6 +332,16 @@ def _size(entry: os.DirEntry) -> int:
         return entry.stat(follow_symlinks=False).st_size
     except OSError:
         return 0  # gone since it was listed: nothing left to remove
+
+
+def _sizes(pieces: list[os.DirEntry]) -> list[int]:
+    """st_size of each file (LINK for a symlink), one comprehension for the whole folder;
+    one that vanished since it was listed counts 0 (the rare slow path)."""
+    try:
+        return [LINK if entry.is_symlink() else entry.stat(follow_symlinks=False).st_size
+                for entry in pieces]
+    except OSError:
+        return [LINK if entry.is_symlink() else _size(entry) for entry in pieces]
 
 
 def _close(folder: _Folder) -> None:
