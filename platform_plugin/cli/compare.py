@@ -110,13 +110,20 @@ def run(args) -> int:
 
 
 def _log_table(client, run_id: str, data: dict, where: str) -> None:
-    """MLflow's log_table; where its pandas conversion fails (a pandas release it does not
-    know), the same table in the same JSON layout (pandas' "split") with log_dict."""
-    try:
-        client.log_table(run_id, data=data, artifact_file=where)
-    except Exception:  # noqa: BLE001 - MLflow wraps the pandas error in its own exception
-        client.log_dict(run_id, {"columns": list(data), "data": [list(r) for r in zip(*data.values())]},
-                        where)
+    """MLflow's log_table the first time (it tags the run, so the UI lists the table). When the
+    table is there (compare run again), log_table would download it and append this one: every
+    row once more per compare. Then, and where log_table's pandas conversion fails (a pandas
+    release it does not know), the same table in the same JSON layout (pandas' "split")
+    replaces the file through log_dict."""
+    folder = where.rsplit("/", 1)[0] if "/" in where else None
+    if where not in {a.path for a in client.list_artifacts(run_id, folder)}:
+        try:
+            client.log_table(run_id, data=data, artifact_file=where)
+            return
+        except Exception:  # noqa: BLE001 - MLflow wraps the pandas error in its own exception
+            pass
+    client.log_dict(run_id, {"columns": list(data), "data": [list(r) for r in zip(*data.values())]},
+                    where)
 
 
 def _log(call, where: str, run_id: str) -> None:

@@ -92,15 +92,22 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
     assert "no rank logged 'nonexistent'; its metrics: loss" in capsys.readouterr().err
 
 
-def test_compare_run_again_prints_no_artifact_progress_bar(tracking_env, tmp_path, capsys):
-    """MLflow's log_table downloads the table a first compare logged (to append to it) and
-    drew tqdm's "Downloading artifacts" bar on stderr: a terminal or a cell got a progress bar."""
+def test_compare_run_again_replaces_its_table_and_prints_no_progress_bar(tracking_env, tmp_path, capsys):
+    """MLflow's log_table downloads the table a first compare logged and appends to it: the
+    logged table had every rank once more per compare, and tqdm's "Downloading artifacts" bar
+    was drawn on stderr (in a terminal, in a cell)."""
     plan, report = make_job(tmp_path)
     for _ in range(2):
         assert main(["compare", plan.job_id]) == 0
         captured = capsys.readouterr()
         assert "rank-01" in captured.out
         assert "Downloading artifacts" not in captured.err and "it/s" not in captured.err, captured.err
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (tmp_path / "got").mkdir()
+    got = c.download_artifacts(report.parent_run_id, "compare/loss.json", str(tmp_path / "got"))
+    with open(got, encoding="utf-8") as fh:
+        table = json.load(fh)
+    assert [row[0] for row in table["data"]] == ["rank-00", "rank-01"] and table["columns"][0] == "rank"
 
 
 # per-shard end losses of 8 data-parallel ranks spread by more than 10 % by nature; rank 5 is
