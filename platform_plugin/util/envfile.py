@@ -19,14 +19,21 @@ def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str |
         return {}, None
     # imported here: a rank's tracker reaches this module (job_log_dir) and must need only
     # the standard library
-    from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
     text = _env_file_text(path)
     try:
         # the explicit file, never find_dotenv(): that searches from the caller's source file
-        values = dotenv_values(stream=io.StringIO(text), interpolate=False)
+        bindings = list(parse_stream(io.StringIO(text)))
     except ValueError as exc:
         raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
-    values = {k: v for k, v in values.items() if k and v is not None}
+    # python-dotenv skips a line it cannot parse with a log line naming only its number: the
+    # variable the user meant to set would silently be missing from every rank
+    bad = [b.original for b in bindings if b.error]
+    if bad:
+        raise ConfigError([Problem("ENV_FILE_SYNTAX", f"env file {path} line {o.line}: cannot "
+                                   f"parse {o.string.strip()[:80]!r}: write NAME=VALUE (a quoted "
+                                   "value needs its closing quote)", path) for o in bad])
+    values = {b.key: b.value for b in bindings if b.key and b.value is not None}
     for name, value in values.items():
         if variable_bytes(name, value) > MAX_VARIABLE_BYTES:
             raise ConfigError([Problem("ENV_VALUE_TOO_LONG", f"{name} in {path} is "

@@ -77,6 +77,17 @@ def test_env_file_with_a_nul_byte(cwd):
     refused(run_inprocess(["launch", "--nproc", "1", "--", "true"], cwd), "ENV_FILE_NUL")
 
 
+@pytest.mark.parametrize("line", ["=5", 'MS_D="unterminated', "MS_E ? 1"])
+def test_env_file_with_a_line_dotenv_cannot_parse(cwd, line):
+    """Before: python-dotenv logged 'could not parse statement starting at line 2' and the
+    launch went on without the variable (and every variable the broken quote swallowed)."""
+    cwd.joinpath(".env").write_text(f"MS_A=1\n{line}\nMS_B=2\n")
+    for argv in (["env"], ["launch", "--nproc", "1", "--", "true"]):
+        outcome = run_inprocess(argv, cwd)
+        refused(outcome, "ENV_FILE_SYNTAX")
+        assert "line 2: cannot parse" in outcome.text
+
+
 @pytest.mark.parametrize("size, code", [(200 * 1024, "ENV_VALUE_TOO_LONG"),
                                         (4 << 20, "ENV_FILE_TOO_LARGE")])
 def test_env_file_with_a_value_no_process_can_take(cwd, size, code):
