@@ -27,7 +27,7 @@ from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.show import check_show
 from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
-from platform_plugin.launcher.spawn import start_job
+from platform_plugin.launcher.spawn import JobDirLock, start_job
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
@@ -71,7 +71,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
             agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
             if agreed != plan.job_id:
                 plan = build_plan(cmd, settings, options.replace(job_id=agreed), host)
-            with libraries_to_log(plan.job_dir, options.verbose):
+            with JobDirLock(plan), libraries_to_log(plan.job_dir, options.verbose):
                 result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
         finally:
             link.close()

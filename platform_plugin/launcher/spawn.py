@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 
-from platform_plugin.errors import PlatformPluginError
+from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
@@ -109,15 +109,61 @@ class Started:
             signal.signal(signal.SIGINT, self.previous_sigint)
 
 
+class JobDirLock:
+    """`with JobDirLock(plan):` this launcher owns the job folder on its server for the whole
+    job (every attempt, tracking's drain): an exclusive flock on `.launcher-<server>.lock` in
+    it, released by the kernel even when the launcher is SIGKILLed. A second launch with the
+    same job id into the same log folder is refused (LAUNCH_JOB_RUNNING, before any rank
+    starts): its ranks would overwrite this job's logs and spool, and its end-of-job sweep (by
+    job folder, reaper.py) would stop this job's ranks. The servers of one multi-server job
+    share the folder: each holds its own lock."""
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan, self.fd = plan, -1
+
+    def __enter__(self) -> JobDirLock:
+        import fcntl
+
+        plan = self.plan
+        make_job_dir(plan.job_dir)
+        try:
+            self.fd = os.open(os.path.join(plan.job_dir, f".launcher-{plan.server_id}.lock"),
+                              os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return self  # cannot coordinate (another user's folder): what fails next says why
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            self.__exit__()
+            raise ConfigError(f"job {plan.job_id} is already running in {plan.job_dir} "
+                              f"(launcher pid {holder}): a second launch of it there would "
+                              "overwrite its logs and tracking spool and stop its ranks when it "
+                              "ends. Wait for it to end, or give another --job-id",
+                              code="LAUNCH_JOB_RUNNING") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def make_job_dir(job_dir: str) -> None:
+    try:
+        os.makedirs(job_dir, exist_ok=True)
+    except OSError as exc:  # checked writable just before; a disk can fill in between
+        raise PlatformPluginError(f"cannot create the job folder {job_dir}: "
+                                  f"{exc.strerror or exc}") from None
+
+
 def start_job(plan: LaunchPlan, grace: float) -> Started:
     """Create the job folder and the lifeline, then spawn every process of the plan, each
     registered with the lifeline before the next starts (a launcher killed meanwhile leaves no
     orphan). Ctrl-C is counted from here on (see Started)."""
-    try:
-        os.makedirs(plan.job_dir, exist_ok=True)
-    except OSError as exc:  # checked writable just before; a disk can fill in between
-        raise PlatformPluginError(f"cannot create the job folder {plan.job_dir}: "
-                                  f"{exc.strerror or exc}") from None
+    make_job_dir(plan.job_dir)  # made under JobDirLock already, unless called on its own
     started = Started(Lifeline(plan.job_id, plan.job_dir, grace))
     if threading.current_thread() is threading.main_thread():
         def count(signum, frame):
