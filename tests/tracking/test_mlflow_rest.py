@@ -212,7 +212,7 @@ def _counting(made: list):
 @pytest.mark.parametrize("mode", ["rest", "mlflow-client"])
 def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mode):
     """Resending a body the server refuses as too large can never succeed: the forwarder must
-    hear "permanent" (and send the records one by one) from MLflow's client too, not retry the
+    hear "permanent" (and send the batch in halves) from MLflow's client too, not retry the
     same batch until the drain deadline."""
     from platform_plugin.tracking.state import SinkConfig, StreamState
     server = ThreadingHTTPServer(("127.0.0.1", 0), _BodyLimitProxy)
