@@ -18,7 +18,7 @@ import fcntl
 import json
 import os
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.record import Record
@@ -39,9 +39,14 @@ def write_json_atomic(path, data: dict) -> None:
     path = os.fspath(path)
     head, name = os.path.split(path)
     tmp = os.path.join(head, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(data, sort_keys=True))
+        os.replace(tmp, path)
+    except BaseException:  # e.g. a full disk: no empty .tmp left in the job folder per try
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class DamagedStateFile(ConfigError, ValueError):

@@ -1,0 +1,50 @@
+"""Tracking's state files on a full disk: a failed atomic write leaves no `.NAME.PID.tmp` behind
+(before: an empty one per failed try - `.end.json.N.tmp`, `.helper.json.N.tmp` were left in a
+job's tracking folder when the job folder's disk filled). The full disk is a small tmpfs in a
+private mount namespace (`unshare -m`, as root)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from platform_plugin.tracking.state import write_json_atomic
+from tests.helpers import clean_env, needs_unshare
+
+WRITE_ON_A_FULL_DISK = """
+import errno, os, sys
+from platform_plugin.tracking.state import write_json_atomic
+folder = sys.argv[1]
+fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT)
+try:  # fill the tmpfs to its last block
+    while True:
+        os.write(fd, b"x" * 4096)
+except OSError:
+    os.close(fd)
+try:
+    write_json_atomic(os.path.join(folder, "end.json"), {"status": "FINISHED" * 2000})
+except OSError as exc:
+    assert exc.errno == errno.ENOSPC, exc
+else:
+    raise SystemExit("the write did not fail")
+print(sorted(os.listdir(folder)))
+"""
+
+
+@needs_unshare
+def test_a_state_file_write_on_a_full_disk_leaves_no_temporary_file(tmp_path):
+    folder = tmp_path / "tracking"
+    folder.mkdir()
+    script = (f"mount -t tmpfs -o size=64k tmpfs {folder} && "
+              f"{sys.executable} -c '{WRITE_ON_A_FULL_DISK}' {folder}")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['filler']", done.stdout
+
+
+def test_a_state_file_that_cannot_be_encoded_leaves_no_temporary_file(tmp_path):
+    with pytest.raises(TypeError):
+        write_json_atomic(tmp_path / "helper.json", {"pid": object()})
+    assert list(tmp_path.iterdir()) == []
