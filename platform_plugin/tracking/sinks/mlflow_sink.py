@@ -213,7 +213,7 @@ class MlflowSink:
             params = [Param(k, v) for k, v in sorted(job.get("params", {}).items())]
             for start in range(0, len(params), self.limits["p"]):
                 client.log_batch(run.info.run_id, params=params[start:start + self.limits["p"]])
-            return run.info.run_id
+            return _answered(run.info.run_id, "run id", store_uri(config))
         if mlflow_job.servers_of(config) > 1 or job.get("attempt"):
             return mlflow_job.shared_parent(client, config, create)  # one parent for all servers
         return create()
@@ -230,6 +230,7 @@ class MlflowSink:
                 experiment_id = client.get_experiment_by_name(name).experiment_id
         else:
             experiment_id = found.experiment_id
+        experiment_id = _answered(experiment_id, "experiment id", store_uri(config))
         client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment_id
 
@@ -249,7 +250,8 @@ class MlflowSink:
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
             name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)
-        return client.create_run(config.experiment_id, run_name=name, tags=tags).info.run_id
+        run_id = client.create_run(config.experiment_id, run_name=name, tags=tags).info.run_id
+        return _answered(run_id, "run id", store_uri(config))
 
     # --- delivery ---------------------------------------------------------------------------
     def deliver(self, config: SinkConfig, label: str, state: StreamState,
@@ -366,3 +368,14 @@ def _run_of(state: StreamState, label: str) -> str:
     if state.run_id is None:
         raise PlatformPluginError(f"rank {label} has no run yet (ensure_runs did not finish)")
     return state.run_id
+
+
+def _answered(value, what: str, uri: str) -> str:
+    """An id the store gave back. MLflow's client turns any JSON reply into an (empty) answer:
+    a server that is not MLflow (a proxy, another API answering 200 to everything) would
+    otherwise get every point "delivered" into runs with an empty id and lose them all."""
+    if not value or not isinstance(value, str):
+        raise PlatformPluginError(f"{uri} answered without a {what}: it does not behave as an "
+                                  "MLflow tracking server (check MLFLOW_TRACKING_URI); the "
+                                  "points stay in the spool")
+    return value

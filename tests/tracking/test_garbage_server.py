@@ -1,0 +1,50 @@
+"""A tracking URI that answers, but not as MLflow: a proxy or another service that replies
+200 with JSON to every request. MLflow's client turns any JSON into an (empty) answer, so the
+helper created runs with empty ids, "delivered" every point into them and advanced its offsets:
+every point was lost while the report said "200 records delivered". Now an id-less answer is an
+error: nothing is marked delivered, the points stay in the spool for `platform-run sync`.
+A real HTTP server on loopback (stdlib), a real launch."""
+from __future__ import annotations
+
+import http.server
+import sys
+import threading
+
+from platform_plugin.launcher import launch
+
+RANK = ("from platform_plugin import tracking\nt = tracking.get_tracker()\n"
+        "for step in range(100):\n    t.log_metric('loss', float(step))\n")
+
+
+class _AnythingGoes(http.server.BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"unexpected": [1, 2, 3]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_server_that_answers_json_but_not_mlflow_loses_no_point(tracking_env, tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _AnythingGoes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        tracking_env.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.server_port}")
+        tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "3")
+        (tmp_path / "rank.py").write_text(RANK)
+        result = launch([sys.executable, "rank.py"], nproc=2, cwd=str(tmp_path),
+                        no_system_metrics=True, write=lambda text: None)
+    finally:
+        server.shutdown()
+        server.server_close()
+    report = result.tracking
+    assert result.ok  # training never depends on the tracking server
+    assert (report.delivered, report.pending) == (0, 200), report.reason
+    assert "does not behave as an MLflow tracking server" in report.reason
