@@ -6,8 +6,12 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.helpers import ASSETS as ASSETS_ROOT
@@ -74,6 +78,62 @@ def hold_port() -> socket.socket:
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     held.bind((HOST, 0))
     return held
+
+
+class BodyLimitProxy(BaseHTTPRequestHandler):
+    """A STAND-IN for a reverse proxy with a body limit (nginx's client_max_body_size) in front of
+    `platform-run server`: a body over `limit` bytes gets the proxy's own 413 page (HTML, not
+    MLflow's JSON); the rest is relayed to `upstream` - without one, every request is answered
+    as the team server answers the bulk route's probe (and /health)."""
+    upstream: str | None = None
+    limit = 0
+    posts: list = []  # (path, body bytes, status) of every POST
+
+    def _relay(self) -> None:
+        from platform_plugin.tracking.bulk_app import MAX_POINTS, VERSION
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if len(body) > self.limit:
+            status, data, kind = 413, b"<html><h1>413 Request Entity Too Large</h1></html>", "text/html"
+        elif self.upstream is None:
+            status, data, kind = 200, json.dumps({"version": VERSION, "max_points": MAX_POINTS}).encode(), \
+                "application/json"
+        else:
+            status, data, kind = self._forward(body)
+        if self.command == "POST":
+            self.posts.append((self.path, len(body), status))
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _forward(self, body: bytes) -> tuple[int, bytes, str]:
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        request = urllib.request.Request(f"{self.upstream}{self.path}", data=body or None,
+                                         method=self.command, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                return answer.status, answer.read(), answer.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read(), exc.headers.get("Content-Type", "")
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def body_limit_proxy(limit: int, upstream: str | None = None):
+    """Yields (the proxy's URI, its list of POSTs); stopped at the end."""
+    handler = type("Proxy", (BodyLimitProxy,), {"upstream": upstream, "limit": limit, "posts": []})
+    server = ThreadingHTTPServer((HOST, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{HOST}:{server.server_address[1]}", handler.posts
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 class MlflowServer:

@@ -7,17 +7,13 @@ every point once."""
 from __future__ import annotations
 
 import json
-import threading
-import urllib.error
-import urllib.request
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from tests.helpers import ASSETS, clean_env, wait_for
 from tests.launcher.helpers import PY, finish_all, start_cli
-from tests.tracking.helpers import client, mlflow_server
+from tests.tracking.helpers import body_limit_proxy, client, make_plan, mlflow_server
 from platform_plugin.tracking.bulk_app import ROUTE
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
@@ -134,38 +130,6 @@ def test_four_launchers_of_eight_ranks_store_every_point_once(tmp_path, postgres
              timeout=120, interval=0.5, what="the forwarding helpers ended the runs")
 
 
-class _BodyLimitProxy(BaseHTTPRequestHandler):
-    """A STAND-IN for a reverse proxy with a body limit (nginx's client_max_body_size) in front of
-    the team server: a body over `limit` gets the proxy's own 413 page, the rest is relayed."""
-    upstream, limit, posts = "", 0, []  # set by the test; posts: (path, body bytes, status)
-
-    def _relay(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if len(body) > self.limit:
-            status, data, kind = 413, b"<html><h1>413 Request Entity Too Large</h1></html>", "text/html"
-        else:
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-            request = urllib.request.Request(self.upstream + self.path, data=body or None,
-                                             method=self.command, headers=headers)
-            try:
-                with urllib.request.urlopen(request, timeout=120) as answer:
-                    status, data, kind = answer.status, answer.read(), answer.headers.get("Content-Type", "")
-            except urllib.error.HTTPError as exc:
-                status, data, kind = exc.code, exc.read(), exc.headers.get("Content-Type", "")
-        if self.command == "POST":
-            self.posts.append((self.path, len(body), status))
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _relay
-
-    def log_message(self, *args):
-        pass
-
-
 def test_a_batch_too_large_for_a_proxy_passes_in_halves_not_point_by_point(tracking_env, tmp_path,
                                                                            postgres_mlflow):
     """A 413 is permanent (resending the same body cannot pass): the forwarder halves the batch
@@ -176,14 +140,9 @@ def test_a_batch_too_large_for_a_proxy_passes_in_halves_not_point_by_point(track
     from platform_plugin.tracking.sinks import get_sink
     from platform_plugin.tracking.state import StreamState
     from platform_plugin.tracking.tracker import Tracker
-    from tests.tracking.helpers import make_plan
-    proxy_class = type("Proxy", (_BodyLimitProxy,), {"upstream": str(postgres_mlflow), "limit": 40_000,
-                                                     "posts": []})
-    proxy = ThreadingHTTPServer(("127.0.0.1", 0), proxy_class)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    tracking_env.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{proxy.server_address[1]}")
-    tracking_env.setenv("MLFLOW_EXPERIMENT_NAME", f"limit-{uuid.uuid4().hex[:8]}")
-    try:
+    with body_limit_proxy(40_000, str(postgres_mlflow)) as (uri, posts):
+        tracking_env.setenv("MLFLOW_TRACKING_URI", uri)
+        tracking_env.setenv("MLFLOW_EXPERIMENT_NAME", f"limit-{uuid.uuid4().hex[:8]}")
         plan = make_plan(tmp_path, 1)
         jt = JobTracking.create("mlflow", plan)
         env = jt.prepare()
@@ -194,12 +153,10 @@ def test_a_batch_too_large_for_a_proxy_passes_in_halves_not_point_by_point(track
         tracker.close()
         forwarder = Forwarder(jt.spool_dir, jt.config, get_sink(jt.sink))
         assert forwarder.pump(), forwarder.last_error
-    finally:
-        proxy.shutdown()
     counts = forwarder.counts()
     assert (counts.delivered, counts.rejected, counts.pending) == (3000, 0, 0)
     run_id = StreamState.load(jt.spool_dir, "rank_0").run_id
     assert sorted(m.step for m in client(postgres_mlflow).get_metric_history(run_id, "loss")) == \
         list(range(3000))
-    bulk = [status for path, _, status in proxy_class.posts if path == ROUTE]
+    bulk = [status for path, _, status in posts if path == ROUTE]
     assert 413 in bulk and bulk.count(200) >= 2 and len(bulk) < 30, bulk

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from tests.helpers import clean_env
-from tests.tracking.helpers import client
+from tests.tracking.helpers import body_limit_proxy, client
 from platform_plugin.tracking.sinks import mlflow_rest
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
@@ -155,47 +155,16 @@ def test_credentials_come_from_mlflows_variables_and_unsupported_settings_keep_m
         assert not mlflow_rest.usable(uri, {name: "true"})
 
 
-class _BodyLimitProxy(BaseHTTPRequestHandler):
-    """A STAND-IN for a reverse proxy with a body limit in front of `platform-run server` (nginx's
-    client_max_body_size): the bulk route's probe gets the server's answer, every POST the
-    proxy's own 413 page (HTML, not MLflow's JSON)."""
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        from platform_plugin.tracking.bulk_app import MAX_POINTS, VERSION
-        self._answer(200, json.dumps({"version": VERSION, "max_points": MAX_POINTS}).encode(),
-                     "application/json")
-
-    def do_POST(self):  # noqa: N802
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self._answer(413, b"<html><body><h1>413 Request Entity Too Large</h1></body></html>",
-                     "text/html")
-
-    def _answer(self, status: int, body: bytes, kind: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_the_health_probe_and_the_rest_client_share_one_transport_per_server(monkeypatch):
     """Each Transport reads the credentials (a file, maybe) and makes a TLS context: once a server."""
     from platform_plugin.tracking.state import SinkConfig
     made = []
     monkeypatch.setattr(mlflow_rest.Transport, "__init__", _counting(made))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _BodyLimitProxy)  # answers every GET: healthy
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    uri = f"http://127.0.0.1:{server.server_address[1]}"
     sink = MlflowSink()
-    try:
+    with body_limit_proxy(0) as (uri, _):  # answers every GET as the team server: healthy
         assert sink.unavailable(SinkConfig("mlflow", tracking_uri=uri)) is None
         api = sink._api(uri)  # the bulk route answered: the sink's REST client
         assert sink.unavailable(SinkConfig("mlflow", tracking_uri=uri)) is None
-    finally:
-        server.shutdown()
     assert isinstance(api, mlflow_rest.RestClient) and len(made) == 1
     assert api.transport is made[0]
 
@@ -215,18 +184,13 @@ def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mo
     hear "permanent" (and send the batch in halves) from MLflow's client too, not retry the
     same batch until the drain deadline."""
     from platform_plugin.tracking.state import SinkConfig, StreamState
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _BodyLimitProxy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    uri = f"http://127.0.0.1:{server.server_address[1]}"
     sink = MlflowSink()
-    if mode == "mlflow-client":  # what a server without the REST path gets (mlflow_rest.usable)
-        sink._apis[uri] = sink.client(uri)
-    config = SinkConfig("mlflow", tracking_uri=uri, experiment_id="1")
-    try:
+    with body_limit_proxy(0) as (uri, _):  # the probe answered, every POST refused: 413
+        if mode == "mlflow-client":  # what a server without the REST path gets (mlflow_rest.usable)
+            sink._apis[uri] = sink.client(uri)
+        config = SinkConfig("mlflow", tracking_uri=uri, experiment_id="1")
         with pytest.raises(Exception) as refused:
             sink.deliver(config, "0", StreamState(run_id="abc"), [["m", "loss", 0.5, 1, 1000]])
-    finally:
-        server.shutdown()
     assert "413" in str(refused.value)
     assert isinstance(sink._apis[uri], mlflow_rest.RestClient) == (mode == "rest")
     assert sink.is_permanent(refused.value)
