@@ -69,6 +69,8 @@ def _output(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # from the start: a SIGTERM while CODE/ is cleaned or the kernel starts ends as Ctrl-C does
+    signal.signal(signal.SIGTERM, interrupt)
     run_spec = notebook.prepare_run(
         args.mode, args.notebook, pairs=[tuple(p) for p in args.parameter],
         parameters=parse_yaml_parameters(args.parameters_yaml) or None,
@@ -89,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
-    signal.signal(signal.SIGTERM, interrupt)  # the kernel is shut down, the notebook named
     print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
           file=sys.stderr, flush=True)
     try:

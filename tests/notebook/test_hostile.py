@@ -167,6 +167,34 @@ def test_a_second_full_run_or_clean_never_removes_what_a_running_full_run_writes
     assert not (code / "model.ckpt").exists() and not (code / "train.log").exists()
 
 
+def test_sigterm_while_a_full_run_cleans_code_ends_as_ctrl_c(tmp_path):
+    """Before: the SIGTERM handler came only with the notebook's start: a SIGTERM (the platform
+    stopping the run) during the cleanup of CODE/ killed the runner silently (exit -15)."""
+    code = tmp_path / "CODE"
+    make_notebook(code / "train.ipynb", ["print('never')"], parameters="x = 1")
+    cache = code / "kernel_meta"
+    cache.mkdir()
+    for i in range(20_000):  # long enough a cleanup to be caught in the middle
+        (cache / f"op{i}.o").touch()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "full", "train.ipynb", "--output",
+         str(tmp_path / "out.ipynb")], cwd=code, env=clean_env(), stderr=subprocess.PIPE,
+        text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(os.listdir(cache)) == 20_000 and time.monotonic() < deadline:
+            time.sleep(0.005)  # until the cleanup has begun
+        run.send_signal(signal.SIGTERM)
+        err = run.stderr.read()
+        assert run.wait(timeout=60) == 130, err
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    assert "interrupted" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out.ipynb").exists()
+
+
 def test_a_clean_during_a_debug_run_is_refused(tmp_path):
     """Before: only full runs held CODE/; a clean during a debug run removed the checkpoint its
     first cell wrote for the next cells."""
