@@ -4,12 +4,14 @@ Real kernels, real papermill, real subprocesses; the full disk is a small tmpfs 
 private mount namespace (`unshare -m`, as root)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
+from typing import Iterator
 
 import nbformat
 import pytest
@@ -45,6 +47,21 @@ def test_a_full_disk_under_the_output_keeps_the_last_good_save(tmp_path):
     assert ".partial" not in done.stdout  # no temporary file left on the full disk
 
 
+@contextlib.contextmanager
+def _running(mode: str, notebook: str, output, cwd, **popen) -> Iterator[subprocess.Popen]:
+    """`platform-run MODE NOTEBOOK --output OUTPUT` in its own session, stderr piped; the
+    whole session is SIGKILLed at the end if it still runs."""
+    proc = subprocess.Popen([sys.executable, "-m", "platform_plugin", mode, notebook, "--output",
+                             str(output)], cwd=cwd, env=clean_env(), stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, **popen)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def _interrupted_run(tmp_path, wait_for_line: str, signum: int = signal.SIGINT
                      ) -> tuple[int, str]:
     """`platform-run debug` of a notebook that never ends, SIGINT (as Ctrl-C) once stderr
@@ -53,12 +70,9 @@ def _interrupted_run(tmp_path, wait_for_line: str, signum: int = signal.SIGINT
     make_notebook(tmp_path / "forever.ipynb",
                   ["import sys, time\nprint('cell started', file=sys.stderr, flush=True)\n"
                    "time.sleep(600)"], parameters="x = 1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "platform_plugin", "debug", "forever.ipynb", "--output",
-         "out.ipynb"], cwd=tmp_path, env=clean_env(), stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
-    try:
+    with _running("debug", "forever.ipynb", "out.ipynb", tmp_path,
+                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as proc:
         for line in proc.stderr:
             seen.append(line)
             if wait_for_line in line:
@@ -66,9 +80,6 @@ def _interrupted_run(tmp_path, wait_for_line: str, signum: int = signal.SIGINT
                 break
         seen.append(proc.stderr.read())
         return proc.wait(timeout=60), "".join(seen)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_ctrl_c_before_the_first_cell_points_at_no_notebook(tmp_path):
@@ -97,11 +108,7 @@ def test_a_cell_that_ignores_the_interrupt_ends_at_the_second_signal_quietly(tmp
                   ["import signal, sys, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                    "print('cell started', file=sys.stderr, flush=True)\ntime.sleep(600)"],
                   parameters="x = 1")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "platform_plugin", "debug", "stubborn.ipynb", "--output",
-         "out.ipynb"], cwd=tmp_path, env=clean_env(), stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
-    try:
+    with _running("debug", "stubborn.ipynb", "out.ipynb", tmp_path) as proc:
         for line in proc.stderr:
             if "cell started" in line:
                 break
@@ -111,9 +118,6 @@ def test_a_cell_that_ignores_the_interrupt_ends_at_the_second_signal_quietly(tmp
         proc.send_signal(signal.SIGTERM)
         err = proc.stderr.read()
         assert proc.wait(timeout=60) == 130, err
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert "interrupted; the notebook so far" in err and "Traceback" not in err, err
     kernels = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cwd(pid) == str(tmp_path)]
     assert kernels == []  # the busy kernel was killed, not left behind
@@ -127,20 +131,18 @@ def _cwd(pid: str) -> str:
     nbformat.validate(read_output(tmp_path / "out.ipynb"))
 
 
-def test_a_second_full_run_or_clean_never_removes_what_a_running_full_run_writes(tmp_path):
+@pytest.mark.parametrize("mode", ["full", "debug"])
+def test_a_second_full_run_or_clean_never_removes_what_a_running_run_writes(tmp_path, mode):
     """Before: a second `platform-run full` on the same CODE/ cleaned it while the first one
-    ran, removing the checkpoint and the log the first run was writing."""
+    ran, removing the checkpoint and the log the first run was writing; a debug run held
+    nothing at all (a clean meanwhile removed what its first cell wrote for the next ones)."""
     code = tmp_path / "CODE"
     make_notebook(code / "train.ipynb",
                   ["import sys, time\nopen('model.ckpt', 'w').write('weights')\n"
                    "open('train.log', 'w').write('epoch 1')\n"
                    "print('cell started', file=sys.stderr, flush=True)\ntime.sleep(600)"],
                   parameters="x = 1")
-    first = subprocess.Popen(
-        [sys.executable, "-m", "platform_plugin", "full", "train.ipynb", "--output",
-         str(tmp_path / "first.ipynb")], cwd=code, env=clean_env(), stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
-    try:
+    with _running(mode, "train.ipynb", tmp_path / "first.ipynb", code) as first:
         for line in first.stderr:
             if "cell started" in line:
                 break
@@ -153,13 +155,10 @@ def test_a_second_full_run_or_clean_never_removes_what_a_running_full_run_writes
                                env=clean_env(), capture_output=True, text=True, timeout=120)
         for done in (second, clean):
             assert done.returncode == 2, done.stderr
-            assert "[CLEAN_ROOT_BUSY]" in done.stderr and "a full run of train.ipynb" in \
+            assert "[CLEAN_ROOT_BUSY]" in done.stderr and f"a {mode} run of train.ipynb" in \
                 done.stderr, done.stderr
         assert (code / "model.ckpt").read_text() == "weights"
         assert (code / "train.log").exists() and not (tmp_path / "second.ipynb").exists()
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
     # the lock died with its holder (SIGKILL): CODE/ can be cleaned again
     clean = subprocess.run([sys.executable, "-m", "platform_plugin", "clean"], cwd=code,
                            env=clean_env(), capture_output=True, text=True, timeout=120)
@@ -176,50 +175,15 @@ def test_sigterm_while_a_full_run_cleans_code_ends_as_ctrl_c(tmp_path):
     cache.mkdir()
     for i in range(20_000):  # long enough a cleanup to be caught in the middle
         (cache / f"op{i}.o").touch()
-    run = subprocess.Popen(
-        [sys.executable, "-m", "platform_plugin", "full", "train.ipynb", "--output",
-         str(tmp_path / "out.ipynb")], cwd=code, env=clean_env(), stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
-    try:
+    with _running("full", "train.ipynb", tmp_path / "out.ipynb", code) as run:
         deadline = time.monotonic() + 120
         while len(os.listdir(cache)) == 20_000 and time.monotonic() < deadline:
             time.sleep(0.005)  # until the cleanup has begun
         run.send_signal(signal.SIGTERM)
         err = run.stderr.read()
         assert run.wait(timeout=60) == 130, err
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
     assert "interrupted" in err and "Traceback" not in err, err
     assert not (tmp_path / "out.ipynb").exists()
-
-
-def test_a_clean_during_a_debug_run_is_refused(tmp_path):
-    """Before: only full runs held CODE/; a clean during a debug run removed the checkpoint its
-    first cell wrote for the next cells."""
-    code = tmp_path / "CODE"
-    make_notebook(code / "train.ipynb",
-                  ["import sys, time\nopen('model.ckpt', 'w').write('weights')\n"
-                   "print('cell started', file=sys.stderr, flush=True)\ntime.sleep(600)"],
-                  parameters="x = 1")
-    debug = subprocess.Popen(
-        [sys.executable, "-m", "platform_plugin", "debug", "train.ipynb", "--output",
-         str(tmp_path / "out.ipynb")], cwd=code, env=clean_env(), stderr=subprocess.PIPE,
-        text=True, start_new_session=True)
-    try:
-        for line in debug.stderr:
-            if "cell started" in line:
-                break
-        clean = subprocess.run([sys.executable, "-m", "platform_plugin", "clean"], cwd=code,
-                               env=clean_env(), capture_output=True, text=True, timeout=120)
-        assert clean.returncode == 2, clean.stderr
-        assert "[CLEAN_ROOT_BUSY]" in clean.stderr and "a debug run of train.ipynb" in \
-            clean.stderr, clean.stderr
-        assert (code / "model.ckpt").read_text() == "weights"
-    finally:
-        os.killpg(debug.pid, signal.SIGKILL)
-        debug.wait()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")

@@ -165,6 +165,16 @@ class MlflowServer:
         wait_healthy(self.url, self.proc, timeout=180, log_path=self.log)
         return self
 
+    def __enter__(self) -> "MlflowServer":
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def kill(self) -> None:
         if self.proc is not None:
             stop_server(self.proc, grace=0)

@@ -52,12 +52,10 @@ def _stored(store: Path) -> list[tuple[int, int]]:
 
 
 def test_helper_sigkilled_mid_delivery_then_sync_stores_every_point_once(tracking_env, tmp_path):
-    server = MlflowServer(tmp_path, bulk=True)
-    try:
-        server.start()
+    (tmp_path / "burst.py").write_text(BURST)
+    tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "3")
+    with MlflowServer(tmp_path, bulk=True) as server:
         tracking_env.setenv("MLFLOW_TRACKING_URI", server.url)
-        tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "3")
-        (tmp_path / "burst.py").write_text(BURST)
         outcome: dict = {}
         job = threading.Thread(target=lambda: outcome.update(result=launch(
             [sys.executable, "burst.py"], nproc=2, cwd=str(tmp_path), no_system_metrics=True,
@@ -67,15 +65,13 @@ def test_helper_sigkilled_mid_delivery_then_sync_stores_every_point_once(trackin
                             timeout=120, what="the job's tracking folder")
         wait_for(lambda: _delivered(tracking) > 0, timeout=120, interval=0.005,
                  what="the helper's first confirmed batch")
-        helper = json.loads((tracking / "helper.json").read_text())["pid"]
-        os.kill(helper, signal.SIGKILL)
+        os.kill(json.loads((tracking / "helper.json").read_text())["pid"], signal.SIGKILL)
         at_kill = _delivered(tracking)
         (tmp_path / "resume").touch()
         job.join(timeout=300)
         result = outcome["result"]
         assert result.ok, "training must not notice the helper's death"
         assert 0 < at_kill < 2 * STEPS, "the kill must land mid-delivery"
-        assert "helper.log" not in os.listdir(tmp_path)  # (its log stays in the job folder)
 
         cli = str(Path(sys.executable).with_name("platform-run"))
         sync = subprocess.run([cli, "sync", result.job_id, "--wait", "120"], capture_output=True,
@@ -87,5 +83,3 @@ def test_helper_sigkilled_mid_delivery_then_sync_stores_every_point_once(trackin
                                timeout=300)
         assert again.returncode == 0 and "sent 0 now" in again.stdout, again.stdout
         assert _stored(tmp_path / "server" / "mlflow.db") == [(STEPS, STEPS)] * 2
-    finally:
-        server.close()
