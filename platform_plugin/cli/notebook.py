@@ -91,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
-    print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> {run_spec.output}",
-          file=sys.stderr, flush=True)
-    try:
+    try:  # the line inside: a Ctrl-C the moment it is shown still names the notebook (none)
+        print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> "
+              f"{run_spec.output}", file=sys.stderr, flush=True)
         result = notebook.execute(run_spec, verbose=args.verbose)
     except KeyboardInterrupt:  # before the first save there is no notebook to point at
         so_far = (f"; the notebook so far: {run_spec.output}" if run_spec.output.exists()
