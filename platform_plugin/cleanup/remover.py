@@ -30,6 +30,7 @@ from platform_plugin.cleanup.unlinker import MAX_MESSAGE, Jobs, job_bytes
 if TYPE_CHECKING:
     from _socket import socket
 
+SEND_BUFFER = 32 * 1024  # the kernel doubles it: ~15 folders of 200 files queued at most
 LINK = -1  # in `sizes`: this piece is a symlink (reported as a link of 0 bytes)
 
 
@@ -82,26 +83,32 @@ class Remover:
     def __init__(self, errors: list[str]):
         self.errors = errors
         self._outcomes: list[FolderOutcome] = []  # by job number
-        self._sock: socket | None = None  # to the worker, from the first job on
+        self._sock: socket | None = None  # to the worker, once started
         self._pid = 0
-        self._inline: Jobs | None = None  # when no worker process could be started
-        self._rights, self._nosignal = (0, 0), 0
+        self._here = Jobs()  # the folders the walk removes itself (all, without a worker)
+        self._alone = False  # no worker could be started
+        self.done_here = 0  # jobs the walk did itself because the worker was behind
+        self._rights, self._flags = (0, 0), (0, 0)
 
     @property
     def pid(self) -> int:
-        """The worker's process id (0 before the first job, or when removing inline)."""
+        """The worker's process id (0 before it started, or when removing inline)."""
         return self._pid
 
     def unlink_all(self, dir_fd: int | None, outcome: FolderOutcome) -> None:
+        """Hand the folder's files to the worker or, when it has jobs queued already (the
+        socket takes ~10), unlink them here: the walk then helps instead of waiting."""
         header = b"U" + self._job(outcome)
         payload = os.fsencode("\0".join(outcome.names))
-        while len(payload) > MAX_MESSAGE:  # one message each ~60 KiB of names, at a "\0"
+        while len(payload) > MAX_MESSAGE:  # one message each ~16 KiB of names, at a "\0"
             cut = payload.rindex(b"\0", 0, MAX_MESSAGE)
-            self._send(header + payload[:cut], dir_fd)
+            self._send(header + payload[:cut], dir_fd, may_run_here=True)
             payload = payload[cut + 1:]
-        self._send(header + payload, dir_fd)
+        self._send(header + payload, dir_fd, may_run_here=True)
 
     def rmdir(self, parent_fd: int | None, name: str, outcome: FolderOutcome) -> None:
+        """Always the worker's (unless there is none): it alone knows whether the folder's
+        files and subfolders all went, after the jobs it was sent before."""
         job = self._job(outcome)
         children = b"".join(job_bytes(child.job) for child in outcome.children if child.job >= 0)
         room = MAX_MESSAGE - MAX_MESSAGE % 4
@@ -112,9 +119,8 @@ class Remover:
 
     def close(self) -> None:
         """Every job sent is done (or the worker is gone): record what failed."""
-        if self._inline is not None:
-            self._record(self._inline.answers())
-        elif self._sock is not None:
+        answers, status = [b"D"], 0
+        if self._sock is not None:
             try:
                 self._sock.shutdown(_socket().SHUT_WR)  # the worker's EOF: every job is in
                 answers = self._answers()
@@ -123,7 +129,7 @@ class Remover:
             finally:
                 self._sock.close()
                 status = os.waitpid(self._pid, 0)[1]
-            self._record(answers, status)
+        self._record(self._here.answers()[:-1] + answers, status)
 
     def _answers(self) -> list[bytes]:
         answers: list[bytes] = []
@@ -141,27 +147,34 @@ class Remover:
     def start(self) -> None:
         """Start the worker now (else at the first job): its interpreter then starts while
         the walk reads the first folders."""
-        if self._sock is None and self._inline is None:
+        if self._sock is None and not self._alone:
             self._start()
 
-    def _send(self, message: bytes, fd: int | None) -> None:
+    def _send(self, message: bytes, fd: int | None, may_run_here: bool = False) -> None:
         assert fd is not None, "the walk hands over open folders only"
         self.start()
         if self._sock is None:
-            assert self._inline is not None
-            self._inline.run(message, fd)
+            self._here.run(message, fd)
             return
         try:  # MSG_NOSIGNAL: a dead worker is EPIPE here, never a SIGPIPE
             self._sock.sendmsg([message], [(*self._rights, fd.to_bytes(4, sys.byteorder))],
-                               self._nosignal)
+                               self._flags[may_run_here])
+        except BlockingIOError:  # the worker is behind: this folder is done here
+            self.done_here += 1
+            self._here.run(message, fd)
+            job = message[1:5]
+            if int.from_bytes(job, "little") in self._here.broken:
+                self._send(b"B" + job, fd)  # its rmdir (the worker's) must know
         except OSError:
             pass  # the worker died: close() says so
 
     def _start(self) -> None:
         socket = _socket()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # a short queue: the walk starts unlinking itself sooner, and waits less at the end
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         self._rights = (socket.SOL_SOCKET, socket.SCM_RIGHTS)  # a descriptor rides along
-        self._nosignal = socket.MSG_NOSIGNAL
+        self._flags = (socket.MSG_NOSIGNAL, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
         # dup2 to a fixed number in the child only: the walk's copy stays close-on-exec, so no
         # other process started meanwhile (a kernel's threads) inherits the worker's end
         target = 4 if theirs.fileno() == 3 else 3
@@ -176,7 +189,7 @@ class Remover:
             self._sock = ours
         except (OSError, ValueError):  # no interpreter to start (embedded): remove inline
             ours.close()
-            self._inline = Jobs()
+            self._alone = True
         finally:
             theirs.close()
 

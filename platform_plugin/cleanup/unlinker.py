@@ -12,6 +12,7 @@ its filesystem), so it removes exactly where the walk decided, with the same gua
 
     U <job:4> name\\0name\\0...        unlink these names in the folder (descriptor)
     P <job:4> <child job:4>...        the job is broken when one of these is (big folders)
+    B <job:4>                         the job is broken (the walk unlinked some of it itself)
     R <job:4> name\\0<child job:4>...  rmdir `name` in the parent folder (descriptor) unless
                                       the job or one of the children is broken
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 
-MAX_MESSAGE = 60 * 1024  # below a unix socket's default send buffer (208 KiB)
+MAX_MESSAGE = 16 * 1024  # well below a unix socket's default send buffer (208 KiB)
 _FD_BYTES = 4
 
 
@@ -55,6 +56,8 @@ class Jobs:
         try:
             if op == b"U":
                 self.unlink(fd, job, rest.split(b"\0"))
+            elif op == b"B":
+                self.broken.add(job)
             elif op == b"P":
                 if not self.broken.isdisjoint(_jobs_in(rest)):
                     self.broken.add(job)

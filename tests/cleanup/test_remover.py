@@ -130,3 +130,41 @@ def test_without_a_worker_process_the_walk_removes_inline(tmp_path, monkeypatch)
     report = cleanup.clean(tmp_path / "CODE")
     assert [(r.rel, r.files, r.bytes) for r in report.removed] == [("kernel_meta", 1, 2)]
     assert report.errors == [] and sorted(os.listdir(tmp_path / "CODE")) == ["train.py"]
+
+
+def test_while_the_worker_is_behind_the_walk_unlinks_folders_itself(tmp_path):
+    """The worker is stopped, so its socket fills up: the next folders are unlinked by the
+    walk's process. A failure there still keeps the folder (the worker's rmdir is told, so
+    no 'Directory not empty' either), everything else goes."""
+    import threading
+
+    for i in range(300):
+        write_tree(tmp_path / f"c{i}", {f"k{j}.o": "x" for j in range(3)})
+    (tmp_path / "c110" / "sub").mkdir()  # unlink() of a folder fails: c110 is broken
+    errors: list[str] = []
+    remover = Remover(errors)
+    remover.start()
+    os.kill(remover.pid, signal.SIGSTOP)
+    root_fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    fds, outcomes = [], []
+    # resumed later: long after the socket filled up, while the walk waits to send c110's
+    # "broken" note or the rmdirs
+    resume = threading.Timer(2.0, os.kill, (remover.pid, signal.SIGCONT))
+    resume.start()
+    try:
+        for i in range(300):
+            fds.append(os.open(tmp_path / f"c{i}", os.O_RDONLY | os.O_DIRECTORY))
+            outcomes.append(FolderOutcome(f"c{i}", "caches", names=sorted(
+                os.listdir(tmp_path / f"c{i}"))))
+            remover.unlink_all(fds[-1], outcomes[-1])
+        assert remover.done_here > 0  # the socket was full: the walk did those itself
+        for i, outcome in enumerate(outcomes):
+            remover.rmdir(root_fd, f"c{i}", outcome)
+        remover.close()
+    finally:
+        resume.cancel()
+        os.kill(remover.pid, signal.SIGCONT) if alive(remover.pid) else None
+        for fd in [root_fd, *fds]:
+            os.close(fd)
+    assert errors == ["c110/sub: Is a directory"]
+    assert sorted(os.listdir(tmp_path)) == ["c110"] and outcomes[110].broken
