@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        from platform_plugin.util.folders import check_cwd
+        check_cwd("CLI_CWD_GONE")
         return int(args.func(args) or 0)
     except ConfigError as exc:
         print(f"platform-run: configuration error\n{exc}", file=sys.stderr)

@@ -29,6 +29,7 @@ from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.spawn import JobDirLock, start_job
 from platform_plugin.util.code_lock import JobHold
+from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
 
 
@@ -48,6 +49,7 @@ def launch(cmd: list[str] | str, **options: Any) -> JobResult:
 def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     """`launch()` with the options already validated (the CLI and `%dist_run` call this)."""
     __tracebackhide__ = True
+    check_cwd("LAUNCH_CWD_GONE")  # (a notebook whose folder was deleted from the file browser)
     settings = settings_mod.resolve(options.mode, flags={"rank_table": options.rank_table,
                                                          "rank_start": options.rank_start},
                                     cwd=options.cwd)

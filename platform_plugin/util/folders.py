@@ -59,3 +59,15 @@ def _probe_entry(folder: str) -> str:
             pass  # made it, so the folder takes entries
         return ""
     return ""  # three names taken: entries exist there, so it takes them
+
+
+def check_cwd(code: str) -> None:
+    """Every command resolves paths against the current folder: one deleted (or moved away)
+    under the shell or the notebook is a refusal with `code`, not a FileNotFoundError
+    traceback from the first os.getcwd()."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ConfigError("the current folder no longer exists (it was deleted or moved while "
+                          "this shell or kernel was in it): change to an existing folder "
+                          "(`cd`, or `%cd` in a notebook) and retry", code=code) from None

@@ -7,6 +7,8 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -379,3 +381,28 @@ def test_a_cell_timeout_too_large_to_wait_for_is_refused_before_the_kernel(cwd):
     nbformat.write(nbformat.v4.new_notebook(), cwd / "nb.ipynb")
     refused(run_inprocess(["debug", "nb.ipynb", "--dry-run", "--timeout", "1e308"], cwd),
             "NB_TIMEOUT")
+
+
+@pytest.mark.parametrize("argv", [["launch", "--nproc", "1", "--", "true"], ["sync"],
+                                  ["clean", "--dry-run"], ["env"]])
+def test_a_deleted_current_folder_is_refused_not_a_traceback(tmp_path, argv):
+    """Before: FileNotFoundError from the first os.getcwd(), as a traceback."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    done = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh",
+                           str(gone), sys.executable, "-m", "platform_plugin", *argv],
+                          env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "[CLI_CWD_GONE]" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_launch_from_a_notebook_whose_folder_was_deleted_is_refused(tmp_path):
+    code = ("import os, sys\nos.chdir(sys.argv[1]); os.rmdir(sys.argv[1])\n"
+            "from platform_plugin.errors import ConfigError\n"
+            "from platform_plugin.launcher import launch\n"
+            "try:\n    launch(['true'], nproc=1, tracking='none')\n"
+            "except ConfigError as exc:\n    print(exc)\n")
+    (tmp_path / "gone").mkdir()
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gone")], env=clean_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert "[LAUNCH_CWD_GONE]" in done.stdout, done.stdout + done.stderr
