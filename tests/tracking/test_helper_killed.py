@@ -1,10 +1,11 @@
-"""The forwarding helper SIGKILLed mid-delivery on its REST path (sinks/mlflow_rest.py: a
-`platform-run server`-style server with the bulk route, MLflow never imported by the helper),
-then `platform-run sync`: every point stored exactly once. A real server, a real launch, a real
+"""The forwarding helper SIGKILLed mid-delivery, on its REST path (sinks/mlflow_rest.py: a
+`platform-run server`-style server with the bulk route, MLflow never imported by the helper)
+and on its sqlite path, then `platform-run sync`: every point stored exactly once. A real server, a real launch, a real
 kill -9: batches the server committed before the helper could record them are sent again by
 sync and must not be stored twice."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -51,35 +52,47 @@ def _stored(store: Path) -> list[tuple[int, int]]:
                                  "WHERE key = 'loss' GROUP BY run_uuid").fetchall())
 
 
-def test_helper_sigkilled_mid_delivery_then_sync_stores_every_point_once(tracking_env, tmp_path):
+@pytest.mark.parametrize("store", ["rest", "sqlite"])
+def test_helper_sigkilled_mid_delivery_then_sync_stores_every_point_once(tracking_env, tmp_path,
+                                                                         store):
+    """`rest`: a server with the bulk route (the helper's REST calls); `sqlite`: the default
+    store in the working folder (the helper's direct SQL writer)."""
     (tmp_path / "burst.py").write_text(BURST)
     tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "3")
-    with MlflowServer(tmp_path, bulk=True) as server:
-        tracking_env.setenv("MLFLOW_TRACKING_URI", server.url)
-        outcome: dict = {}
-        job = threading.Thread(target=lambda: outcome.update(result=launch(
-            [sys.executable, "burst.py"], nproc=2, cwd=str(tmp_path), no_system_metrics=True,
-            write=lambda text: None)))
-        job.start()
-        tracking = wait_for(lambda: next((tmp_path / "platform_logs").glob("*/tracking"), None),
-                            timeout=120, what="the job's tracking folder")
-        wait_for(lambda: _delivered(tracking) > 0, timeout=120, interval=0.005,
-                 what="the helper's first confirmed batch")
-        os.kill(json.loads((tracking / "helper.json").read_text())["pid"], signal.SIGKILL)
-        at_kill = _delivered(tracking)
-        (tmp_path / "resume").touch()
-        job.join(timeout=300)
-        result = outcome["result"]
+    with contextlib.ExitStack() as stack:
+        if store == "rest":
+            server = stack.enter_context(MlflowServer(tmp_path, bulk=True))
+            tracking_env.setenv("MLFLOW_TRACKING_URI", server.url)
+        database = tmp_path / ("server" if store == "rest" else "") / "mlflow.db"
+        result = _kill_the_helper_mid_delivery(tmp_path)
         assert result.ok, "training must not notice the helper's death"
-        assert 0 < at_kill < 2 * STEPS, "the kill must land mid-delivery"
-
         cli = str(Path(sys.executable).with_name("platform-run"))
         sync = subprocess.run([cli, "sync", result.job_id, "--wait", "120"], capture_output=True,
                               text=True, timeout=300)
         assert sync.returncode == 0, sync.stdout + sync.stderr
         assert f"delivered {2 * STEPS}, pending 0" in sync.stdout, sync.stdout
-        assert _stored(tmp_path / "server" / "mlflow.db") == [(STEPS, STEPS)] * 2
+        assert _stored(database) == [(STEPS, STEPS)] * 2
         again = subprocess.run([cli, "sync", result.job_id], capture_output=True, text=True,
                                timeout=300)
         assert again.returncode == 0 and "sent 0 now" in again.stdout, again.stdout
-        assert _stored(tmp_path / "server" / "mlflow.db") == [(STEPS, STEPS)] * 2
+        assert _stored(database) == [(STEPS, STEPS)] * 2
+
+
+def _kill_the_helper_mid_delivery(tmp_path: Path):
+    """Launch burst.py on 2 ranks; SIGKILL the forwarding helper once its first batch is
+    confirmed (offset files), let the ranks end; the job's result."""
+    outcome: dict = {}
+    job = threading.Thread(target=lambda: outcome.update(result=launch(
+        [sys.executable, "burst.py"], nproc=2, cwd=str(tmp_path), no_system_metrics=True,
+        write=lambda text: None)))
+    job.start()
+    tracking = wait_for(lambda: next((tmp_path / "platform_logs").glob("*/tracking"), None),
+                        timeout=120, what="the job's tracking folder")
+    wait_for(lambda: _delivered(tracking) > 0, timeout=120, interval=0.005,
+             what="the helper's first confirmed batch")
+    os.kill(json.loads((tracking / "helper.json").read_text())["pid"], signal.SIGKILL)
+    at_kill = _delivered(tracking)
+    (tmp_path / "resume").touch()
+    job.join(timeout=300)
+    assert 0 < at_kill < 2 * STEPS, "the kill must land mid-delivery"
+    return outcome["result"]
