@@ -34,6 +34,10 @@ NEVER_ENTER = frozenset({".git"})  # neither walked nor deleted, file or folder
 TRACKING_NAMES = frozenset({"mlruns", "mlartifacts"})
 TRACKING_PREFIXES = ("mlflow.db",)
 STAY_NAMES = PROTECTED_NAMES | NEVER_ENTER | TRACKING_NAMES
+# what a protected name leaves in "\0" + "\0".join(names) + "\0" (names_that_stay)
+_STAY_MARKS = (tuple(f"{suffix}\0" for suffix in PROTECTED_SUFFIXES)
+               + tuple(f"\0{name}\0" for name in sorted(STAY_NAMES))
+               + tuple(f"\0{prefix}" for prefix in TRACKING_PREFIXES))
 
 
 def rules_dir() -> Path:
@@ -149,10 +153,14 @@ class CleanupRules:
                 or (self._keep is not None and self._keep.match(name) is not None))
 
     def names_that_stay(self, names: list[str]) -> set[str]:
-        """`stays_by_name` for a whole folder at once (a matched folder's hot path: one
-        comprehension instead of a call per entry)."""
-        found = {name for name in names if name.endswith(PROTECTED_SUFFIXES)
-                 or name in STAY_NAMES or name.startswith(TRACKING_PREFIXES)}
+        """`stays_by_name` for a whole folder at once (a matched folder's hot path). A name
+        never holds "\\0", so a few substring searches in the "\\0"-joined names tell, exactly,
+        whether any protected one is there; the per-name test runs only then."""
+        joined = "\0" + "\0".join(names) + "\0"
+        found: set[str] = set()
+        if any(mark in joined for mark in _STAY_MARKS):
+            found = {name for name in names if name.endswith(PROTECTED_SUFFIXES)
+                     or name in STAY_NAMES or name.startswith(TRACKING_PREFIXES)}
         if self._keep is not None:
             found.update(name for name in names if self._keep.match(name) is not None)
         return found

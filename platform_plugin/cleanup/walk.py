@@ -206,9 +206,11 @@ class _Walk:
                 os.close(fd)
 
     def _spool_hold(self, folder: _Folder) -> str | None:
-        for entry in folder.entries:
-            if entry.name.startswith(_SPOOL_HINTS):
-                return spool_hold(self.root.joinpath(*folder.parts), folder.entries)
+        # names never hold "\0": three substring searches say whether any name starts with
+        # a hint (every folder is asked, 100,000 names in a big cleanup)
+        joined = "\0" + "\0".join(entry.name for entry in folder.entries)
+        if any(f"\0{hint}" in joined for hint in _SPOOL_HINTS):
+            return spool_hold(self.root.joinpath(*folder.parts), folder.entries)
         return None
 
     def _back_to(self, parent: _Folder, child: _Folder) -> None:

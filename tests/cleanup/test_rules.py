@@ -133,3 +133,19 @@ def test_named_roots_may_hold_projects_one_level_down_a_bare_cwd_may_not(tmp_pat
         find_root(None, cwd=tmp_path / "shared", environ={})
     with pytest.raises(ConfigError, match="does not look like a CODE/ folder"):
         find_root(tmp_path, environ={})  # projects two levels down: not a CODE/ folder
+
+
+@pytest.mark.parametrize("keep", [(), ("*.ckpt", "keep_me")])
+def test_names_that_stay_says_what_stays_by_name_says_for_a_whole_folder(tmp_path, keep):
+    """The whole-folder test (substring marks in the joined names first) never differs from
+    the per-name one, for names next to, inside and around the protected ones."""
+    names = ["a.py", "a.pyc", "x.py.o", "py", ".env", "a.env", ".envx", "x.env.o", ".git",
+             ".gitignore", "platform.toml", "platform.tomlx", "mlruns", "mlruns2", "mlartifacts",
+             "mlflow.db", "mlflow.db-wal", "xmlflow.db", "notes.md", "run.sh", "n.ipynb",
+             ".platformkeep", "w.ckpt", "keep_me", "keep_me.o", "line\n.py", "k.o", "0.md.o"]
+    rules = CleanupRules.load(tmp_path, keep=keep)
+    expected = {name for name in names if rules.stays_by_name(name)}
+    for shift in range(len(names)):  # every name first, last and in the middle once
+        order = names[shift:] + names[:shift]
+        assert rules.names_that_stay(order) == expected
+        assert rules.names_that_stay([n for n in order if n not in expected]) == set()
