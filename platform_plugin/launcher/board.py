@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable
 
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
+from platform_plugin.launcher.board_tail import ScreenTail
 from platform_plugin.launcher.output import Output
 from platform_plugin.launcher.result import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
@@ -36,6 +37,7 @@ class Board(Output):
         self.tail_lines = tail_lines
         self.notes: list[str] = []
         self.lines: dict[str, int] = {}
+        self.tails: dict[str, ScreenTail] = {}  # as a terminal shows them (board_tail.py)
         self.supervisor = None
         self.spools: SpoolTail | None = None
         self._drawn_at = 0.0
@@ -50,10 +52,12 @@ class Board(Output):
         super().open(name, log_path)
         self._names.append(name)
         self.lines[name] = 0
+        self.tails[name] = ScreenTail(self.tail_lines, self.hide)
 
     def feed(self, name: str, data: bytes) -> None:
         super().feed(name, data)
         self.lines[name] += data.count(b"\n")
+        self.tails[name].feed(data)
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -107,18 +111,14 @@ class Board(Output):
                 runtime_s=((proc.ended or now) - proc.started) if proc else now - self._opened_at,
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
-                lines=self.lines.get(name, 0) + (1 if self._has_partial(name) else 0),
-                tail=self.tail(name)[-self.tail_lines:]))
+                lines=self.lines.get(name, 0) + (1 if self.tails[name].current else 0),
+                tail=self.tails[name].shown()))
         plan = self.supervisor.plan if self.supervisor else None
         title = (f"job {plan.job_id} — backend {plan.backend}" if plan else "starting the job")
         if final:
             title += f" — {self.outcome}"
         return BoardView(title=title, rows=rows, notes=list(self.notes),
                          log_dir=plan.job_dir if plan else "", final=final)
-
-    def _has_partial(self, name: str) -> bool:
-        stream = self._streams.get(name)
-        return bool(stream and stream.partial)
 
 
 def _status(proc) -> str:

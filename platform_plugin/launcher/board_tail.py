@@ -1,0 +1,72 @@
+"""A rank's last lines as a terminal would finally show them (the board's tail).
+
+The display stream (output.py) shows a progress bar every `PARTIAL_FLUSH_S` and cuts a huge
+line into `PARTIAL_MAX` pieces, each a line of its own: right for a stream of prefixed lines,
+wrong for a board that redraws in place. Here a `\\r` redraw replaces the line it redraws (8
+tqdm bars show 8 bars, not every state a flush caught), a line is one line however long (kept
+to `LINE_CHARS` bytes: the board clips it anyway), and ANSI escapes (colours, cursor moves) are
+removed: HTML would show them as stray `[33m` text.
+"""
+from __future__ import annotations
+
+import re
+from collections import deque
+
+LINE_BYTES = 4096  # far more than a board cell shows; bounds the memory of a 5 MB line
+WINDOW = 4096  # where a chunk's last lines are looked for first (no split of the whole chunk)
+# CSI sequences (colours, cursor moves, erase line: tqdm's `\x1b[A`), OSC sequences (titles,
+# links), lone two-byte escapes, and the other C0 controls a terminal would not print
+ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
+                  rb"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def last_state(line: bytes) -> bytes:
+    """What a terminal shows of a line redrawn with `\\r`: its last non-empty drawing."""
+    if b"\r" not in line:
+        return line
+    segments = [s for s in line.split(b"\r") if s]
+    return segments[-1] if segments else b""
+
+
+def plain(line: bytes) -> str:
+    return ANSI.sub(b"", line).decode("utf-8", errors="replace")
+
+
+class ScreenTail:
+    """The last `size` complete lines of a rank and the line it is drawing now."""
+
+    def __init__(self, size: int, hide=None):
+        self.lines: deque[bytes] = deque(maxlen=size)
+        self.current = b""
+        self.hide = hide  # quiet.py's chatter filter: `match(line)` (None: keep every line)
+
+    def feed(self, data: bytes) -> None:
+        size = self.lines.maxlen or 1
+        if b"\n" in data:
+            # only the chunk's last `size` lines matter, looked for in its last bytes first
+            window = data[-WINDOW:]
+            pieces = window.rsplit(b"\n", size + 1)
+            if len(pieces) < size + 2 and len(data) > WINDOW:  # long lines: the whole chunk
+                pieces = data.rsplit(b"\n", size + 1)
+            data = pieces.pop()  # what follows the last newline
+            if len(pieces) > size:
+                del pieces[0]  # earlier lines: scrolled out
+            else:  # the chunk's first line continues the one being drawn
+                pieces[0] = self.current + pieces[0]
+            for piece in pieces:
+                line = last_state(piece)[:LINE_BYTES]
+                if self.hide is None or not self.hide.match(line):
+                    self.lines.append(line)
+            self.current = b""
+        if data:  # the line being drawn: from its last `\r` redraw on ("a\r" stays "a")
+            drawing = self.current + data
+            start = drawing.rstrip(b"\r").rfind(b"\r") + 1
+            self.current = drawing[start:start + LINE_BYTES]
+
+    def shown(self) -> list[str]:
+        """The lines to show (the line being drawn last), escapes removed."""
+        lines = list(self.lines)
+        current = last_state(self.current)
+        if current and (self.hide is None or not self.hide.match(current)):
+            lines.append(current)
+        return [plain(line) for line in lines[-(self.lines.maxlen or 1):]]

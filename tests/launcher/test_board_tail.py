@@ -1,0 +1,35 @@
+"""The board's tail of a rank as a terminal would finally show it (board_tail.ScreenTail)."""
+from __future__ import annotations
+
+import re
+
+from platform_plugin.launcher.board_tail import LINE_BYTES, ScreenTail
+
+
+def test_a_redrawn_progress_bar_is_one_line_in_its_last_state():
+    tail = ScreenTail(4)
+    for percent in range(0, 101, 10):
+        tail.feed(b"\repoch 1: %d%%|" % percent)
+    assert tail.shown() == ["epoch 1: 100%|"]
+    tail.feed(b"\n")
+    tail.feed(b"done\n")
+    assert tail.shown() == ["epoch 1: 100%|", "done"]
+    tail.feed(b"abc\r")  # a carriage return at the end of a chunk: the next drawing replaces it
+    tail.feed(b"de")
+    assert tail.shown()[-1] == "de"
+
+
+def test_a_huge_line_is_one_bounded_line_and_escapes_are_removed():
+    tail = ScreenTail(4)
+    for _ in range(80):  # 5 MB in 64 KiB chunks, no newline
+        tail.feed(b"x" * 65536)
+    assert [len(line) for line in tail.shown()] == [LINE_BYTES]
+    tail.feed(b"\n\x1b[31mred\x1b[0m \x1b[1;32mgreen\x1b[0m\x1b[A\x07\n")
+    assert tail.shown() == ["x" * LINE_BYTES, "red green"]
+
+
+def test_only_the_last_lines_of_a_big_chunk_are_kept_and_chatter_stays_hidden():
+    tail = ScreenTail(3, hide=re.compile(rb"\[WARNING\] DISTRIBUTED"))
+    tail.feed(b"".join(b"line %d\n" % i for i in range(10_000)) + b"[WARNING] DISTRIBUTED x\n"
+              + b"part")
+    assert tail.shown() == ["line 9998", "line 9999", "part"]
