@@ -103,6 +103,16 @@ def _finish_tracking(job_tracking, result, last: bool = True, waiting=None):
     """Tracking must never turn a finished job into a crash: a failing sink becomes a note."""
     try:
         return job_tracking.finish(result, last=last, waiting=waiting)
+    except KeyboardInterrupt:
+        if result is None:  # the ranks' own end was interrupted: the caller reports that
+            raise
+        # the stop button (or Ctrl-C) while the ranks' points are delivered: the job has ended,
+        # its result stands; only the wait stops (the helper runs in its own session, on)
+        plan = getattr(job_tracking, "plan", None)
+        print("[launcher] stopped waiting for tracking: the forwarding helper keeps delivering "
+              "in the background" + (f"; `platform-run sync {plan.job_id}` finishes it if it "
+                                     "cannot" if plan else ""), file=sys.stderr)
+        return None
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         plan = getattr(job_tracking, "plan", None)
         hint = (f"; what the ranks spooled stays in {plan.job_dir}/tracking: `platform-run sync "

@@ -1,0 +1,93 @@
+"""A new user's sweep of the cell, in a real kernel.
+
+The board shows a rank as a terminal would: a `\\r` progress bar is one line in its last state
+(not one line per display flush), a 5 MB line without a newline is one clipped line (not 77
+pieces of 64 KiB in the notebook), colours leave no escape codes. The stop button while the
+ranks' points are delivered stops the wait, not the finished job."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from tests.launcher.helpers import ASSETS, log_text, wait_for
+from tests.magic.helpers import run_cell
+
+pytestmark = pytest.mark.slow
+
+
+def test_board_tail_is_what_a_terminal_shows(kernel):
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --log-dir "
+                        f"{kc.log_dir} --job-name screen python {ASSETS / 'screen_rank.py'}")
+    assert cell.ok, cell.stream + "\n".join(cell.error)
+    board = cell.board
+    for rank in range(2):
+        section = board.split(f"-- rank {rank} (4 lines) --\n")[1].split("\n--")[0].splitlines()
+        assert [line.strip()[:12] for line in section] == [
+            "red error bo", "xxxxxxxxxxxx", "training: 10", "rank done"], section
+        assert section[2].strip() == "training: 100%|" + "#" * 25
+        assert len(section[1].strip()) <= 4096
+    html = cell.displays[-1][1]["text/html"]
+    assert "\x1b" not in board + html and "[31m" not in board + html
+    assert len(html) < 40_000, len(html)  # the notebook keeps the board: no megabytes in it
+    job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("screen"))
+    assert "\x1b[31mred error" in log_text(str(job), "0")  # the log keeps every byte
+
+
+def test_stop_while_tracking_delivers_keeps_the_job_result(kernel):
+    """A tracking server that accepts connections and never answers (a listening socket here)
+    holds the end-of-job delivery wait; the kernel interrupt then ends the cell at once: the
+    job's own result, a note where the points went, no KeyboardInterrupt from plugin frames."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    with socket.socket() as mute:
+        mute.bind(("127.0.0.1", 0))
+        mute.listen(16)
+        uri = f"http://127.0.0.1:{mute.getsockname()[1]}"
+        assert run_cell(kc, f"import os; _uri = os.environ.get('MLFLOW_TRACKING_URI'); "
+                            f"os.environ['MLFLOW_TRACKING_URI'] = {uri!r}").ok
+        job = None
+        try:
+            msg_id = kc.execute(f"%dist_run --nproc 2 --backend plain --log-dir {kc.log_dir} "
+                                f"--job-name upload python {ASSETS / 'board_rank.py'} 5 0")
+            job = wait_for(lambda: [d for d in kc.log_dir.glob("upload-*")
+                                    if (d / "tracking" / "end.json").exists()],
+                           timeout=120, what="the ranks' end, tracking's wait")[0]
+            time.sleep(0.5)
+            km.interrupt_kernel()
+            stream, reply = "", None
+            deadline = time.monotonic() + 60
+            while reply is None:
+                msg = kc.get_iopub_msg(timeout=max(1, deadline - time.monotonic()))
+                if msg["parent_header"].get("msg_id") != msg_id:
+                    continue
+                if msg["msg_type"] == "stream":
+                    stream += msg["content"]["text"]
+                elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                    reply = kc.get_shell_msg(timeout=30)["content"]
+        finally:
+            assert run_cell(kc, "os.environ.pop('MLFLOW_TRACKING_URI', None)\n"
+                                "if _uri: os.environ['MLFLOW_TRACKING_URI'] = _uri").ok
+            if job is not None:
+                _stop_helper(job)
+    assert reply["status"] == "ok", reply
+    assert "stopped waiting for tracking" in stream and f"platform-run sync {job.name}" in stream
+    assert "Traceback" not in stream and "KeyboardInterrupt" not in stream, stream
+    status = kc.execute_interactive("", user_expressions={"s": "str(_dist_result.status)"},
+                                    timeout=60)["content"]["user_expressions"]["s"]
+    assert status["data"]["text/plain"] == "'succeeded'"
+
+
+def _stop_helper(job) -> None:
+    """The forwarding helper waits on the mute server (its own session): end it."""
+    try:
+        pid = json.loads((job / "tracking" / "helper.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, ValueError, KeyError):
+        pass
