@@ -68,6 +68,15 @@ def _candidates(pid: int) -> list[int]:
     return pids
 
 
+def _plain_env() -> dict[str, str]:
+    """py-spy without colours: a Jupyter kernel sets CLICOLOR_FORCE (coloured output of its
+    subprocesses), which py-spy obeys even into a pipe - the escape codes then hid every frame
+    from `main_thread_frames` ("(no frames)") and landed in stacks/ and the rank logs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CLICOLOR_FORCE", "FORCE_COLOR")}
+    env["NO_COLOR"] = "1"
+    return env
+
+
 def dump_one(pid: int, exe: str | None, timeout: float) -> StackDump:
     if exe is None:
         return StackDump(pid, error="py-spy not installed (pip install py-spy)")
@@ -75,7 +84,7 @@ def dump_one(pid: int, exe: str | None, timeout: float) -> StackDump:
     for candidate in _candidates(pid):
         try:
             done = subprocess.run([exe, "dump", "--pid", str(candidate)], capture_output=True,
-                                  text=True, timeout=timeout)
+                                  text=True, timeout=timeout, env=_plain_env())
         except (OSError, subprocess.SubprocessError) as exc:
             return StackDump(candidate, error=f"py-spy: {type(exc).__name__}: {exc}")
         if done.returncode == 0 and done.stdout.strip():

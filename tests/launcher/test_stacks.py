@@ -63,3 +63,22 @@ def test_a_hung_job_shows_each_ranks_innermost_frame_and_keeps_the_dumps(trackin
     for rank, run in enumerate(child_runs(c, result.tracking.parent_run_id)):
         assert [a.path for a in c.list_artifacts(run.info.run_id, "stacks")] == [f"stacks/rank_{rank}.txt"]
         assert run.info.status == "FAILED"
+
+
+def test_py_spy_under_a_kernels_colour_variables_gives_plain_frames(monkeypatch):
+    """A Jupyter kernel sets CLICOLOR_FORCE for its subprocesses, and py-spy colours into a pipe
+    then: every interrupted %dist_run job showed `(no frames)` (seen in JupyterLab)."""
+    import subprocess
+
+    from platform_plugin.launcher.stacks import dump_one, py_spy
+    monkeypatch.setenv("CLICOLOR_FORCE", "1")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time\ndef nap():\n    time.sleep(60)"
+                                "\nprint('up', flush=True)\nnap()"], stdout=subprocess.PIPE)
+    try:
+        assert sleeper.stdout.readline() == b"up\n"
+        dump = dump_one(sleeper.pid, py_spy(), timeout=10)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert "\x1b" not in dump.text, dump.text
+    assert dump.frames and dump.frames[0].startswith("nap (<string>:"), dump
