@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 # The MIME type under which `%dist_run` publishes `JobResult.to_dict()` in a cell's outputs: the
 # notebook runner reads a failed rank's root cause from it (data, not the printed table).
 JOB_RESULT_MIME = "application/vnd.platform-plugin.job-result+json"
+# a failed rank's last lines travel in the cell (printed, and as data in the .ipynb), job.json
+# and the run: a 5 MB line without a newline must not (the log keeps it whole)
+LAST_LINE_CHARS = 500
 
 
 class JobStatus(str, Enum):
@@ -68,7 +71,7 @@ class RankFailure(Record):
         self.name, self.rank_id, self.device_id, self.host = name, rank_id, device_id, host
         self.pid, self.exitcode, self.signal_name = pid, exitcode, signal_name
         self.runtime_s = runtime_s
-        self.last_lines = [] if last_lines is None else last_lines
+        self.last_lines = [] if last_lines is None else [_clipped(line) for line in last_lines]
         self.root_cause, self.stopped_by_launcher = root_cause, stopped_by_launcher
         self.stack = [] if stack is None else stack
 
@@ -168,3 +171,11 @@ def _failure_dict(failure: RankFailure) -> dict[str, Any]:
     data["last_lines"], data["stack"] = list(failure.last_lines), list(failure.stack)
     return data
 
+
+def _clipped(line: str) -> str:
+    """Its start and its end (an error message often ends a line that a progress bar began)."""
+    if len(line) <= LAST_LINE_CHARS:
+        return line
+    half = LAST_LINE_CHARS // 2
+    return (f"{line[:half]} …({len(line) - 2 * half} more characters in the log)… "
+            f"{line[-half:]}")

@@ -91,3 +91,22 @@ def _stop_helper(job) -> None:
         os.kill(pid, signal.SIGKILL)
     except (OSError, ValueError, KeyError):
         pass
+
+
+def test_a_failed_rank_with_a_huge_line_keeps_the_cell_small(kernel):
+    """The root cause's last lines of a rank that printed 5 MB without a newline: clipped in the
+    printed table and in the result the cell keeps as data (it was 1.3 MB of each)."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / "huge_then_fail.py"
+    script.write_text("import os, sys\nsys.stdout.write('y' * 5_000_000)\nsys.stdout.flush()\n"
+                      "if os.environ['RANK_ID'] == '1':\n    sys.exit('rank 1 gives up')\n")
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
+                        f"--log-dir {kc.log_dir} --job-name huge python {script}")
+    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    assert "rank 1 gives up" in cell.stream and "more characters in the log" in cell.stream
+    assert len(cell.stream) < 30_000, len(cell.stream)
+    cause = cell.results[0]["root_cause"]
+    assert cause["last_lines"] and all(len(line) < 600 for line in cause["last_lines"])
+    job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("huge"))
+    assert (job / "rank_1.log").stat().st_size > 5_000_000  # the log keeps every byte
