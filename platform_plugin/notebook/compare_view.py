@@ -75,10 +75,11 @@ def _display_table_and_chart(result: Comparison) -> None:
 
     from IPython.display import Image, display
 
-    rows = "".join(f"<tr><td>{html.escape(line)}</td></tr>" for line in result.table.splitlines())
+    # a <pre>, not a table of lines: JupyterLab right-aligns table cells and collapses their
+    # spaces (td: white-space nowrap), which scrambled the columns
     display({"text/plain": f"job {result.job_id}\n{result.table}",
-             "text/html": f"<b>job {html.escape(result.job_id)}</b><table style='font-family:"
-                          f"monospace;white-space:pre'>{rows}</table>"}, raw=True)
+             "text/html": f"<b>job {html.escape(result.job_id)}</b><pre style='margin:2px 0 8px'>"
+                          f"{html.escape(result.table)}</pre>"}, raw=True)
     fig = comparing.figure({result.metric: result.series}, f"{result.job_id}: per rank")
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=90)

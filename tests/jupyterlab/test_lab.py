@@ -111,6 +111,9 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
     chart = cells.nth(4).locator(".jp-OutputArea img")
     chart.wait_for(timeout=180_000)
     assert chart.bounding_box()["width"] > 300
+    compared = output_text(page, 4)  # the columns as the CLI prints them (spaces kept, left)
+    assert re.search(r"^rank {4,}final loss {4,}best", compared, re.M), compared
+    assert re.search(r"^rank-07 {4,}\d", compared, re.M), compared
     frame = cells.nth(4).locator(".jp-OutputArea iframe")
     frame.wait_for(timeout=240_000)
     src = frame.get_attribute("src")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.launcher.helpers import ASSETS, log_text, wait_for
+from tests.launcher.helpers import ASSETS, log_text, wait_for, wait_no_processes
 from tests.magic.helpers import run_cell
 
 pytestmark = pytest.mark.slow
@@ -110,3 +110,31 @@ def test_a_failed_rank_with_a_huge_line_keeps_the_cell_small(kernel):
     assert cause["last_lines"] and all(len(line) < 600 for line in cause["last_lines"])
     job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("huge"))
     assert (job / "rank_1.log").stat().st_size > 5_000_000  # the log keeps every byte
+
+
+def test_kernel_restart_while_a_job_runs_leaves_no_process(kernel):
+    """Restart (JupyterLab's button: shutdown request, then kill) while a tracked job runs: no
+    rank survives the kernel, and the forwarding helper ends too (its pipe closed without an
+    end: it closes the runs as the launcher's death and exits) - nothing to find with ps."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    kc.execute(f"%dist_run --nproc 2 --backend plain --log-dir {kc.log_dir} "
+               f"--job-name restarted python {ASSETS / 'board_rank.py'} 100000 0.2")
+    job = wait_for(lambda: [d for d in kc.log_dir.glob("restarted-*")
+                            if "step 2" in log_text(str(d), "1")], timeout=120,
+                   what="the ranks running")[0]
+    helper = json.loads(wait_for(lambda: (job / "tracking" / "helper.json").read_text()
+                                 if (job / "tracking" / "helper.json").exists() else "",
+                                 what="the helper")).get("pid")
+    km.restart_kernel(now=False)
+    assert wait_no_processes(str(job), timeout=30) == []
+    assert helper is None or wait_for(lambda: not _alive(helper), timeout=60, what="helper end")
+    assert run_cell(kc, "%load_ext platform_plugin").ok  # the new kernel works
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
