@@ -56,9 +56,18 @@ def _table(result: JobResult) -> str:
                 "stopped by launcher" if failure.stopped_by_launcher else "failed later")
         row = (failure.label, _dash(failure.rank_id), _dash(failure.device_id),
                _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note)
-        rows.append(row + ((" < ".join(failure.stack[:STACK_FRAMES]) or "-",) if stacks else ()))
+        rows.append(row + ((" < ".join(_own_frames(failure.stack)[:STACK_FRAMES]) or "-",)
+                           if stacks else ()))
     header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
     return render_rows(header + (["stuck in (innermost frames)"] if stacks else []), rows, indent="  ")
+
+
+def _own_frames(stack: list[str]) -> list[str]:
+    """A rank stopped during an import (MindSpore's take seconds) was "stuck in" importlib's
+    frozen frames, 130 characters of `_call_with_frames_removed (<frozen importlib...>)`: the
+    table shows the frames of real files (all frames stay in stacks/ and the log)."""
+    own = [frame for frame in stack if "(<frozen " not in frame]
+    return own or stack
 
 
 def _dash(value) -> str:

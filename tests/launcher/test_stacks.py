@@ -82,3 +82,23 @@ def test_py_spy_under_a_kernels_colour_variables_gives_plain_frames(monkeypatch)
         sleeper.wait()
     assert "\x1b" not in dump.text, dump.text
     assert dump.frames and dump.frames[0].startswith("nap (<string>:"), dump
+
+
+def test_the_table_skips_importlibs_frozen_frames():
+    """A rank interrupted while MindSpore imports (seen in JupyterLab): the frames of files."""
+    from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure
+    stack = ["_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
+             "ExtensionFileLoader.create_module (<frozen importlib._bootstrap_external>:1233)",
+             "<module> (mindspore/graph/api.py:138)", "<module> (ms.py:1)"]
+    frozen = ["exec_module (<frozen importlib._bootstrap_external>:940)"]
+    failures = [RankFailure("0", 0, 0, "h", 42, None, "SIGTERM", 3.0, stopped_by_launcher=True,
+                            stack=stack),
+                RankFailure("1", 1, 1, "h", 43, None, "SIGTERM", 3.0, stopped_by_launcher=True,
+                            stack=frozen)]
+    table = JobResult("j", "n", "/logs/j", "plain", JobStatus.INTERRUPTED, False, 3.0,
+                      {"0": -15, "1": -15}, failures=failures).render()
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0 "))
+    assert row0.rstrip().endswith("<module> (mindspore/graph/api.py:138) < <module> (ms.py:1)")
+    assert "frozen" not in row0
+    row1 = next(line for line in table.splitlines() if line.strip().startswith("rank 1 "))
+    assert row1.rstrip().endswith(frozen[0])  # nothing else known: better than nothing
