@@ -36,6 +36,18 @@ class RankRow:
     def held_back(self) -> int:
         return max(0, self.lines - len(self.tail))
 
+    @property
+    def counted(self) -> str:
+        """"12 lines, 8 earlier lines in the log", "1 line" (not "1 lines")."""
+        text = _lines(self.lines)
+        held = self.held_back
+        return text + (f", {held} earlier {'line' if held == 1 else 'lines'} in the log"
+                       if held else "")
+
+
+def _lines(count: int) -> str:
+    return f"{count} line" if count == 1 else f"{count} lines"
+
 
 @dataclass
 class BoardView:
@@ -79,8 +91,7 @@ def render_text(view: BoardView) -> str:
     for row in view.rows:
         if not row.tail:
             continue
-        held = f", {row.held_back} earlier lines in the log" if row.held_back else ""
-        lines.append(f"-- {row.label} ({row.lines} lines{held}) --")
+        lines.append(f"-- {row.label} ({row.counted}) --")
         lines += [f"  {line}" for line in row.tail]
     return "\n".join(lines)
 
@@ -119,9 +130,8 @@ def render_html(view: BoardView) -> str:
     for row in view.rows:
         if not row.tail:
             continue
-        held = f", {row.held_back} earlier lines in the log" if row.held_back else ""
-        tails.append(f"<div class='tail'><div class='head'>{esc(row.label)} ({row.lines} lines"
-                     f"{held})</div><pre>{esc(chr(10).join(row.tail))}</pre></div>")
+        tails.append(f"<div class='tail'><div class='head'>{esc(row.label)} ({esc(row.counted)})"
+                     f"</div><pre>{esc(chr(10).join(row.tail))}</pre></div>")
     if tails:
         parts.append(f"<div class='tails'>{''.join(tails)}</div>")
     parts.append("</div>")

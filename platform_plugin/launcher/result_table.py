@@ -22,7 +22,9 @@ def render(result: JobResult) -> str:
                      f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
                      f"{cause.runtime_s:.1f}s")
         if cause.last_lines:
-            lines.append(f"  last {len(cause.last_lines)} lines of {log_name(cause.name)}:")
+            count = len(cause.last_lines)
+            lines.append(f"  last {'line' if count == 1 else f'{count} lines'} of "
+                         f"{log_name(cause.name)}:")
             lines.extend(f"    | {line}" for line in cause.last_lines)
     if result.failures or not result.ok:
         lines.append(_table(result))

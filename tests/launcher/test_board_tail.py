@@ -33,3 +33,16 @@ def test_only_the_last_lines_of_a_big_chunk_are_kept_and_chatter_stays_hidden():
     tail.feed(b"".join(b"line %d\n" % i for i in range(10_000)) + b"[WARNING] DISTRIBUTED x\n"
               + b"part")
     assert tail.shown() == ["line 9998", "line 9999", "part"]
+
+
+def test_counts_are_english():
+    """"rank 0 (1 lines)" under every one-line rank of the board, "last 1 lines of" (seen)."""
+    from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
+    view = BoardView("job", [RankRow("0", "ok", 1.0, lines=1, tail=["done"]),
+                             RankRow("1", "ok", 1.0, lines=5, tail=["c", "d", "e", "f"]),
+                             RankRow("2", "ok", 1.0, lines=9, tail=["f", "g", "h", "i"])])
+    text, html = render_text(view), render_html(view)
+    for form in (text, html):
+        assert "rank 0 (1 line)" in form
+        assert "rank 1 (5 lines, 1 earlier line in the log)" in form
+        assert "rank 2 (9 lines, 5 earlier lines in the log)" in form
