@@ -46,6 +46,7 @@ class Board(Output):
         self.final_bundle: dict | None = None
         self._last_bundle: dict | None = None
         self.outcome = "ended"
+        self.cause: str | None = None  # the root-cause rank: its last lines follow in the table
 
     # -- Output ---------------------------------------------------------------------------
     def open(self, name: str, log_path: str) -> None:
@@ -87,6 +88,8 @@ class Board(Output):
     def ended(self, result) -> None:
         """The last redraw says how the job ended (the table below it says why)."""
         self.outcome = "succeeded" if result.ok else result.status.upper()
+        cause = result.root_cause
+        self.cause = cause.name if cause is not None and cause.last_lines else None
         self.final_bundle = self.bundle(final=True)
         self.publish(self.final_bundle)
 
@@ -112,7 +115,9 @@ class Board(Output):
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
                 lines=self.lines.get(name, 0) + (1 if self.tails[name].current else 0),
-                tail=self.tails[name].shown()))
+                tail=self.tails[name].shown(),
+                # the failure table below the board prints the root cause's last lines: once
+                tail_block=not (final and name == self.cause)))
         plan = self.supervisor.plan if self.supervisor else None
         title = (f"job {plan.job_id} — backend {plan.backend}" if plan else "starting the job")
         if final:

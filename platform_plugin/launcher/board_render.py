@@ -27,6 +27,7 @@ class RankRow:
     steps_per_s: float | None = None
     lines: int = 0  # lines the rank printed
     tail: list = field(default_factory=list)  # its last lines (decoded)
+    tail_block: bool = True  # shown below the table (the last one is in its row anyway)
 
     @property
     def label(self) -> str:
@@ -89,7 +90,7 @@ def render_text(view: BoardView) -> str:
     lines = [view.title, render_rows(HEADERS, [_cells(r) for r in view.rows], indent="  ")]
     lines += [f"  {note}" for note in view.notes]
     for row in view.rows:
-        if not row.tail:
+        if not (row.tail and row.tail_block):
             continue
         lines.append(f"-- {row.label} ({row.counted}) --")
         lines += [f"  {line}" for line in row.tail]
@@ -128,7 +129,7 @@ def render_html(view: BoardView) -> str:
     parts += [f"<div class='head'>{esc(note)}</div>" for note in view.notes]
     tails = []
     for row in view.rows:
-        if not row.tail:
+        if not (row.tail and row.tail_block):
             continue
         tails.append(f"<div class='tail'><div class='head'>{esc(row.label)} ({esc(row.counted)})"
                      f"</div><pre>{esc(chr(10).join(row.tail))}</pre></div>")

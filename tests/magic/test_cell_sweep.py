@@ -138,3 +138,23 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except OSError:
         return False
+
+
+def test_a_ranks_traceback_is_shown_once_and_whole(kernel):
+    """The failing rank's traceback: complete in the failure table, not a second time as the
+    board's tail of that rank (the other rank's tail stays on the board)."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / "traceback_rank.py"
+    script.write_text("import os\ndef inner(x):\n    return 1 / x\ndef outer():\n    return "
+                      "inner(0)\nprint('rank', os.environ['RANK_ID'], 'starting', flush=True)\n"
+                      "if os.environ['RANK_ID'] == '1':\n    outer()\n")
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
+                        f"--log-dir {kc.log_dir} --job-name tb python {script}")
+    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    html = cell.displays[-1][1]["text/html"]
+    for frame in ("line 8, in <module>", "line 5, in outer", "line 3, in inner"):
+        assert cell.stream.count(frame) == 1, cell.stream
+    assert (cell.board + cell.stream).count("ZeroDivisionError: division by zero") == 2  # row+table
+    assert "-- rank 1 (" not in cell.board and "return 1 / x" not in cell.board + html
+    assert "-- rank 0 (1 line) --" in cell.board and "rank 0 starting" in html
