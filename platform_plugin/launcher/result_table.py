@@ -26,6 +26,9 @@ def render(result: JobResult) -> str:
             lines.append(f"  last {'line' if count == 1 else f'{count} lines'} of "
                          f"{log_name(cause.name)}:")
             lines.extend(f"    | {line}" for line in cause.last_lines)
+            if any(STDIN_EOF in line for line in cause.last_lines[-3:]):
+                lines.append("  hint: ranks read no keyboard (stdin is empty: input() ends at "
+                             "once); pass the value as an argument, a variable or a file")
     if result.failures or not result.ok:
         lines.append(_table(result))
     held = {k: v for k, v in result.held_back.items() if v}
@@ -41,6 +44,7 @@ def render(result: JobResult) -> str:
     return "\n".join(lines)
 
 
+STDIN_EOF = "EOFError: EOF when reading a line"  # input() in a rank
 STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in the log
 
 

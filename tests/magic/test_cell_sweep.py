@@ -158,3 +158,15 @@ def test_a_ranks_traceback_is_shown_once_and_whole(kernel):
     assert (cell.board + cell.stream).count("ZeroDivisionError: division by zero") == 2  # row+table
     assert "-- rank 1 (" not in cell.board and "return 1 / x" not in cell.board + html
     assert "-- rank 0 (1 line) --" in cell.board and "rank 0 starting" in html
+
+
+def test_a_rank_calling_input_fails_at_once_with_a_hint(kernel):
+    """input() in a rank must not hang the cell (stdin is empty), and the user learns why."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / "asks.py"
+    script.write_text("name = input('your name? ')\nprint('hello', name)\n")
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
+                        f"--log-dir {kc.log_dir} --job-name asks python {script}", timeout=60)
+    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    assert "EOFError" in cell.stream and "hint: ranks read no keyboard" in cell.stream
