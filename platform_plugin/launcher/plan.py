@@ -123,7 +123,10 @@ def default_job_name(command: tuple[str, ...]) -> str:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "job"
+    """Letters and digits of any script (`--job-name 中文训练`, `训练.py` keep their name: it was
+    silently "job"), `_.-`; the rest (spaces, slashes, quotes, shell and control characters)
+    becomes `-`."""
+    return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "job"
 
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,

@@ -170,3 +170,18 @@ def test_a_rank_calling_input_fails_at_once_with_a_hint(kernel):
                         f"--log-dir {kc.log_dir} --job-name asks python {script}", timeout=60)
     assert not cell.ok and cell.reply["ename"] == "JobFailed"
     assert "EOFError" in cell.stream and "hint: ranks read no keyboard" in cell.stream
+
+
+def test_a_job_name_in_chinese_is_kept(kernel):
+    """`--job-name 中文训练` (and a script 训练.py) named the job "job-…" without a word."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / "训练.py"
+    script.write_text("print('第一步')\n")
+    for option, name in (("--job-name '中文 训练'", "中文-训练"), ("", "训练")):
+        cell = run_cell(kc, f"%dist_run --nproc 1 --backend plain --tracking none {option} "
+                            f"--log-dir {kc.log_dir} python {script}")
+        assert cell.ok, cell.stream
+        assert cell.results[0]["job_id"].startswith(f"{name}-2"), cell.results[0]["job_id"]
+        assert "第一步" in cell.board
+    assert [d.name for d in kc.log_dir.glob("中文-训练-2*")]
