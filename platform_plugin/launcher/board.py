@@ -47,6 +47,7 @@ class Board(Output):
         self._last_bundle: dict | None = None
         self.outcome = "ended"
         self.cause: str | None = None  # the root-cause rank: its last lines follow in the table
+        self.delivering = False  # the ranks ended; the launcher waits for tracking's delivery
 
     # -- Output ---------------------------------------------------------------------------
     def open(self, name: str, log_path: str) -> None:
@@ -93,6 +94,14 @@ class Board(Output):
         self.final_bundle = self.bundle(final=True)
         self.publish(self.final_bundle)
 
+    def waiting_for_tracking(self, waiting: bool) -> None:
+        """The job ended but the cell still runs while the ranks' points are delivered: the
+        title says so (else "succeeded" over a busy cell for seconds, unexplained)."""
+        if waiting != self.delivering:
+            self.delivering = waiting
+            self.final_bundle = self.bundle(final=True)
+            self.publish(self.final_bundle)
+
     # -- the view ---------------------------------------------------------------------------
     def bundle(self, final: bool = False) -> dict:
         view = self.view(final)
@@ -122,6 +131,8 @@ class Board(Output):
         title = (f"job {plan.job_id} — backend {plan.backend}" if plan else "starting the job")
         if final:
             title += f" — {self.outcome}"
+            if self.delivering:
+                title += " — sending the metrics to tracking (the stop button ends this wait)"
         return BoardView(title=title, rows=rows, notes=list(self.notes),
                          log_dir=plan.job_dir if plan else "", final=final)
 

@@ -37,11 +37,20 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
         started.abandon()
         raise
     result = None
+    # the board (a notebook) says while the cell waits for tracking's delivery
+    tell = getattr(supervisor.output, "waiting_for_tracking", lambda waiting: None)
+
+    def waiting() -> None:
+        if result is not None:
+            job_file.record(result)
+            tell(True)
     try:
         result = supervisor.run()
     finally:
-        report = _finish_tracking(job_tracking, result, last,
-                                  waiting=lambda: job_file.record(result) if result is not None else None)
+        try:
+            report = _finish_tracking(job_tracking, result, last, waiting=waiting)
+        finally:
+            tell(False)
     result.tracking = report
     result.attempts = list(attempts)
     result.server_id = plan.server_id

@@ -42,8 +42,9 @@ def test_board_tail_is_what_a_terminal_shows(kernel):
 
 def test_stop_while_tracking_delivers_keeps_the_job_result(kernel):
     """A tracking server that accepts connections and never answers (a listening socket here)
-    holds the end-of-job delivery wait; the kernel interrupt then ends the cell at once: the
-    job's own result, a note where the points went, no KeyboardInterrupt from plugin frames."""
+    holds the end-of-job delivery wait, which the board's title names; the kernel interrupt then
+    ends the cell at once: the job's own result, a note where the points went, no
+    KeyboardInterrupt from plugin frames."""
     km, kc = kernel
     assert run_cell(kc, "%load_ext platform_plugin").ok
     with socket.socket() as mute:
@@ -61,7 +62,7 @@ def test_stop_while_tracking_delivers_keeps_the_job_result(kernel):
                            timeout=120, what="the ranks' end, tracking's wait")[0]
             time.sleep(0.5)
             km.interrupt_kernel()
-            stream, reply = "", None
+            stream, reply, titles = "", None, []
             deadline = time.monotonic() + 60
             while reply is None:
                 msg = kc.get_iopub_msg(timeout=max(1, deadline - time.monotonic()))
@@ -69,6 +70,8 @@ def test_stop_while_tracking_delivers_keeps_the_job_result(kernel):
                     continue
                 if msg["msg_type"] == "stream":
                     stream += msg["content"]["text"]
+                elif "text/plain" in msg["content"].get("data", {}):  # the board's redraws
+                    titles.append(msg["content"]["data"]["text/plain"].split("\n")[0])
                 elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                     reply = kc.get_shell_msg(timeout=30)["content"]
         finally:
@@ -77,6 +80,9 @@ def test_stop_while_tracking_delivers_keeps_the_job_result(kernel):
             if job is not None:
                 _stop_helper(job)
     assert reply["status"] == "ok", reply
+    # while it waited the board said why the cell still ran; its last state does not any more
+    assert any("sending the metrics to tracking" in title for title in titles), titles
+    assert titles[-1].endswith("— succeeded"), titles
     assert "stopped waiting for tracking" in stream and f"platform-run sync {job.name}" in stream
     assert "Traceback" not in stream and "KeyboardInterrupt" not in stream, stream
     status = kc.execute_interactive("", user_expressions={"s": "str(_dist_result.status)"},
