@@ -201,14 +201,17 @@ def main() -> int:
             f"`rm -rf` does only the unlinks):", "",
             "| step | wall (s) | CPU user+sys (s) |", "|---|---|---|", *steps, "",
             "The walk decides in the command's process and a worker process unlinks (one job "
-            "per folder, the folder's descriptor passed over a unix socket), so the `lstat` "
-            "for the report's byte count and the per-entry Python run on one core while the "
-            "unlinks run on the other. The wall ratio therefore depends on a second core: with "
-            "one free, the walk hides behind the unlinks and what shows is the start (interpreter, "
-            "imports, rules) plus the worker's own Python per unlink; on a saturated machine two "
-            "processes also get a larger share of the CPU than `rm`'s one, which flatters the "
-            "wall ratio. The CPU ratio is the work itself: the `lstat` per file, per-entry "
-            "Python, interpreter start and imports (twice: the worker is a second interpreter)."]
+            "per folder, the folder's descriptor passed over a unix socket; when the worker "
+            "is behind, the walk unlinks a folder itself), so the `lstat` for the report's "
+            'byte count and the per-entry Python run on one core while the unlinks run on the '
+            'other. The wall ratio therefore depends on a second core: with one free, the '
+            'walk hides behind the unlinks and what shows is the start (interpreter, imports, '
+            "rules, the worker's interpreter) and the end (the report); when another job "
+            'keeps one core busy, the walk and the worker share the other and the wall ratio '
+            'drifts towards the CPU ratio (rounds well above the median). The CPU ratio is '
+            'the work itself: the `lstat` per file (the largest part, kept: the report shows '
+            'the exact bytes freed), scandir, per-entry Python, interpreter start and imports '
+            '(twice: the worker is a second, minimal interpreter).']
     print("\n".join(lines))
     if not args.no_write:
         write_section("cleanup", "\n".join(["## cleanup", "", *lines]))
