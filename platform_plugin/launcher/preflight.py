@@ -24,9 +24,11 @@ def _refuse(code: str, message: str, path: str) -> ConfigError:
 
 def check_plan(plan: LaunchPlan) -> None:
     """The checks that need no network and start nothing (also run by the fuzz corpus)."""
-    if len(plan.job_name) > MAX_JOB_NAME:
-        raise _refuse("LAUNCH_JOB_NAME", f"the job name is {len(plan.job_name)} characters; use "
-                      f"at most {MAX_JOB_NAME} (it names the job's folder)", "--job-name")
+    size = len(plan.job_name.encode("utf-8"))  # a folder name holds 255 bytes, not characters
+    if size > MAX_JOB_NAME:
+        raise _refuse("LAUNCH_JOB_NAME", f"the job name is {size} bytes in UTF-8 ({len(plan.job_name)} "
+                      f"characters); use at most {MAX_JOB_NAME} bytes (it names the job's folder)",
+                      "--job-name")
     if not is_host(plan.master_addr):
         raise _refuse("LAUNCH_MASTER_ADDR", f"--master-addr {plan.master_addr[:80]!r} is neither an "
                       "IP address nor a host name", "--master-addr")

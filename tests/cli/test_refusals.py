@@ -102,6 +102,13 @@ def test_a_300_character_job_name(cwd):
                           cwd), "LAUNCH_JOB_NAME")
 
 
+def test_a_90_character_chinese_job_name_is_too_long_for_a_folder(cwd):
+    """270 bytes in UTF-8 (a folder name holds 255): refused before anything exists, not an
+    ENAMETOOLONG traceback once Chinese names were kept."""
+    refused(run_inprocess(["launch", "--nproc", "1", "--job-name", "训" * 90, "--", "true"],
+                          cwd), "LAUNCH_JOB_NAME")
+
+
 @pytest.mark.parametrize("how", ["--log-dir", "PLATFORM_LOG_DIR", "--cache-dir"])
 def test_a_folder_option_that_is_a_file(cwd, clean_environ, how):
     cwd.joinpath("afile").write_text("x")
