@@ -2,14 +2,15 @@
 removals are known.
 
 The walk decides (scandir, protected names, the `lstat` for the byte count) and the worker
-(`unlinker.py`, its own interpreter, started at the first job) unlinks, in the order it was
+(`unlinker.py`, its own interpreter, started with the walk) unlinks, in the order it was
 asked: a folder's files, then the folder itself, children before parents. So on two cores
 the decisions about one folder run while the previous one is removed - a thread could not do
 that: on tmpfs both sides are mostly Python between microsecond system calls, and the GIL let
 only one run at a time. Each job carries a duplicate of the folder's descriptor (opened by the
 walk with O_NOFOLLOW and checked for its filesystem), so the worker removes exactly where the
-walk decided, with the same guarantees; the socket's buffer bounds the jobs (and descriptors)
-in flight. The worker dies with the walk's process (PR_SET_PDEATHSIG).
+walk decided, with the same guarantees; the socket's small buffer bounds the jobs (and
+descriptors) in flight, and when it is full the walk unlinks that folder itself instead of
+waiting. The worker dies with the walk's process (PR_SET_PDEATHSIG).
 
 A removal can fail (an immutable file, a permission): the folder and every folder above it
 are then not removed as a whole and the report lists what did go, piece by piece. Since that

@@ -1,7 +1,7 @@
 """The cleanup's remover process: it unlinks what the walk decided, on another core.
 
 Run as a script (`python -I -S unlinker.py PARENT_PID SOCKET_FD`) by `remover.Remover`, so
-stdlib only and nothing of the package is imported: it starts in ~20 ms. Why a process and
+stdlib only and nothing of the package is imported: it starts in ~15 ms. Why a process and
 not a thread: on tmpfs an unlink is a few microseconds of system call, so a thread that
 unlinks and the walk that decides hand the GIL back and forth all the time and hardly run at
 once (measured: the thread bought nothing over unlinking inline); a process has its own.
