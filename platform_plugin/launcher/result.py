@@ -154,8 +154,11 @@ class JobFailed(PlatformPluginError):
     def __init__(self, result: JobResult):
         self.result = result
         cause = result.root_cause
-        what = f"{cause.label} {cause.how}" if cause else (result.reason or result.status)
-        super().__init__(f"job {result.job_id} {result.status}: {what} (logs: {result.job_dir})")
+        status = f"{result.status}"
+        what = f"{cause.label} {cause.how}" if cause else (result.reason or status)
+        # "job x interrupted (Ctrl-C, ...)", not "job x interrupted: interrupted (Ctrl-C, ...)"
+        head = f"job {result.job_id} " + (what if what.startswith(status) else f"{status}: {what}")
+        super().__init__(f"{head} (logs: {result.job_dir})")
 
 
 def name_label(name: str) -> str:
