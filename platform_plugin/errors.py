@@ -73,6 +73,8 @@ class ConfigError(PlatformPluginError):
     """Bad input (rank table, variables, options, files): nothing was started. Exit code 2."""
 
     exit_code = 2
+    headline = "nothing was started"  # what the cell says above the problems (%platform_clean:
+    # "nothing was removed", %dist_compare: "nothing was compared")
 
     def __init__(self, problems: list[Problem] | str, *, code: str | None = None):
         """`ConfigError([Problem, ...])`, or `ConfigError(message, code=CODE)` for one problem:
@@ -89,7 +91,7 @@ class ConfigError(PlatformPluginError):
         return (type(self), (self.problems,))
 
     def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[0;31mConfigError\x1b[0m: nothing was started"] + [
+        return [f"\x1b[0;31mConfigError\x1b[0m: {self.headline}"] + [
             f"  {p}" for p in self.problems]
 
 

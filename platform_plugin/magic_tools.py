@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+from contextlib import contextmanager
 from pathlib import Path
 from stat import S_ISREG
 
@@ -89,19 +90,25 @@ class PlatformMagics(Magics):
     def dist_compare(self, line: str):
         """Compare the ranks of a job (default: the latest). `%dist_compare --help` for options."""
         __tracebackhide__ = True
-        try:
-            args = _compare_parser().parse_args(
-                split_line(line, "%dist_compare", "MAGIC_BAD_OPTION"))
-        except _HelpShown:
-            return None
-        from platform_plugin.notebook.compare_view import compare
-        self.shell.user_ns["_dist_compare"] = compare(
-            args.job, args.metric, log_dir=args.log_dir, tolerance=args.tolerance, ui=args.ui)
+        with _headline("nothing was compared"):
+            try:
+                args = _compare_parser().parse_args(
+                    split_line(line, "%dist_compare", "MAGIC_BAD_OPTION"))
+            except _HelpShown:
+                return None
+            from platform_plugin.notebook.compare_view import compare
+            self.shell.user_ns["_dist_compare"] = compare(
+                args.job, args.metric, log_dir=args.log_dir, tolerance=args.tolerance, ui=args.ui)
         return None
 
     @line_magic
     def platform_clean(self, line: str):
         """Clean CODE/ as a full run would; `--dry-run` lists what would go. `--help` for more."""
+        __tracebackhide__ = True
+        with _headline("nothing was removed"):
+            self._clean(line)
+
+    def _clean(self, line: str) -> None:
         __tracebackhide__ = True
         try:
             args = _clean_parser().parse_args(
@@ -121,6 +128,17 @@ class PlatformMagics(Magics):
               f"{'after a real run' if args.dry_run else 'after'}")
         self.shell.user_ns["_platform_clean"] = report
         return None
+
+
+@contextmanager
+def _headline(text: str):
+    """A refusal inside this magic says what did not happen ("ConfigError: nothing was started"
+    above a busy CODE/ folder or a typo'd option of %platform_clean was wrong)."""
+    try:
+        yield
+    except ConfigError as exc:
+        exc.headline = text
+        raise
 
 
 def register(ipython) -> None:

@@ -191,3 +191,16 @@ def test_a_job_name_in_chinese_is_kept(kernel):
         assert cell.results[0]["job_id"].startswith(f"{name}-2"), cell.results[0]["job_id"]
         assert "第一步" in cell.board
     assert [d.name for d in kc.log_dir.glob("中文-训练-2*")]
+
+
+def test_a_refused_magic_says_what_did_not_happen(kernel):
+    """"ConfigError: nothing was started" above a refused %platform_clean (a busy CODE/, a typo)
+    or %dist_compare: those start nothing; they remove or compare nothing."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    for line, headline in (("%platform_clean --dryrun", "nothing was removed"),
+                           ("%dist_compare --metrc loss", "nothing was compared"),
+                           ("%dist_run --nprocs 2 python x.py", "nothing was started")):
+        cell = run_cell(kc, line)
+        assert cell.error[0] == f"ConfigError: {headline}", (line, cell.error)
+        assert "did you mean" in "\n".join(cell.error)
