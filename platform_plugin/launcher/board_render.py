@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from platform_plugin.util.texttable import render_rows
 
 LAST_LINE_CHARS = 60
+TEXT_LINE_CHARS = 200  # a tail line in the text form (the log has it whole)
 METRIC_CHARS = 34
 OK_STATUSES = ("running", "ok", "starting")
 
@@ -93,7 +94,8 @@ def render_text(view: BoardView) -> str:
         if not (row.tail and row.tail_block):
             continue
         lines.append(f"-- {row.label} ({row.counted}) --")
-        lines += [f"  {line}" for line in row.tail]
+        # the HTML clips a line to its box; plain text (papermill, nbconvert) gets a clip too
+        lines += [f"  {_clip(line, TEXT_LINE_CHARS)}" for line in row.tail]
     return "\n".join(lines)
 
 
