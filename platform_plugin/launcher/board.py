@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.board_tail import ScreenTail
-from platform_plugin.launcher.output import Output
+from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output
 from platform_plugin.launcher.result import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
 
@@ -54,12 +54,21 @@ class Board(Output):
         super().open(name, log_path)
         self._names.append(name)
         self.lines[name] = 0
-        self.tails[name] = ScreenTail(self.tail_lines, self.hide)
+        # as many lines as the failure table quotes (`tail()`), the board shows the last few
+        self.tails[name] = ScreenTail(max(self.tail_lines, TABLE_LINES), self.hide)
 
     def feed(self, name: str, data: bytes) -> None:
         super().feed(name, data)
         self.lines[name] += data.count(b"\n")
         self.tails[name].feed(data)
+
+    def tail(self, name: str) -> list[str]:
+        """A rank's last lines for the failure table, as a terminal shows them: the stream's own
+        tail kept a progress bar once per display flush (3 states of a tqdm bar above the
+        traceback)."""
+        if name not in self.tails:  # its log could not be opened: as Output (KeyError)
+            return super().tail(name)
+        return self.tails[name].shown()
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -124,7 +133,7 @@ class Board(Output):
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
                 lines=self.lines.get(name, 0) + (1 if self.tails[name].current else 0),
-                tail=self.tails[name].shown(),
+                tail=self.tails[name].shown()[-self.tail_lines:],
                 # the failure table below the board prints the root cause's last lines: once
                 tail_block=not (final and name == self.cause)))
         plan = self.supervisor.plan if self.supervisor else None

@@ -1,11 +1,12 @@
-"""A rank's last lines as a terminal would finally show them (the board's tail).
+"""A rank's last lines as a terminal would finally show them (the board's tail, and in a
+notebook the failure table's quote of the root cause).
 
 The display stream (output.py) shows a progress bar every `PARTIAL_FLUSH_S` and cuts a huge
 line into `PARTIAL_MAX` pieces, each a line of its own: right for a stream of prefixed lines,
 wrong for a board that redraws in place. Here a `\\r` redraw replaces the line it redraws (8
 tqdm bars show 8 bars, not every state a flush caught), a line is one line however long (kept
-to `LINE_CHARS` bytes: the board clips it anyway), and ANSI escapes (colours, cursor moves) are
-removed: HTML would show them as stray `[33m` text.
+to about `LINE_BYTES` bytes, its start and its end: the board clips it anyway), and ANSI
+escapes (colours, cursor moves) are removed: HTML would show them as stray `[33m` text.
 """
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ def last_state(line: bytes) -> bytes:
         return line
     segments = [s for s in line.split(b"\r") if s]
     return segments[-1] if segments else b""
+
+
+def bounded(line: bytes) -> bytes:
+    """At most ~LINE_BYTES: its start and its end (an error often ends a line a bar began)."""
+    if len(line) <= LINE_BYTES:
+        return line
+    return line[:LINE_BYTES // 2] + " … ".encode() + line[-(LINE_BYTES // 2):]
 
 
 def plain(line: bytes) -> str:
@@ -54,14 +62,14 @@ class ScreenTail:
             else:  # the chunk's first line continues the one being drawn
                 pieces[0] = self.current + pieces[0]
             for piece in pieces:
-                line = last_state(piece)[:LINE_BYTES]
+                line = bounded(last_state(piece))
                 if self.hide is None or not self.hide.match(line):
                     self.lines.append(line)
             self.current = b""
         if data:  # the line being drawn: from its last `\r` redraw on ("a\r" stays "a")
             drawing = self.current + data
             start = drawing.rstrip(b"\r").rfind(b"\r") + 1
-            self.current = drawing[start:start + LINE_BYTES]
+            self.current = bounded(drawing[start:])
 
     def shown(self) -> list[str]:
         """The lines to show (the line being drawn last), escapes removed."""

@@ -23,9 +23,11 @@ def test_a_huge_line_is_one_bounded_line_and_escapes_are_removed():
     tail = ScreenTail(4)
     for _ in range(80):  # 5 MB in 64 KiB chunks, no newline
         tail.feed(b"x" * 65536)
-    assert [len(line) for line in tail.shown()] == [LINE_BYTES]
+    tail.feed(b"rank 1 gives up")  # the end of a huge line is kept too
+    huge = "x" * (LINE_BYTES // 2) + " … " + "x" * (LINE_BYTES // 2 - 15) + "rank 1 gives up"
+    assert tail.shown() == [huge]
     tail.feed(b"\n\x1b[31mred\x1b[0m \x1b[1;32mgreen\x1b[0m\x1b[A\x07\n")
-    assert tail.shown() == ["x" * LINE_BYTES, "red green"]
+    assert tail.shown() == [huge, "red green"]
 
 
 def test_only_the_last_lines_of_a_big_chunk_are_kept_and_chatter_stays_hidden():

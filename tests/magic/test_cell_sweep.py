@@ -110,7 +110,7 @@ def test_a_failed_rank_with_a_huge_line_keeps_the_cell_small(kernel):
     cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
                         f"--log-dir {kc.log_dir} --job-name huge python {script}")
     assert not cell.ok and cell.reply["ename"] == "JobFailed"
-    assert "rank 1 gives up" in cell.stream and "more characters in the log" in cell.stream
+    assert "rank 1 gives up" in cell.stream and "the whole line is in the log" in cell.stream
     assert len(cell.stream) < 30_000, len(cell.stream)
     cause = cell.results[0]["root_cause"]
     assert cause["last_lines"] and all(len(line) < 600 for line in cause["last_lines"])
@@ -204,3 +204,20 @@ def test_a_refused_magic_says_what_did_not_happen(kernel):
         cell = run_cell(kc, line)
         assert cell.error[0] == f"ConfigError: {headline}", (line, cell.error)
         assert "did you mean" in "\n".join(cell.error)
+
+
+def test_the_failure_table_quotes_a_progress_bar_once(kernel):
+    """The root cause's last lines in a notebook: the bar's last state, then the traceback
+    (the display stream's tail had one state per 1 s flush: 3 bars above the error)."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / "bar_then_fail.py"
+    script.write_text("import os, sys, time\nfor step in range(26):\n    sys.stdout.write("
+                      "f'\\rtraining: {step * 4}%')\n    sys.stdout.flush()\n    time.sleep(0.1)\n"
+                      "if os.environ['RANK_ID'] == '1':\n    raise RuntimeError('loss is nan')\n")
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
+                        f"--log-dir {kc.log_dir} --job-name barfail python {script}")
+    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    quoted = cell.stream.split("lines of rank_1.log:")[1].split("  process ")[0]
+    assert quoted.count("training:") == 1 and "training: 100%Traceback" in quoted, quoted
+    assert "RuntimeError: loss is nan" in quoted
