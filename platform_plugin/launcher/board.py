@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable
 
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
+from platform_plugin.launcher.board_colours import to_html
 from platform_plugin.launcher.board_tail import ScreenTail
 from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output
 from platform_plugin.launcher.result import describe_exit
@@ -134,6 +135,7 @@ class Board(Output):
                 steps_per_s=found.steps_per_s if found else None,
                 lines=self.lines.get(name, 0) + (1 if self.tails[name].current else 0),
                 tail=self.tails[name].shown()[-self.tail_lines:],
+                tail_html=[to_html(line) for line in self.tails[name].raw()[-self.tail_lines:]],
                 # the failure table below the board prints the root cause's last lines: once
                 tail_block=not (final and name == self.cause)))
         plan = self.supervisor.plan if self.supervisor else None

@@ -29,6 +29,7 @@ class RankRow:
     lines: int = 0  # lines the rank printed
     tail: list = field(default_factory=list)  # its last lines (decoded)
     tail_block: bool = True  # shown below the table (the last one is in its row anyway)
+    tail_html: list | None = None  # the tail as escaped HTML with its colours (board_colours)
 
     @property
     def label(self) -> str:
@@ -134,8 +135,14 @@ def render_html(view: BoardView) -> str:
         if not (row.tail and row.tail_block):
             continue
         tails.append(f"<div class='tail'><div class='head'>{esc(row.label)} ({esc(row.counted)})"
-                     f"</div><pre>{esc(chr(10).join(row.tail))}</pre></div>")
+                     f"</div><pre>{_tail_html(row)}</pre></div>")
     if tails:
         parts.append(f"<div class='tails'>{''.join(tails)}</div>")
     parts.append("</div>")
     return "".join(parts)
+
+
+def _tail_html(row: RankRow) -> str:
+    if row.tail_html is not None:
+        return "\n".join(row.tail_html)
+    return html.escape("\n".join(row.tail))

@@ -73,8 +73,12 @@ class ScreenTail:
 
     def shown(self) -> list[str]:
         """The lines to show (the line being drawn last), escapes removed."""
+        return [plain(line) for line in self.raw()]
+
+    def raw(self) -> list[bytes]:
+        """The same lines with their escapes (the board's HTML keeps their colours)."""
         lines = list(self.lines)
         current = last_state(self.current)
         if current and (self.hide is None or not self.hide.match(current)):
             lines.append(current)
-        return [plain(line) for line in lines[-(self.lines.maxlen or 1):]]
+        return lines[-(self.lines.maxlen or 1):]

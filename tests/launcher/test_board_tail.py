@@ -48,3 +48,14 @@ def test_counts_are_english():
         assert "rank 0 (1 line)" in form
         assert "rank 1 (5 lines, 1 earlier line in the log)" in form
         assert "rank 2 (9 lines, 5 earlier lines in the log)" in form
+
+
+def test_colours_become_spans_and_nothing_else_leaks():
+    """ANSI colours on the board's HTML tails (they were stray "[33m", then plain text)."""
+    from platform_plugin.launcher.board_colours import to_html
+    assert to_html(b"\x1b[31mred\x1b[0m \x1b[1;32mbold green\x1b[0m plain") == (
+        "<span style='color:#c62828;'>red</span> <span style='color:#2e7d32;font-weight:bold'>"
+        "bold green</span> plain")
+    assert to_html(b"\x1b[38;5;208morange\x1b[39m <b>&\x1b[2K\x1b[A") == "orange &lt;b&gt;&amp;"
+    assert to_html(b"\x1b[91mbright\x1b[m after") == "<span style='color:#e53935;'>bright</span> after"
+    assert to_html(b"no escapes <i>") == "no escapes &lt;i&gt;"

@@ -35,6 +35,7 @@ def test_board_tail_is_what_a_terminal_shows(kernel):
         assert len(section[1].strip()) == 200 and section[1].strip().endswith("…")  # text form
     html = cell.displays[-1][1]["text/html"]
     assert "\x1b" not in board + html and "[31m" not in board + html
+    assert "<span style='color:#c62828;'>red error</span>" in html  # the colour is kept
     assert len(html) < 40_000, len(html)  # the notebook keeps the board: no megabytes in it
     job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("screen"))
     assert "\x1b[31mred error" in log_text(str(job), "0")  # the log keeps every byte
