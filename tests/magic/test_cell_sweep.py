@@ -147,18 +147,25 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _failing_job(kernel, name: str, source: str, **run):
+    """`%dist_run` of 2 untracked ranks running `source` (a script named after the job), which
+    must fail; returns the cell."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / f"{name}.py"
+    script.write_text(source)
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
+                        f"--log-dir {kc.log_dir} --job-name {name} python {script}", **run)
+    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    return cell
+
+
 def test_a_ranks_traceback_is_shown_once_and_whole(kernel):
     """The failing rank's traceback: complete in the failure table, not a second time as the
     board's tail of that rank (the other rank's tail stays on the board)."""
-    km, kc = kernel
-    assert run_cell(kc, "%load_ext platform_plugin").ok
-    script = kc.cwd / "traceback_rank.py"
-    script.write_text("import os\ndef inner(x):\n    return 1 / x\ndef outer():\n    return "
-                      "inner(0)\nprint('rank', os.environ['RANK_ID'], 'starting', flush=True)\n"
-                      "if os.environ['RANK_ID'] == '1':\n    outer()\n")
-    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
-                        f"--log-dir {kc.log_dir} --job-name tb python {script}")
-    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    cell = _failing_job(kernel, "tb", "import os\ndef inner(x):\n    return 1 / x\ndef outer():\n"
+                        "    return inner(0)\nprint('rank', os.environ['RANK_ID'], 'starting', "
+                        "flush=True)\nif os.environ['RANK_ID'] == '1':\n    outer()\n")
     html = cell.displays[-1][1]["text/html"]
     for frame in ("line 8, in <module>", "line 5, in outer", "line 3, in inner"):
         assert cell.stream.count(frame) == 1, cell.stream
@@ -169,13 +176,8 @@ def test_a_ranks_traceback_is_shown_once_and_whole(kernel):
 
 def test_a_rank_calling_input_fails_at_once_with_a_hint(kernel):
     """input() in a rank must not hang the cell (stdin is empty), and the user learns why."""
-    km, kc = kernel
-    assert run_cell(kc, "%load_ext platform_plugin").ok
-    script = kc.cwd / "asks.py"
-    script.write_text("name = input('your name? ')\nprint('hello', name)\n")
-    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
-                        f"--log-dir {kc.log_dir} --job-name asks python {script}", timeout=60)
-    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    cell = _failing_job(kernel, "asks", "name = input('your name? ')\nprint('hello', name)\n",
+                        timeout=60)
     assert "EOFError" in cell.stream and "hint: ranks read no keyboard" in cell.stream
 
 
@@ -210,15 +212,10 @@ def test_a_refused_magic_says_what_did_not_happen(kernel):
 def test_the_failure_table_quotes_a_progress_bar_once(kernel):
     """The root cause's last lines in a notebook: the bar's last state, then the traceback
     (the display stream's tail had one state per 1 s flush: 3 bars above the error)."""
-    km, kc = kernel
-    assert run_cell(kc, "%load_ext platform_plugin").ok
-    script = kc.cwd / "bar_then_fail.py"
-    script.write_text("import os, sys, time\nfor step in range(26):\n    sys.stdout.write("
-                      "f'\\rtraining: {step * 4}%')\n    sys.stdout.flush()\n    time.sleep(0.1)\n"
-                      "if os.environ['RANK_ID'] == '1':\n    raise RuntimeError('loss is nan')\n")
-    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
-                        f"--log-dir {kc.log_dir} --job-name barfail python {script}")
-    assert not cell.ok and cell.reply["ename"] == "JobFailed"
+    cell = _failing_job(kernel, "barfail", "import os, sys, time\nfor step in range(26):\n"
+                        "    sys.stdout.write(f'\\rtraining: {step * 4}%')\n    sys.stdout.flush()\n"
+                        "    time.sleep(0.1)\nif os.environ['RANK_ID'] == '1':\n"
+                        "    raise RuntimeError('loss is nan')\n")
     quoted = cell.stream.split("lines of rank_1.log:")[1].split("  process ")[0]
     assert quoted.count("training:") == 1 and "training: 100%Traceback" in quoted, quoted
     assert "RuntimeError: loss is nan" in quoted
