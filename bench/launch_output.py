@@ -300,7 +300,10 @@ def _free_core_lines(result: dict) -> list[str]:
         f"Launcher vs the same rank to /dev/null with a core to spare: {r_out:.2f}x (the "
         f"goal's {GOAL}x: {'within' if r_out <= GOAL else 'above'}); the pipe floor "
         f"{_ratio(t, 'drain', 'devnull'):.2f}x; lines lost over {result['runs']} launcher runs: "
-        f"{result['lost']}.",
+        f"{result['lost']}. With a core of its own the rank's wall time is its own CPU, so this "
+        "floor is what a `write` into a pipe costs the rank itself (the kernel's pipe_write, "
+        "its lock and copy, against /dev/null's write_null): no reader, however idle, takes it "
+        "away.",
     ]
 
 
