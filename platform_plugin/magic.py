@@ -29,6 +29,7 @@ from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import run as run_job
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
 from platform_plugin.launcher.result import JOB_RESULT_MIME, JobFailed, JobResult
+from platform_plugin.util.folders import check_cwd
 from platform_plugin.util.suggest import with_suggestions
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
@@ -111,6 +112,8 @@ class DistRunMagics(Magics):
         if args.help:
             print(magic_help())
             return None
+        # as launch() refuses: the cell's script is written (relative log folder) before it
+        check_cwd("LAUNCH_CWD_GONE")
         defaults = {"max_lines_per_s": NOTEBOOK_MAX_LINES_PER_S}
         if cell is not None:
             defaults["job_name"] = "cell"

@@ -18,6 +18,7 @@ from stat import S_ISREG
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.folders import check_cwd
 from platform_plugin.util.suggest import with_suggestions
 
 
@@ -96,6 +97,7 @@ class PlatformMagics(Magics):
                     split_line(line, "%dist_compare", "MAGIC_BAD_OPTION"))
             except _HelpShown:
                 return None
+            check_cwd("CLI_CWD_GONE")  # as `platform-run compare` refuses
             from platform_plugin.notebook.compare_view import compare
             self.shell.user_ns["_dist_compare"] = compare(
                 args.job, args.metric, log_dir=args.log_dir, tolerance=args.tolerance, ui=args.ui)
@@ -115,6 +117,7 @@ class PlatformMagics(Magics):
                 split_line(line, "%platform_clean", "MAGIC_BAD_OPTION"))
         except _HelpShown:
             return None
+        check_cwd("CLI_CWD_GONE")  # as `platform-run clean` refuses
         from platform_plugin.cleanup import run as cleanup
         from platform_plugin.cleanup.run import human_bytes
         root = cleanup.find_root(args.root)

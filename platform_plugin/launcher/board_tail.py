@@ -13,20 +13,15 @@ from __future__ import annotations
 import re
 from collections import deque
 
+# the Output's own (a board is an Output: output.py is imported already)
+from platform_plugin.launcher.output import last_state
+
 LINE_BYTES = 4096  # far more than a board cell shows; bounds the memory of a 5 MB line
 WINDOW = 4096  # where a chunk's last lines are looked for first (no split of the whole chunk)
 # CSI sequences (colours, cursor moves, erase line: tqdm's `\x1b[A`), OSC sequences (titles,
 # links), lone two-byte escapes, and the other C0 controls a terminal would not print
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
                   rb"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def last_state(line: bytes) -> bytes:
-    """What a terminal shows of a line redrawn with `\\r`: its last non-empty drawing."""
-    if b"\r" not in line:
-        return line
-    segments = [s for s in line.split(b"\r") if s]
-    return segments[-1] if segments else b""
 
 
 def bounded(line: bytes) -> bytes:
@@ -49,27 +44,46 @@ class ScreenTail:
         self.hide = hide  # quiet.py's chatter filter: `match(line)` (None: keep every line)
 
     def feed(self, data: bytes) -> None:
-        size = self.lines.maxlen or 1
         if b"\n" in data:
-            # only the chunk's last `size` lines matter, looked for in its last bytes first
-            window = data[-WINDOW:]
-            pieces = window.rsplit(b"\n", size + 1)
-            if len(pieces) < size + 2 and len(data) > WINDOW:  # long lines: the whole chunk
-                pieces = data.rsplit(b"\n", size + 1)
-            data = pieces.pop()  # what follows the last newline
-            if len(pieces) > size:
-                del pieces[0]  # earlier lines: scrolled out
-            else:  # the chunk's first line continues the one being drawn
+            if self.hide is not None and self.hide.search(data):
+                # chatter first, over the whole chunk: a chunk ending in many chatter lines
+                # must not push the rank's real last lines out of the window below
+                pieces = data.split(b"\n")
                 pieces[0] = self.current + pieces[0]
-            for piece in pieces:
-                line = bounded(last_state(piece))
-                if self.hide is None or not self.hide.match(line):
-                    self.lines.append(line)
+            else:
+                pieces = self._last_pieces(data)
+            data = pieces.pop()  # what follows the last newline
+            self._keep(pieces)
             self.current = b""
         if data:  # the line being drawn: from its last `\r` redraw on ("a\r" stays "a")
             drawing = self.current + data
             start = drawing.rstrip(b"\r").rfind(b"\r") + 1
             self.current = bounded(drawing[start:])
+
+    def _last_pieces(self, data: bytes) -> list[bytes]:
+        """The chunk's last `size` lines and what follows them, looked for in its last bytes
+        first (no split of the whole chunk)."""
+        size = self.lines.maxlen or 1
+        pieces = data[-WINDOW:].rsplit(b"\n", size + 1)
+        if len(pieces) < size + 2 and len(data) > WINDOW:  # long lines: the whole chunk
+            pieces = data.rsplit(b"\n", size + 1)
+        if len(pieces) > size + 1:
+            del pieces[0]  # earlier lines: scrolled out
+        else:  # the chunk's first line continues the one being drawn
+            pieces[0] = self.current + pieces[0]
+        return pieces
+
+    def _keep(self, pieces: list[bytes]) -> None:
+        """The last `size` complete lines of `pieces` that are not hidden."""
+        size = self.lines.maxlen or 1
+        kept: list[bytes] = []
+        for piece in reversed(pieces):
+            line = bounded(last_state(piece))
+            if self.hide is None or not self.hide.match(line):
+                kept.append(line)
+                if len(kept) == size:
+                    break
+        self.lines.extend(reversed(kept))
 
     def shown(self) -> list[str]:
         """The lines to show (the line being drawn last), escapes removed."""

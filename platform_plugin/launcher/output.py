@@ -26,7 +26,7 @@ PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 
 
-def _last_state(line: bytes) -> bytes:
+def last_state(line: bytes) -> bytes:
     """A line redrawn with `\\r` (progress bar): keep what the terminal would finally show."""
     if b"\r" not in line:
         return line
@@ -86,7 +86,7 @@ class _RankStream:
 
     def flush_partial(self, now: float, out: list[bytes | memoryview]) -> None:
         if self.partial:
-            self._lines(_last_state(self.partial) + b"\n", now, out)
+            self._lines(last_state(self.partial) + b"\n", now, out)
             self.partial, self.partial_since = b"", 0.0
 
     def _lines(self, complete: bytes, now: float, out: list[bytes | memoryview]) -> None:
@@ -94,7 +94,7 @@ class _RankStream:
         the whole chunk and no decode here: throughput matters when ranks print a lot."""
         lines = complete[:-1].split(b"\n") if b"\r" in complete else None
         if lines is not None:
-            complete = b"\n".join(_last_state(line) for line in lines) + b"\n"
+            complete = b"\n".join(last_state(line) for line in lines) + b"\n"
         if self.hide is not None and self.hide.search(complete):  # one search: the common case
             complete = self._without_hidden(complete)
             if not complete:
@@ -259,7 +259,7 @@ class Output:
         stream = self._streams[name]
         lines = list(stream.tail)
         if stream.partial:
-            lines = (lines + [_last_state(stream.partial)])[-TAIL_LINES:]
+            lines = (lines + [last_state(stream.partial)])[-TAIL_LINES:]
         return [line.decode("utf-8", errors="replace") for line in lines]
 
     def hidden(self) -> int:

@@ -141,8 +141,14 @@ class JobDirLock:
                               "overwrite its logs and tracking spool and stop its ranks when it "
                               "ends. Wait for it to end, or give another --job-id",
                               code="LAUNCH_JOB_RUNNING") from None
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        except BaseException:
+            self.__exit__()
+            raise
+        try:  # the pid is only for a refusal's message: a full disk must not fail the job here
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, str(os.getpid()).encode(), 0)
+        except OSError:
+            pass
         return self
 
     def __exit__(self, *exc_info: object) -> None:

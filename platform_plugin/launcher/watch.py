@@ -117,15 +117,16 @@ def _finish_tracking(job_tracking, result, last: bool = True, waiting=None):
             raise
         # the stop button (or Ctrl-C) while the ranks' points are delivered: the job has ended,
         # its result stands; only the wait stops (the helper runs in its own session, on)
+        # the job folder, not the id: sync finds an id only in the default log folder
         plan = getattr(job_tracking, "plan", None)
         print("[launcher] stopped waiting for tracking: the forwarding helper keeps delivering "
-              "in the background" + (f"; `platform-run sync {plan.job_id}` finishes it if it "
+              "in the background" + (f"; `platform-run sync {plan.job_dir}` finishes it if it "
                                      "cannot" if plan else ""), file=sys.stderr)
         return None
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         plan = getattr(job_tracking, "plan", None)
         hint = (f"; what the ranks spooled stays in {plan.job_dir}/tracking: `platform-run sync "
-                f"{plan.job_id}` delivers it (e.g. once the disk has space again)" if plan else "")
+                f"{plan.job_dir}` delivers it (e.g. once the disk has space again)" if plan else "")
         print(f"[launcher] tracking could not finish: {exc}{hint}", file=sys.stderr)
         return None
 

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Iterable
 
 from platform_plugin.errors import ConfigError
+
+OPEN_TRIES = 5  # a holder may remove the file between our open and flock: open anew
+BUSY_TRIES, BUSY_WAIT_S = 5, 0.01  # a shared request's retries while it is held exclusively
 
 
 def lock_path(folder: str | os.PathLike) -> str:
@@ -46,31 +50,69 @@ class RootLock:
             self.path = None
 
     def acquire(self, *, exclusive: bool) -> RootLock:
-        path = self.path
-        for _ in range(5 if path else 0):  # a holder may remove the file between open and flock
-            try:
-                self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            except OSError:
-                return self  # e.g. another user's lock file: cannot coordinate, do not refuse
+        """A shared request that finds the file locked exclusively tries again `BUSY_TRIES`
+        times: a job that ends takes the lock exclusively for an instant (`release`: is it the
+        last holder?), and jobs must never refuse each other. Nothing stays open on an error."""
+        if self.path is None:
+            return self
+        try:
+            self._acquire(self.path, exclusive)
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def _acquire(self, path: str, exclusive: bool) -> None:
+        busy_left, opens = (0 if exclusive else BUSY_TRIES), 0
+        while True:
+            if self.fd < 0:
+                if opens == OPEN_TRIES:
+                    return  # the file kept being replaced: do not refuse over it
+                opens += 1
+                try:  # O_NOFOLLOW: a predictable name in a world-writable folder
+                    self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC |
+                                      os.O_NOFOLLOW, 0o666)
+                except OSError:
+                    return  # e.g. another user's lock file: cannot coordinate, do not refuse
             try:
                 fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
                             fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(self.fd, 512, 0).decode("utf-8", "replace").strip()
-                self.release()
-                raise ConfigError(self._busy(holder, exclusive), code="CLEAN_ROOT_BUSY") from None
+                if not busy_left:
+                    holder = os.pread(self.fd, 512, 0).decode("utf-8", "replace").strip()
+                    self.release()
+                    raise ConfigError(self._busy(holder, exclusive),
+                                      code="CLEAN_ROOT_BUSY") from None
+                busy_left -= 1
+                time.sleep(BUSY_WAIT_S)
+                if not self._still_at(path):  # its last holder removed it: open anew
+                    self._close()
+                continue
             if self._still_at(path):
-                os.ftruncate(self.fd, 0)
-                os.pwrite(self.fd, f"{self.what} (pid {os.getpid()})".encode(), 0)
-                return self
-            os.close(self.fd)  # locked a file its last holder had just removed: again
+                self._write_holder()
+                return
+            self._close()  # locked a file its last holder had just removed: again
+
+    def _write_holder(self) -> None:
+        """Who took the lock last, for a refusal's message. Only a name: a full temporary
+        folder (ENOSPC) must not fail the job, nor leave the lock held."""
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{self.what} (pid {os.getpid()})".encode(), 0)
+        except OSError:
+            pass
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the only descriptor releases the flock
             self.fd = -1
-        return self
 
     def _busy(self, holder: str, exclusive: bool) -> str:
-        if exclusive:
-            return (f"{self.root} is in use by {holder or 'another run'}: a cleanup there would "
-                    "remove files it is writing. Wait for it to end (or stop it), then retry")
+        if exclusive:  # every shared holder rewrites the name: the one named may have ended
+            last = f" (the last to start there: {holder})" if holder else ""
+            return (f"{self.root} is in use by a job, a notebook run or a cleanup{last}: a "
+                    "cleanup there would remove files they are writing. Wait for them to end "
+                    "(or stop them), then retry")
         return (f"{self.root} is being cleaned by {holder or 'a cleanup'}: it would remove the "
                 f"files {self.what} writes there. Retry when the cleanup has ended")
 
@@ -96,8 +138,7 @@ class RootLock:
         except OSError:
             pass  # other holders (shared): the last of them removes it
         finally:
-            os.close(self.fd)  # closing the only descriptor releases the flock
-            self.fd = -1
+            self._close()
 
 
 def held_folders(paths: Iterable[str | os.PathLike]) -> list[str]:
@@ -127,7 +168,8 @@ class JobHold:
         locks: list[RootLock] = []
         try:
             for folder in held_folders(paths):
-                locks.append(RootLock(folder, what).acquire(exclusive=False))
+                locks.append(RootLock(folder, what))  # released below if acquire raises
+                locks[-1].acquire(exclusive=False)
         except BaseException:
             cls(locks).release()
             raise

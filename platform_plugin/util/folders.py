@@ -62,12 +62,12 @@ def _probe_entry(folder: str) -> str:
 
 
 def check_cwd(code: str) -> None:
-    """Every command resolves paths against the current folder: one deleted (or moved away)
-    under the shell or the notebook is a refusal with `code`, not a FileNotFoundError
-    traceback from the first os.getcwd()."""
+    """Every command resolves paths against the current folder: one deleted under the shell or
+    the notebook is a refusal with `code`, not a FileNotFoundError traceback from the first
+    os.getcwd() (a folder moved away still answers it: only a deleted one is refused)."""
     try:
         os.getcwd()
     except FileNotFoundError:
-        raise ConfigError("the current folder no longer exists (it was deleted or moved while "
-                          "this shell or kernel was in it): change to an existing folder "
+        raise ConfigError("the current folder no longer exists (it was deleted while this shell "
+                          "or kernel was in it): change to an existing folder "
                           "(`cd`, or `%cd` in a notebook) and retry", code=code) from None

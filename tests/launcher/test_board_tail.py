@@ -37,6 +37,21 @@ def test_only_the_last_lines_of_a_big_chunk_are_kept_and_chatter_stays_hidden():
     assert tail.shown() == ["line 9998", "line 9999", "part"]
 
 
+def test_a_chunk_ending_in_chatter_keeps_the_ranks_real_last_lines():
+    """The chunk was cut to its last lines before the chatter was dropped: a chunk ending in
+    MindSpore's networking chatter left the tail (and the failure table's quote) empty."""
+    from platform_plugin.launcher.chatter import CHATTER
+    chatter = b"".join(b"[WARNING] DISTRIBUTED(7,ff,python):2026-11-30 [mindspore/ccsrc/"
+                       b"distributed/cluster/topology/compute_graph_node.cc:%d] retry\n" % i
+                       for i in range(30))
+    tail = ScreenTail(3, hide=CHATTER)
+    tail.feed(b"step 1\nValueError: bad batch\nrank 0 gives up\n" + chatter)
+    assert tail.shown() == ["step 1", "ValueError: bad batch", "rank 0 gives up"]
+    tail.feed(chatter[:40])  # a chatter line cut between two chunks is hidden too
+    tail.feed(chatter[40:] + b"last")
+    assert tail.shown() == ["ValueError: bad batch", "rank 0 gives up", "last"]
+
+
 def test_counts_are_english():
     """"rank 0 (1 lines)" under every one-line rank of the board, "last 1 lines of" (seen)."""
     from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text

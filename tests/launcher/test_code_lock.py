@@ -4,12 +4,18 @@ two jobs in one CODE/ never block each other, and a job started during a cleanup
 before anything exists. Real launches, real cleanups, real flocks."""
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import pytest
+
+from platform_plugin.errors import ConfigError
+from platform_plugin.util import code_lock
 from platform_plugin.util.code_lock import RootLock, held_folders, lock_path
-from tests.helpers import clean_env, wait_for
+from tests.helpers import clean_env, needs_unshare, wait_for
 
 # a rank that writes what a cleanup removes (an operator cache, a log), then waits for `go`
 RANK = ("import os, time\nos.makedirs('kernel_meta', exist_ok=True)\n"
@@ -43,7 +49,9 @@ def test_a_clean_during_running_jobs_is_refused_and_the_jobs_share_the_folder(tm
         for root in (tmp_path / "CODE", project):  # CODE/ found from the cwd, or --root
             done = _cli("clean", "--root", str(root), cwd=project)
             assert done.returncode == 2, done.stderr
-            assert "[CLEAN_ROOT_BUSY]" in done.stderr and "in use by job job-" in done.stderr
+            assert "[CLEAN_ROOT_BUSY]" in done.stderr, done.stderr
+            # several jobs rewrite the name: the message names the last to start, no more
+            assert "(the last to start there: job job-" in done.stderr, done.stderr
         assert (project / "kernel_meta" / "op.o").exists() and (project / "0.log").exists()
         assert (project / "platform_logs" / "job-one").is_dir()
     finally:
@@ -81,3 +89,63 @@ def test_the_held_folders_stop_below_the_home_folder_and_one_folder_is_one_lock(
         str(work), str(work.parent), str(work / "logs" / "job"), str(work / "logs")]
     (tmp_path / "link").symlink_to(work)
     assert lock_path(tmp_path / "link") == lock_path(work)  # one folder, one lock
+
+
+def test_a_job_starting_while_another_one_ends_is_not_refused(tmp_path, monkeypatch):
+    """An ending job takes its lock exclusively for an instant (release(): is it the last
+    holder?). A job starting in that instant was refused CLEAN_ROOT_BUSY ("being cleaned by
+    job ...") although only jobs held the folder. The instant is made deterministic: the ending
+    job releases (and so removes the file) during the starting job's first retry pause."""
+    ending = RootLock(tmp_path, "job ending").acquire(exclusive=False)
+    fcntl.flock(ending.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first step of its release()
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        ending.release()
+    monkeypatch.setattr(code_lock, "time", SimpleNamespace(sleep=pause))
+    starting = RootLock(tmp_path, "job starting").acquire(exclusive=False)
+    assert pauses == [code_lock.BUSY_WAIT_S] and starting.fd >= 0
+    with pytest.raises(ConfigError, match=r"CLEAN_ROOT_BUSY.*in use by a job, a notebook run or "
+                                          r"a cleanup \(the last to start there: job starting"):
+        RootLock(tmp_path, "a cleanup").acquire(exclusive=True)  # it holds the file it opened
+    starting.release()
+    assert not os.path.exists(lock_path(tmp_path))
+
+
+HOLD_WITH_A_FULL_TMPDIR = """
+import os, sys
+folder, project = sys.argv[1], sys.argv[2]
+fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT)
+try:  # fill the tmpfs to its last block: the lock files can be created, not written
+    while True:
+        os.write(fd, b"x" * 4096)
+except OSError:
+    os.close(fd)
+from platform_plugin.errors import ConfigError
+from platform_plugin.util.code_lock import JobHold, RootLock
+hold = JobHold.take([project], "job full")
+try:
+    RootLock(project, "a cleanup").acquire(exclusive=True)
+except ConfigError as exc:
+    print("refused:", exc)
+hold.release()
+RootLock(project, "a cleanup").acquire(exclusive=True).release()
+print("free")
+"""
+
+
+@needs_unshare
+def test_a_full_temporary_folder_neither_fails_the_job_nor_leaks_its_lock(tmp_path):
+    """Before: writing the holder's name raised ENOSPC out of launch() (a traceback) with the
+    flock still held by the open descriptor (every later cleanup refused until a restart)."""
+    folder, project = tmp_path / "tmp", tmp_path / "project"
+    folder.mkdir()
+    project.mkdir()
+    script = (f"mount -t tmpfs -o size=64k tmpfs {folder} && TMPDIR={folder} "
+              f"{sys.executable} -c '{HOLD_WITH_A_FULL_TMPDIR}' {folder} {project}")
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "refused: [CLEAN_ROOT_BUSY]" in done.stdout, done.stdout  # held while the job ran
+    assert done.stdout.endswith("free\n"), done.stdout  # and free once it ended

@@ -84,7 +84,7 @@ def test_stop_while_tracking_delivers_keeps_the_job_result(kernel):
     # while it waited the board said why the cell still ran; its last state does not any more
     assert any("sending the metrics to tracking" in title for title in titles), titles
     assert titles[-1].endswith("— succeeded"), titles
-    assert "stopped waiting for tracking" in stream and f"platform-run sync {job.name}" in stream
+    assert "stopped waiting for tracking" in stream and f"platform-run sync {job}`" in stream, stream
     assert "Traceback" not in stream and "KeyboardInterrupt" not in stream, stream
     status = kc.execute_interactive("", user_expressions={"s": "str(_dist_result.status)"},
                                     timeout=60)["content"]["user_expressions"]["s"]

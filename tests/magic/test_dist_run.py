@@ -85,3 +85,24 @@ def test_kernel_interrupt_stops_the_job(kernel):
     reply = kc.execute_interactive("", user_expressions={"status": "str(_dist_result.status)"},
                                    timeout=60)
     assert reply["content"]["user_expressions"]["status"]["data"]["text/plain"] == "'interrupted'"
+
+
+def test_a_deleted_current_folder_is_refused_by_every_magic(kernel, tmp_path):
+    """Before: a FileNotFoundError traceback from os.getcwd() (%%dist_run wrote the cell's
+    script before launch() checked; %dist_compare and %platform_clean did not check)."""
+    km, kc = kernel
+    gone = str(tmp_path / "gone")
+    assert run_cell(kc, "%load_ext platform_plugin")[0]["status"] == "ok"
+    reply, out = run_cell(kc, f"import os\nos.mkdir({gone!r}); os.chdir({gone!r}); "
+                              f"os.rmdir({gone!r})")
+    assert reply["status"] == "ok", out
+    try:
+        for code, magic in [("LAUNCH_CWD_GONE", "%%dist_run --nproc 1 --tracking none\nprint(1)"),
+                            ("LAUNCH_CWD_GONE", "%dist_run --nproc 1 --tracking none true"),
+                            ("CLI_CWD_GONE", "%dist_compare"),
+                            ("CLI_CWD_GONE", "%platform_clean --dry-run")]:
+            reply, out = run_cell(kc, magic)
+            assert reply["status"] == "error" and reply["ename"] == "ConfigError", (magic, out)
+            assert f"[{code}]" in reply["evalue"] and "no longer exists" in reply["evalue"], out
+    finally:
+        run_cell(kc, f"os.chdir({str(kc.cwd)!r})")
