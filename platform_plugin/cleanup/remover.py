@@ -31,7 +31,7 @@ from platform_plugin.cleanup.unlinker import MAX_MESSAGE, Jobs, job_bytes
 if TYPE_CHECKING:
     from _socket import socket
 
-SEND_BUFFER = 32 * 1024  # the kernel doubles it: ~15 folders of 200 files queued at most
+SEND_BUFFER = 32 * 1024  # the kernel doubles it: ~10-15 folders of 200 files queued at most
 LINK = -1  # in `sizes`: this piece is a symlink (reported as a link of 0 bytes)
 
 
@@ -98,7 +98,7 @@ class Remover:
 
     def unlink_all(self, dir_fd: int | None, outcome: FolderOutcome) -> None:
         """Hand the folder's files to the worker or, when it has jobs queued already (the
-        socket takes ~10), unlink them here: the walk then helps instead of waiting."""
+        socket takes ~10-15), unlink them here: the walk then helps instead of waiting."""
         header = b"U" + self._job(outcome)
         payload = os.fsencode("\0".join(outcome.names))
         while len(payload) > MAX_MESSAGE:  # one message each ~16 KiB of names, at a "\0"
@@ -120,7 +120,8 @@ class Remover:
 
     def close(self) -> None:
         """Every job sent is done (or the worker is gone): record what failed."""
-        answers, status = [b"D"], 0
+        answers: list[bytes] = [b"D"]
+        status: int | None = 0
         if self._sock is not None:
             try:
                 self._sock.shutdown(_socket().SHUT_WR)  # the worker's EOF: every job is in
@@ -162,26 +163,50 @@ class Remover:
                                self._flags[may_run_here])
         except BlockingIOError:  # the worker is behind: this folder is done here
             self.done_here += 1
-            self._here.run(message, fd)
-            job = message[1:5]
-            if int.from_bytes(job, "little") in self._here.broken:
-                self._send(b"B" + job, fd)  # its rmdir (the worker's) must know
-        except OSError:
-            pass  # the worker died: close() says so
+            self._run_here(message, fd)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the worker died: close() says so and claims nothing
+        except OSError as exc:  # the worker lives, the kernel refused (ENOBUFS, ENOMEM...)
+            self._not_sent(message, fd, exc)
+
+    def _run_here(self, message: bytes, fd: int) -> None:
+        self._here.run(message, fd)
+        job = message[1:5]
+        if int.from_bytes(job, "little") in self._here.broken:
+            self._send(b"B" + job, fd)  # its rmdir (the worker's) must know
+
+    def _not_sent(self, message: bytes, fd: int, exc: OSError) -> None:
+        """A job the worker never got must not be claimed: unlinks are done here (as when
+        its queue is full); a lost rmdir (R, P) leaves the folder, listed piece by piece."""
+        if message[:1] == b"U":
+            self._run_here(message, fd)
+        elif message[:1] in (b"R", b"P"):  # a lost B costs one "Directory not empty" only
+            job = int.from_bytes(message[1:5], "little")
+            self._here.broken.add(job)
+            self._here.failures.append(
+                (job, b"", f"not removed (the remover process was not reached: "
+                           f"{exc.strerror or exc})"))
 
     def _start(self) -> None:
         socket = _socket()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # a short queue: the walk starts unlinking itself sooner, and waits less at the end
-        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:  # EMFILE, ENFILE, ENOMEM: remove inline
+            self._alone = True
+            return
+        try:  # a short queue: the walk starts unlinking itself sooner, and waits less at the end
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        except OSError:
+            pass  # the default (bigger) queue: only later help from the walk
         self._rights = (socket.SOL_SOCKET, socket.SCM_RIGHTS)  # a descriptor rides along
         self._flags = (socket.MSG_NOSIGNAL, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
         # dup2 to a fixed number in the child only: the walk's copy stays close-on-exec, so no
         # other process started meanwhile (a kernel's threads) inherits the worker's end
         target = 4 if theirs.fileno() == 3 else 3
-        actions: list[tuple] = [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0)
-                                for fd in (0, 1, 2)]
-        actions.append((os.POSIX_SPAWN_DUP2, theirs.fileno(), target))
+        # the dup2 first: with fd 0-2 closed (`platform-run clean <&-`) the socket may BE one
+        # of them, and /dev/null opened there first would replace it
+        actions: list[tuple] = [(os.POSIX_SPAWN_DUP2, theirs.fileno(), target)]
+        actions += [(os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_RDWR, 0) for fd in (0, 1, 2)]
         try:
             self._pid = os.posix_spawn(
                 sys.executable, [sys.executable, "-I", "-S", unlinker.__file__,
@@ -194,7 +219,7 @@ class Remover:
         finally:
             theirs.close()
 
-    def _record(self, answers: list[bytes], status: int = 0) -> None:
+    def _record(self, answers: list[bytes], status: int | None = 0) -> None:
         done = bool(answers) and answers[-1] == b"D"
         for answer in answers:
             outcome = self._outcomes[int.from_bytes(answer[1:5], "little")] if answer[1:] else None
@@ -221,14 +246,16 @@ def _socket() -> ModuleType:
     return _socket
 
 
-def _reap(pid: int) -> int:
+def _reap(pid: int) -> int | None:
     try:
         return os.waitpid(pid, 0)[1]
     except ChildProcessError:  # reaped by someone else (a host's SIGCHLD handler): the
-        return 0  # answers alone say whether it finished (the D)
+        return None  # answers alone say whether it finished (the D); its status is unknown
 
 
-def _status(status: int) -> str:
+def _status(status: int | None) -> str:
+    if status is None:
+        return "its exit status is unknown: another handler reaped it"
     if os.WIFSIGNALED(status):
         return f"signal {os.WTERMSIG(status)}"
     return f"exit {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else "unknown"

@@ -66,8 +66,8 @@ class PreparedCleanup:
 
     def run(self, *, dry_run: bool = False, progress: bool | None = None,
             lock: RootLock | None = None) -> CleanupReport:
-        """A real run holds CODE/'s lock (lock.py) exclusively: `lock` when the caller holds
-        it already (a full run), else its own for the cleanup's duration."""
+        """A real run holds CODE/'s lock (util/code_lock.py) exclusively: `lock` when the
+        caller holds it already (a full run), else its own for the cleanup's duration."""
         if dry_run:
             return run_cleanup(self.root, self.rules, dry_run=True, progress=progress)
         refuse_read_only(self.root)

@@ -101,7 +101,8 @@ def walk(root: Path, matcher: Matcher, *, remove: bool,
                           f"it must be a real folder, not a symlink", code="CLEAN_ROOT")
     cleaning = _Walk(root, matcher, remove, progress)
     top = _Folder("", (), root_fd, 0, 0, [])
-    try:
+    try:  # from the worker's start on, whatever happens (Ctrl-C), it is reaped, ROOT closed
+        cleaning.start()
         stat = os.fstat(root_fd)
         top.dev, top.ino = stat.st_dev, stat.st_ino
         cleaning.dev = stat.st_dev  # the one filesystem the walk may touch
@@ -124,12 +125,16 @@ class _Walk:
         self.root, self.matcher, self.remove, self.progress = root, matcher, remove, progress
         self.result = WalkResult()
         self.remover = Remover(self.result.errors) if remove else None
+        self.dev = 0
+        self.mounts: frozenset[tuple[str, ...]] = frozenset()
+        self.mount_parents: frozenset[tuple[str, ...]] = frozenset()
+        self.finished: list[FolderOutcome] = []  # matched folders, children before parents
+
+    def start(self) -> None:
         if self.remover is not None:
             self.remover.start()  # its interpreter starts while this one reads mounts, ROOT
-        self.dev = 0
-        self.mounts = mount_points_below(str(root))
+        self.mounts = mount_points_below(str(self.root))
         self.mount_parents = frozenset(parts[:-1] for parts in self.mounts)
-        self.finished: list[FolderOutcome] = []  # matched folders, children before parents
 
     def report(self) -> WalkResult:
         """Resolve the matched folders once the remover is done. The outermost ones (found
@@ -253,9 +258,9 @@ class _Walk:
 
     def matched(self, folder: _Folder, category: str) -> Visitor:
         """Inside a matched folder everything goes except what must stay. The hot loop of a
-        big cleanup, so whole-folder steps (list comprehensions, one name test per entry
-        and one lstat per file for the byte count); the unlinks go to the remover process
-        as one job per folder, after the subfolders' jobs."""
+        big cleanup, so whole-folder steps (list comprehensions, a few substring searches
+        over the folder's joined names, one lstat per file for the byte count); the unlinks
+        go to the remover process as one job per folder, after the subfolders' jobs."""
         outcome = FolderOutcome(folder.rel, category)
         subfolders, pieces = self._split(folder, outcome)
         for entry in subfolders:

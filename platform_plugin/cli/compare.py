@@ -129,7 +129,6 @@ def _log_table(client, run_id: str, data: dict, where: str) -> None:
 def _log(call, where: str, run_id: str) -> None:
     """Logging the report to the job's run is a bonus: a refusing store is a note, not a failure."""
     try:
-        with compare.no_artifact_progress_bars():
-            call()
+        call()
     except Exception as exc:  # noqa: BLE001
         print(f"note: could not log {where} to run {run_id}: {type(exc).__name__}: {exc}")

@@ -285,18 +285,19 @@ def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
                  ) -> Iterator["CleanupReport | None"]:
     """Clean CODE/ first when `cleaning` (a full run), then hold the run's folder until the
     block ends (util/code_lock.py), so no other cleanup removes what the notebook writes. The
-    cleanup holds CODE/ exclusively and shares it without letting go: none slips in between.
-    Yields the cleanup's report (None without one). Raises ConfigError CLEAN_ROOT_BUSY before
-    anything is removed or started."""
+    cleanup holds CODE/ exclusively and shares it without letting go: none slips in between;
+    the folders around it are held (shared) before it starts. Yields the cleanup's report
+    (None without one). Raises ConfigError CLEAN_ROOT_BUSY before anything is removed or
+    started."""
     from platform_plugin.util.code_lock import JobHold, RootLock
 
     what = f"a {run.mode} run of {run.notebook.name}"
     cleaner = RootLock(cleaning.root, what).acquire(exclusive=True) if cleaning else None
     try:
-        report = cleaning.run(lock=cleaner) if cleaning else None
-        if cleaner:
-            cleaner.share()
-        with JobHold.take([run.cwd], what):
+        with JobHold.take([run.cwd], what, besides=cleaner):
+            report = cleaning.run(lock=cleaner) if cleaning else None
+            if cleaner:
+                cleaner.share()
             yield report
     finally:
         if cleaner:

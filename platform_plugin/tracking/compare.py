@@ -3,9 +3,7 @@ straggler, ranks whose final value deviates, a plot, and the MLflow page overlay
 from __future__ import annotations
 
 import json
-import os
 import statistics
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -45,24 +43,6 @@ def check_tolerance(tolerance: float) -> None:
     if not 0 <= tolerance < float("inf"):  # also nan
         raise ConfigError([Problem("COMPARE_TOLERANCE", f"tolerance {tolerance}: give the "
                                    "relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
-
-
-PROGRESS_BAR_VARIABLE = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-
-
-@contextmanager
-def no_artifact_progress_bars():
-    """MLflow draws a tqdm bar on stderr for artifacts it moves (log_table downloads the table
-    an earlier compare logged, to append to it): noise in a terminal's or a cell's report. A
-    user who set the variable keeps their choice."""
-    if PROGRESS_BAR_VARIABLE in os.environ:
-        yield
-        return
-    os.environ[PROGRESS_BAR_VARIABLE] = "false"  # MLflow reads it at each transfer
-    try:
-        yield
-    finally:
-        os.environ.pop(PROGRESS_BAR_VARIABLE, None)
 
 
 def lower_is_better(metric: str) -> bool:

@@ -216,33 +216,58 @@ class Forwarder:
     def _send(self, label: str, state: StreamState, batch) -> bool:
         refused = sum(1 for record, _ in batch if record[0] == "r")
         records = [record for record, _ in batch if record[0] != "r"]
-        if records and not self._send_records(label, state, records):
-            return False
+        if records:
+            # counted once the whole batch is through: after a transient failure midway it is
+            # resent whole, and its delivered part must not count (or be aggregated) twice
+            accepted: list = []
+            rejected = self._send_records(label, state, records, accepted)
+            if rejected < 0:
+                return False
+            state.rejected += rejected
+            state.delivered += len(accepted)
+            if accepted:
+                self._observe(label, accepted)
         state.refused += refused
         return True
 
-    def _send_records(self, label: str, state: StreamState, records: list) -> bool:
-        """All of `records` delivered or rejected (True), or a transient failure (False: the
-        batch is resent later; the sink ignores what it already has)."""
+    def _send_records(self, label: str, state: StreamState, records: list,
+                      accepted: list) -> int:
+        """Deliver `records`, adding what was accepted to `accepted`: the number rejected for
+        good, or -1 for a transient failure (the batch is resent later; the sink ignores what
+        it already has)."""
         try:
             self.sink.deliver(self.config, label, state, records)
         except Exception as exc:  # noqa: BLE001
             if not self.sink.is_permanent(exc):
                 self.last_error = state.last_error = f"{type(exc).__name__}: {exc}"[:500]
-                return False
+                return -1
             if len(records) == 1:
-                state.rejected += 1
                 state.last_error = f"rejected {str(records[0][:2])[:200]}: {exc}"[:500]
-                return True
-            # refused for good: in halves until what is refused is alone, so the rest still go
-            # (a request too large for the server, HTTP 413, passes in halves; one bad record
-            # costs ~2 log2(n) requests, not n)
-            half = len(records) // 2
-            return (self._send_records(label, state, records[:half])
-                    and self._send_records(label, state, records[half:]))
-        state.delivered += len(records)
-        self._observe(label, records)
-        return True
+                return 1
+            return self._in_halves(label, state, records, accepted)
+        accepted += records
+        return 0
+
+    def _in_halves(self, label: str, state: StreamState, records: list, accepted: list) -> int:
+        """Refused for good: in halves until what is refused is alone, so the rest still go (a
+        request too large for the server, HTTP 413, passes in halves; one bad record costs ~2
+        log2(n) requests, not n). A first half refused whole hints that all are bad (a deleted
+        run refuses each record): the second half then goes one by one - n + log2(n) requests
+        when every record is refused, not 2n - 1."""
+        half = len(records) // 2
+        first = self._send_records(label, state, records[:half], accepted)
+        if first < 0:
+            return -1
+        if first < half:
+            second = self._send_records(label, state, records[half:], accepted)
+            return -1 if second < 0 else first + second
+        rejected = first
+        for record in records[half:]:
+            one = self._send_records(label, state, [record], accepted)
+            if one < 0:
+                return -1
+            rejected += one
+        return rejected
 
     def _observe(self, label: str, records: list) -> None:
         """Observers (e.g. per-step aggregates) see each accepted batch; one failing must not

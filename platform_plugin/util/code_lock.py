@@ -164,12 +164,17 @@ class JobHold:
         self.locks = locks
 
     @classmethod
-    def take(cls, paths: Iterable[str | os.PathLike], what: str) -> JobHold:
+    def take(cls, paths: Iterable[str | os.PathLike], what: str, *,
+             besides: RootLock | None = None) -> JobHold:
+        """`besides`: a lock this process holds on one of the folders already (a full run's
+        cleanup): that folder is skipped - a second flock of it here would conflict."""
         locks: list[RootLock] = []
         try:
             for folder in held_folders(paths):
-                locks.append(RootLock(folder, what))  # released below if acquire raises
-                locks[-1].acquire(exclusive=False)
+                lock = RootLock(folder, what)
+                if besides is None or lock.path is None or lock.path != besides.path:
+                    locks.append(lock)  # released below if acquire raises
+                    lock.acquire(exclusive=False)
         except BaseException:
             cls(locks).release()
             raise

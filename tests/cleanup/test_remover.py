@@ -1,15 +1,20 @@
 """The cleanup's worker process (cleanup/remover.py + unlinker.py): it dies with the walk's
 process on kill -9, finishes the folders already sent on Ctrl-C and then exits, splits big
-folders over several messages, reports a worker that died, and removes inline when no
-process can be started. The walk-level guarantees are in test_walk.py/test_hostile_input.py."""
+folders over several messages, reports a worker that died, removes inline when no process
+or socket can be had, and never claims a job the kernel refused to send. The walk-level
+guarantees are in test_walk.py/test_hostile_input.py."""
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+import platform_plugin.cleanup.walk as walk_module
 from platform_plugin.cleanup import run as cleanup
 from platform_plugin.cleanup.remover import FolderOutcome, Remover
 from platform_plugin.util.procfs import alive
@@ -168,3 +173,140 @@ def test_while_the_worker_is_behind_the_walk_unlinks_folders_itself(tmp_path):
             os.close(fd)
     assert errors == ["c110/sub: Is a directory"]
     assert sorted(os.listdir(tmp_path)) == ["c110"] and outcomes[110].broken
+
+
+class RefusingSocket:
+    """Stands in for the kernel refusing one kind of job while the worker lives: ENOBUFS,
+    ENOMEM (memory pressure) or ETOOMANYREFS (descriptors in flight past RLIMIT_NOFILE, which
+    root - these tests - is exempt from) cannot be produced here on demand."""
+
+    def __init__(self, sock, refused: bytes):
+        self._sock, self._refused = sock, refused
+
+    def sendmsg(self, buffers, ancillary, flags):
+        if buffers[0][:1] == self._refused:
+            raise OSError(errno.ENOBUFS, os.strerror(errno.ENOBUFS))
+        return self._sock.sendmsg(buffers, ancillary, flags)
+
+
+def test_a_job_the_kernel_refused_to_send_is_never_claimed(tmp_path):
+    """c0's unlinks are refused: the walk does them itself, the worker's rmdir then works.
+    c1's rmdir is refused: its file went, the folder stays and the report says so."""
+    for name in ("c0", "c1"):
+        write_tree(tmp_path / name, {"k.o": "x"})
+    errors: list[str] = []
+    remover = Remover(errors)
+    remover.start()
+    real = remover._sock
+    fds = [os.open(tmp_path / name, os.O_RDONLY | os.O_DIRECTORY) for name in ("", "c0", "c1")]
+    outcomes = [FolderOutcome(f"c{i}", "caches", names=["k.o"], sizes=[1]) for i in (0, 1)]
+    try:
+        remover._sock = RefusingSocket(real, b"U")
+        remover.unlink_all(fds[1], outcomes[0])
+        remover._sock = RefusingSocket(real, b"R")
+        remover.unlink_all(fds[2], outcomes[1])
+        remover.rmdir(fds[0], "c1", outcomes[1])
+        remover._sock = real
+        remover.rmdir(fds[0], "c0", outcomes[0])
+        remover.close()
+    finally:
+        remover._sock = real
+        for fd in fds:
+            os.close(fd)
+    for outcome in outcomes:
+        outcome.resolve()
+    claimed = [removal.rel for outcome in outcomes for removal in outcome.removals]
+    assert claimed == ["c0", "c1/k.o"]
+    assert os.listdir(tmp_path) == ["c1"] and os.listdir(tmp_path / "c1") == []
+    assert errors == ["c1/: not removed (the remover process was not reached: "
+                      "No buffer space available)"]
+
+
+# Closes 0 and 1 first (as `platform-run clean <&- >&-` would), so the worker's socket pair
+# IS fd 0 and 1: the child must move it to 3 before it puts /dev/null on 0-2.
+CLOSED_STDIO = """
+import os, sys
+from platform_plugin.cleanup.remover import FolderOutcome, Remover
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+os.close(0)
+os.close(1)
+errors = []
+remover = Remover(errors)
+remover.start()
+outcome = FolderOutcome("cache", "caches", names=sorted(os.listdir(sys.argv[1])))
+remover.unlink_all(fd, outcome)
+remover.close()
+os.write(2, repr((remover.pid > 0, errors)).encode())
+"""
+
+
+def test_the_worker_gets_its_socket_when_stdin_and_stdout_are_closed(tmp_path):
+    write_tree(tmp_path / "cache", {f"k{i}.o": "x" for i in range(5)})
+    done = subprocess.run([sys.executable, "-c", CLOSED_STDIO, str(tmp_path / "cache")],
+                          cwd=REPO, env=clean_env(PYTHONPATH=str(REPO)), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          timeout=60)
+    assert done.stderr == "(True, [])"
+    assert os.listdir(tmp_path / "cache") == []
+
+
+# Leaves one descriptor free: the socket pair (two) cannot be made, the walk removes inline.
+NO_DESCRIPTORS = """
+import _socket, os, resource, sys
+from platform_plugin.cleanup.remover import FolderOutcome, Remover
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+names = sorted(os.listdir(sys.argv[1]))
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+spare = []
+try:
+    while True:
+        spare.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    os.close(spare.pop())
+errors = []
+remover = Remover(errors)
+remover.start()
+outcome = FolderOutcome("cache", "caches", names=names)
+remover.unlink_all(fd, outcome)
+remover.close()
+print(remover.pid, errors)
+"""
+
+
+def test_without_descriptors_for_the_socket_the_walk_removes_inline(tmp_path):
+    write_tree(tmp_path / "cache", {f"k{i}.o": "x" for i in range(5)})
+    done = subprocess.run([sys.executable, "-c", NO_DESCRIPTORS, str(tmp_path / "cache")],
+                          cwd=REPO, env=clean_env(PYTHONPATH=str(REPO)), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0 []\n", "")
+    assert os.listdir(tmp_path / "cache") == []
+
+
+def test_ctrl_c_right_after_the_worker_started_reaps_it_and_closes_root(tmp_path, monkeypatch):
+    """Interrupted while the mount table is read (the worker already started): no zombie,
+    no descriptor left open."""
+    write_tree(tmp_path / "CODE", {"train.py": "", "kernel_meta/k.o": "x"})
+    started: list[int] = []
+    real_start = Remover.start
+
+    def start(self):
+        real_start(self)
+        started.append(self.pid)
+
+    def interrupted(root):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Remover, "start", start)
+    monkeypatch.setattr(walk_module, "mount_points_below", interrupted)
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(KeyboardInterrupt):
+        cleanup.clean(tmp_path / "CODE")
+    try:
+        assert started and started[0] > 0
+        assert sorted(os.listdir("/proc/self/fd")) == before
+        with pytest.raises(ChildProcessError):  # reaped already
+            os.waitpid(started[0], os.WNOHANG)
+    finally:
+        if started and alive(started[0]):  # the old code left it waiting
+            os.kill(started[0], signal.SIGKILL)
+            os.waitpid(started[0], 0)

@@ -140,6 +140,36 @@ def test_full_run_cleans_code_first_and_keeps_its_output(tmp_path):
     assert done.returncode == 0 and (code / "kernel_meta" / "op.o").exists()
 
 
+def test_a_full_run_refuses_a_busy_parent_before_its_cleanup_removes_anything(
+        tmp_path, clean_environ):
+    """A cleanup of CODE/'s parent runs (its exclusive hold, taken here): the full run says
+    CLEAN_ROOT_BUSY with CODE/ untouched (it used to clean CODE/ first, then refuse). Once
+    that cleanup ended, the run cleans and holds CODE/ against any other cleanup."""
+    from platform_plugin.errors import ConfigError
+    from platform_plugin.notebook.run import cleanup_before_run, holding_code, prepare_run
+    from platform_plugin.util.code_lock import RootLock
+
+    code = tmp_path / "CODE"
+    make_notebook(code / "nb.ipynb", ["print(1)"])
+    write_tree(code, {"kernel_meta/op.o": "x", "train.py": "print()"})
+    run = prepare_run("full", code / "nb.ipynb", cwd=str(code), output=str(tmp_path / "o.ipynb"))
+    cleaning = cleanup_before_run(run)
+    parent = RootLock(tmp_path, "a cleanup of the parent").acquire(exclusive=True)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            with holding_code(run, cleaning):
+                pass
+    finally:
+        parent.release()
+    assert [p.code for p in refused.value.problems] == ["CLEAN_ROOT_BUSY"]
+    assert (code / "kernel_meta" / "op.o").exists()
+    with holding_code(run, cleaning) as report:
+        assert report is not None and not (code / "kernel_meta").exists()
+        for folder in (code, tmp_path):
+            with pytest.raises(ConfigError):
+                RootLock(folder, "another cleanup").acquire(exclusive=True)
+
+
 def test_failed_rank_via_dist_run_exits_1_with_the_root_cause_table(tmp_path):
     shutil.copy(ASSETS / "fail_rank.py", tmp_path / "fail_rank.py")
     make_notebook(tmp_path / "nb.ipynb", [

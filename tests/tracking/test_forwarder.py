@@ -292,6 +292,67 @@ def test_a_failed_pass_neither_loses_nor_double_counts(tracking_env, tmp_path):
     assert len(run.data.params) == 149 and "p120" not in run.data.params
 
 
+def counting(forwarder: Forwarder, fail_at: int = 0) -> list[int]:
+    """Records the size of every batch the sink is handed; `fail_at`: that call raises a
+    ConnectionError instead (injected, as a dropped connection raises)."""
+    real_deliver, calls = forwarder.sink.deliver, []
+
+    def deliver(*args):
+        calls.append(len(args[3]))
+        if len(calls) == fail_at:
+            raise ConnectionError("connection dropped")
+        return real_deliver(*args)
+
+    forwarder.sink.deliver = deliver
+    return calls
+
+
+def test_a_half_delivered_before_a_dropped_connection_counts_once(tracking_env, tmp_path):
+    """A batch refused for one bad record goes in halves; the connection drops after the
+    first half went: the resent batch's first half is not counted (nor aggregated) twice."""
+    plan = make_plan(tmp_path, 1)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    t = rank_tracker(env, plan, 0)
+    t.log_param("lr", 0.1)
+    t.close()
+    forwarder = test_forwarder(jt)
+    assert forwarder.pump()
+    t = rank_tracker(env, plan, 0)
+    for i in range(7):
+        t.log_param(f"p{i}", i)
+    t.log_param("lr", 0.2)  # refused for good (MLflow never changes a param)
+    t.close()
+    calls = counting(forwarder, fail_at=3)
+    assert not forwarder.pump()
+    assert calls == [8, 4, 4]  # whole, first half (stored), second half (dropped)
+    assert forwarder.pump()
+    counts = forwarder.counts()
+    assert (counts.delivered, counts.rejected, counts.pending) == (8, 1, 0)
+
+
+def test_a_deleted_runs_points_cost_about_one_request_each_not_two(tracking_env, tmp_path):
+    """A deleted run refuses every point: the halving that isolates one bad record among good
+    ones cost 2n - 1 requests here; once a first half is refused whole, the rest goes one by
+    one (n + log2 n)."""
+    plan = make_plan(tmp_path, 1)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    spool = Path(env["PLATFORM_TRACKING_SPOOL_DIR"])
+    forwarder = test_forwarder(jt)
+    forwarder.sink.ensure_runs(jt.config, spool, ["0"])
+    client(jt.config.tracking_uri).delete_run(StreamState.load(spool, "rank_0").run_id)
+    t = rank_tracker(env, plan, 0)
+    for step in range(64):
+        t.log_metric("loss", 1.0, step=step)
+    t.close()
+    calls = counting(forwarder)
+    assert forwarder.pump()
+    state = StreamState.load(spool, "rank_0")
+    assert (state.delivered, state.rejected) == (0, 64)
+    assert 64 <= len(calls) <= 64 + 7, len(calls)  # 127 before
+
+
 def test_sync_refuses_a_negative_wait(tracking_env, capsys):
     from platform_plugin.cli import main
     assert main(["sync", "--wait", "-1"]) == 2

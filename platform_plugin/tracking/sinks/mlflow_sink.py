@@ -210,10 +210,12 @@ class MlflowSink:
         def create() -> str:
             run = client.create_run(config.experiment_id,
                                     run_name=job.get("run_name") or job["job_name"], tags=tags)
+            # checked before anything is sent with it: an empty id would go out as the run
+            run_id = _answered(run.info.run_id, "run id", store_uri(config))
             params = [Param(k, v) for k, v in sorted(job.get("params", {}).items())]
             for start in range(0, len(params), self.limits["p"]):
-                client.log_batch(run.info.run_id, params=params[start:start + self.limits["p"]])
-            return _answered(run.info.run_id, "run id", store_uri(config))
+                client.log_batch(run_id, params=params[start:start + self.limits["p"]])
+            return run_id
         if mlflow_job.servers_of(config) > 1 or job.get("attempt"):
             return mlflow_job.shared_parent(client, config, create)  # one parent for all servers
         return create()
