@@ -225,7 +225,7 @@ def test_a_job_the_kernel_refused_to_send_is_never_claimed(tmp_path):
 # Closes 0 and 1 first (as `platform-run clean <&- >&-` would), so the worker's socket pair
 # IS fd 0 and 1: the child must move it to 3 before it puts /dev/null on 0-2.
 CLOSED_STDIO = """
-import os, sys
+import _socket, os, sys
 from platform_plugin.cleanup.remover import FolderOutcome, Remover
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
 os.close(0)
