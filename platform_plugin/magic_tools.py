@@ -85,6 +85,18 @@ def folder_size(root: Path) -> int:
     return total
 
 
+def _parsed(parser, line: str, magic: str):
+    """The magic's options, or None when `--help` was shown. The current folder must still
+    exist, as the `platform-run` command of the same name refuses otherwise."""
+    __tracebackhide__ = True
+    try:
+        args = parser.parse_args(split_line(line, magic, "MAGIC_BAD_OPTION"))
+    except _HelpShown:
+        return None
+    check_cwd("CLI_CWD_GONE")
+    return args
+
+
 @magics_class
 class PlatformMagics(Magics):
     @line_magic
@@ -92,12 +104,9 @@ class PlatformMagics(Magics):
         """Compare the ranks of a job (default: the latest). `%dist_compare --help` for options."""
         __tracebackhide__ = True
         with _headline("nothing was compared"):
-            try:
-                args = _compare_parser().parse_args(
-                    split_line(line, "%dist_compare", "MAGIC_BAD_OPTION"))
-            except _HelpShown:
+            args = _parsed(_compare_parser(), line, "%dist_compare")
+            if args is None:
                 return None
-            check_cwd("CLI_CWD_GONE")  # as `platform-run compare` refuses
             from platform_plugin.notebook.compare_view import compare
             self.shell.user_ns["_dist_compare"] = compare(
                 args.job, args.metric, log_dir=args.log_dir, tolerance=args.tolerance, ui=args.ui)
@@ -112,12 +121,9 @@ class PlatformMagics(Magics):
 
     def _clean(self, line: str) -> None:
         __tracebackhide__ = True
-        try:
-            args = _clean_parser().parse_args(
-                split_line(line, "%platform_clean", "MAGIC_BAD_OPTION"))
-        except _HelpShown:
+        args = _parsed(_clean_parser(), line, "%platform_clean")
+        if args is None:
             return None
-        check_cwd("CLI_CWD_GONE")  # as `platform-run clean` refuses
         from platform_plugin.cleanup import run as cleanup
         from platform_plugin.cleanup.run import human_bytes
         root = cleanup.find_root(args.root)

@@ -72,3 +72,25 @@ def _can_unshare() -> str | None:
 
 # tests that mount (bind, read-only, a small tmpfs) inside `unshare -m`, as root
 needs_unshare = pytest.mark.skipif(_can_unshare() is not None, reason=str(_can_unshare()))
+
+_FILL = """
+import os, sys
+fd = os.open(os.path.join(sys.argv[1], "filler"), os.O_WRONLY | os.O_CREAT)
+try:  # fill the tmpfs to its last block: files can still be created, not written
+    while True:
+        os.write(fd, b"x" * 4096)
+except OSError:
+    os.close(fd)
+"""
+
+
+def on_a_full_tmpfs(folder: Path, code: str, *args: str, env: str = ""):
+    """Run Python `code` with `folder` (argv[1]; `args` follow) a 64 KiB tmpfs filled to its
+    last block, in a private mount namespace (`needs_unshare`); `env`: e.g. "TMPDIR=...".
+    Returns the finished process (text output)."""
+    import subprocess
+    argv = " ".join([str(folder), *args])
+    script = (f"mount -t tmpfs -o size=64k tmpfs {folder} && {env} "
+              f"{sys.executable} -c '{_FILL + code}' {argv}")
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                          env=clean_env(), capture_output=True, text=True, timeout=60)

@@ -15,7 +15,7 @@ import pytest
 from platform_plugin.errors import ConfigError
 from platform_plugin.util import code_lock
 from platform_plugin.util.code_lock import RootLock, held_folders, lock_path
-from tests.helpers import clean_env, needs_unshare, wait_for
+from tests.helpers import clean_env, needs_unshare, on_a_full_tmpfs, wait_for
 
 # a rank that writes what a cleanup removes (an operator cache, a log), then waits for `go`
 RANK = ("import os, time\nos.makedirs('kernel_meta', exist_ok=True)\n"
@@ -114,14 +114,7 @@ def test_a_job_starting_while_another_one_ends_is_not_refused(tmp_path, monkeypa
 
 
 HOLD_WITH_A_FULL_TMPDIR = """
-import os, sys
 folder, project = sys.argv[1], sys.argv[2]
-fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT)
-try:  # fill the tmpfs to its last block: the lock files can be created, not written
-    while True:
-        os.write(fd, b"x" * 4096)
-except OSError:
-    os.close(fd)
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.code_lock import JobHold, RootLock
 hold = JobHold.take([project], "job full")
@@ -142,10 +135,7 @@ def test_a_full_temporary_folder_neither_fails_the_job_nor_leaks_its_lock(tmp_pa
     folder, project = tmp_path / "tmp", tmp_path / "project"
     folder.mkdir()
     project.mkdir()
-    script = (f"mount -t tmpfs -o size=64k tmpfs {folder} && TMPDIR={folder} "
-              f"{sys.executable} -c '{HOLD_WITH_A_FULL_TMPDIR}' {folder} {project}")
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    done = on_a_full_tmpfs(folder, HOLD_WITH_A_FULL_TMPDIR, str(project), env=f"TMPDIR={folder}")
     assert done.returncode == 0, done.stderr
     assert "refused: [CLEAN_ROOT_BUSY]" in done.stdout, done.stdout  # held while the job ran
     assert done.stdout.endswith("free\n"), done.stdout  # and free once it ended

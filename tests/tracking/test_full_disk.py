@@ -4,24 +4,15 @@ job's tracking folder when the job folder's disk filled). The full disk is a sma
 private mount namespace (`unshare -m`, as root)."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from platform_plugin.tracking.state import write_json_atomic
-from tests.helpers import clean_env, needs_unshare
+from tests.helpers import needs_unshare, on_a_full_tmpfs
 
 WRITE_ON_A_FULL_DISK = """
-import errno, os, sys
+import errno
 from platform_plugin.tracking.state import write_json_atomic
 folder = sys.argv[1]
-fd = os.open(os.path.join(folder, "filler"), os.O_WRONLY | os.O_CREAT)
-try:  # fill the tmpfs to its last block
-    while True:
-        os.write(fd, b"x" * 4096)
-except OSError:
-    os.close(fd)
 try:
     write_json_atomic(os.path.join(folder, "end.json"), {"status": "FINISHED" * 2000})
 except OSError as exc:
@@ -36,10 +27,7 @@ print(sorted(os.listdir(folder)))
 def test_a_state_file_write_on_a_full_disk_leaves_no_temporary_file(tmp_path):
     folder = tmp_path / "tracking"
     folder.mkdir()
-    script = (f"mount -t tmpfs -o size=64k tmpfs {folder} && "
-              f"{sys.executable} -c '{WRITE_ON_A_FULL_DISK}' {folder}")
-    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    done = on_a_full_tmpfs(folder, WRITE_ON_A_FULL_DISK)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['filler']", done.stdout
 
