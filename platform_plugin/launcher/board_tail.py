@@ -14,10 +14,9 @@ import re
 from collections import deque
 
 # the Output's own (a board is an Output: output.py is imported already)
-from platform_plugin.launcher.output import last_state
+from platform_plugin.launcher.output import last_pieces, last_state
 
 LINE_BYTES = 4096  # far more than a board cell shows; bounds the memory of a 5 MB line
-WINDOW = 4096  # where a chunk's last lines are looked for first (no split of the whole chunk)
 # CSI sequences (colours, cursor moves, erase line: tqdm's `\x1b[A`), OSC sequences (titles,
 # links), lone two-byte escapes, and the other C0 controls a terminal would not print
 ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
@@ -64,9 +63,7 @@ class ScreenTail:
         """The chunk's last `size` lines and what follows them, looked for in its last bytes
         first (no split of the whole chunk)."""
         size = self.lines.maxlen or 1
-        pieces = data[-WINDOW:].rsplit(b"\n", size + 1)
-        if len(pieces) < size + 2 and len(data) > WINDOW:  # long lines: the whole chunk
-            pieces = data.rsplit(b"\n", size + 1)
+        pieces = last_pieces(data, size)
         if len(pieces) > size + 1:
             del pieces[0]  # earlier lines: scrolled out
         else:  # the chunk's first line continues the one being drawn

@@ -26,6 +26,15 @@ PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 
 
+def last_pieces(chunk: bytes, lines: int) -> list[bytes]:
+    """`chunk.rsplit(b"\n", lines + 1)`: its last `lines` lines and what follows them, looked
+    for in its last TAIL_WINDOW bytes first (no split of the whole chunk for ordinary lines)."""
+    pieces = chunk[-TAIL_WINDOW:].rsplit(b"\n", lines + 1)
+    if len(pieces) < lines + 2 and len(chunk) > TAIL_WINDOW:  # long lines: the whole chunk
+        pieces = chunk.rsplit(b"\n", lines + 1)
+    return pieces
+
+
 def last_state(line: bytes) -> bytes:
     """A line redrawn with `\\r` (progress bar): keep what the terminal would finally show."""
     if b"\r" not in line:
@@ -119,10 +128,7 @@ class _RankStream:
         """The last TAIL_LINES lines, as small copies: a chunk is never kept (holding on to
         the pieces a chatty job reads costs fresh memory, and cache misses, at every read).
         Ordinary lines are found in the chunk's last TAIL_WINDOW bytes, without splitting it."""
-        lines = complete[-TAIL_WINDOW:].rsplit(b"\n", TAIL_LINES + 1)
-        if len(lines) < TAIL_LINES + 2 and len(complete) > TAIL_WINDOW:  # long lines
-            lines = complete.rsplit(b"\n", TAIL_LINES + 1)
-        self.tail.extend(lines[-TAIL_LINES - 1:-1])
+        self.tail.extend(last_pieces(complete, TAIL_LINES)[-TAIL_LINES - 1:-1])
 
     def _without_hidden(self, complete: bytes) -> bytes:
         lines = complete[:-1].split(b"\n")
