@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
+from platform_plugin.util.code_lock import write_holder
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
@@ -144,11 +145,7 @@ class JobDirLock:
         except BaseException:
             self.__exit__()
             raise
-        try:  # the pid is only for a refusal's message: a full disk must not fail the job here
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, str(os.getpid()).encode(), 0)
-        except OSError:
-            pass
+        write_holder(self.fd, str(os.getpid()))  # only for a second launch's refusal
         return self
 
     def __exit__(self, *exc_info: object) -> None:

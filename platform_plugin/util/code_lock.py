@@ -38,6 +38,16 @@ def lock_path(folder: str | os.PathLike) -> str:
                         f"platform-run-code-{st.st_dev:x}-{st.st_ino:x}.lock")
 
 
+def write_holder(fd: int, holder: str) -> None:
+    """Who took a lock file last, for a refusal's message. Only a name: a full disk (ENOSPC)
+    must not fail the job, nor leave the lock held."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, holder.encode(), 0)
+    except OSError:
+        pass
+
+
 class RootLock:
     """`acquire(exclusive=)` or raise CLEAN_ROOT_BUSY; `share()` turns an exclusive lock into
     a shared one (the cleanup is done, the run goes on); `release()`."""
@@ -94,13 +104,7 @@ class RootLock:
             self._close()  # locked a file its last holder had just removed: again
 
     def _write_holder(self) -> None:
-        """Who took the lock last, for a refusal's message. Only a name: a full temporary
-        folder (ENOSPC) must not fail the job, nor leave the lock held."""
-        try:
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, f"{self.what} (pid {os.getpid()})".encode(), 0)
-        except OSError:
-            pass
+        write_holder(self.fd, f"{self.what} (pid {os.getpid()})")
 
     def _close(self) -> None:
         if self.fd >= 0:
