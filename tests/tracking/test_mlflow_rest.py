@@ -195,3 +195,29 @@ def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mo
     assert isinstance(sink._apis[uri], mlflow_rest.RestClient) == (mode == "rest")
     assert sink.is_permanent(refused.value)
     assert refused.value.status_code == 413  # one name for the HTTP status on both clients' errors
+
+
+def test_a_413_on_mlflow_log_batch_through_mlflow_client_is_permanent():
+    """A plain `mlflow server` behind a proxy with a body limit: MLflow's own client reports the
+    proxy's 413 (an HTML page, no MLflow JSON) as INTERNAL_ERROR with the status only in its
+    message text. Judged transient, the same batch was resent until the drain deadline and then
+    by every `sync`; permanent, the forwarder sends it in halves."""
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+    with body_limit_proxy(0) as (uri, posts):  # every POST refused as too large
+        with pytest.raises(Exception) as refused:
+            MlflowClient(tracking_uri=uri).log_batch("abc", metrics=[Metric("loss", 0.5, 1000, 1)])
+    assert posts and posts[-1][2] == 413  # the refusal really came from the proxy
+    assert "413" in str(refused.value)
+    assert MlflowSink().is_permanent(refused.value)
+    assert mlflow_rest.http_status(refused.value) == 413
+
+
+def test_other_mlflow_client_failures_stay_transient():
+    """The status found in MLflow's message must not turn a server's 503 or a dropped connection
+    into "permanent" (the batch would be split and retried as refused records)."""
+    from mlflow.exceptions import MlflowException
+    busy = MlflowException("API request to endpoint /api/2.0/mlflow/runs/log-batch failed with "
+                           "error code 503 != 200. Response body: 'busy'")
+    assert mlflow_rest.http_status(busy) == 503 and not MlflowSink().is_permanent(busy)
+    assert mlflow_rest.http_status(ConnectionError("reset")) is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections import namedtuple
@@ -309,3 +310,20 @@ def errors(client) -> tuple:
     if mlflow_errors is None or isinstance(client, RestClient):
         return found
     return found + (mlflow_errors.MlflowException,)
+
+
+# MLflow's client keeps the HTTP status of an error that is not MLflow's JSON (a proxy's 413 page)
+# only in its message (mlflow.utils.rest_utils.verify_rest_response); its error code says
+# INTERNAL_ERROR whatever the status was.
+_MLFLOW_STATUS = re.compile(r"failed with error code (\d{3}) != \d{3}")
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status a failed request was answered with, from either client's error (None: no
+    answer, e.g. a dropped connection)."""
+    status = (getattr(getattr(exc, "response", None), "status_code", None)
+              or getattr(exc, "status_code", None))
+    if status is None and isinstance(exc, errors(None)):
+        found = _MLFLOW_STATUS.search(str(exc))
+        status = int(found.group(1)) if found else None
+    return status

@@ -343,9 +343,7 @@ class MlflowSink:
     def is_permanent(self, exc: BaseException) -> bool:
         if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
             return True
-        status = (getattr(getattr(exc, "response", None), "status_code", None)
-                  or getattr(exc, "status_code", None))
-        if status == 413:  # a request too large for the server: resending cannot help
+        if mlflow_rest.http_status(exc) == 413:  # a request too large for the server: resending cannot help
             return True
         return isinstance(exc, mlflow_rest.errors(None)) and getattr(exc, "error_code", None) in PERMANENT_CODES
 
