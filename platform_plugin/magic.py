@@ -51,7 +51,7 @@ def _magic_only(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="%dist_run", add_help=False)
+    parser = _Parser(prog="%dist_run", add_help=False, allow_abbrev=False)  # NO_ABBREVIATIONS
     add_arguments(parser)
     _magic_only(parser)
     return parser

@@ -25,6 +25,10 @@ from platform_plugin.util.suggest import with_suggestions
 class MagicParser(argparse.ArgumentParser):
     """argparse would sys.exit() and kill the cell: a bad line is a ConfigError (one block)."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         raise ConfigError([Problem("MAGIC_BAD_OPTION", f"{with_suggestions(self, message)}\n  "
                                    f"(`{self.prog} --help` lists every option)", self.prog)])

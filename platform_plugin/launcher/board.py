@@ -46,7 +46,7 @@ class Board(Output):
         self._names: list[str] = []
         self.final_bundle: dict | None = None
         self._last_bundle: dict | None = None
-        self.outcome = "ended"
+        self.outcome = ""  # how the job ended, once `ended()` knows it
         self.cause: str | None = None  # the root-cause rank: its last lines follow in the table
         self.delivering = False  # the ranks ended; the launcher waits for tracking's delivery
 
@@ -87,9 +87,14 @@ class Board(Output):
                 self.publish(bundle)
 
     def close(self) -> None:
+        """The ranks' last output and statuses; the title's outcome waits for `ended()` (the
+        supervisor closes the output before it knows the result: a final title drawn here read
+        "— ended" for an instant before "— succeeded")."""
         super().close()
-        self.final_bundle = self.bundle(final=True)
-        self.publish(self.final_bundle)
+        bundle = self.bundle()
+        if bundle != self._last_bundle:
+            self._last_bundle = bundle
+            self.publish(bundle)
 
     # -- Supervisor observer ----------------------------------------------------------------
     def started(self, supervisor) -> None:
@@ -140,7 +145,7 @@ class Board(Output):
                 tail_block=not (final and name == self.cause)))
         plan = self.supervisor.plan if self.supervisor else None
         title = (f"job {plan.job_id} — backend {plan.backend}" if plan else "starting the job")
-        if final:
+        if final and self.outcome:
             title += f" — {self.outcome}"
             if self.delivering:
                 title += " — sending the metrics to tracking (the stop button ends this wait)"

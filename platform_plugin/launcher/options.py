@@ -270,6 +270,11 @@ def _converter(f: Option) -> Callable[[str], Any]:
     return convert
 
 
+# NO_ABBREVIATIONS: every parser of the package (the CLI's and its sub-commands', the magics')
+# is made with allow_abbrev=False. argparse's default takes `--time 5` for `--timeout 5`, so a
+# new option starting the same way would change what an old command line or notebook cell
+# means, or make it ambiguous (msrun's `--worker` broke that way when `--worker_log_name`
+# came). torchrun and msrun keep argparse's default; a flag here is spelled out in full.
 def add_arguments(parser: argparse.ArgumentParser, *, command: bool = True) -> None:
     """Every CLI option as a flag (defaults None: the record's defaults apply in from_arguments,
     so the parser never declares a default of its own)."""
@@ -313,7 +318,7 @@ def command_of(args: argparse.Namespace) -> list[str]:
 def render_help(prog: str = "platform-run launch", *, extra: Callable[[argparse.ArgumentParser],
                                                                     None] | None = None) -> str:
     """The full option help (flags, defaults, choices), as `--help` prints it."""
-    parser = argparse.ArgumentParser(prog=prog, add_help=False,
+    parser = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False,
                                      usage="%(prog)s [options] [--] COMMAND ...")
     add_arguments(parser)
     if extra is not None:

@@ -26,6 +26,10 @@ def test_board_rows_metrics_tail_and_quiet(kernel):
     assert "INFO" not in cell.stream and "Warning" not in cell.stream, cell.stream
     board = cell.board
     assert "succeeded" in board.splitlines()[0]
+    # every title drawn says how the job stands: none said "— ended" before "— succeeded"
+    titles = [data["text/plain"].splitlines()[0] for _kind, data in cell.displays]
+    outcomes = [t.split("— backend plain — ", 1)[1] for t in titles if "— backend plain — " in t]
+    assert outcomes and all(o.startswith("succeeded") for o in outcomes), titles
     for rank in range(3):
         row = next(line for line in board.splitlines() if line.strip().startswith(f"rank {rank} "))
         assert " ok " in row and " 39 " in row and "loss=0.025" in row, row  # last step, metric
