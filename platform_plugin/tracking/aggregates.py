@@ -9,6 +9,11 @@ and what is still open when the job ends is emitted by `flush`. Only open steps 
 memory is bounded by how far the ranks are apart, with a hard cap per metric (MAX_OPEN_STEPS)
 for metrics some ranks never log.
 
+A rank whose step goes back (a counter reset every epoch: `step=batch_index`) starts a new pass
+over the steps: the n-th pass of every rank is aggregated with the n-th pass of the others, as
+the children's histories hold them. A point of a step already emitted (a rank more than
+MAX_OPEN_STEPS behind) is counted as `late` and left out: one aggregate per step and pass.
+
 Not persisted: if the launcher dies mid-job, the parent lacks the aggregates of the steps still
 open then (the children's points are complete either way; `platform-run sync` does not
 recompute aggregates).
@@ -22,6 +27,9 @@ from typing import NamedTuple
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has
+# An open step's key orders (pass, step): step + OFFSET + pass * PASS. Steps are MLflow's int64.
+OFFSET = 1 << 63
+PASS = 1 << 64
 # one device's metric (the launcher's system/npu_4_*, system/gpu_0_*): only its rank logs it
 PER_DEVICE = re.compile(r"^system/(npu|gpu)_\d+_")
 
@@ -50,13 +58,15 @@ class AggregatePoint(NamedTuple):
 
 class _Metric:
     """One metric's open steps. Per name, once: its aggregate keys and whether it gets a sum."""
-    __slots__ = ("open", "order", "top", "last_step", "keys", "throughput")
+    __slots__ = ("open", "order", "top", "last_key", "base", "emitted", "keys", "throughput")
 
     def __init__(self, name: str):
-        self.open: dict[int, dict] = {}  # step -> {label: (value, timestamp)}
-        self.order: list[int] = []  # the open steps, sorted
-        self.top = -math.inf  # the highest open step: ranks log in step order, so mostly an append
-        self.last_step: dict[str, int] = {}  # label -> highest step seen
+        self.open: dict[int, dict] = {}  # step key -> {label: (value, timestamp)}
+        self.order: list[int] = []  # the open step keys, sorted
+        self.top = -math.inf  # the highest open key: ranks log in step order, so mostly an append
+        self.last_key: dict[str, int] = {}  # label -> the key of its latest step
+        self.base: dict[str, int] = {}  # label -> OFFSET + its pass * PASS
+        self.emitted = -math.inf  # the highest key emitted
         self.throughput = is_throughput(name)
         self.keys = tuple(f"{name}/{stat}" for stat in (STATS + ("sum",) if self.throughput else STATS))
 
@@ -94,6 +104,7 @@ class StepAggregator:
         self.labels = frozenset(labels)
         self.metrics: dict[str, _Metric] = {}
         self.skipped: set[str] = set()  # names that get no aggregates (aggregated() is False)
+        self.late = 0  # points of steps emitted before they came: left out
 
     def add(self, label: str, name: str, value: float, step: int, timestamp_ms: int) -> list[AggregatePoint]:
         """Record one delivered point; return the aggregates of the steps it completed."""
@@ -115,13 +126,20 @@ class StepAggregator:
                     skipped.add(name)
                     continue
                 metric = metrics[name] = _Metric(name)
-            step = int(step)
-            values = metric.open.get(step)
+            key = int(step) + metric.base.get(label, OFFSET)
+            last = metric.last_key.get(label, -math.inf)
+            if key < last:  # the rank's step went back: its next pass over the steps
+                base = metric.base[label] = metric.base.get(label, OFFSET) + PASS
+                key = int(step) + base
+            values = metric.open.get(key)
             if values is None:
-                values = metric.open_step(step)
+                if key <= metric.emitted:  # emitted without this rank (it was too far behind)
+                    self.late += 1
+                    continue
+                values = metric.open_step(key)
             values[label] = (float(value), int(timestamp))
-            if step > metric.last_step.get(label, -math.inf):
-                metric.last_step[label] = step
+            if key > last:
+                metric.last_key[label] = key
             touched[name] = metric
         out: list[AggregatePoint] = []
         for metric in touched.values():
@@ -131,7 +149,7 @@ class StepAggregator:
     def _ready(self, metric: _Metric, out: list) -> None:
         """Emit the open steps every rank has reached (has a point for, or moved past): ranks
         log in step order, so that is every step up to the lowest rank's last step."""
-        last = metric.last_step
+        last = metric.last_key
         frontier = min((last.get(lb, -math.inf) for lb in self.labels), default=math.inf)
         order = metric.order
         done = bisect.bisect_right(order, frontier)
@@ -143,9 +161,11 @@ class StepAggregator:
         if count <= 0:
             return
         keys, open_ = metric.keys, metric.open
-        for step in metric.order[:count]:
-            values = open_.pop(step).values()
+        for key in metric.order[:count]:
+            values = open_.pop(key).values()
+            step = (key & (PASS - 1)) - OFFSET
             out.extend(_summary(keys, step, [v for v, _ in values], max(t for _, t in values)))
+        metric.emitted = max(metric.emitted, metric.order[count - 1])
         del metric.order[:count]
 
     def flush(self) -> list[AggregatePoint]:
@@ -190,3 +210,12 @@ class JobAggregates:
     def finish(self) -> bool:
         self.ready.extend(self.aggregator.flush())
         return self.send()
+
+    def problems(self) -> str:
+        """What the parent's aggregates lack, for the helper's log ("" when nothing)."""
+        said = [self.last_error] if self.last_error else []
+        if self.aggregator.late:
+            said.append(f"aggregates: {self.aggregator.late} points came after their step was "
+                        f"aggregated without them (a rank more than {MAX_OPEN_STEPS} steps behind "
+                        "the others): the children have them, the parent's aggregates do not")
+        return "\n".join(said)

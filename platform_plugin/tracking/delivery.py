@@ -171,6 +171,9 @@ class Helper:
             return  # the runs stay open; sync ends them
         if self.forwarder.aggregates is not None:
             self.forwarder.aggregates.finish()  # the steps some rank never completed
+            problems = self.forwarder.aggregates.problems()
+            if problems:
+                print(problems, file=sys.stderr, flush=True)  # helper.log
         pending = {label: self.forwarder.stream_pending(label) for label in self.forwarder.labels()}
         self.config.final_status = end.status
         self.config.job["end_reason"] = end.reason  # a multi-server parent names the server

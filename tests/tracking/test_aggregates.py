@@ -33,6 +33,39 @@ def test_a_step_is_emitted_once_every_rank_has_it_or_moved_past_it():
     assert agg.open_steps() == 0
 
 
+def test_a_step_counter_reset_every_epoch_aggregates_each_pass_across_ranks():
+    """`log_metric("loss", v, step=batch_index)` restarts at 0 every epoch: the second epoch's
+    step 0 of each rank is aggregated with the other ranks' second-epoch step 0 (before: each
+    rank's point re-opened an emitted step and went out alone, a "mean" of one rank, as many
+    times as ranks)."""
+    agg = StepAggregator(["0", "1"])
+    out = []
+    for epoch in range(3):
+        for rank in (0, 1):
+            out += agg.add_batch(str(rank), [["m", "loss", 10 * epoch + rank, s, 1000 + s]
+                                             for s in range(3)])
+    out += agg.flush()
+    means = [(p.step, p.value) for p in out if p.key == "loss/mean"]
+    assert means == [(s, 10 * e + 0.5) for e in range(3) for s in range(3)]
+    assert agg.late == 0 and agg.open_steps() == 0
+
+
+def test_a_point_of_a_step_already_emitted_is_left_out_and_counted(monkeypatch):
+    """A rank more than MAX_OPEN_STEPS behind: the oldest steps went out with what they had; its
+    late points must not re-open them (a second, one-rank "mean" for the same step)."""
+    from platform_plugin.tracking import aggregates
+    monkeypatch.setattr(aggregates, "MAX_OPEN_STEPS", 2)
+    agg = StepAggregator(["0", "1"])
+    out = agg.add_batch("0", [["m", "loss", 1.0, s, 1] for s in range(5)])
+    assert sorted({p.step for p in out}) == [0, 1, 2]  # over the cap: emitted with rank 0 only
+    out = agg.add_batch("1", [["m", "loss", 3.0, s, 1] for s in range(5)])
+    assert [(p.step, p.value) for p in out if p.key == "loss/mean"] == [(3, 2.0), (4, 2.0)]
+    assert agg.late == 3
+    jobs = aggregates.JobAggregates(["0", "1"], sink=None, config=None)
+    jobs.aggregator = agg
+    assert "3 points came after their step was aggregated" in jobs.problems()
+
+
 def test_throughput_names_get_a_sum():
     assert all(map(is_throughput, ["samples_per_s", "epoch_samples_per_s", "tokens_per_s",
                                    "throughput", "io/Throughput_MBps"]))
