@@ -19,8 +19,7 @@ from typing import Any, Callable
 
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.board_colours import to_html
-from platform_plugin.launcher.board_tail import ScreenTail
-from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output
+from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output, ScreenTail
 from platform_plugin.launcher.result import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
 
@@ -35,10 +34,12 @@ class Board(Output):
         super().__init__("all" if stream_write else "none", write=stream_write, **output_options)
         self.publish = publish
         self.refresh_s = refresh_s
-        self.tail_lines = tail_lines
+        # each rank's ScreenTail (output.py) answers the failure table's quote and the board's
+        # tail: as many lines as the table quotes, the board shows the last few
+        self.tail_lines = max(tail_lines, TABLE_LINES)
+        self.board_lines = tail_lines
         self.notes: list[str] = []
         self.lines: dict[str, int] = {}
-        self.tails: dict[str, ScreenTail] = {}  # as a terminal shows them (board_tail.py)
         self.supervisor = None
         self.spools: SpoolTail | None = None
         self._drawn_at = 0.0
@@ -55,21 +56,13 @@ class Board(Output):
         super().open(name, log_path)
         self._names.append(name)
         self.lines[name] = 0
-        # as many lines as the failure table quotes (`tail()`), the board shows the last few
-        self.tails[name] = ScreenTail(max(self.tail_lines, TABLE_LINES), self.hide)
 
     def feed(self, name: str, data: bytes) -> None:
         super().feed(name, data)
         self.lines[name] += data.count(b"\n")
-        self.tails[name].feed(data)
 
-    def tail(self, name: str) -> list[str]:
-        """A rank's last lines for the failure table, as a terminal shows them: the stream's own
-        tail kept a progress bar once per display flush (3 states of a tqdm bar above the
-        traceback)."""
-        if name not in self.tails:  # its log could not be opened: as Output (KeyError)
-            return super().tail(name)
-        return self.tails[name].shown()
+    def _screen(self, name: str) -> ScreenTail:
+        return self._streams[name].screen
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -138,9 +131,9 @@ class Board(Output):
                 runtime_s=((proc.ended or now) - proc.started) if proc else now - self._opened_at,
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
-                lines=self.lines.get(name, 0) + (1 if self.tails[name].current else 0),
-                tail=self.tails[name].shown()[-self.tail_lines:],
-                tail_html=[to_html(line) for line in self.tails[name].raw()[-self.tail_lines:]],
+                lines=self.lines.get(name, 0) + (1 if self._screen(name).current else 0),
+                tail=self._screen(name).shown()[-self.board_lines:],
+                tail_html=[to_html(line) for line in self._screen(name).raw()[-self.board_lines:]],
                 # the failure table below the board prints the root cause's last lines: once
                 tail_block=not (final and name == self.cause)))
         plan = self.supervisor.plan if self.supervisor else None

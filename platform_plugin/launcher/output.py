@@ -24,6 +24,7 @@ TAIL_LINES = 20
 TAIL_WINDOW = 4096  # where a chunk's last TAIL_LINES lines are looked for first
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
+LINE_BYTES = 4096  # a tail's line: far more than a quote or a board cell shows; bounds a 5 MB line
 
 
 def last_pieces(chunk: bytes, lines: int) -> list[bytes]:
@@ -43,9 +44,96 @@ def last_state(line: bytes) -> bytes:
     return segments[-1] if segments else b""
 
 
+def bounded(line: bytes) -> bytes:
+    """At most ~LINE_BYTES: its start and its end (an error often ends a line a bar began)."""
+    if len(line) <= LINE_BYTES:
+        return line
+    return line[:LINE_BYTES // 2] + " … ".encode() + line[-(LINE_BYTES // 2):]
+
+
+class ScreenTail:
+    """A rank's last `size` complete lines and the line it is drawing now, as a terminal would
+    finally show them: the failure table's quote (CLI and notebook alike) and the board's tail.
+
+    The display stream shows a progress bar every PARTIAL_FLUSH_S and cuts a huge line into
+    PARTIAL_MAX pieces, each a line of its own: right for a stream of prefixed lines, wrong for
+    a quote of the last lines. Here a `\\r` redraw replaces the line it redraws (a tqdm bar is
+    one line in its last state), a line is one line however long (kept to about LINE_BYTES, its
+    start and its end) and `shown()` removes ANSI escapes (board_tail.py)."""
+
+    def __init__(self, size: int, hide=None):
+        self.lines: deque[bytes] = deque(maxlen=size)
+        self.current = b""
+        self.hide = hide  # quiet.py's chatter filter: `search(chunk)`, `match(line)`
+
+    def feed(self, data: bytes) -> None:
+        if b"\n" in data:
+            hide = self.hide
+            # lines are matched only where a chatter mark is (the regex costs, most jobs have
+            # none); a chatter line cut between two chunks has its mark in the drawn part
+            if hide is not None and not (hide.search(data) or (
+                    self.current and hide.search(self.current[:256] + data[:256]))):
+                hide = None
+            if hide is not None:
+                # chatter first, over the whole chunk: a chunk ending in many chatter lines
+                # must not push the rank's real last lines out of the window below
+                pieces = data.split(b"\n")
+                pieces[0] = self.current + pieces[0]
+            else:
+                pieces = self._last_pieces(data)
+            data = pieces.pop()  # what follows the last newline
+            self._keep(pieces, hide)
+            self.current = b""
+        if data:  # the line being drawn: from its last `\\r` redraw on ("a\\r" stays "a")
+            drawing = self.current + data
+            start = drawing.rstrip(b"\r").rfind(b"\r") + 1
+            self.current = bounded(drawing[start:])
+
+    def _last_pieces(self, data: bytes) -> list[bytes]:
+        """The chunk's last `size` lines and what follows them, looked for in its last bytes
+        first (no split of the whole chunk)."""
+        size = self.lines.maxlen or 1
+        pieces = last_pieces(data, size)
+        if len(pieces) > size + 1:
+            del pieces[0]  # earlier lines: scrolled out
+        else:  # the chunk's first line continues the one being drawn
+            pieces[0] = self.current + pieces[0]
+        return pieces
+
+    def _keep(self, pieces: list[bytes], hide) -> None:
+        """The last `size` complete lines of `pieces` that are not hidden."""
+        size = self.lines.maxlen or 1
+        last = pieces[-size:]
+        if hide is None and max(map(len, last), default=0) <= LINE_BYTES and \
+                b"\r" not in b"".join(last):
+            self.lines.extend(last)  # ordinary lines (the common case): no call per line
+            return
+        kept: list[bytes] = []
+        for piece in reversed(pieces):
+            line = bounded(last_state(piece))
+            if hide is None or not hide.match(line):
+                kept.append(line)
+                if len(kept) == size:
+                    break
+        self.lines.extend(reversed(kept))
+
+    def shown(self) -> list[str]:
+        """The lines to show (the line being drawn last), escapes removed."""
+        from platform_plugin.launcher.board_tail import plain  # a failure or a board needs it
+        return [plain(line) for line in self.raw()]
+
+    def raw(self) -> list[bytes]:
+        """The same lines with their escapes (the board's HTML keeps their colours)."""
+        lines = list(self.lines)
+        current = last_state(self.current)
+        if current and (self.hide is None or not self.hide.match(current)):
+            lines.append(current)
+        return lines[-(self.lines.maxlen or 1):]
+
+
 class _RankStream:
     def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None,
-                 hide=None):
+                 hide=None, tail_lines: int = TAIL_LINES):
         self.name = name
         self.label = name if name in HELPER_NAMES else f"rank {name}"
         self.prefix = f"[{self.label}] "
@@ -55,7 +143,7 @@ class _RankStream:
         self.shown = shown
         self.partial = b""
         self.partial_since = 0.0
-        self.tail: deque[bytes] = deque(maxlen=TAIL_LINES)
+        self.screen = ScreenTail(tail_lines, hide)  # the last lines as a terminal shows them
         self.rate = max_lines_per_s
         self.tokens = max_lines_per_s or 0.0
         self.refilled = time.monotonic()
@@ -79,6 +167,7 @@ class _RankStream:
 
     def feed(self, data: bytes, now: float, out: list[bytes | memoryview]) -> None:
         self._log(data)
+        self.screen.feed(data)
         cut = data.rfind(b"\n") + 1
         if not cut:  # no line ends in this chunk
             self.partial += data
@@ -108,7 +197,6 @@ class _RankStream:
             complete = self._without_hidden(complete)
             if not complete:
                 return
-        self._keep_tail(complete)
         if not self.shown:
             return
         if self.rate is not None:
@@ -123,12 +211,6 @@ class _RankStream:
         prefixed = complete.replace(b"\n", self.newline_prefix)
         out.append(self.prefix_bytes)
         out.append(memoryview(prefixed)[:len(prefixed) - len(self.prefix_bytes)])
-
-    def _keep_tail(self, complete: bytes) -> None:
-        """The last TAIL_LINES lines, as small copies: a chunk is never kept (holding on to
-        the pieces a chatty job reads costs fresh memory, and cache misses, at every read).
-        Ordinary lines are found in the chunk's last TAIL_WINDOW bytes, without splitting it."""
-        self.tail.extend(last_pieces(complete, TAIL_LINES)[-TAIL_LINES - 1:-1])
 
     def _without_hidden(self, complete: bytes) -> bytes:
         lines = complete[:-1].split(b"\n")
@@ -196,11 +278,12 @@ class Output:
         self._stdout = self._stdout_bytes = None  # the sys.stdout last written, its byte layer
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
+        self.tail_lines = TAIL_LINES  # lines each rank's ScreenTail keeps (a board may want more)
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
         self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s,
-                                          self.hide)
+                                          self.hide, self.tail_lines)
 
     def feed(self, name: str, data: bytes) -> None:
         now = time.monotonic()
@@ -262,11 +345,9 @@ class Output:
         return self._stdout_bytes
 
     def tail(self, name: str) -> list[str]:
-        stream = self._streams[name]
-        lines = list(stream.tail)
-        if stream.partial:
-            lines = (lines + [last_state(stream.partial)])[-TAIL_LINES:]
-        return [line.decode("utf-8", errors="replace") for line in lines]
+        """A rank's last lines for the failure table, as a terminal finally shows them (one
+        code path for the CLI and the notebook: ScreenTail)."""
+        return self._streams[name].screen.shown()
 
     def hidden(self) -> int:
         """Lines kept out of the display as library chatter (quiet.py)."""

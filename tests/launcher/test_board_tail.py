@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from platform_plugin.launcher.board_tail import LINE_BYTES, ScreenTail
+from platform_plugin.launcher.output import LINE_BYTES, ScreenTail
 
 
 def test_a_redrawn_progress_bar_is_one_line_in_its_last_state():

@@ -91,7 +91,7 @@ def test_a_stdout_of_another_encoding_gets_decoded_text(tmp_path, monkeypatch):
 
 def test_the_tail_is_the_last_lines_of_however_many_chunks_hold_them(tmp_path):
     """Short chunks, a chunk of many short lines, lines longer than the window looked at first."""
-    from platform_plugin.launcher.output import TAIL_LINES
+    from platform_plugin.launcher.output import LINE_BYTES, TAIL_LINES
     output = Output("none")
     output.open("0", str(tmp_path / "rank_0.log"))
     for i in range(3 * TAIL_LINES):  # one line a chunk: every chunk of the tail is kept
@@ -100,8 +100,31 @@ def test_the_tail_is_the_last_lines_of_however_many_chunks_hold_them(tmp_path):
     output.feed("0", b"".join(b"line %d\n" % i for i in range(1000)))  # one chunk holds it all
     assert output.tail("0") == ["line %d" % i for i in range(1000 - TAIL_LINES, 1000)]
     output.feed("0", b"x" * 5000 + b"\nlast")  # a long line, and a partial one at the end
+    long_line = "x" * (LINE_BYTES // 2) + " … " + "x" * (LINE_BYTES // 2)  # its start and end
     assert output.tail("0") == ["line %d" % i for i in range(1002 - TAIL_LINES, 1000)] + [
-        "x" * 5000, "last"]
+        long_line, "last"]
     output.feed("0", b"\n" + b"".join(b"%04d" % i + b"y" * 996 + b"\n" for i in range(30)))
     assert output.tail("0") == ["%04d" % i + "y" * 996 for i in range(30 - TAIL_LINES, 30)]
     output.close()
+
+
+def test_the_failure_quote_shows_a_progress_bar_once_in_its_last_state(tmp_path, monkeypatch):
+    """The CLI's quote (Output.tail) is the terminal's last screen (ScreenTail, as the board's):
+    a bar the display showed at every flush of a quiet partial line was quoted once per state,
+    a colour code was quoted as stray escapes, a 200 KB line as 4 lines (display pieces)."""
+    from platform_plugin.launcher import output as output_module
+    monkeypatch.setattr(output_module, "PARTIAL_FLUSH_S", 0.0)  # every flush shows the partial
+    shown: list[str] = []
+    output = Output("all", write=shown.append)
+    output.open("0", str(tmp_path / "rank_0.log"))
+    for percent in (10, 50, 90):
+        output.feed("0", b"\rtrain: %3d%%|####" % percent)
+        output.flush()
+    output.feed("0", b"\n\x1b[31mValueError: bad batch\x1b[0m\n")
+    output.feed("0", b"y" * 200_000 + b" the end\n")
+    output.close()
+    assert [line for line in "".join(shown).splitlines() if "train" in line] == [
+        "[rank 0] train:  10%|####", "[rank 0] train:  50%|####", "[rank 0] train:  90%|####"]
+    tail = output.tail("0")
+    assert tail[:2] == ["train:  90%|####", "ValueError: bad batch"]
+    assert len(tail) == 3 and tail[2].endswith("y the end"), [len(line) for line in tail]
