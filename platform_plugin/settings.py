@@ -257,7 +257,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
 def _env_values(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
     """The .env's values and path; util/envfile.py loads only when there is a file to read
     (or --env-file names one): most launches have none."""
-    if not env_file and not os.path.isfile(os.path.join(cwd, ".env")):
+    if not env_file and not os.path.lexists(os.path.join(cwd, ".env")):
         return {}, None
     from platform_plugin.util.envfile import read_env_file
     return read_env_file(env_file, cwd)

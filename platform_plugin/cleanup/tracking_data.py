@@ -65,11 +65,10 @@ def _anchored(raw: str, bases: Iterable[Path]) -> list[Path]:
 def _uri_from_env_file(root: Path) -> str | None:
     """MLFLOW_TRACKING_URI from ROOT/.env, parsed by the settings module (only loaded when the
     file names the variable at all)."""
-    path = root / ".env"
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(ENV_FILE_MAX_BYTES) if path.is_file() else b""
-    except OSError:
+    from platform_plugin.util.regular_file import read_regular_file
+    try:  # never blocking: open() of a FIFO .env waited for a writer forever (clean hung)
+        head = read_regular_file(str(root / ".env"), ENV_FILE_MAX_BYTES)
+    except OSError:  # none, not a regular file, too large: the settings report it, not us
         return None
     if URI_VARIABLE.encode() not in head:
         return None
@@ -98,9 +97,9 @@ def _job_uris(root: Path) -> list[str]:
 def _read_sink(path: Path) -> dict:
     import json  # only when a job folder with a spool exists
 
-    try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read(ENV_FILE_MAX_BYTES))
+    from platform_plugin.util.regular_file import read_regular_file
+    try:  # a FIFO named sink.json must not hang the cleanup
+        data = json.loads(read_regular_file(str(path), ENV_FILE_MAX_BYTES))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

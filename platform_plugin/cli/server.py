@@ -123,8 +123,11 @@ def run(args) -> int:
     _check(args)
     from platform_plugin.tracking.postgres import LocalPostgres
     from platform_plugin.tracking.server import start_team_server, stop_server, wait_healthy
-    data = Path(args.data_dir or default_data_dir()).resolve()
-    artifacts = str(Path(args.artifacts).resolve() if args.artifacts else data / "artifacts")
+    from platform_plugin.util.paths import resolved
+    data = resolved(args.data_dir or default_data_dir(), "server data folder", "SERVER_DATA_DIR",
+                    "--data-dir")
+    artifacts = str(resolved(args.artifacts, "artifacts folder", "SERVER_ARTIFACTS_NOT_DIR",
+                             "--artifacts") if args.artifacts else data / "artifacts")
     _check_folders(data, artifacts)
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)

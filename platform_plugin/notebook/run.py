@@ -34,6 +34,7 @@ from platform_plugin.notebook.params import (load_params_file, load_profile, mer
                                              parameters_json)
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves
 from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.paths import resolved
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,10 +91,10 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     """Check and resolve a run. Raises ConfigError for anything the user must fix."""
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
-    project = Path(cwd or os.getcwd()).resolve()
+    project = resolved(cwd or os.getcwd(), "project folder", "NB_CWD", "--cwd")
     if not project.is_dir():
         raise ConfigError(f"--cwd {project} is not a folder", code="NB_CWD")
-    path = Path(notebook).resolve()
+    path = resolved(notebook, "notebook", "NB_INVALID")
     nb = read_notebook(path)
     kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))
     if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
@@ -109,7 +110,8 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
     # for tracking: the job's experiment, source and params (the parent run shows them)
     env[PLATFORM_NOTEBOOK.name] = str(path)
     env[PLATFORM_NOTEBOOK_PARAMETERS.name] = parameters_json(merged, PLATFORM_NOTEBOOK_PARAMETERS.name)
-    out = Path(output).resolve() if output else default_output(project, mode, path)
+    out = resolved(output, "output notebook", "NB_OUTPUT", "--output") if output else \
+        default_output(project, mode, path)
     if out == path:
         raise ConfigError(f"--output {out} is the input notebook: choose another file",
                           code="NB_OUTPUT")

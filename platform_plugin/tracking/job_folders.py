@@ -10,7 +10,8 @@ from platform_plugin.tracking.state import SINK_FILE
 
 
 def log_dir(explicit: str | None = None) -> Path:
-    return Path(job_log_dir(explicit)).resolve()
+    from platform_plugin.util.paths import resolved
+    return resolved(job_log_dir(explicit), "log folder", "TRACKING_JOB", "--log-dir")
 
 
 def spool_dirs_of(job_dir: Path) -> list[Path]:

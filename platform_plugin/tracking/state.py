@@ -60,13 +60,20 @@ class DamagedStateFile(ConfigError, ValueError):
                                   "as it is", os.fspath(path))])
 
 
+# state files are a few hundred bytes (sink.json a few KiB of job tags): a bound, not a limit
+MAX_STATE_BYTES = 16 << 20
+
+
 def read_json(path) -> dict | None:
-    """The file's JSON object; None when there is no file."""
+    """The file's JSON object; None when there is no file. Opened without blocking and read with
+    a bound: a FIFO in its place hung `clean` and `sync` for good."""
+    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular_file(os.fspath(path), MAX_STATE_BYTES)
     except FileNotFoundError:
         return None
+    except (NotRegularFile, FileTooLarge) as exc:
+        raise DamagedStateFile(path, str(exc)) from None
     try:
         data = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # also bytes that are not UTF-8

@@ -10,17 +10,17 @@ from platform_plugin.errors import ConfigError, Problem
 
 
 def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
-    """The .env values ({} when the default ./.env does not exist); None values are dropped."""
+    """The .env values ({} when the default ./.env does not exist, or is a folder: a virtualenv
+    made with `python -m venv .env`); None values are dropped. A default ./.env that is there
+    but cannot be read as a file (a FIFO, a device, a dangling link, a link loop) is refused:
+    before, it was skipped in silence and every rank ran without the user's settings."""
     path = os.path.join(cwd, env_file) if env_file else os.path.join(cwd, ".env")
-    if not os.path.isfile(path):
-        if env_file:
-            raise ConfigError(f"env file {path} does not exist: fix --env-file.",
-                              code="ENV_FILE_MISSING")
+    if not env_file and (not os.path.lexists(path) or os.path.isdir(path)):
         return {}, None
     # imported here: a rank's tracker reaches this module (job_log_dir) and must need only
     # the standard library
     from dotenv.parser import parse_stream
-    text = _env_file_text(path)
+    text = _env_file_text(path, bool(env_file))
     try:
         # the explicit file, never find_dotenv(): that searches from the caller's source file
         bindings = list(parse_stream(io.StringIO(text)))
@@ -54,17 +54,32 @@ def variable_bytes(name: str, value: str) -> int:
     return len(name.encode("utf-8", "replace")) + len(value.encode("utf-8", "replace")) + 2
 
 
-def _env_file_text(path: str) -> str:
-    """The file's text, bounded and without NUL bytes (no process variable can hold one)."""
+def _env_file_text(path: str, explicit: bool) -> str:
+    """The file's text: a regular file, bounded, opened without blocking (a FIFO waits for a
+    writer forever), without NUL bytes (no process variable can hold one)."""
+    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_ENV_FILE_BYTES + 1)
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE")
-    if len(raw) > MAX_ENV_FILE_BYTES:
+        text = read_regular_file(path, MAX_ENV_FILE_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        try:
+            target = os.readlink(path)
+        except OSError:  # no such file (a default one was removed since it was seen)
+            if not explicit:
+                return ""
+            raise ConfigError(f"env file {path} does not exist: fix --env-file.",
+                              code="ENV_FILE_MISSING") from None
+        raise ConfigError(f"env file {path} is a symbolic link to {target!r}, which does not "
+                          "exist: fix or remove the link", code="ENV_FILE_UNREADABLE") from None
+    except NotRegularFile:
+        raise ConfigError(f"env file {path} is not a regular file (a folder, FIFO, device or a "
+                          "link to one): a .env holds NAME=VALUE lines", code="ENV_FILE_NOT_REGULAR"
+                          ) from None
+    except FileTooLarge:
         raise ConfigError(f"env file {path} is over {MAX_ENV_FILE_BYTES // 1024} KiB: a .env "
-                          "holds settings; put data in files.", code="ENV_FILE_TOO_LARGE")
+                          "holds settings; put data in files.", code="ENV_FILE_TOO_LARGE") from None
+    except (OSError, UnicodeDecodeError) as exc:  # a link loop (ELOOP), not UTF-8, unreadable
+        raise ConfigError(f"cannot read env file {path}: {exc}", code="ENV_FILE_UNREADABLE") \
+            from None
     if "\0" in text:
         line = text[:text.index("\0")].count("\n") + 1
         raise ConfigError([Problem("ENV_FILE_NUL", f"env file {path} holds a NUL byte on line "
