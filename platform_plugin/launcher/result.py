@@ -58,22 +58,26 @@ def describe_exit(exitcode: int | None) -> tuple[int | None, str | None]:
 class RankFailure(Record):
     """One process that failed: how, where, and its last lines. `name`: "0", "1", ... or
     "sched"; `exitcode`: Popen's convention (-N = killed by signal N; None = still running when
-    stopped); `stopped_by_launcher`: a consequence, the launcher stopped it after the root
-    cause; `stack`: its innermost Python frames when stopped (py-spy)."""
+    stopped); `stopped_by_launcher`: it died of a signal the launcher had sent (`ended_by`);
+    `after_signal`: the launcher's last signal to the job before its end was seen (None: it
+    ended before the launcher sent any); `stack`: its innermost Python frames when stopped."""
 
     __slots__ = ("name", "rank_id", "device_id", "host", "pid", "exitcode", "signal_name",
-                 "runtime_s", "last_lines", "root_cause", "stopped_by_launcher", "stack")
+                 "runtime_s", "last_lines", "root_cause", "stopped_by_launcher", "stack",
+                 "after_signal")
 
     def __init__(self, name: str, rank_id: int | None, device_id: int | None, host: str,
                  pid: int | None, exitcode: int | None, signal_name: str | None,
                  runtime_s: float, last_lines: list[str] | None = None, root_cause: bool = False,
-                 stopped_by_launcher: bool = False, stack: list[str] | None = None) -> None:
+                 stopped_by_launcher: bool = False, stack: list[str] | None = None,
+                 after_signal: str | None = None) -> None:
         self.name, self.rank_id, self.device_id, self.host = name, rank_id, device_id, host
         self.pid, self.exitcode, self.signal_name = pid, exitcode, signal_name
         self.runtime_s = runtime_s
         self.last_lines = [] if last_lines is None else [_clipped(line) for line in last_lines]
         self.root_cause, self.stopped_by_launcher = root_cause, stopped_by_launcher
         self.stack = [] if stack is None else stack
+        self.after_signal = after_signal
 
     @property
     def how(self) -> str:
@@ -86,6 +90,18 @@ class RankFailure(Record):
     @property
     def label(self) -> str:
         return name_label(self.name)
+
+    @property
+    def note(self) -> str:
+        """What the table says it was: labelled by what happened, not by when it was seen."""
+        if self.root_cause:
+            return "ROOT CAUSE"
+        if self.stopped_by_launcher:
+            return "stopped by launcher"
+        if self.after_signal and self.signal_name is None:
+            # an exit code of its own after the launcher's SIGTERM: its handler's, or a failure
+            return f"ended after {self.after_signal}"
+        return "failed later"  # its own exit code, or a signal from elsewhere (OOM's SIGKILL)
 
 
 class JobResult(Record):
@@ -159,6 +175,16 @@ class JobFailed(PlatformPluginError):
         # "job x interrupted (Ctrl-C, ...)", not "job x interrupted: interrupted (Ctrl-C, ...)"
         head = f"job {result.job_id} " + (what if what.startswith(status) else f"{status}: {what}")
         super().__init__(f"{head} (logs: {result.job_dir})")
+
+
+def ended_by(returncode: int | None, sent: tuple[int, ...]) -> bool:
+    """Did the process die of a signal the launcher had sent before its end was seen (killed
+    by it, or exit 128+N: a shell that was)? Not a process that ended with its own exit code
+    (a traceback a moment after the stop began), nor one killed by a signal the launcher did
+    not send (the kernel's OOM SIGKILL, SIGSEGV, another user's kill -9)."""
+    if not returncode:
+        return False
+    return -returncode in sent or (returncode > 128 and returncode - 128 in sent)
 
 
 def name_label(name: str) -> str:

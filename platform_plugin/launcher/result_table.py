@@ -58,10 +58,8 @@ def _table(result: JobResult) -> str:
             _, sig = describe_exit(code)
             rows.append((name_label(name), "", "", "", sig or f"exit {code}", "", "ok", "")[:8 if stacks else 7])
             continue
-        note = ("ROOT CAUSE" if failure.root_cause else
-                "stopped by launcher" if failure.stopped_by_launcher else "failed later")
         row = (failure.label, _dash(failure.rank_id), _dash(failure.device_id),
-               _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", note)
+               _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", failure.note)
         rows.append(row + ((" < ".join(_own_frames(failure.stack)[:STACK_FRAMES]) or "-",)
                            if stacks else ()))
     header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]

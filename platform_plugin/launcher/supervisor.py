@@ -24,7 +24,8 @@ import time
 
 from platform_plugin.launcher.spawn import Started, piped
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
-from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit
+from platform_plugin.launcher.result import (JobResult, JobStatus, RankFailure, describe_exit,
+                                             ended_by)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,7 +52,7 @@ class _Proc:
     """A running process of the job, as the supervisor tracks it."""
 
     __slots__ = ("spec", "popen", "started", "ended", "eof", "ended_while_stopping",
-                 "failure_order", "pidfd")
+                 "failure_order", "pidfd", "sent")
 
     def __init__(self, spec: RankSpec, popen: subprocess.Popen, started: float) -> None:
         self.spec, self.popen, self.started = spec, popen, started
@@ -60,6 +61,7 @@ class _Proc:
         self.ended_while_stopping = False
         self.failure_order: int | None = None
         self.pidfd: int | None = None
+        self.sent: tuple[int, ...] = ()  # the launcher's signals to the job before its end
 
 
 class _Stop:
@@ -72,6 +74,9 @@ class _Stop:
                  terminated: bool = True) -> None:
         self.status, self.reason, self.kill_at = status, reason, kill_at
         self.killed, self.terminated = killed, terminated
+
+    def sent(self) -> tuple[int, ...]:
+        return (signal.SIGTERM,) * self.terminated + (signal.SIGKILL,) * self.killed
 
 
 class Supervisor:
@@ -223,9 +228,9 @@ class Supervisor:
             if proc.ended is not None or proc.popen.poll() is None:
                 continue
             proc.ended = now
-            # an exit found after the stop began counts as stopped, even a same-instant failure:
-            # SIGTERM may already have landed, and the root cause is the first one found anyway
+            # an exit seen after the stop began is no root cause; its label is by what it was
             proc.ended_while_stopping = self._stop is not None
+            proc.sent = self._stop.sent() if self._stop else ()  # result.ended_by judges it
             if proc.popen.returncode != 0 and not (proc.spec.role == "service"
                                                    and self._services_stopped):
                 proc.failure_order = len(self._failures)
@@ -336,9 +341,8 @@ class Supervisor:
     def _result(self) -> JobResult:
         stop = self._stop
         status = stop.status if stop else JobStatus.SUCCEEDED
-        failures = [self._failure(p) for p in self.procs
-                    if p.popen.returncode not in (0, None) or (status != JobStatus.SUCCEEDED
-                                                                and p.ended_while_stopping)]
+        # a process that exited 0, even during a stop, ended well: an "ok" row, not a failure
+        failures = [self._failure(p) for p in self.procs if p.popen.returncode not in (0, None)]
         failures.sort(key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
         root = next((f for f in failures if f.root_cause), None)
         ok = status == JobStatus.SUCCEEDED and not failures
@@ -359,7 +363,9 @@ class Supervisor:
             runtime_s=(proc.ended or time.monotonic()) - proc.started,
             last_lines=self._last_lines(proc.spec.name),
             root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
-            stopped_by_launcher=proc.ended_while_stopping, stack=self._stacks.get(proc.spec.name, []))
+            stopped_by_launcher=ended_by(proc.popen.returncode, proc.sent),
+            after_signal=signal.Signals(proc.sent[-1]).name if proc.sent else None,
+            stack=self._stacks.get(proc.spec.name, []))
 
     def _last_lines(self, name: str) -> list[str]:
         try:

@@ -1,0 +1,62 @@
+"""The failure table labels each process by what happened to it (its exit code or signal
+against the signals the launcher had sent), not by when its end was seen: a rank that ended on
+its own a moment after the stop began is not "stopped by launcher" (real ranks)."""
+from __future__ import annotations
+
+import pytest
+
+from platform_plugin import JobFailed, launch
+from tests.launcher.helpers import PY, job_processes, kill_job
+
+# rank 0 fails first; ranks 1-3 hold SIGTERM back until the launcher sends it (so each ends
+# after the stop began, deterministically), then: 1 exits 3 of its own, 2 exits 0, 3 is killed
+# by a SIGKILL the launcher did not send (the OOM killer's); rank 4 dies of the SIGTERM.
+RANK = """
+import os, signal, sys, time
+rank = int(os.environ["RANK_ID"])
+if rank in (1, 2, 3):
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+print(f"rank {rank} ready", flush=True)
+if rank == 0:
+    time.sleep(0.5)
+    sys.exit("rank 0: bad batch")
+if rank == 4:
+    time.sleep(60)
+signal.sigwait([signal.SIGTERM])
+print(f"rank {rank} saw the stop", flush=True)
+if rank == 3:
+    os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(3 if rank == 1 else 0)
+"""
+
+
+def test_each_process_is_labelled_by_what_ended_it(tmp_path):
+    shown: list[str] = []
+    with pytest.raises(JobFailed) as err:
+        launch([PY, "-c", RANK], nproc=5, backend="plain", tracking="none", grace=20.0,
+               log_dir=str(tmp_path), write=shown.append)
+    result = err.value.result
+    try:
+        rows = {line.split()[1]: " ".join(line.split()[2:]) for line in
+                result.render().splitlines() if line.startswith("  rank ")}
+        assert "exit 1" in rows["0"] and rows["0"].endswith("ROOT CAUSE"), rows
+        expected = {"1": "exit 3", "2": "exit 0", "3": "SIGKILL", "4": "SIGTERM"}
+        notes = {"1": "ended after SIGTERM", "2": "ok", "3": "failed later",
+                 "4": "stopped by launcher"}
+        for rank, how in expected.items():
+            assert f" {how} " in f" {rows[rank]} " and rows[rank].endswith(notes[rank]), (
+                rank, rows, "".join(shown))
+        assert "2" not in {f.name for f in result.failures}  # ended well during the stop
+        assert job_processes(result.job_dir) == []
+    finally:
+        kill_job(result.job_dir)
+
+
+@pytest.mark.parametrize("returncode, sent, by_launcher", [
+    (-15, (15,), True), (-9, (15, 9), True), (143, (15,), True),  # 143: a shell's SIGTERM
+    (-9, (15,), False), (-11, (15, 9), False), (1, (15,), False), (0, (15,), False),
+    (-15, (), False), (None, (15,), False),
+])
+def test_ended_by_compares_the_end_with_the_signals_sent(returncode, sent, by_launcher):
+    from platform_plugin.launcher.result import ended_by
+    assert ended_by(returncode, sent) is by_launcher
