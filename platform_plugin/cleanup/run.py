@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from platform_plugin.util.code_lock import RootLock
+from platform_plugin.cleanup.lock import CleanupLock
 from platform_plugin.cleanup.report import CleanupReport, human_bytes
 from platform_plugin.cleanup.root import ROOT_ENV, find_root, looks_like_project
 from platform_plugin.cleanup.rules import (KEEP_FILE, Category, CleanupRules, load_categories,
@@ -65,13 +65,13 @@ class PreparedCleanup:
     rules: CleanupRules
 
     def run(self, *, dry_run: bool = False, progress: bool | None = None,
-            lock: RootLock | None = None) -> CleanupReport:
-        """A real run holds CODE/'s lock (util/code_lock.py) exclusively: `lock` when the
-        caller holds it already (a full run), else its own for the cleanup's duration."""
+            lock: CleanupLock | None = None) -> CleanupReport:
+        """A real run holds CODE/'s locks (cleanup/lock.py): `lock` when the caller holds
+        them already (a full run), else its own for the cleanup's duration."""
         if dry_run:
             return run_cleanup(self.root, self.rules, dry_run=True, progress=progress)
         refuse_read_only(self.root)
-        own = None if lock else RootLock(self.root, "a cleanup").acquire(exclusive=True)
+        own = None if lock else CleanupLock.take(self.root)
         try:
             return run_cleanup(self.root, self.rules, dry_run=False, progress=progress)
         finally:

@@ -291,12 +291,13 @@ def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
     the folders around it are held (shared) before it starts. Yields the cleanup's report
     (None without one). Raises ConfigError CLEAN_ROOT_BUSY before anything is removed or
     started."""
-    from platform_plugin.util.code_lock import JobHold, RootLock
+    from platform_plugin.cleanup.lock import CleanupLock
+    from platform_plugin.util.code_lock import JobHold
 
     what = f"a {run.mode} run of {run.notebook.name}"
-    cleaner = RootLock(cleaning.root, what).acquire(exclusive=True) if cleaning else None
+    cleaner = CleanupLock.take(cleaning.root, what) if cleaning else None
     try:
-        with JobHold.take([run.cwd], what, besides=cleaner):
+        with JobHold.take([run.cwd], what, besides=cleaner.paths() if cleaner else ()):
             report = cleaning.run(lock=cleaner) if cleaning else None
             if cleaner:
                 cleaner.share()

@@ -2,23 +2,37 @@
 
 A cleanup of CODE/ removes checkpoints, logs and operator caches; a job (`launch()`,
 `%dist_run`, `platform-run launch`) or a notebook run (`debug` or `full`) writes exactly those
-while it runs. So a real cleanup holds an EXCLUSIVE flock on a lock file named after its root,
-and every job and notebook run holds SHARED ones on its working folder and on every folder
-above it that a cleanup could be given as its root (`JobHold`): a cleanup refuses
-(CLEAN_ROOT_BUSY, exit 2, nothing removed) while any of them runs there, and a job started
-while a cleanup runs refuses the same way, before anything is created. Jobs never block each
-other (shared with shared). A full run holds its root exclusively while it cleans, then turns
-that into a shared hold without letting go (`RootLock.share`), so no other cleanup slips in.
+while it runs. Three kinds of flock, each on a lock file named after a folder:
 
-flock is released by the kernel when the holder dies, even by SIGKILL: no stale lock. The file
-lives in the temporary folder, never in CODE/ (which the platform snapshots), and is named
-after the folder's device and inode (two spellings of one folder, through a symlink or `..`,
-are one lock; no hashlib on the launch path). Its last holder removes it.
+- `code` (the folder itself or something below it is in use): a real cleanup holds its root's
+  EXCLUSIVELY; every job and notebook run holds SHARED ones on its working folders and on
+  every folder above them that a cleanup could be given as its root (`JobHold`).
+- `tree` (the whole tree below a working folder belongs to the job: it may write anywhere
+  there): a job holds it SHARED on its working folders; a cleanup refuses while one is held on
+  a folder above its root.
+- `below` (a cleanup works somewhere below this folder): a cleanup holds it SHARED on every
+  folder above its root; a job refuses while one is held on its working folder.
+
+So a cleanup refuses (CLEAN_ROOT_BUSY, exit 2, nothing removed) while a job or notebook run
+works in, above or below its root, and a job started while a cleanup runs there refuses the
+same way, before anything is created. Jobs never block each other and cleanups of folders
+apart never do (shared with shared); a `tree`/`below` check is an instant's exclusive request
+(`_nobody_holds`). A full run holds its root exclusively while it cleans, then turns that into
+a shared hold without a gap (`RootLock.share`), so no other cleanup slips in.
+
+flock is released by the kernel when the holder dies, even by SIGKILL: no stale lock. The files
+live in one private folder per user, /tmp/platform-run-locks-<uid> (`lock_dir`): never in
+CODE/ (which the platform snapshots), and not in $TMPDIR, which a kernel and a terminal may set
+differently. A file is named after the folder's device and inode (two spellings of one folder,
+through a symlink, `..` or a bind mount, are one lock; no hashlib on the launch path). Its last
+holder removes it. A job that cannot take a lock file goes on (nothing can coordinate there,
+and a cleanup, which cannot take it either, refuses: CLEAN_LOCK_UNAVAILABLE).
 """
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -28,14 +42,45 @@ if TYPE_CHECKING:  # pragma: no cover
 from platform_plugin.errors import ConfigError
 
 OPEN_TRIES = 5  # a holder may remove the file between our open and flock: open anew
-BUSY_TRIES, BUSY_WAIT_S = 5, 0.01  # a shared request's retries while it is held exclusively
+# a request's retries while the file is held exclusively for an instant: an ending holder
+# checks whether it is the last (`release`), a `tree`/`below` check is an exclusive instant
+BUSY_TRIES, BUSY_WAIT_S = 5, 0.01
+LOCKS_IN = "/tmp"  # every process of a user on this machine agrees on it, whatever its $TMPDIR
+GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
+_checked_dir: list[str] = []  # lock_dir() once checked by this process
 
 
-def lock_path(folder: str | os.PathLike) -> str:
-    """The lock file of `folder` (which must exist: OSError otherwise)."""
+class LockUnavailable(Exception):
+    """The lock file cannot be used (an unwritable or foreign lock folder, a planted file)."""
+
+
+def lock_dir() -> str:
+    """/tmp/platform-run-locks-<uid>, made private (0700) on first use. Raises LockUnavailable
+    when it is not a folder of this user (another user made it, or a symlink was planted)."""
+    if _checked_dir:
+        return _checked_dir[0]
+    path = os.path.join(LOCKS_IN, f"platform-run-locks-{os.getuid()}")
+    try:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            raise LockUnavailable(f"{path} is not a folder of this user")
+        if st.st_mode & 0o077:  # another user could plant files in it
+            os.chmod(path, 0o700)
+    except OSError as exc:
+        raise LockUnavailable(f"{path}: {exc.strerror or exc}") from None
+    _checked_dir.append(path)
+    return path
+
+
+def lock_path(folder: str | os.PathLike, kind: str = "code") -> str:
+    """The lock file of `folder` (which must exist: OSError otherwise). LockUnavailable when
+    the lock folder cannot be used."""
     st = os.stat(folder)
-    return os.path.join(os.environ.get("TMPDIR") or "/tmp",
-                        f"platform-run-code-{st.st_dev:x}-{st.st_ino:x}.lock")
+    return os.path.join(lock_dir(), f"{kind}-{st.st_dev:x}-{st.st_ino:x}.lock")
 
 
 def write_holder(fd: int, holder: str) -> None:
@@ -48,28 +93,105 @@ def write_holder(fd: int, holder: str) -> None:
         pass
 
 
-class RootLock:
-    """`acquire(exclusive=)` or raise CLEAN_ROOT_BUSY; `share()` turns an exclusive lock into
-    a shared one (the cleanup is done, the run goes on); `release()`."""
+def read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
-    def __init__(self, root: str | os.PathLike, what: str) -> None:
-        self.root, self.what, self.fd = root, what, -1
+
+def _open_lock(path: str, create: bool) -> int:
+    """O_NOFOLLOW: no planted symlink; O_NONBLOCK: a planted FIFO never blocks; a file that is
+    not a regular file is refused (LockUnavailable). FileNotFoundError when not `create`."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
         try:
-            self.path: str | None = lock_path(root)
+            fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
+        except FileNotFoundError:
+            if not create:
+                raise
+            _checked_dir.clear()  # the lock folder was removed (a /tmp cleaner): make it anew
+            lock_dir()
+            fd = os.open(path, flags | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        if not create:
+            raise
+        raise LockUnavailable(f"{path}: the lock folder keeps disappearing") from None
+    except OSError as exc:
+        raise LockUnavailable(f"{path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise LockUnavailable(f"{path} is not a regular file (remove it)")
+    return fd
+
+
+def _still_at(fd: int, path: str) -> bool:
+    try:
+        return os.fstat(fd).st_ino == os.lstat(path).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _nobody_holds(path: str, exclusive: bool = True) -> str | None:
+    """None when no process holds `path` (`exclusive`; else: holds it exclusively): a request
+    for an instant, retried while another check or an ending holder has it for its own
+    instant. Else the last holder's name. A file nobody holds is removed, as its last holder
+    would have."""
+    try:
+        fd = _open_lock(path, create=False)
+    except FileNotFoundError:
+        return None
+    try:
+        for busy_left in range(BUSY_TRIES, -1, -1):
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not busy_left:
+                    return read_holder(fd) or "?"
+                time.sleep(BUSY_WAIT_S)
+                continue
+            if exclusive and _still_at(fd, path):
+                os.unlink(path)
+            break
+        return None
+    finally:
+        os.close(fd)
+
+
+class RootLock:
+    """`acquire(exclusive=)` the `kind` lock of a folder or raise CLEAN_ROOT_BUSY; `share()`
+    turns an exclusive lock into a shared one (the cleanup is done, the run goes on);
+    `release()`. `problem`: why no lock is held although the folder exists (a shared request
+    goes on without; an exclusive one raises CLEAN_LOCK_UNAVAILABLE)."""
+
+    def __init__(self, root: str | os.PathLike, what: str, kind: str = "code") -> None:
+        self.root, self.what, self.kind, self.fd = root, what, kind, -1
+        self.path: str | None = None
+        self.problem: str | None = None
+        try:
+            self.path = lock_path(root, kind)
+        except LockUnavailable as exc:
+            self.problem = str(exc)
         except OSError:  # no such folder (any more): nothing there to protect or to clean
-            self.path = None
+            pass
 
     def acquire(self, *, exclusive: bool) -> RootLock:
         """A shared request that finds the file locked exclusively tries again `BUSY_TRIES`
         times: a job that ends takes the lock exclusively for an instant (`release`: is it the
         last holder?), and jobs must never refuse each other. Nothing stays open on an error."""
-        if self.path is None:
-            return self
-        try:
-            self._acquire(self.path, exclusive)
-        except BaseException:
-            self._close()
-            raise
+        if self.path is not None:
+            try:
+                self._acquire(self.path, exclusive)
+            except LockUnavailable as exc:
+                self._close()
+                self.problem = str(exc)
+            except BaseException:
+                self._close()
+                raise
+        if exclusive and self.problem:
+            raise ConfigError(f"cannot take the lock of {self.root} ({self.problem}): without it "
+                              "a cleanup could remove files a running job writes, so nothing was "
+                              f"removed. Make {LOCKS_IN} writable", code="CLEAN_LOCK_UNAVAILABLE")
         return self
 
     def _acquire(self, path: str, exclusive: bool) -> None:
@@ -77,34 +199,32 @@ class RootLock:
         while True:
             if self.fd < 0:
                 if opens == OPEN_TRIES:
-                    return  # the file kept being replaced: do not refuse over it
+                    raise LockUnavailable(f"{path} kept being replaced")
                 opens += 1
-                try:  # O_NOFOLLOW: a predictable name in a world-writable folder
-                    self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC |
-                                      os.O_NOFOLLOW, 0o666)
-                except OSError:
-                    return  # e.g. another user's lock file: cannot coordinate, do not refuse
+                self.fd = _open_lock(path, create=True)
             try:
                 fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
                             fcntl.LOCK_NB)
             except BlockingIOError:
                 if not busy_left:
-                    holder = os.pread(self.fd, 512, 0).decode("utf-8", "replace").strip()
+                    holder = read_holder(self.fd)
                     self.release()
                     raise ConfigError(self._busy(holder, exclusive),
                                       code="CLEAN_ROOT_BUSY") from None
                 busy_left -= 1
                 time.sleep(BUSY_WAIT_S)
-                if not self._still_at(path):  # its last holder removed it: open anew
+                if not _still_at(self.fd, path):  # its last holder removed it: open anew
                     self._close()
                 continue
-            if self._still_at(path):
-                self._write_holder()
-                return
-            self._close()  # locked a file its last holder had just removed: again
-
-    def _write_holder(self) -> None:
-        write_holder(self.fd, f"{self.what} (pid {os.getpid()})")
+            if not _still_at(self.fd, path):
+                self._close()  # locked a file its last holder had just removed: again
+                continue
+            if exclusive and self.kind == "code" and _nobody_holds(path + GATE) is not None:
+                holder = read_holder(self.fd)  # got in the instant of a full run's share():
+                self._close()  # its lock, not ours to remove
+                raise ConfigError(self._busy(holder, exclusive), code="CLEAN_ROOT_BUSY")
+            write_holder(self.fd, f"{self.what} (pid {os.getpid()})")
+            return
 
     def _close(self) -> None:
         if self.fd >= 0:
@@ -112,37 +232,71 @@ class RootLock:
             self.fd = -1
 
     def _busy(self, holder: str, exclusive: bool) -> str:
+        last = f" (the last to start there: {holder})" if holder else ""
+        if self.kind == "tree":  # a job works in the folder, our cleanup below it
+            return (f"{self.what} would remove files in {self.root}, the working folder of a "
+                    f"running job or notebook run{last}. Wait for them to end (or stop them), "
+                    "then retry")
+        if self.kind == "below":  # a cleanup works below the folder, we in all of it
+            return (f"a folder in {self.root} is being cleaned by {holder or 'a cleanup'}, and "
+                    f"{self.what} would work there too. Retry when that cleanup has ended")
         if exclusive:  # every shared holder rewrites the name: the one named may have ended
-            last = f" (the last to start there: {holder})" if holder else ""
             return (f"{self.root} is in use by a job, a notebook run or a cleanup{last}: a "
                     "cleanup there would remove files they are writing. Wait for them to end "
                     "(or stop them), then retry")
         return (f"{self.root} is being cleaned by {holder or 'a cleanup'}: it would remove the "
-                f"files {self.what} writes there. Retry when the cleanup has ended")
+                f"files {self.what} works on. Retry when the cleanup has ended")
 
-    def _still_at(self, path: str) -> bool:
-        try:
-            return os.fstat(self.fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            return False
+    def check_free(self, *, exclusive: bool = True) -> None:
+        """CLEAN_ROOT_BUSY unless nobody holds this lock now (`exclusive`; else: nobody holds
+        it exclusively), see `_nobody_holds`. Takes nothing."""
+        if self.path is not None:
+            try:
+                holder = _nobody_holds(self.path, exclusive)
+            except LockUnavailable as exc:
+                self.problem = str(exc)
+                return
+            if holder is not None:
+                raise ConfigError(self._busy("" if holder == "?" else holder, exclusive),
+                                  code="CLEAN_ROOT_BUSY")
 
     def share(self) -> None:
-        if self.fd >= 0:
+        """Exclusive to shared without a gap. flock(2) does not promise it ("the existing lock
+        is first removed, and then a new lock is established"): a cleanup could get the lock
+        in between. So the gate file is held meanwhile, and an exclusive request that
+        succeeds checks it (`_acquire`) and refuses while it is held."""
+        if self.fd < 0 or self.path is None:
+            return
+        gate = self.path + GATE
+        try:  # only a process holding the lock exclusively takes the gate: it is free
+            gate_fd = _open_lock(gate, create=True)
+            fcntl.flock(gate_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except (LockUnavailable, BlockingIOError):  # junk planted there: convert as before
+            gate_fd = -1
+        try:
             fcntl.flock(self.fd, fcntl.LOCK_SH)
+        finally:
+            if gate_fd >= 0:
+                try:
+                    os.unlink(gate)
+                except OSError:
+                    pass
+                os.close(gate_fd)
 
     def release(self) -> None:
         """The last holder removes the file (no lock file per cleaned folder piles up in the
-        temporary folder); a process that opened it meanwhile sees it gone and opens anew."""
+        lock folder); a process that opened it meanwhile sees it gone and opens anew."""
         if self.fd < 0:
             return
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alone with it?
-            if self.path and self._still_at(self.path):
+            if self.path and _still_at(self.fd, self.path):
                 os.unlink(self.path)
         except OSError:
             pass  # other holders (shared): the last of them removes it
         finally:
             self._close()
+
 
 
 def held_folders(paths: Iterable[str | os.PathLike]) -> list[str]:
@@ -160,29 +314,45 @@ def held_folders(paths: Iterable[str | os.PathLike]) -> list[str]:
     return folders
 
 
+def working_folders(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """The trees a job claims (`tree` locks): its working folders below the home folder, none
+    inside another. A job working in the home folder (or above) claims only its own log and
+    cache folders: everything a user has is below it."""
+    folders = sorted({f for f in (os.path.realpath(p) for p in paths) if held_folders([f])})
+    return [f for i, f in enumerate(folders)
+            if not any(f.startswith(top + "/") for top in folders[:i])]
+
+
 class JobHold:
-    """Shared locks on the folders a job or notebook run works in (`held_folders`), from
-    `take()` to `release()`. Raises CLEAN_ROOT_BUSY, holding nothing, while one is cleaned."""
+    """A job's or notebook run's locks (`code` shared on `held_folders`, `tree` shared on
+    `working_folders`, checking that no cleanup works `below` them), from `take()` to
+    `release()`. Raises CLEAN_ROOT_BUSY, holding nothing, while one is cleaned."""
 
     def __init__(self, locks: list[RootLock]) -> None:
         self.locks = locks
 
     @classmethod
     def take(cls, paths: Iterable[str | os.PathLike], what: str, *,
-             besides: RootLock | None = None) -> JobHold:
-        """`besides`: a lock this process holds on one of the folders already (a full run's
-        cleanup): that folder is skipped - a second flock of it here would conflict."""
-        locks: list[RootLock] = []
+             besides: Iterable[str | None] = ()) -> JobHold:
+        """`besides`: lock files this process holds already (a full run's own cleanup,
+        cleanup/lock.py): skipped - a second flock of one here would conflict."""
+        paths, held = list(paths), set(besides)
+        hold = cls([])
         try:
-            for folder in held_folders(paths):
-                lock = RootLock(folder, what)
-                if besides is None or lock.path is None or lock.path != besides.path:
-                    locks.append(lock)  # released below if acquire raises
+            for folder, kind in ([(f, "code") for f in held_folders(paths)] +
+                                 [(f, "tree") for f in working_folders(paths)]):
+                lock = RootLock(folder, what, kind)
+                if lock.path is None or lock.path not in held:
+                    hold.locks.append(lock)  # released below if acquire raises
                     lock.acquire(exclusive=False)
+            for folder in working_folders(paths):
+                below = RootLock(folder, what, "below")
+                if below.path is None or below.path not in held:
+                    below.check_free()
         except BaseException:
-            cls(locks).release()
+            hold.release()
             raise
-        return cls(locks)
+        return hold
 
     def release(self) -> None:
         for lock in self.locks:

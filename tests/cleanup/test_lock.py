@@ -3,12 +3,18 @@ file is removed by its last holder - before, every cleaned folder left one in /t
 a few test runs)."""
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import sys
+from types import SimpleNamespace
 
 import pytest
 
-from platform_plugin.util.code_lock import RootLock, lock_path
 from platform_plugin.errors import ConfigError
+from platform_plugin.util import code_lock
+from platform_plugin.util.code_lock import RootLock, lock_path
+from tests.helpers import clean_env
 
 
 def test_the_last_holder_removes_the_lock_file_and_busy_names_the_holder(tmp_path):
@@ -26,3 +32,84 @@ def test_the_last_holder_removes_the_lock_file_and_busy_names_the_holder(tmp_pat
     second.release()
     assert not os.path.exists(lock_path(tmp_path))
     RootLock(tmp_path, "a cleanup").acquire(exclusive=True).release()
+
+
+def _clean(root, **env: str) -> subprocess.CompletedProcess:
+    """A real `platform-run clean --root ROOT`."""
+    return subprocess.run([sys.executable, "-m", "platform_plugin", "clean", "--root", str(root)],
+                          cwd=root, env=clean_env(**env), capture_output=True, text=True,
+                          timeout=120)
+
+
+def _project(folder):
+    """A folder a cleanup accepts, with an operator cache it would remove."""
+    (folder / "kernel_meta").mkdir(parents=True)
+    (folder / "kernel_meta" / "op.o").write_text("x")
+    (folder / "train.py").write_text("print()")
+    return folder
+
+
+def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monkeypatch):
+    """A full run cleans CODE/ holding it exclusively, then shares it (RootLock.share). flock(2)
+    does that by removing the exclusive lock, then taking a shared one, and "a pending lock
+    request by another process may be granted" in between (the man page; this machine's
+    kernel happens to do both under one spinlock, so the instant is made to happen here: the
+    conversion is split at its documented seam and a real `platform-run clean` runs in it).
+    Before: that cleanup got the lock and removed the files the run's notebook was about to
+    use. Now it sees the run's hand-over gate held and refuses."""
+    code = _project(tmp_path / "CODE")
+    full = RootLock(code, "a full run of nb.ipynb").acquire(exclusive=True)
+    seen: list[subprocess.CompletedProcess] = []
+
+    def flock(fd: int, operation: int) -> None:
+        if fd == full.fd and operation == fcntl.LOCK_SH:  # the conversion, at its seam
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            seen.append(_clean(code))
+        fcntl.flock(fd, operation)
+    monkeypatch.setattr(code_lock, "fcntl", SimpleNamespace(
+        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH, LOCK_NB=fcntl.LOCK_NB,
+        LOCK_UN=fcntl.LOCK_UN))
+    try:
+        full.share()
+        monkeypatch.undo()
+        assert len(seen) == 1
+        assert seen[0].returncode == 2, seen[0].stdout + seen[0].stderr
+        assert "[CLEAN_ROOT_BUSY]" in seen[0].stderr and "a full run of nb.ipynb" in seen[0].stderr
+        assert (code / "kernel_meta" / "op.o").exists()
+        with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):  # shared now: still held
+            RootLock(code, "a cleanup").acquire(exclusive=True)
+        RootLock(code, "a job").acquire(exclusive=False).release()  # and jobs may join it
+    finally:
+        full.release()
+    assert not os.path.exists(lock_path(code)) and not os.path.exists(lock_path(code) + ".gate")
+    assert _clean(code).returncode == 0 and not (code / "kernel_meta").exists()
+
+
+def test_cleanups_of_nested_folders_refuse_each_other_and_cleanups_apart_do_not(tmp_path):
+    """Before: a cleanup held only its own root, so `clean --root CODE/exp` ran while CODE/
+    was being cleaned (and the other way round): two walks removing the same files. Cleanups
+    of folders apart must not refuse each other (their `below` locks above are shared)."""
+    code = _project(tmp_path / "CODE")
+    exp, other = _project(code / "exp"), _project(code / "other")
+    outer = RootLock(code, "a cleanup").acquire(exclusive=True)  # what a cleanup of CODE/ holds
+    try:
+        inner = _clean(exp)
+    finally:
+        outer.release()
+    assert inner.returncode == 2 and "[CLEAN_ROOT_BUSY]" in inner.stderr, inner.stderr
+    assert f"{code} is being cleaned by a cleanup (pid" in inner.stderr, inner.stderr
+    assert (exp / "kernel_meta" / "op.o").exists()
+    from platform_plugin.cleanup.lock import CleanupLock
+    inner_lock = CleanupLock.take(exp)
+    try:
+        done = _clean(code)
+        assert done.returncode == 2 and "[CLEAN_ROOT_BUSY]" in done.stderr, done.stderr
+        assert f"a folder in {code} is being cleaned by a cleanup of {exp} (pid" in done.stderr
+        apart = _clean(other)
+        assert apart.returncode == 0, apart.stderr
+    finally:
+        inner_lock.release()
+    assert not (other / "kernel_meta").exists() and (code / "kernel_meta" / "op.o").exists()
+    assert _clean(code).returncode == 0 and not (exp / "kernel_meta").exists()
+    assert not [name for name in os.listdir(code_lock.lock_dir())
+                if name.endswith(tuple(f"-{os.stat(f).st_ino:x}.lock" for f in (code, exp)))]

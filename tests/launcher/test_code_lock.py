@@ -8,6 +8,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -24,16 +25,32 @@ RANK = ("import os, time\nos.makedirs('kernel_meta', exist_ok=True)\n"
         "while not os.path.exists('go'): time.sleep(0.05)\n")
 
 
-def _cli(*argv: str, cwd, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(*argv: str, cwd, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "platform_plugin", *argv], cwd=cwd,
-                          env=clean_env(), capture_output=True, text=True, timeout=timeout)
+                          env=clean_env(**env), capture_output=True, text=True, timeout=timeout)
 
 
-def _launch(cwd, job_id: str) -> subprocess.Popen:
+def _launch(cwd, job_id: str, rank: str = "rank.py", **env: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "platform_plugin", "launch", "--nproc", "1", "--tracking",
-         "none", "--backend", "plain", "--job-id", job_id, "--", sys.executable, "rank.py"],
-        cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "none", "--backend", "plain", "--job-id", job_id, "--", sys.executable, rank],
+        cwd=cwd, env=clean_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+def _running(project, job_id: str, rank: str = "rank.py", **env: str) -> subprocess.Popen:
+    """A job whose rank has started (it waits for `go` in `project`)."""
+    job = _launch(project, job_id, rank, **env)
+    wait_for(lambda: (project / f"started.{job_id}").exists() or job.poll() is not None,
+             timeout=60, what="the job's rank")
+    assert job.poll() is None, job.communicate()
+    return job
+
+
+def _ended(job: subprocess.Popen, project) -> None:
+    (project / "go").write_text("")
+    out, err = job.communicate(timeout=60)
+    assert job.returncode == 0, out + err
 
 
 def test_a_clean_during_running_jobs_is_refused_and_the_jobs_share_the_folder(tmp_path):
@@ -113,8 +130,8 @@ def test_a_job_starting_while_another_one_ends_is_not_refused(tmp_path, monkeypa
     assert not os.path.exists(lock_path(tmp_path))
 
 
-HOLD_WITH_A_FULL_TMPDIR = """
-folder, project = sys.argv[1], sys.argv[2]
+HOLD_WITH_A_FULL_LOCK_FOLDER = """
+project = sys.argv[2]
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.code_lock import JobHold, RootLock
 hold = JobHold.take([project], "job full")
@@ -129,13 +146,68 @@ print("free")
 
 
 @needs_unshare
-def test_a_full_temporary_folder_neither_fails_the_job_nor_leaks_its_lock(tmp_path):
+def test_a_full_lock_folder_neither_fails_the_job_nor_leaks_its_lock(tmp_path):
     """Before: writing the holder's name raised ENOSPC out of launch() (a traceback) with the
     flock still held by the open descriptor (every later cleanup refused until a restart)."""
-    folder, project = tmp_path / "tmp", tmp_path / "project"
-    folder.mkdir()
+    project = tmp_path / "project"
     project.mkdir()
-    done = on_a_full_tmpfs(folder, HOLD_WITH_A_FULL_TMPDIR, str(project), env=f"TMPDIR={folder}")
+    done = on_a_full_tmpfs(Path(code_lock.lock_dir()), HOLD_WITH_A_FULL_LOCK_FOLDER, str(project))
     assert done.returncode == 0, done.stderr
     assert "refused: [CLEAN_ROOT_BUSY]" in done.stdout, done.stdout  # held while the job ran
     assert done.stdout.endswith("free\n"), done.stdout  # and free once it ended
+
+
+def test_a_terminal_and_a_kernel_with_different_temporary_folders_see_each_others_locks(
+        tmp_path):
+    """Before: the lock files lived in $TMPDIR: a job started from a kernel with one and a
+    `clean` from a terminal with another saw two different files, and the clean removed the
+    running job's operator cache and logs."""
+    project = tmp_path / "CODE" / "exp"
+    project.mkdir(parents=True)
+    (project / "rank.py").write_text(RANK)
+    (tmp_path / "kernel_tmp").mkdir()
+    (tmp_path / "terminal_tmp").mkdir()
+    job = _running(project, "job-k", TMPDIR=str(tmp_path / "kernel_tmp"))
+    try:
+        done = _cli("clean", cwd=project, TMPDIR=str(tmp_path / "terminal_tmp"))
+        assert done.returncode == 2 and "[CLEAN_ROOT_BUSY]" in done.stderr, done.stderr
+        assert (project / "kernel_meta" / "op.o").exists()
+    finally:
+        _ended(job, project)
+    assert os.listdir(tmp_path / "kernel_tmp") == os.listdir(tmp_path / "terminal_tmp") == []
+
+
+def test_the_tree_below_a_running_jobs_working_folder_belongs_to_the_job(tmp_path):
+    """Before: a job held its working folder and the folders above it, so a cleanup of a
+    folder BELOW its working folder (`clean --root exp/sub`) went ahead and removed what the
+    job writes there (a rank may write anywhere under its cwd). Now the job claims its tree:
+    such a cleanup refuses, and a job refuses to start while a cleanup works below its
+    folder - before anything exists. Cleanups of the folder next to it are not disturbed."""
+    project = tmp_path / "CODE" / "exp"
+    sub, beside = project / "sub", tmp_path / "CODE" / "other"
+    for folder in (sub, beside):
+        (folder / "kernel_meta").mkdir(parents=True)
+        (folder / "kernel_meta" / "op.o").write_text("x")
+        (folder / "train.py").write_text("print()")
+    (project / "rank.py").write_text(RANK)
+    job = _running(project, "job-t")
+    try:
+        done = _cli("clean", "--root", str(sub), cwd=sub)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "[CLEAN_ROOT_BUSY]" in done.stderr and f"files in {project}, the working folder " \
+            "of a running job or notebook run (the last to start there: job job-t (pid" \
+            in done.stderr, done.stderr
+        assert (sub / "kernel_meta" / "op.o").exists()
+        assert _cli("clean", "--root", str(beside), cwd=beside).returncode == 0
+    finally:
+        _ended(job, project)
+    from platform_plugin.cleanup.lock import CleanupLock
+    below = CleanupLock.take(sub)  # a real cleanup's locks, while its walk would run
+    try:
+        refused = _launch(project, "job-u")
+        out, err = refused.communicate(timeout=60)
+    finally:
+        below.release()
+    assert refused.returncode == 2 and "[CLEAN_ROOT_BUSY]" in err, err
+    assert f"a folder in {project} is being cleaned by a cleanup of {sub} (pid" in err, err
+    assert not (project / "platform_logs" / "job-u").exists() and "Traceback" not in err
