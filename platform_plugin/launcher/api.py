@@ -53,7 +53,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     settings = settings_mod.resolve(options.mode, flags={"rank_table": options.rank_table,
                                                          "rank_start": options.rank_start},
                                     cwd=options.cwd)
-    host = Host(base_env=_rank_base_env({**os.environ, **settings.process_env()}),  # a copy
+    host = Host(base_env=_rank_base_env(dict(os.environ), settings.process_env()),  # a copy
                 npu_present=npus_present())
     options = options.replace(job_id=explicit_job_id(options.job_id, host.base_env))
     plan = build_plan(cmd, settings, options, host)
@@ -168,11 +168,24 @@ def _table_file(plan: LaunchPlan) -> str:
     return next(r.env["RANK_TABLE_FILE"] for r in plan.workers)
 
 
-def _rank_base_env(env: dict) -> dict:
-    """Drop what only makes sense inside the kernel: ranks are plain processes, and an inline
-    matplotlib backend there fails on the first plot."""
+# ipykernel sets these to "1" in every kernel (zmqshell.init_environment) so that a cell's own
+# subprocesses colour the cell. A rank writes into a pipe to its log file, read with less and
+# grep: colour codes forced there are noise (`^[[33m`), so ranks started from a kernel do not
+# inherit them. `launch(env={"FORCE_COLOR": "1"})` or the .env file still give them on purpose.
+KERNEL_COLOUR_FORCING = ("FORCE_COLOR", "CLICOLOR_FORCE")
+
+
+def _rank_base_env(env: dict, configured: dict) -> dict:
+    """Drop what only makes sense inside the kernel: ranks are plain processes, an inline
+    matplotlib backend there fails on the first plot, and the kernel's colour forcing would
+    write escape codes into the rank logs. `configured` (.env, the platform's files) wins."""
     if env.get("MPLBACKEND", "").startswith("module://matplotlib_inline"):
         del env["MPLBACKEND"]
+    if "ipykernel" in sys.modules:  # (a kernel's process; a CLI launch never imports it)
+        for name in KERNEL_COLOUR_FORCING:
+            if env.get(name) == "1":
+                del env[name]
+    env.update(configured)
     return env
 
 

@@ -96,3 +96,29 @@ def test_platform_clean_reports_and_sizes_code(kernel, tmp_path):
     cell = run_cell(kc, f"%platform_clean --root {code}")
     assert cell.ok and not (code / "kernel_meta").exists() and (code / "train.py").exists()
     assert "B after" in cell.stream
+
+
+def test_ranks_started_in_a_kernel_write_no_forced_colours_into_their_logs(kernel):
+    """ipykernel sets FORCE_COLOR=1 and CLICOLOR_FORCE=1 for the cell's own subprocesses; a rank
+    inheriting them writes escape codes into its log (read with less/grep). A rank of a kernel
+    does not get them, unless asked for with launch(env=...)."""
+    km, kc = kernel
+    run_cell(kc, "%load_ext platform_plugin")
+    probe = ("import os; print('colours:', os.environ.get('FORCE_COLOR'), "
+             "os.environ.get('CLICOLOR_FORCE'))")
+    cell = run_cell(kc, "import os\nprint('kernel:', os.environ.get('FORCE_COLOR'), "
+                        "os.environ.get('CLICOLOR_FORCE'))")
+    assert "kernel: 1 1" in cell.stream  # what ipykernel sets (the premise of this test)
+    cell = run_cell(kc, f"%dist_run --nproc 1 --backend plain --tracking none --job-name nocolour "
+                        f"--log-dir {kc.log_dir} python -c {probe!r}")
+    assert cell.ok, cell.error
+    job = max((d for d in kc.log_dir.iterdir() if d.name.startswith("nocolour")),
+              key=lambda d: d.stat().st_mtime)
+    assert "colours: None None" in log_text(str(job), "0")
+    cell = run_cell(kc, "from platform_plugin import launch\n"
+                        f"r = launch(['python', '-c', {probe!r}], nproc=1, backend='plain', "
+                        f"tracking='none', log_dir={str(kc.log_dir)!r}, "
+                        "env={'FORCE_COLOR': '1'})\nprint('job dir:', r.job_dir)")
+    assert cell.ok, cell.error
+    job_dir = cell.stream.split("job dir: ", 1)[1].split()[0]
+    assert "colours: 1 None" in log_text(job_dir, "0")
