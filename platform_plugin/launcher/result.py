@@ -155,11 +155,11 @@ class JobResult(Record):
         values["tracking"] = None
         return cls(**values)
 
-    def render(self) -> str:
+    def render(self, width: int | None = None) -> str:
         """A compact table: one headline, the root cause with its last lines, one row per rank
-        (launcher/result_table.py: only a failed job needs it)."""
+        (launcher/result_table.py: only a failed job needs it); `width`: a terminal's columns."""
         from platform_plugin.launcher.result_table import render
-        return render(self)
+        return render(self, width)
 
 
 class JobFailed(PlatformPluginError):

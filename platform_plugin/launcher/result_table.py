@@ -8,8 +8,10 @@ from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 
 
-def render(result: JobResult) -> str:
-    """A compact table: one headline, the root cause with its last lines, one row per rank."""
+def render(result: JobResult, width: int | None = None) -> str:
+    """A compact table: one headline, the root cause with its last lines, one row per rank,
+    then where the ranks were stuck (a stopped job). `width`: the terminal's columns (the CLI);
+    the table fits them, a stack line is clipped (every frame is in the job's stacks/)."""
     ranks = len(result.exitcodes)
     head = (f"job {result.job_id} {result.status.upper()} after {result.duration_s:.1f}s "
             f"(backend {result.backend}, {ranks} process{'es' if ranks != 1 else ''})")
@@ -29,8 +31,13 @@ def render(result: JobResult) -> str:
             if any(STDIN_EOF in line for line in cause.last_lines[-3:]):
                 lines.append("  hint: ranks read no keyboard (stdin is empty: input() ends at "
                              "once); pass the value as an argument, a variable or a file")
+        if cause.signal_name == "SIGKILL":  # the launcher sends none before a root cause
+            lines += ["  hint: SIGKILL from outside the launcher: most often the out-of-memory "
+                      "killer", f"        (`dmesg` shows \"Killed process {_dash(cause.pid)}\"); "
+                      "check the server's memory"]
     if result.failures or not result.ok:
         lines.append(_table(result))
+        lines.extend(_stacks(result, width))
     held = {k: v for k, v in result.held_back.items() if v}
     if held:
         parts = ", ".join(f"{name_label(k)}: {v}" for k, v in held.items())
@@ -50,20 +57,67 @@ STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in
 
 def _table(result: JobResult) -> str:
     by_name = {f.name: f for f in result.failures}
-    stacks = any(f.stack for f in result.failures)  # a stopped job (hang, timeout, interrupt)
     rows = []
     for name, code in result.exitcodes.items():
         failure = by_name.get(name)
         if failure is None:
             _, sig = describe_exit(code)
-            rows.append((name_label(name), "", "", "", sig or f"exit {code}", "", "ok", "")[:8 if stacks else 7])
+            rows.append((name_label(name), "", "", "", sig or f"exit {code}", "", "ok"))
             continue
-        row = (failure.label, _dash(failure.rank_id), _dash(failure.device_id),
-               _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", failure.note)
-        rows.append(row + ((" < ".join(_own_frames(failure.stack)[:STACK_FRAMES]) or "-",)
-                           if stacks else ()))
+        rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
+                     _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", failure.note))
     header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
-    return render_rows(header + (["stuck in (innermost frames)"] if stacks else []), rows, indent="  ")
+    return render_rows(header, rows, indent="  ")
+
+
+def _stacks(result: JobResult, width: int | None) -> list[str]:
+    """Where a stopped job's ranks were (hang, timeout, interrupt): one line per distinct pair
+    of innermost frames with the ranks that share it, the most shared first. 8 ranks in the same
+    collective are one line (not 8 rows 150 columns wide), the rank stuck elsewhere stands out."""
+    groups: dict[str, list[str]] = {}
+    for failure in result.failures:
+        if failure.stack:
+            frames = " < ".join(_own_frames(failure.stack)[:STACK_FRAMES])
+            groups.setdefault(frames, []).append(failure.name)
+    if not groups:
+        return []
+    labels = {frames: _names(names) for frames, names in groups.items()}
+    pad = max(len(label) for label in labels.values()) + 1
+    lines = ["  stuck in (innermost frames; every frame in the job's stacks/):"]
+    for frames, names in sorted(groups.items(), key=lambda item: -len(item[1])):
+        line = f"    {(labels[frames] + ':').ljust(pad)} {frames}"
+        if width and len(line) > width:
+            line = line[:max(width - 1, 4 + pad + 20)] + "…"
+        lines.append(line)
+    return lines
+
+
+def _names(names: list[str]) -> str:
+    """["0", "1", "3", "sched"] -> "ranks 0-1, 3, sched"; ["2"] -> "rank 2"."""
+    numbers = sorted(int(n) for n in names if n.isdigit())
+    spans: list[str] = []
+    for i, number in enumerate(numbers):
+        if i and number == numbers[i - 1] + 1:
+            spans[-1] = f"{spans[-1].split('-')[0]}-{number}"
+        else:
+            spans.append(str(number))
+    spans += [n for n in names if not n.isdigit()]
+    word = "ranks" if len(names) > 1 else ("rank" if numbers else "")
+    return f"{word} {', '.join(spans)}".strip()
+
+
+def terminal_width() -> int | None:
+    """The columns of the terminal the table goes to: COLUMNS if set, else stdout's terminal;
+    None for a pipe, a file or a notebook (nothing is clipped there)."""
+    import os
+    import sys
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+        if columns <= 0 and sys.stdout.isatty():
+            columns = os.get_terminal_size(sys.stdout.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return columns if columns > 0 else None
 
 
 def _own_frames(stack: list[str]) -> list[str]:

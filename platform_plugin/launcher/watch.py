@@ -139,7 +139,8 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
     else:
-        text = result.render()
+        from platform_plugin.launcher.result_table import terminal_width
+        text = result.render(terminal_width())
     if hidden:
         text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
                  "logs (--verbose shows them)")

@@ -53,8 +53,8 @@ def test_a_hung_job_shows_each_ranks_innermost_frame_and_keeps_the_dumps(trackin
     assert by_rank["0"].stack[0].startswith("fake_allreduce (hung.py:")
     assert by_rank["1"].stack[0].startswith("load_batch (hung.py:")
     table = result.render()
-    assert "stuck in (innermost frames)" in table
-    row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0 "))
+    assert "stuck in (innermost frames; every frame in the job's stacks/):" in table
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0: "))
     assert "fake_allreduce (hung.py:" in row0 and "<module> (hung.py:" in row0
     for rank, frame in (("0", "fake_allreduce"), ("1", "load_batch")):
         log = (tmp_path / "platform_logs" / result.job_id / f"rank_{rank}.log").read_text()
@@ -97,8 +97,8 @@ def test_the_table_skips_importlibs_frozen_frames():
                             stack=frozen)]
     table = JobResult("j", "n", "/logs/j", "plain", JobStatus.INTERRUPTED, False, 3.0,
                       {"0": -15, "1": -15}, failures=failures).render()
-    row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0 "))
+    row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0: "))
     assert row0.rstrip().endswith("<module> (mindspore/graph/api.py:138) < <module> (ms.py:1)")
     assert "frozen" not in row0
-    row1 = next(line for line in table.splitlines() if line.strip().startswith("rank 1 "))
+    row1 = next(line for line in table.splitlines() if line.strip().startswith("rank 1: "))
     assert row1.rstrip().endswith(frozen[0])  # nothing else known: better than nothing
