@@ -110,10 +110,13 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.
     usage, its flags suggested), not by the top-level one."""
     args, extra = parser.parse_known_args(argv)
     if extra:
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        argv = sys.argv[1:] if argv is None else argv
-        name = next((w for w in argv if not w.startswith("-")), "")  # the sub-command
-        owner = sub.choices.get(name, parser)
+        owner = parser  # the innermost sub-command named (`ranktable check --jso`: check's)
+        for word in sys.argv[1:] if argv is None else argv:
+            sub = next((a for a in owner._actions if isinstance(a, argparse._SubParsersAction)),
+                       None)
+            if sub is None:
+                break
+            owner = sub.choices.get(word, owner)
         owner.error(f"unrecognized arguments: {' '.join(extra)}")
     return args
 

@@ -39,6 +39,7 @@ def test_the_magics_parsers_refuse_abbreviations():
     (["launch", "--time", "5", "--", "python", "-c", "pass"], "--timeout"),
     (["launch", "--nproc=1", "--track", "none", "--", "python", "-c", "pass"], "--tracking"),
     (["clean", "--dry", "--root", "."], "--dry-run"),
+    (["ranktable", "check", "--jso", "table.json"], "--json"),  # a sub-command's sub-command
 ])
 def test_an_abbreviated_flag_is_refused_with_the_full_one_suggested(tmp_path, clean_environ,
                                                                     argv, meant):
