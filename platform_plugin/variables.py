@@ -98,6 +98,15 @@ PLATFORM_MLFLOW_UI = Variable(
 PLATFORM_TRACKING = Variable(
     "PLATFORM_TRACKING", _lower, "auto", "metrics sink when --tracking is not given",
     choices=("auto", "mlflow", "wflogger", "none"), code="TRACKING_CHOICE")
+
+
+def tracking_off() -> dict[str, str]:
+    """The variables of a rank of an untracked job (its tracker spools nothing): what
+    `JobTracking.prepare()` gives, and the launcher's own for `--tracking none`, which does not
+    import tracking's handle before the ranks start (start-up time)."""
+    return {PLATFORM_TRACKING.name: "none"}
+
+
 PLATFORM_TRACKING_LAYOUT = Variable(
     "PLATFORM_TRACKING_LAYOUT", _lower, "runs", "MLflow layout: runs (a child run per rank) or "
     "flat (one run, keys suffixed -RANK_ID)", choices=("runs", "flat"), code="TRACKING_LAYOUT")

@@ -174,8 +174,8 @@ def test_no_module_over_400_lines_and_no_function_over_60():
 # is imported after the ranks were spawned, so its compile overlaps their start.
 BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.launch",
                 "platform_plugin.errors", "platform_plugin.variables", "platform_plugin.settings",
-                "platform_plugin.tracking", "platform_plugin.tracking.handle",
-                "platform_plugin.tracking.identity", "platform_plugin.launcher"} | {
+                "platform_plugin.tracking", "platform_plugin.tracking.identity",
+                "platform_plugin.launcher"} | {
     f"platform_plugin.launcher.{m}" for m in (
         "api", "backends", "job_key", "link", "options", "plan", "preflight", "quiet", "show",
         "spawn")} | {
@@ -183,8 +183,13 @@ BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.l
                                         "record")} | {
     "platform_plugin.util"}
 LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
-    "attempts", "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
-    "platform_plugin.util.procfs"}
+    "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
+    "platform_plugin.util.procfs", "platform_plugin.tracking.handle"}
+# What only a job that fails, hangs, restarts or writes on a full disk needs: a successful launch
+# never compiles these (the failure table and its text table, the stack dumps, the other
+# servers' notices and the restart records, job.json's full-disk fallback)
+FAILURE_ONLY = {f"platform_plugin.launcher.{m}" for m in (
+    "result_table", "stacks", "attempts", "jobfile_in_place")} | {"platform_plugin.util.texttable"}
 # stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
 # it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway;
 # `dataclasses`: util/record.py's plain classes instead, see there)
@@ -201,6 +206,23 @@ def test_an_untracked_launch_loads_only_the_launch_path(tmp_path):
             "sys.stdout = sys.__stdout__")
     assert set(loaded_by(code)) == LAUNCH_PATH
     assert loaded_by(code, prefixes=LAUNCH_STDLIB_NOT) == []
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_only_a_failed_launch_loads_what_reports_a_failure(tmp_path, exit_code):
+    """The success path does without FAILURE_ONLY; a failed job loads its table from there (so
+    this test would notice if the failure table moved back onto the success path's modules)."""
+    rank = f"import os, sys; sys.exit({exit_code} if os.environ['RANK_ID'] == '1' else 0)"
+    argv = ["launch", "--nproc", "2", "--tracking", "none", "--backend", "plain", "--show",
+            "none", "--log-dir", str(tmp_path), "--", sys.executable, "-c", rank]
+    code = ("import os, sys\nsys.stdout = sys.stderr = open(os.devnull, 'w')\n"
+            f"from platform_plugin.cli import main\nassert main({argv!r}) == {min(exit_code, 1)}\n"
+            "sys.stdout = sys.__stdout__")
+    loaded = set(loaded_by(code)) & FAILURE_ONLY
+    if exit_code == 0:
+        assert loaded == set()
+    else:
+        assert loaded == {"platform_plugin.launcher.result_table", "platform_plugin.util.texttable"}
 
 
 def test_an_untracked_launch_spawns_before_it_imports_what_watches_the_ranks(tmp_path):

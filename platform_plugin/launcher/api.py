@@ -18,7 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
 # the output, job.json, the result) is imported once they were spawned: without .pyc its compile
 # then overlaps the ranks' own start instead of delaying it.
 from platform_plugin import settings as settings_mod
-from platform_plugin.tracking.handle import JobTracking
 from platform_plugin.launcher.backends import default_nproc, npus_present
 from platform_plugin.launcher import preflight
 from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
@@ -30,7 +29,7 @@ from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.spawn import JobDirLock, start_job
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR
+from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
 
 def launch(cmd: list[str] | str, **options: Any) -> JobResult:
@@ -143,10 +142,14 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
                last: bool) -> tuple[JobResult, int]:
     """One attempt: start the ranks, then watch them (watch.py). Returns (result, lines hidden)."""
     __tracebackhide__ = True
-    job_tracking = JobTracking.create(options.tracking, plan)
-    # before spawning, and without the sink: every rank gets where to spool; the forwarding
-    # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
-    tracking_env = job_tracking.prepare()
+    if options.tracking == "none":  # watch() makes the no-op JobTracking once the ranks run
+        job_tracking, tracking_env = None, tracking_off()
+    else:
+        from platform_plugin.tracking.handle import JobTracking
+        job_tracking = JobTracking.create(options.tracking, plan)
+        # before spawning, and without the sink: every rank gets where to spool; the forwarding
+        # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
+        tracking_env = job_tracking.prepare()
     plan = _with_env(plan, tracking_env)
     spool_dir = PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env)
     started = start_job(plan, options.grace)  # the ranks run from here

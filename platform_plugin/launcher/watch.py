@@ -11,7 +11,6 @@ import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
-from platform_plugin.launcher.attempts import PeerNotice
 from platform_plugin.launcher.jobfile import JobFile
 from platform_plugin.launcher.chatter import hide_pattern
 from platform_plugin.launcher.supervisor import Supervisor
@@ -31,6 +30,9 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
     write. Returns (result, lines hidden from the display)."""
     __tracebackhide__ = True
     try:
+        if job_tracking is None:  # --tracking none: the no-op handle, made once the ranks run
+            from platform_plugin.tracking.handle import JobTracking
+            job_tracking = JobTracking()
         supervisor, job_file = _set_up(plan, options, shown, link, attempts, started,
                                        job_tracking, spool_dir)
     except BaseException:  # nothing watches the ranks yet: they must not outlive this
@@ -74,13 +76,24 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
     # job.json: written when the ranks started and once at the end; a tracked job whose delivery
     # must be waited for also records the ranks' end before that wait (`waiting`)
     job_file = JobFile(plan, attempts, early_end=False)
-    peers = PeerNotice(link, job_tracking, plan.server_id, plan.attempt)
     # the output observes the supervisor too: the board shows each process's status
+    peers = _peers(plan, link, job_tracking)
     supervisor = Supervisor(plan, started, output,
-                            [job_file, output, *system_metrics, peers, job_tracking],
+                            [job_file, output, *system_metrics, *peers, job_tracking],
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
-                            grace=options.grace, stop_check=peers.stop_reason)
+                            grace=options.grace,
+                            stop_check=peers[0].stop_reason if peers else None)
     return supervisor, job_file
+
+
+def _peers(plan: LaunchPlan, link, job_tracking) -> list:
+    """The other servers' notices (attempts.PeerNotice): for a job of several servers, or a
+    tracked one (its store may carry another server's stop). An untracked job of one server has
+    nobody to tell or to hear: neither the notice nor its module (start-up time)."""
+    if plan.nnodes <= 1 and job_tracking.sink == "none":
+        return []
+    from platform_plugin.launcher.attempts import PeerNotice
+    return [PeerNotice(link, job_tracking, plan.server_id, plan.attempt)]
 
 
 def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:

@@ -9,7 +9,7 @@ import os
 import time
 
 from platform_plugin.util.record import Record
-from platform_plugin.variables import PLATFORM_TRACKING
+from platform_plugin.variables import tracking_off
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +72,7 @@ class JobTracking:
         return SpoolingJobTracking(sink_name, plan, choose_layout(layout, env))
 
     def prepare(self) -> dict[str, str]:
-        return {PLATFORM_TRACKING.name: "none"}
+        return tracking_off()
 
     def start(self) -> None:
         pass
