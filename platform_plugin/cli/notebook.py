@@ -91,12 +91,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
+    claimed = run_spec.output_default
     try:  # the line inside: a Ctrl-C the moment it is shown still names the notebook (none)
+        run_spec = notebook.claim_output(run_spec)  # the name printed is the one written
         print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> "
               f"{run_spec.output}", file=sys.stderr, flush=True)
         result = notebook.execute(run_spec, verbose=args.verbose)
     except KeyboardInterrupt:  # before the first save there is no notebook to point at
-        so_far = (f"; the notebook so far: {run_spec.output}" if run_spec.output.exists()
+        so_far = (f"; the notebook so far: {run_spec.output}"
+                  if notebook.output_written(run_spec, claimed)
                   else " before the notebook started; no output notebook was written")
         print(f"\n[platform-run] interrupted{so_far}", file=sys.stderr)
         return 130
@@ -125,6 +128,12 @@ def describe(run_spec: NotebookRun) -> str:
 
 
 def summarize(result: NotebookResult) -> str:
+    if result.ok and result.exited_at is not None:  # papermill's sys.exit(0): not a failure
+        skipped = (f"{result.skipped} later code cell{'s' if result.skipped != 1 else ''} "
+                   "did not run" if result.skipped else "it was the last code cell")
+        return (f"[platform-run] notebook ended early at cell {result.exited_at + 1} by "
+                f"sys.exit(0) in {result.duration_s:.1f}s: {skipped}\n"
+                f"output notebook: {result.output}")
     if result.ok:
         return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
                 f"output notebook: {result.output}")

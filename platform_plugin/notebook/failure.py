@@ -83,6 +83,7 @@ class CellWatcher:
         self.current_index: int | None = None
         self.timed_out_index: int | None = None
         self.failed_outputs: list = []  # outputs of the cell that raised
+        self.exited_at: int | None = None  # a cell that called sys.exit(0): the run ends there
 
     def engine_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"on_cell_start": self.on_cell_start,
@@ -107,6 +108,9 @@ class CellWatcher:
 
     def on_cell_error(self, cell, cell_index: int, execute_reply: dict, **_: Any) -> None:
         self.failed_outputs = list(cell.get("outputs", []))
+        content = execute_reply.get("content", {})
+        if content.get("ename") == "SystemExit" and content.get("evalue") in ("", "0"):
+            self.exited_at = cell_index  # papermill's early stop: a success, later cells skipped
         if execute_reply.get("content", {}).get("ename") == TIMEOUT_ENAME:
             self.mark_timed_out(cell, cell_index)
 

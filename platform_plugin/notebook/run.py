@@ -14,6 +14,7 @@ timeout, a dead kernel — into a `CellFailure` (exit 1).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -63,6 +64,7 @@ class NotebookRun:
     timeout: int | None  # seconds per cell
     profile: Path | None
     sources: dict[str, str] = field(default_factory=dict)  # parameter -> profile|file|-p|injected
+    output_default: bool = False  # output is the default name, not claimed yet (claim_output)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class NotebookResult:
     ok: bool
     duration_s: float
     failure: CellFailure | None = None
+    exited_at: int | None = None  # 0-based cell that ended the run early with sys.exit(0)
+    skipped: int = 0  # code cells after it, which did not run
 
     @property
     def output(self) -> Path:
@@ -96,6 +100,7 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
         raise ConfigError(f"--cwd {project} is not a folder", code="NB_CWD")
     path = resolved(notebook, "notebook", "NB_INVALID")
     nb = read_notebook(path)
+    check_parameters_cell(nb, path)
     kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))
     if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
         raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell, "
@@ -120,7 +125,8 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
                           f"{out / path.name}", code="NB_OUTPUT")
     check_writable_folder(str(out.parent), "output", "NB_OUTPUT_DIR", "--output")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
-                       max(1, math.ceil(timeout)) if timeout else None, profile_path, sources)
+                       max(1, math.ceil(timeout)) if timeout else None, profile_path, sources,
+                       output_default=not output)
 
 
 def read_notebook(path: Path) -> "nbformat.NotebookNode":
@@ -132,6 +138,27 @@ def read_notebook(path: Path) -> "nbformat.NotebookNode":
         return nbformat.read(path, as_version=4)
     except Exception as exc:  # nbformat raises several unrelated types for a bad file
         raise ConfigError(f"{path} is not a readable notebook: {exc}", code="NB_INVALID")
+
+
+def check_parameters_cell(nb: "nbformat.NotebookNode", path: Path) -> None:
+    """papermill injects the parameters after the FIRST cell tagged `parameters`: a second one
+    runs after the injected cell and puts its defaults back (`-p epochs 30` ran 1 epoch, exit
+    0). Tags that are not a list of strings made papermill raise TypeError once it started."""
+    tagged = []
+    for number, cell in enumerate(nb.cells, 1):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise ConfigError(f"{path}: cell {number}'s tags are {tags!r}, not a list of names "
+                              "(edit the notebook's JSON, or the tags in JupyterLab)",
+                              code="NB_INVALID")
+        if "parameters" in tags:
+            tagged.append(number)
+    if len(tagged) > 1:
+        raise ConfigError(f"{path}: cells {', '.join(map(str, tagged))} are all tagged "
+                          "`parameters`; papermill puts the given parameters after the first "
+                          "one only, and the later ones would set their defaults again. Merge "
+                          "them into one cell, or remove the tag from all but one",
+                          code="NB_PARAMETERS_CELL")
 
 
 def _notebook_kernel(nb: "nbformat.NotebookNode") -> str:
@@ -170,14 +197,48 @@ def check_kernel(name: str) -> tuple[str, str]:
 
 
 def default_output(project: Path, mode: str, notebook: Path) -> Path:
-    """`<project>/runs/<timestamp>-<mode>-<name>.ipynb`, never overwriting an earlier run."""
+    """`<project>/runs/<timestamp>-<mode>-<name>.ipynb`, never overwriting an earlier run (the
+    name a run will take: `claim_output` takes it for good when the run starts)."""
+    return next(p for p in _output_names(project, mode, notebook) if not p.exists())
+
+
+def _output_names(project: Path, mode: str, notebook: Path) -> Iterator[Path]:
     stem = f"{datetime.now():%Y%m%d-%H%M%S}-{mode}-{notebook.stem}"
-    candidate = project / RUNS_DIR / f"{stem}.ipynb"
+    yield project / RUNS_DIR / f"{stem}.ipynb"
     counter = 2
-    while candidate.exists():
-        candidate = project / RUNS_DIR / f"{stem}-{counter}.ipynb"
+    while True:
+        yield project / RUNS_DIR / f"{stem}-{counter}.ipynb"
         counter += 1
-    return candidate
+
+
+def claim_output(run: NotebookRun) -> NotebookRun:
+    """The run with its default output name taken (created empty, O_EXCL): two runs of one
+    notebook started in the same second both chose the same free name and wrote one file, the
+    later save replacing the other run's notebook. A name given with --output is used as is."""
+    if not run.output_default:
+        return run
+    run.output.parent.mkdir(parents=True, exist_ok=True)
+    for path in _output_names(run.cwd, run.mode, run.notebook):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+        except FileExistsError:
+            continue
+        return dataclasses.replace(run, output=path, output_default=False)
+    raise AssertionError("unreachable: the names never end")  # pragma: no cover
+
+
+def output_written(run: NotebookRun, claimed: bool) -> bool:
+    """Whether the run saved its notebook. The empty file of a `claimed` name the run never
+    wrote (it stopped before papermill's first save) is removed."""
+    try:
+        if run.output.stat().st_size:
+            return True
+        if claimed and run.output.is_file():
+            run.output.unlink()
+            return False
+    except OSError:
+        return False
+    return not claimed
 
 
 # ------------------------------------------------------------------ executing
@@ -197,6 +258,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
 
     from platform_plugin.notebook.interrupt import interruptible
 
+    run = claim_output(run)
     run.output.parent.mkdir(parents=True, exist_ok=True)
     watcher = CellWatcher(run.timeout, sys.stderr if live else None)
     started = time.monotonic()
@@ -205,7 +267,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
         env = {**run.env, **({TERMINAL_ENV: "1"} if live else {})}
         with interruptible() as interrupts, _exported(env), _quiet_injected_parameter(), \
                 atomic_saves(str(run.output)):
-            papermill.execute_notebook(
+            executed = papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,
                 kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
                 cwd=str(run.cwd), progress_bar=False,
@@ -231,6 +293,10 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
         failure = record_escaped_failure(run.output, watcher, exc)
     if interrupts.count:  # the signal came as the last cell ended: the run was still stopped
         raise KeyboardInterrupt
+    if failure is None and watcher.exited_at is not None:  # papermill's early stop: a success
+        return NotebookResult(run, True, time.monotonic() - started, None, watcher.exited_at,
+                              sum(c.cell_type == "code" for c in
+                                  executed.cells[watcher.exited_at + 1:]))
     return NotebookResult(run, failure is None, time.monotonic() - started, failure)
 
 

@@ -1,0 +1,76 @@
+"""`platform-run debug|full` against notebooks a user really has: two cells tagged
+`parameters`, hand-edited tags, a cell that stops the notebook with sys.exit(0). Real kernel,
+real papermill, real subprocesses (the refusals start no kernel)."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from tests.notebook.helpers import cell_statuses, make_notebook, platform_run, read_output
+
+
+def _two_parameters_cells(path):
+    nb = make_notebook(path, ["print('epochs', epochs, flush=True)"], parameters="epochs = 1")
+    notebook = nbformat.read(nb, as_version=4)
+    second = nbformat.v4.new_code_cell("epochs = 1")
+    second.metadata["tags"] = ["parameters"]
+    notebook.cells.insert(1, second)
+    nbformat.write(notebook, path)
+
+
+def test_two_parameters_cells_are_refused_before_the_kernel(tmp_path):
+    """Before: papermill injected `-p epochs 30` after the first tagged cell, the second one
+    set `epochs = 1` again: the run trained 1 epoch and exited 0."""
+    _two_parameters_cells(tmp_path / "nb.ipynb")
+    done = platform_run("debug", "nb.ipynb", "-p", "epochs", "30", "--output", "out.ipynb",
+                        cwd=tmp_path, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "[NB_PARAMETERS_CELL]" in done.stderr and "cells 1, 2" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out.ipynb").exists()
+
+
+def test_tags_that_are_not_a_list_are_refused_before_the_kernel(tmp_path):
+    """Before: papermill's `'parameters' in 5` raised TypeError: exit 1, 'could not be run'."""
+    path = make_notebook(tmp_path / "nb.ipynb", ["print(1)"])
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells[0].metadata["tags"] = 5
+    nbformat.write(notebook, path)
+    done = platform_run("debug", "nb.ipynb", "--dry-run", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2 and "[NB_INVALID]" in done.stderr, done.stderr
+    assert "tags are 5" in done.stderr
+
+
+@pytest.mark.slow
+def test_sys_exit_0_ends_the_run_early_and_says_so(tmp_path):
+    """papermill's early stop: exit 0, but the summary said 'notebook succeeded' although the
+    later cells never ran; it names the cell and what was skipped now."""
+    make_notebook(tmp_path / "nb.ipynb", ["import sys\nprint('before')\nsys.exit(0)",
+                                          "print('never')", "print('never either')"],
+                  parameters="x = 1")
+    done = platform_run("debug", "nb.ipynb", "--output", "out.ipynb", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "notebook ended early at cell 3 by sys.exit(0)" in done.stderr, done.stderr
+    assert "2 later code cells did not run" in done.stderr
+    assert "notebook succeeded" not in done.stderr
+    assert cell_statuses(read_output(tmp_path / "out.ipynb"))[-2:] == ["pending", "pending"]
+
+
+def test_two_runs_that_chose_the_same_default_output_write_two_notebooks(tmp_path):
+    """Two `platform-run debug nb.ipynb` started in the same second both chose
+    runs/<second>-debug-nb.ipynb (free when each looked) and wrote the same file: one run's
+    notebook was lost. The name is now taken (O_EXCL) when the run starts; a dry run takes none."""
+    import dataclasses
+
+    from platform_plugin.notebook.run import claim_output, output_written, prepare_run
+
+    make_notebook(tmp_path / "nb.ipynb", ["print(1)"])
+    first = prepare_run("debug", tmp_path / "nb.ipynb", cwd=str(tmp_path))
+    second = dataclasses.replace(first)  # the same free name, as two runs in one second see it
+    assert first.output_default and not (tmp_path / "runs").exists()  # nothing made yet
+    a, b = claim_output(first), claim_output(second)
+    assert a.output != b.output and a.output.exists() and b.output.exists()
+    assert claim_output(a) == a  # taken once: execute() after the CLI's claim keeps the name
+    explicit = prepare_run("debug", tmp_path / "nb.ipynb", cwd=str(tmp_path),
+                           output=str(tmp_path / "o.ipynb"))
+    assert claim_output(explicit) == explicit and not (tmp_path / "o.ipynb").exists()
+    assert not output_written(a, claimed=True) and not a.output.exists()  # never saved: gone
