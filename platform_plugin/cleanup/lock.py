@@ -26,18 +26,20 @@ class CleanupLock:
 
     @classmethod
     def take(cls, root: str | os.PathLike, what: str = "a cleanup") -> CleanupLock:
-        """Every lock is taken before any check (a job takes its `tree` lock, then checks
+        """A lock file that cannot be used refuses (CLEAN_LOCK_UNAVAILABLE): a job could not
+        have taken it either, so the cleanup cannot see it. Every lock is taken before any check (a job takes its `tree` lock, then checks
         `below`; a nested cleanup takes `below`, then checks `code`): of two starting together,
         at least one sees the other."""
         lock = cls(root, what)
         try:
             lock.root.acquire(exclusive=True)
             for below in lock.above:
-                below.acquire(exclusive=False)
-            RootLock(root, f"{what} of {root}", "below").check_free()  # none nested below
+                below.acquire(exclusive=False, required=True)
+            # none nested below; then above: no job's tree, no cleanup
+            RootLock(root, f"{what} of {root}", "below").check_free(required=True)
             for below in lock.above:
-                RootLock(below.root, below.what, "tree").check_free()  # no job's tree
-                RootLock(below.root, below.what).check_free(exclusive=False)  # no cleanup
+                RootLock(below.root, below.what, "tree").check_free(required=True)
+                RootLock(below.root, below.what).check_free(exclusive=False, required=True)
         except BaseException:
             lock.release()
             raise

@@ -211,3 +211,38 @@ def test_the_tree_below_a_running_jobs_working_folder_belongs_to_the_job(tmp_pat
     assert refused.returncode == 2 and "[CLEAN_ROOT_BUSY]" in err, err
     assert f"a folder in {project} is being cleaned by a cleanup of {sub} (pid" in err, err
     assert not (project / "platform_logs" / "job-u").exists() and "Traceback" not in err
+
+
+# a rank that writes what a cleanup removes and checks, a moment later, that it is still there
+CHECKING_RANK = ("import os, sys, time\nos.makedirs('kernel_meta', exist_ok=True)\n"
+                 "open('kernel_meta/op.o', 'w').write('x')\ntime.sleep(0.3)\n"
+                 "sys.exit(0 if os.path.exists('kernel_meta/op.o') else 3)\n")
+
+
+@pytest.mark.slow
+def test_cleans_racing_a_launch_never_remove_what_its_rank_writes(tmp_path):
+    """Round after round, a launch and two cleans (of CODE/ and of the job's own folder) start
+    together: whichever gets there first, the others refuse (exit 2, CLEAN_ROOT_BUSY) or run
+    before or after it - never a clean while the rank writes (its check would exit 3)."""
+    code = tmp_path / "CODE"
+    project = code / "exp"
+    project.mkdir(parents=True)
+    (project / "check.py").write_text(CHECKING_RANK)
+    outcomes = set()
+    for round_ in range(8):
+        job = _launch(project, f"race-{round_}", "check.py")
+        cleans = [subprocess.Popen([sys.executable, "-m", "platform_plugin", "clean", "--root",
+                                    str(root)], cwd=project, env=clean_env(), text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                  for root in (code, project)]
+        out, err = job.communicate(timeout=120)
+        assert job.returncode in (0, 2), out + err  # 1: the rank's cache was removed
+        results = [(*clean.communicate(timeout=120), clean.returncode) for clean in cleans]
+        results = [(rc, o, e) for o, e, rc in results]
+        for returncode, clean_out, clean_err in [(job.returncode, out, err), *results]:
+            assert returncode in (0, 2) and "Traceback" not in clean_err, clean_err
+            assert returncode == 0 or "[CLEAN_ROOT_BUSY]" in clean_err, clean_err
+        outcomes.add((job.returncode, *(r[0] for r in results)))
+    assert any(2 in outcome for outcome in outcomes), outcomes  # they did overlap
+    assert not [n for n in os.listdir(code_lock.lock_dir()) if n.endswith(
+        (f"-{os.stat(code).st_ino:x}.lock", f"-{os.stat(project).st_ino:x}.lock"))]
