@@ -15,17 +15,20 @@ from tests.launcher.helpers import job_processes, kill_job
 
 MIXED = """
 import os, signal, time
-rank = int(os.environ["RANK_ID"])
-print(f"rank {rank} starting", flush=True)
-if rank == 5:
-    time.sleep(0.5)
-    os.kill(os.getpid(), signal.SIGKILL)   # the OOM killer's way
+rank, folder = int(os.environ["RANK_ID"]), os.environ["PLATFORM_JOB_DIR"]
 if rank == 3:   # fails on its own once the stop began (a peer is gone)
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-    signal.sigwait([signal.SIGTERM])
-    raise RuntimeError("HCCL: peer rank 5 is gone (connection reset)")
 if rank == 6:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(os.path.join(folder, f"ready_{rank}"), "w").close()
+print(f"rank {rank} starting", flush=True)
+if rank == 5:   # once every rank is set up (a loaded machine starts them slowly)
+    while len([n for n in os.listdir(folder) if n.startswith("ready_")]) < 8:
+        time.sleep(0.02)
+    os.kill(os.getpid(), signal.SIGKILL)   # the OOM killer's way
+if rank == 3:
+    signal.sigwait([signal.SIGTERM])
+    raise RuntimeError("HCCL: peer rank 5 is gone (connection reset)")
 time.sleep(120)
 """
 HUNG = """
@@ -78,7 +81,7 @@ def test_an_8_rank_job_with_a_kill_a_late_raise_and_a_stubborn_rank(tmp_path):
 
 
 def test_an_8_rank_timeout_says_where_the_ranks_were_stuck_in_80_and_200_columns(tmp_path):
-    summary, job_dir = _launch(tmp_path, HUNG, 80, "--timeout", "3", "--grace", "1")
+    summary, job_dir = _launch(tmp_path, HUNG, 80, "--timeout", "5", "--grace", "1")
     assert "TIMEOUT" in summary.splitlines()[0]
     assert _too_wide(summary, 80) == [], summary
     lines = summary.splitlines()
