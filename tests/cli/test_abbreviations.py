@@ -53,6 +53,9 @@ def test_an_abbreviated_flag_in_dist_run_is_refused():
         magic._parser().parse_args(["--time", "5", "python", "x.py"])
     assert "[LAUNCH_BAD_OPTION]" in str(caught.value)
     assert "did you mean --timeout?" in str(caught.value)
+    # after the command's first word every flag is the rank's own, as in the CLI
+    args = magic._parser().parse_args(["--nproc", "2", "python", "x.py", "--time", "5", "--nproc"])
+    assert args.nproc == 2 and args.command == ["python", "x.py", "--time", "5", "--nproc"]
 
 
 def test_the_ranks_own_flags_are_never_taken_as_the_launchers(tmp_path):
