@@ -23,8 +23,10 @@ bench/launch.py measures the difference.
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -37,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.launcher.plan import LaunchPlan, RankSpec
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
-from platform_plugin.util.code_lock import write_holder
+from platform_plugin.util.code_lock import read_holder, write_holder
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
@@ -127,15 +129,21 @@ class JobDirLock:
 
         plan = self.plan
         make_job_dir(plan.job_dir)
-        try:
-            self.fd = os.open(os.path.join(plan.job_dir, f".launcher-{plan.server_id}.lock"),
-                              os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError:
+        path = os.path.join(plan.job_dir, f".launcher-{plan.server_id}.lock")
+        try:  # never through a symlink (its target would be cut to our pid), never blocking
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW |
+                              os.O_NONBLOCK, 0o644)  # (on a FIFO)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # a symlink
+                self._refuse_planted(path, "a symlink")
             return self  # cannot coordinate (another user's folder): what fails next says why
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            self.__exit__()
+            self._refuse_planted(path, "not a regular file")
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(self.fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            holder = read_holder(self.fd)[:32] or "?"
             self.__exit__()
             raise ConfigError(f"job {plan.job_id} is already running in {plan.job_dir} "
                               f"(launcher pid {holder}): a second launch of it there would "
@@ -147,6 +155,11 @@ class JobDirLock:
             raise
         write_holder(self.fd, str(os.getpid()))  # only for a second launch's refusal
         return self
+
+    def _refuse_planted(self, path: str, what: str) -> None:
+        raise ConfigError(f"{path} is {what}, not the launcher's lock file: remove it (while it "
+                          f"is there a second launch of job {self.plan.job_id} could not be "
+                          "refused)", code="LAUNCH_JOB_LOCK")
 
     def __exit__(self, *exc_info: object) -> None:
         if self.fd >= 0:

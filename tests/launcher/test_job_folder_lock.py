@@ -5,6 +5,7 @@ and its end-of-job sweep (processes by job folder) killed the first job's ranks,
 failed with SIGTERM. Real launchers, real ranks."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -43,3 +44,26 @@ def test_a_second_launch_of_a_running_job_id_into_its_folder_is_refused(tmp_path
     assert "first job rank" in (tmp_path / "logs" / "same" / "rank_0.log").read_text()
     again = _launch(tmp_path)  # it ended: its id can be launched again
     assert again.wait(timeout=60) == 0
+
+
+def test_a_planted_lock_file_in_the_job_folder_is_refused_and_never_followed(tmp_path):
+    """Before: the launcher opened `.launcher-<server>.lock` following symlinks, so a symlink
+    planted there had its target cut to the launcher's pid; a FIFO there was locked like a
+    file and a second launch's refusal read it (ESPIPE: a traceback). Now both are refused
+    with LAUNCH_JOB_LOCK before any rank starts, the target untouched."""
+    (tmp_path / "rank.py").write_text("print('ran')\n")
+    folder = tmp_path / "logs" / "same"
+    folder.mkdir(parents=True)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    lock = folder / ".launcher-localhost.lock"
+    for plant in (lambda: lock.symlink_to(precious), lambda: os.mkfifo(lock)):
+        plant()
+        done = _launch(tmp_path)
+        out, _ = done.communicate(timeout=60)
+        assert done.returncode == 2, out
+        assert "[LAUNCH_JOB_LOCK]" in out and str(lock) in out and "Traceback" not in out, out
+        assert "ran" not in out and not (folder / "rank_0.log").exists()
+        lock.unlink()
+    assert precious.read_text() == "keep me"
+    assert _launch(tmp_path).wait(timeout=60) == 0  # removed: the job runs
