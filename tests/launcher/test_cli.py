@@ -132,3 +132,20 @@ def test_ranks_of_an_earlier_job_on_the_same_devices_are_refused_or_killed(log_d
     code, out, _ = finish(first)
     assert code == 1 and "SIGKILL" in out
     assert wait_no_processes(job_dir, timeout=5) == []
+
+
+def test_an_in_process_launch_leaves_the_collector_as_it_found_it(log_dir, capsys):
+    """`platform-run launch` imports the launch path with the collector off and freezes what it
+    made (start-up time); a caller that goes on (main() called in-process) gets it back: on,
+    nothing frozen by the launch - also when the job fails or is refused."""
+    import gc
+
+    from platform_plugin.cli import main
+    before = (gc.isenabled(), gc.get_freeze_count())
+    argv = ["launch", "--nproc", "1", "--tracking", "none", "--show", "none", "--log-dir",
+            str(log_dir), "--", PY, "-c"]
+    assert main(argv + ["pass"]) == 0
+    assert (gc.isenabled(), gc.get_freeze_count()) == before
+    assert main(argv + ["raise SystemExit(3)"]) == 1
+    assert main(argv[:2] + ["0"] + argv[3:] + ["pass"]) == 2  # --nproc 0: refused
+    assert (gc.isenabled(), gc.get_freeze_count()) == before
