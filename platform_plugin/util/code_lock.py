@@ -1,32 +1,21 @@
 """No cleanup of a folder while a job, a notebook run or another cleanup works in it.
 
-A cleanup of CODE/ removes checkpoints, logs and operator caches; a job (`launch()`,
-`%dist_run`, `platform-run launch`) or a notebook run (`debug` or `full`) writes exactly those
-while it runs. Three kinds of flock, each on a lock file named after a folder:
+A cleanup of CODE/ removes checkpoints, logs and operator caches, which jobs (`launch()`,
+`%dist_run`, `platform-run launch`) and notebook runs write. Three kinds of flock on lock files
+named after a folder: `code` - a cleanup holds its root's EXCLUSIVELY, jobs hold SHARED ones on
+their working folders and every folder above them a cleanup could clean (`JobHold`); `tree` -
+a job claims the tree below its working folders (SHARED; a cleanup below refuses); `below` - a
+cleanup holds it SHARED on every folder above its root (a job there refuses; cleanup/lock.py).
+Jobs share, cleanups of folders apart share; a `tree`/`below` check is an instant's exclusive
+request (`_nobody_holds`). Refusals are CLEAN_ROOT_BUSY (exit 2), before anything is removed or
+created. A full run turns its exclusive hold shared without a gap (`RootLock.share`).
 
-- `code` (the folder itself or something below it is in use): a real cleanup holds its root's
-  EXCLUSIVELY; every job and notebook run holds SHARED ones on its working folders and on
-  every folder above them that a cleanup could be given as its root (`JobHold`).
-- `tree` (the whole tree below a working folder belongs to the job: it may write anywhere
-  there): a job holds it SHARED on its working folders; a cleanup refuses while one is held on
-  a folder above its root.
-- `below` (a cleanup works somewhere below this folder): a cleanup holds it SHARED on every
-  folder above its root; a job refuses while one is held on its working folder.
-
-So a cleanup refuses (CLEAN_ROOT_BUSY, exit 2, nothing removed) while a job or notebook run
-works in, above or below its root, and a job started while a cleanup runs there refuses the
-same way, before anything is created. Jobs never block each other and cleanups of folders
-apart never do (shared with shared); a `tree`/`below` check is an instant's exclusive request
-(`_nobody_holds`). A full run holds its root exclusively while it cleans, then turns that into
-a shared hold without a gap (`RootLock.share`), so no other cleanup slips in.
-
-flock is released by the kernel when the holder dies, even by SIGKILL: no stale lock. The files
-live in one private folder per user, /tmp/platform-run-locks-<uid> (`lock_dir`): never in
-CODE/ (which the platform snapshots), and not in $TMPDIR, which a kernel and a terminal may set
-differently. A file is named after the folder's device and inode (two spellings of one folder,
-through a symlink, `..` or a bind mount, are one lock; no hashlib on the launch path). Its last
-holder removes it. A job that cannot take a lock file goes on (nothing can coordinate there,
-and a cleanup, which cannot take it either, refuses: CLEAN_LOCK_UNAVAILABLE).
+flock dies with its holder, even by SIGKILL. The files live in one private folder per user,
+/tmp/platform-run-locks-<uid> (`lock_dir`): not in CODE/ (which the platform snapshots), not in
+$TMPDIR (a kernel and a terminal may set it differently). A name is the folder's device and
+inode (a symlink, `..` or a bind mount to it: one lock; no hashlib on the launch path). The
+last holder removes the file. A job that cannot take a lock file goes on; a cleanup refuses
+(CLEAN_LOCK_UNAVAILABLE): it could not see that job.
 """
 from __future__ import annotations
 
@@ -42,9 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
 from platform_plugin.errors import ConfigError
 
 OPEN_TRIES = 5  # a holder may remove the file between our open and flock: open anew
-# a request's retries while the file is held exclusively for an instant: an ending holder
-# checks whether it is the last (`release`), a `tree`/`below` check is an exclusive instant
-BUSY_TRIES, BUSY_WAIT_S = 5, 0.01
+BUSY_TRIES, BUSY_WAIT_S = 5, 0.01  # while held exclusively for an instant (a release, a check)
 LOCKS_IN = "/tmp"  # every process of a user on this machine agrees on it, whatever its $TMPDIR
 GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
 _checked_dir: list[str] = []  # lock_dir() once checked by this process
@@ -103,23 +90,20 @@ def read_holder(fd: int) -> str:
         return ""
 
 
-def _open_lock(path: str, create: bool) -> int:
+def _open_lock(path: str, create: bool, again: bool = True) -> int:
     """O_NOFOLLOW: no planted symlink; O_NONBLOCK: a planted FIFO never blocks; a file that is
     not a regular file is refused (LockUnavailable). FileNotFoundError when not `create`."""
     flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        try:
-            fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
-        except FileNotFoundError:
-            if not create:
-                raise
-            _checked_dir.clear()  # the lock folder was removed (a /tmp cleaner): make it anew
-            lock_dir()
-            fd = os.open(path, flags | os.O_CREAT, 0o600)
+        fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
     except FileNotFoundError:
         if not create:
             raise
-        raise LockUnavailable(f"{path}: the lock folder keeps disappearing") from None
+        if not again:
+            raise LockUnavailable(f"{path}: the lock folder keeps disappearing") from None
+        _checked_dir.clear()  # the lock folder was removed (a /tmp cleaner): make it anew
+        lock_dir()
+        return _open_lock(path, create, again=False)
     except OSError as exc:
         raise LockUnavailable(f"{path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -159,6 +143,40 @@ def _nobody_holds(path: str, exclusive: bool = True) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _gate_held(gate: str) -> bool:
+    """Only a process holding a `code` lock exclusively touches its gate: anything there that
+    is not a file a full run holds in its hand-over is junk (a killed run's, planted): removed."""
+    try:
+        return _nobody_holds(gate) is not None
+    except LockUnavailable:
+        _remove(gate)
+        return False
+
+
+def _take_gate(gate: str) -> int:
+    """The gate's descriptor, locked exclusively; -1 if it cannot be had (convert without)."""
+    for _ in range(2):
+        try:
+            fd = _open_lock(gate, create=True)
+        except LockUnavailable:
+            _remove(gate)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            os.close(fd)
+            break
+    return -1
 
 
 class RootLock:
@@ -227,7 +245,7 @@ class RootLock:
             if not _still_at(self.fd, path):
                 self._close()  # locked a file its last holder had just removed: again
                 continue
-            if exclusive and self.kind == "code" and _nobody_holds(path + GATE) is not None:
+            if exclusive and self.kind == "code" and _gate_held(path + GATE):
                 holder = read_holder(self.fd)  # got in the instant of a full run's share():
                 self._close()  # its lock, not ours to remove
                 raise ConfigError(self._busy(holder, exclusive), code="CLEAN_ROOT_BUSY")
@@ -278,19 +296,12 @@ class RootLock:
         if self.fd < 0 or self.path is None:
             return
         gate = self.path + GATE
-        try:  # only a process holding the lock exclusively takes the gate: it is free
-            gate_fd = _open_lock(gate, create=True)
-            fcntl.flock(gate_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except (LockUnavailable, BlockingIOError):  # junk planted there: convert as before
-            gate_fd = -1
+        gate_fd = _take_gate(gate)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_SH)
         finally:
             if gate_fd >= 0:
-                try:
-                    os.unlink(gate)
-                except OSError:
-                    pass
+                _remove(gate)
                 os.close(gate_fd)
 
     def release(self) -> None:

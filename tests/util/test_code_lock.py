@@ -220,3 +220,30 @@ def test_a_job_in_a_folder_reached_through_a_symlink_claims_the_real_tree(tmp_pa
             with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
                 CleanupLock.take(root)
     CleanupLock.take(sub).release()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "left by a killed run"])
+def test_junk_where_a_hand_over_gate_goes_is_removed_not_obeyed(tmp_path, planted):
+    """Only a process holding a folder's lock exclusively touches its gate, so anything there
+    that a full run does not hold is junk: cleanups and hand-overs remove it and go on (a
+    planted symlink or FIFO made every cleanup of the folder refuse)."""
+    code = _project(tmp_path / "CODE")
+    gate = lock_path(code) + ".gate"
+    def plant() -> None:
+        if planted == "symlink":
+            os.symlink(tmp_path / "CODE" / "train.py", gate)
+        elif planted == "fifo":
+            os.mkfifo(gate)
+        else:
+            open(gate, "w").close()
+    for user in ("a cleanup", "a full run's hand-over"):
+        if user == "a cleanup":
+            plant()
+        lock = CleanupLock.take(code)
+        if user == "a full run's hand-over":
+            plant()  # after the cleanup's check, before the hand-over
+            lock.share()
+            with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
+                CleanupLock.take(code)
+        lock.release()
+        assert not os.path.lexists(gate) and (code / "train.py").read_text() == "print()"
