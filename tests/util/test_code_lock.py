@@ -247,3 +247,19 @@ def test_junk_where_a_hand_over_gate_goes_is_removed_not_obeyed(tmp_path, plante
                 CleanupLock.take(code)
         lock.release()
         assert not os.path.lexists(gate) and (code / "train.py").read_text() == "print()"
+
+
+def test_a_job_working_in_the_home_folder_claims_only_its_own_folders(tmp_path, monkeypatch):
+    """The rule's boundary (docs/cleanup.md): a job's working folder and the tree below it are
+    the job's - except the home folder (or above), whose tree is everything a user has: a job
+    started in ~ would refuse every cleanup. It holds its log folder and the folders above it
+    below ~, as before."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    code, logs = _project(home / "CODE"), home / "platform_logs" / "job"
+    logs.mkdir(parents=True)
+    with JobHold.take([home, logs], "job in ~"):
+        CleanupLock.take(code).release()
+        for busy in (logs, logs.parent):
+            with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
+                CleanupLock.take(busy)
