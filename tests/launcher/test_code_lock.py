@@ -221,8 +221,8 @@ CHECKING_RANK = ("import os, sys, time\nos.makedirs('kernel_meta', exist_ok=True
 
 @pytest.mark.slow
 def test_cleans_racing_a_launch_never_remove_what_its_rank_writes(tmp_path):
-    """Round after round, a launch and two cleans (of CODE/ and of the job's own folder) start
-    together: whichever gets there first, the others refuse (exit 2, CLEAN_ROOT_BUSY) or run
+    """Round after round, a launch and three cleans (twice CODE/, once the job's own folder)
+    start together: whichever gets there first, the others refuse (exit 2, CLEAN_ROOT_BUSY) or run
     before or after it - never a clean while the rank writes (its check would exit 3)."""
     code = tmp_path / "CODE"
     project = code / "exp"
@@ -234,7 +234,7 @@ def test_cleans_racing_a_launch_never_remove_what_its_rank_writes(tmp_path):
         cleans = [subprocess.Popen([sys.executable, "-m", "platform_plugin", "clean", "--root",
                                     str(root)], cwd=project, env=clean_env(), text=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                  for root in (code, project)]
+                  for root in (code, project, code)]  # (two of the same root)
         out, err = job.communicate(timeout=120)
         assert job.returncode in (0, 2), out + err  # 1: the rank's cache was removed
         results = [(*clean.communicate(timeout=120), clean.returncode) for clean in cleans]
