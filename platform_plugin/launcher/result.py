@@ -110,11 +110,12 @@ class JobResult(Record):
     exitcodes: rank name -> Popen returncode; tracking: set after the ranks ended; reason: why
     the launcher ended the job (timeout, silence, interrupt), if it did; held_back: lines not
     displayed, per rank; attempts: earlier failed attempts (--max-restarts); job_file_error:
-    job.json could not be written completely (a full disk)."""
+    job.json could not be written completely (a full disk); ended_well: a failed job's processes
+    that exited 0, name -> [rank id, device id, pid, runtime s] (the table's "ok" rows)."""
 
     __slots__ = ("job_id", "job_name", "job_dir", "backend", "status", "ok", "duration_s",
                  "exitcodes", "failures", "root_cause", "tracking", "reason", "held_back",
-                 "attempts", "server_id", "job_file_error")
+                 "attempts", "server_id", "job_file_error", "ended_well")
 
     def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
                  status: JobStatus, ok: bool, duration_s: float,
@@ -122,7 +123,7 @@ class JobResult(Record):
                  root_cause: RankFailure | None = None, tracking: DeliveryReport | None = None,
                  reason: str = "", held_back: dict[str, int] | None = None,
                  attempts: list[dict] | None = None, server_id: str = "localhost",
-                 job_file_error: str = "") -> None:
+                 job_file_error: str = "", ended_well: dict[str, list] | None = None) -> None:
         self.job_id, self.job_name, self.job_dir, self.backend = job_id, job_name, job_dir, backend
         self.status, self.ok, self.duration_s, self.exitcodes = status, ok, duration_s, exitcodes
         self.failures = [] if failures is None else failures
@@ -130,6 +131,7 @@ class JobResult(Record):
         self.held_back = {} if held_back is None else held_back
         self.attempts = [] if attempts is None else attempts
         self.server_id, self.job_file_error = server_id, job_file_error
+        self.ended_well = {} if ended_well is None else ended_well
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (job.json, the notebook's result output), as dataclasses.asdict
@@ -142,6 +144,7 @@ class JobResult(Record):
         data["tracking"] = None if self.tracking is None else self.tracking.as_dict()
         data["held_back"] = dict(self.held_back)
         data["attempts"] = [dict(a) for a in self.attempts]
+        data["ended_well"] = {k: list(v) for k, v in self.ended_well.items()}
         return data
 
     @classmethod

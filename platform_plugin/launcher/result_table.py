@@ -62,7 +62,10 @@ def _table(result: JobResult) -> str:
         failure = by_name.get(name)
         if failure is None:
             _, sig = describe_exit(code)
-            rows.append((name_label(name), "", "", "", sig or f"exit {code}", "", "ok"))
+            rank, device, pid, runtime = result.ended_well.get(name) or (None, None, None, None)
+            rows.append((name_label(name), _dash(rank), _dash(device), _dash(pid),
+                         sig or f"exit {code}", "-" if runtime is None else f"{runtime:.1f}s",
+                         "ok"))
             continue
         rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
                      _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", failure.note))

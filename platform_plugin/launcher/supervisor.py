@@ -24,8 +24,7 @@ import time
 
 from platform_plugin.launcher.spawn import Started, piped
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
-from platform_plugin.launcher.result import (JobResult, JobStatus, RankFailure, describe_exit,
-                                             ended_by)
+from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit, ended_by
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
@@ -228,9 +227,8 @@ class Supervisor:
             if proc.ended is not None or proc.popen.poll() is None:
                 continue
             proc.ended = now
-            # an exit seen after the stop began is no root cause; its label is by what it was
-            proc.ended_while_stopping = self._stop is not None
-            proc.sent = self._stop.sent() if self._stop else ()  # result.ended_by judges it
+            proc.ended_while_stopping = self._stop is not None  # then it is no root cause
+            proc.sent = self._stop.sent() if self._stop else ()  # its label: result.ended_by
             if proc.popen.returncode != 0 and not (proc.spec.role == "service"
                                                    and self._services_stopped):
                 proc.failure_order = len(self._failures)
@@ -341,19 +339,21 @@ class Supervisor:
     def _result(self) -> JobResult:
         stop = self._stop
         status = stop.status if stop else JobStatus.SUCCEEDED
-        # a process that exited 0, even during a stop, ended well: an "ok" row, not a failure
         failures = [self._failure(p) for p in self.procs if p.popen.returncode not in (0, None)]
         failures.sort(key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
         root = next((f for f in failures if f.root_cause), None)
         ok = status == JobStatus.SUCCEEDED and not failures
+        now = time.monotonic()
         return JobResult(
             job_id=self.plan.job_id, job_name=self.plan.job_name, job_dir=self.plan.job_dir,
             backend=self.plan.backend,
             status=status if ok or status != JobStatus.SUCCEEDED else JobStatus.FAILED,
-            ok=ok, duration_s=time.monotonic() - self.started,
+            ok=ok, duration_s=now - self.started,
             exitcodes={p.spec.name: p.popen.returncode for p in self.procs},
             failures=failures, root_cause=root, reason=stop.reason if stop else "",
-            held_back=self.output.held_back())
+            held_back=self.output.held_back(), ended_well={} if ok else {  # the "ok" rows
+                p.spec.name: [p.spec.rank_id, p.spec.device_id, p.popen.pid,
+                              (p.ended or now) - p.started] for p in self.procs if p.popen.returncode == 0})
 
     def _failure(self, proc: _Proc) -> RankFailure:
         exitcode, sig = describe_exit(proc.popen.returncode)

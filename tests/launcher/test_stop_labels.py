@@ -3,6 +3,8 @@ against the signals the launcher had sent), not by when its end was seen: a rank
 its own a moment after the stop began is not "stopped by launcher" (real ranks)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from platform_plugin import JobFailed, launch
@@ -49,6 +51,7 @@ def test_each_process_is_labelled_by_what_ended_it(tmp_path):
             assert f" {how} " in f" {rows[rank]} " and rows[rank].endswith(notes[rank]), (
                 rank, rows, "".join(shown))
         assert "2" not in {f.name for f in result.failures}  # ended well during the stop
+        assert re.fullmatch(r"2 2 \d+ exit 0 \d+\.\ds ok", rows["2"]), rows  # where, how long
         assert job_processes(result.job_dir) == []
     finally:
         kill_job(result.job_dir)
