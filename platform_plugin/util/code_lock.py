@@ -319,7 +319,6 @@ class RootLock:
             self._close()
 
 
-
 def held_folders(paths: Iterable[str | os.PathLike]) -> list[str]:
     """`paths` and every folder above them that a cleanup accepts as its root: up to, not
     including, the home folder, its parents and `/` (cleanup/root.py refuses those)."""
