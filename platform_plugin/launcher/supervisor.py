@@ -127,7 +127,7 @@ class Supervisor:
                 if proc.pidfd is not None:
                     os.close(proc.pidfd)
             self._selector.close()
-            started.release()
+            started.release(wait=False)  # watch() reaps the lifeline after job.json
         result = self._result()
         self._notify("ended", result)
         return result

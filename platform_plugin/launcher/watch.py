@@ -47,17 +47,20 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
             job_file.record(result)
             tell(True)
     try:
-        result = supervisor.run()
-    finally:
         try:
-            report = _finish_tracking(job_tracking, result, last, waiting=waiting)
+            result = supervisor.run()
         finally:
-            tell(False)
-    result.tracking = report
-    result.attempts = list(attempts)
-    result.server_id = plan.server_id
-    job_file.record(result)
-    result.job_file_error = job_file.error or ""
+            try:
+                report = _finish_tracking(job_tracking, result, last, waiting=waiting)
+            finally:
+                tell(False)
+        result.tracking = report
+        result.attempts = list(attempts)
+        result.server_id = plan.server_id
+        job_file.record(result)
+        result.job_file_error = job_file.error or ""
+    finally:  # the supervisor released the lifeline: its `sh` exited while job.json was written
+        started.reap()
     return result, supervisor.output.hidden()
 
 

@@ -129,3 +129,23 @@ def test_a_lifeline_of_groups_alone_stops_its_group_and_matches_no_environment(t
         for proc in (group, bystander):
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_launch_returns_with_its_lifeline_reaped(log_dir, exit_code, monkeypatch):
+    """The supervisor releases the lifeline without waiting for its `sh` (job.json is written
+    meanwhile); launch() collects its exit before returning, whether the job succeeded or
+    failed: no zombie is left in the caller (a kernel) until some later Popen reaps it."""
+    from platform_plugin.launcher import spawn
+
+    made = []
+    original = spawn.Lifeline.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        made.append(self)
+    monkeypatch.setattr(spawn.Lifeline, "__init__", init)
+    launch([PY, "-c", f"raise SystemExit({exit_code})"], nproc=2, backend="plain",
+           tracking="none", show="none", log_dir=str(log_dir), check=False,
+           write=lambda text: None)
+    assert len(made) == 1 and made[0]._proc.returncode == 0  # exited cleanly ("done"), reaped
