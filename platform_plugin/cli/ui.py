@@ -26,10 +26,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-# what `mlflow server --backend-store-uri` accepts ("" = a plain path: a file store)
-STORE_SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "databricks")
-
-
 def store_uri(explicit: str | None) -> str:
     uri = explicit or default_tracking_uri()
     if uri.startswith(("http://", "https://")):
@@ -41,15 +37,18 @@ def store_uri(explicit: str | None) -> str:
 
 def _check_store(uri: str) -> None:
     """Refuse a store MLflow's server cannot open before it starts: it would die with a
-    traceback in its log and this command would wait for it first."""
-    scheme = uri.split("://", 1)[0].split("+", 1)[0].lower() if "://" in uri else ""
-    if scheme not in STORE_SCHEMES:
-        raise ConfigError([Problem("UI_STORE", f"--store {uri}: MLflow stores are "
-                                   "sqlite:///path.db, postgresql://..., mysql://..., "
-                                   "mssql://... or a folder", "--store")])
+    traceback in its log and this command would wait for it first (tracking/uri_check.py: an
+    unknown scheme, a folder store this MLflow no longer opens, a file that is no database)."""
+    from platform_plugin.tracking.uri_check import scheme_of, uri_problem
+    from platform_plugin.util.folders import check_writable_folder
+    why = uri_problem(uri)
+    if why:
+        raise ConfigError([Problem("UI_STORE", f"--store {uri}: {why}", "--store")])
+    scheme = scheme_of(uri)
+    if scheme in ("", "file"):  # a folder store (MLFLOW_ALLOW_FILE_STORE): a folder, not a file
+        check_writable_folder(uri.split("://", 1)[-1], "store", "UI_STORE", "--store")
     path = sqlite_path(uri.split("?", 1)[0])
     if path is not None and str(path) not in ("", ":memory:"):
-        from platform_plugin.util.folders import check_writable_folder
         folder = os.path.dirname(os.path.abspath(path))
         check_writable_folder(folder, "store", "UI_STORE", "--store")
 

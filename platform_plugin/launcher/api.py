@@ -66,6 +66,9 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     shown = check_show(options.show, plan)
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
+    if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
+        from platform_plugin.tracking.handle import JobTracking
+        JobTracking.check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
         link = open_link(plan)
         try:

@@ -71,6 +71,21 @@ class JobTracking:
             return cls()
         return SpoolingJobTracking(sink_name, plan, choose_layout(layout, env))
 
+    @classmethod
+    def check(cls, choice: str, plan: PlanView) -> None:
+        """Refuse what `create` would refuse, and an MLFLOW_TRACKING_URI no MLflow client can
+        use (tracking/uri_check.py), before anything of the job exists: `create` runs once the
+        job's folder is made (a bad PLATFORM_TRACKING left it behind)."""
+        if choice == "none":
+            return
+        from platform_plugin.tracking.job_tracking import job_environment
+        from platform_plugin.tracking.sink_choice import choose, choose_layout
+        env = job_environment(plan)
+        choose_layout(None, env)
+        if choose(choice, env) == "mlflow" and env.get("MLFLOW_TRACKING_URI"):
+            from platform_plugin.tracking.uri_check import check_tracking_uri
+            check_tracking_uri(env["MLFLOW_TRACKING_URI"], environ=env)
+
     def prepare(self) -> dict[str, str]:
         return tracking_off()
 

@@ -1,0 +1,115 @@
+"""MLFLOW_TRACKING_URI values that can never work, refused before a job starts (exit 2).
+
+A tracking failure never stops a job (the points wait in the spool for `platform-run sync`),
+but a URI that is wrong by its spelling is not a failure that passes: the launcher waited out
+its 30 s drain deadline after every job, and `sync` replays into the URI recorded in the job's
+sink.json, so the points could never be delivered. Only what the string (and a file's first
+bytes) shows is judged here - no MLflow import, no connection: a server that is down is still
+the spool's business.
+"""
+from __future__ import annotations
+
+import os
+
+from platform_plugin.errors import ConfigError, Problem
+
+# MLflow's own tracking-store schemes (a "+driver" suffix allowed: postgresql+psycopg2)
+SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks",
+           "databricks-uc", "uc")
+SQLITE_MAGIC = b"SQLite format 3\0"
+TYPE_CHECKING = False  # without importing typing: a tracked launch loads this module
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import Any
+VARIABLE = "MLFLOW_TRACKING_URI"
+
+
+def check_tracking_uri(uri: str, where: str = VARIABLE, environ=None) -> None:
+    """Raise ConfigError TRACKING_URI for a URI no MLflow client can use. `where` names its
+    source in the message (the variable, `--store`, ...); `environ`: the processes' that will
+    use it (MLFLOW_ALLOW_FILE_STORE), default this one's."""
+    why = uri_problem(uri, environ)
+    if why:
+        raise ConfigError([Problem("TRACKING_URI", f"{where}={uri!r}: {why}", where)])
+
+
+def uri_problem(uri: str, environ=None) -> str | None:
+    scheme = scheme_of(uri)
+    if scheme not in SCHEMES and not _plugin_scheme(scheme):
+        return (f"MLflow knows no store of scheme {scheme!r}: use http://HOST:PORT (a tracking "
+                "server), sqlite:////absolute/path/mlflow.db, postgresql://... or leave it unset "
+                "(a sqlite file beside CODE/)")
+    if scheme in ("http", "https") and not uri.split("://", 1)[1].split("/", 1)[0]:
+        return "an http URI needs a host: http://HOST:PORT"
+    if scheme in ("", "file") and _file_store_refused(os.environ if environ is None else environ):
+        return ("this MLflow no longer opens a folder store (./mlruns): use sqlite:///"
+                "mlflow.db (or `mlflow migrate-filestore`), or set MLFLOW_ALLOW_FILE_STORE=true")
+    if scheme == "sqlite":
+        return _sqlite_problem(uri)
+    return None
+
+
+def scheme_of(uri: str) -> str:
+    """As MLflow parses it (urllib's scheme): `localhost:5000` has the scheme 'localhost'; a
+    path has none; `databricks` alone is Databricks' default profile. The driver suffix
+    (`+psycopg2`) is dropped."""
+    from urllib.parse import urlsplit
+    if uri in ("databricks", "databricks-uc", "uc"):
+        return uri
+    try:
+        scheme = urlsplit(uri).scheme
+    except ValueError:
+        return "?"
+    return scheme.split("+", 1)[0].lower()
+
+
+def _sqlite_problem(uri: str) -> str | None:
+    path = uri.split("?", 1)[0][len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+    if path in (None, "") or path == ":memory:":
+        return ("a sqlite store must be a file every process can open (the forwarding helper "
+                "and `sync` are other processes): sqlite:////absolute/path/mlflow.db")
+    import stat
+    try:  # never blocking: a FIFO's open() waits for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # made by the first job; a folder on the way is the folder checks' business
+    except OSError as exc:
+        return f"cannot open {path}: {exc.strerror}"
+    try:
+        kind = os.fstat(fd).st_mode
+        head = os.read(fd, len(SQLITE_MAGIC)) if stat.S_ISREG(kind) else b""
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(kind):
+        return f"{path} is not a file (a folder, FIFO or device): name the database file"
+    if head and head != SQLITE_MAGIC:
+        return f"{path} is not a SQLite database (a file of another kind is there)"
+    return None
+
+
+def _file_store_refused(environ) -> bool:
+    """MLflow 3.x releases that refuse a folder store unless MLFLOW_ALLOW_FILE_STORE is true
+    (read from MLflow's source text: importing MLflow costs seconds)."""
+    if environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1"):
+        return False
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("mlflow")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin:
+        return False
+    path = os.path.join(os.path.dirname(spec.origin), "store", "tracking", "file_store.py")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "MLFLOW_ALLOW_FILE_STORE.get()" in fh.read()
+    except OSError:
+        return False
+
+
+def _plugin_scheme(scheme: str) -> bool:
+    """A scheme an installed MLflow plugin registers (entry point group mlflow.tracking_store)."""
+    from importlib.metadata import entry_points
+    groups: "Any" = entry_points()  # Python 3.9's is a dict; 3.10+ selects
+    found = (groups.select(group="mlflow.tracking_store") if hasattr(groups, "select")
+             else groups.get("mlflow.tracking_store", []))
+    return any(ep.name == scheme for ep in found)
