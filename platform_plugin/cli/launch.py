@@ -37,9 +37,11 @@ def _import_uncollected() -> bool:
     gc.disable()
     try:
         import platform_plugin.launcher.api  # noqa: F401  (here: `launch --help` stays light)
-    finally:
-        gc.freeze()
+    except BaseException:  # (Ctrl-C meanwhile, a broken install): nothing frozen
         gc.enable()
+        raise
+    gc.freeze()
+    gc.enable()
     return True
 
 
