@@ -66,14 +66,22 @@ class ScreenTail:
         self.current = b""
         self.hide = hide  # quiet.py's chatter filter: `search(chunk)`, `match(line)`
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes, marked: bool | None = None) -> None:
+        """`marked`: `hide.search(data)` when the caller made it (the display's stream: that
+        test scans every byte of the chunk, once is enough)."""
         if b"\n" in data:
             hide = self.hide
             # lines are matched only where a chatter mark is (the regex costs, most jobs have
             # none); a chatter line cut between two chunks has its mark in the drawn part
-            if hide is not None and not (hide.search(data) or (
+            if hide is not None and not ((hide.search(data) if marked is None else marked) or (
                     self.current and hide.search(self.current[:256] + data[:256]))):
                 hide = None
+            if hide is None and not self.current and len(data) <= LINE_BYTES and \
+                    b"\r" not in data:  # a few whole lines (a rank printing a line a time)
+                pieces = data.split(b"\n")
+                self.current = pieces.pop()  # no `\r`, at most LINE_BYTES: as it is
+                self.lines.extend(pieces)
+                return
             if hide is not None:
                 # chatter first, over the whole chunk: a chunk ending in many chatter lines
                 # must not push the rank's real last lines out of the window below
@@ -167,8 +175,11 @@ class _RankStream:
 
     def feed(self, data: bytes, now: float, out: list[bytes | memoryview]) -> None:
         self._log(data)
-        self.screen.feed(data)
         cut = data.rfind(b"\n") + 1
+        # the chatter test scans every byte (~80 us per 64 KiB when the text holds a "["): one
+        # per chunk, shared by the tail and the display; a chunk ending no line needs none
+        marked = bool(cut) and self.hide is not None and self.hide.search(data)
+        self.screen.feed(data, marked)
         if not cut:  # no line ends in this chunk
             self.partial += data
             if self.partial:
@@ -176,24 +187,30 @@ class _RankStream:
         else:  # a chunk of whole lines (the common case) is not copied at all
             complete = (b"".join((self.partial, memoryview(data)[:cut])) if self.partial
                         else data[:cut])
+            if self.partial and not marked and self.hide is not None:
+                # the one line `data` alone does not hold: the held part and its end
+                marked = self.hide.search(complete[:len(self.partial) + data.find(b"\n") + 1])
             self.partial = data[cut:]
             self.partial_since = now if self.partial else 0.0
-            self._lines(complete, now, out)
+            self._lines(complete, now, out, marked)
         if len(self.partial) > PARTIAL_MAX:
             self.flush_partial(now, out)
 
     def flush_partial(self, now: float, out: list[bytes | memoryview]) -> None:
         if self.partial:
-            self._lines(last_state(self.partial) + b"\n", now, out)
+            line = last_state(self.partial) + b"\n"
+            self._lines(line, now, out, self.hide is not None and self.hide.search(line))
             self.partial, self.partial_since = b"", 0.0
 
-    def _lines(self, complete: bytes, now: float, out: list[bytes | memoryview]) -> None:
-        """`complete` ends with a newline. The common case (no \\r, no cap) is one replace for
-        the whole chunk and no decode here: throughput matters when ranks print a lot."""
+    def _lines(self, complete: bytes, now: float, out: list[bytes | memoryview],
+               marked: bool) -> None:
+        """`complete` ends with a newline; `marked`: it may hold chatter (`hide.search`). The
+        common case (no \\r, no cap) is one replace for the whole chunk and no decode here:
+        throughput matters when ranks print a lot."""
         lines = complete[:-1].split(b"\n") if b"\r" in complete else None
         if lines is not None:
             complete = b"\n".join(last_state(line) for line in lines) + b"\n"
-        if self.hide is not None and self.hide.search(complete):  # one search: the common case
+        if marked:  # the lines are matched one by one only then
             complete = self._without_hidden(complete)
             if not complete:
                 return

@@ -128,3 +128,48 @@ def test_the_failure_quote_shows_a_progress_bar_once_in_its_last_state(tmp_path,
     tail = output.tail("0")
     assert tail[:2] == ["train:  90%|####", "ValueError: bad batch"]
     assert len(tail) == 3 and tail[2].endswith("y the end"), [len(line) for line in tail]
+
+
+class _CountingChatter:
+    """CHATTER that records how many bytes each `search` scanned."""
+
+    def __init__(self) -> None:
+        self.scanned: list[int] = []
+
+    def search(self, chunk: bytes) -> bool:
+        self.scanned.append(len(chunk))
+        return CHATTER.search(chunk)
+
+    def match(self, line: bytes) -> bool:
+        return CHATTER.match(line)
+
+
+def test_the_chatter_test_scans_each_byte_of_a_chunk_once(tmp_path):
+    """The chatter test (two substring searches over every byte: ~80 us per 64 KiB of text with
+    a "[" in it) is shared by the display and the failure quote's tail: it ran twice a chunk."""
+    hide = _CountingChatter()
+    output = Output("all", write=lambda text: None, hide=hide)
+    output.open("0", str(tmp_path / "rank_0.log"))
+    chunk = b"".join(b"[rank 0] step %07d loss [0.5]\n" % i for i in range(2000))
+    output.feed("0", chunk)  # whole lines
+    output.feed("0", chunk + b"[rank 0] step")  # and a line being written
+    output.feed("0", b" 2001\n" + chunk)  # that line's end
+    whole_scans = [n for n in hide.scanned if n > 4096]
+    assert len(whole_scans) == 3, hide.scanned
+    assert sum(hide.scanned) < 3 * len(chunk) + 3 * 4096, hide.scanned
+    output.close()
+
+
+def test_a_chatter_line_cut_anywhere_between_two_chunks_stays_hidden(tmp_path):
+    """Its mark may be in the held part, in the next chunk, or cut in two."""
+    line = CHATTY.split(b"\n")[0] + b"\n"
+    for cut in range(1, len(line)):
+        shown: list[str] = []
+        output = Output("all", write=shown.append, hide=CHATTER)
+        output.open("0", str(tmp_path / "rank_0.log"))
+        output.feed("0", b"before\n" + line[:cut])
+        output.feed("0", line[cut:] + b"after\n")
+        output.close()
+        assert "".join(shown).splitlines() == ["[rank 0] before", "[rank 0] after"], cut
+        assert output.tail("0") == ["before", "after"], cut
+        assert output.hidden() == 1, cut
