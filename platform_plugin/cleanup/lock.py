@@ -5,13 +5,75 @@ every folder above the root, so a job starting in one of them refuses; and check
 holding those, that no job claims the `tree` of a folder above (the job works there and may
 write anywhere below) and that no cleanup works in a folder above or below (two cleanups of
 nested folders would remove the same files). Cleanups of folders apart never conflict.
+
+A full run cleans holding its root exclusively, then turns that into a shared hold for its
+notebook (`GatedLock.share`). flock(2) does not promise that without a gap ("the existing lock
+is first removed, and then a new lock is established"): a cleanup could get the lock in
+between. So the run holds a gate file meanwhile, and an exclusive lock just got is used only
+while nobody holds the gate (`GatedLock._admitted`); else the cleanup refuses.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import Iterable
 
-from platform_plugin.util.code_lock import RootLock, held_folders
+from platform_plugin.util.code_lock import (LockUnavailable, RootLock, held_folders,
+                                            nobody_holds, open_lock)
+
+GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class GatedLock(RootLock):
+    """A cleanup's lock of its root: not used in the instant of a full run's hand-over, and
+    handed over without a gap (`share`). Only a process holding this lock exclusively touches
+    its gate: anything there that a full run does not hold (a killed run's gate, something
+    planted) is junk, removed."""
+
+    def _admitted(self, path: str) -> bool:
+        try:
+            return nobody_holds(path + GATE) is None
+        except LockUnavailable:
+            _remove(path + GATE)
+            return True
+
+    def share(self) -> None:
+        """Exclusive to shared, the gate held meanwhile (see the module's docstring)."""
+        if self.fd < 0 or self.path is None:
+            return
+        gate = self.path + GATE
+        gate_fd = self._take_gate(gate)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_SH)
+        finally:
+            if gate_fd >= 0:
+                _remove(gate)
+                os.close(gate_fd)
+
+    @staticmethod
+    def _take_gate(gate: str) -> int:
+        """The gate's descriptor, locked exclusively; -1 if it cannot be had (convert
+        without)."""
+        for _ in range(2):
+            try:
+                fd = open_lock(gate, create=True)
+            except LockUnavailable:
+                _remove(gate)
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except BlockingIOError:
+                os.close(fd)
+                break
+        return -1
 
 
 class CleanupLock:
@@ -20,16 +82,16 @@ class CleanupLock:
     gap, the rest released); `release()`."""
 
     def __init__(self, root: str | os.PathLike, what: str) -> None:
-        self.root = RootLock(root, what)
+        self.root = GatedLock(root, what)
         self.above = [RootLock(folder, f"{what} of {root}", "below")
                       for folder in held_folders([root])[1:]]
 
     @classmethod
     def take(cls, root: str | os.PathLike, what: str = "a cleanup") -> CleanupLock:
         """A lock file that cannot be used refuses (CLEAN_LOCK_UNAVAILABLE): a job could not
-        have taken it either, so the cleanup cannot see it. Every lock is taken before any check (a job takes its `tree` lock, then checks
-        `below`; a nested cleanup takes `below`, then checks `code`): of two starting together,
-        at least one sees the other."""
+        have taken it either, so the cleanup cannot see it. Every lock is taken before any
+        check (a job takes its `tree` lock, then checks `below`; a nested cleanup takes
+        `below`, then checks `code`): of two starting together, at least one sees the other."""
         lock = cls(root, what)
         try:
             lock.root.acquire(exclusive=True)

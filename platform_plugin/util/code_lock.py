@@ -7,8 +7,8 @@ their working folders and every folder above them a cleanup could clean (`JobHol
 a job claims the tree below its working folders (SHARED; a cleanup below refuses); `below` - a
 cleanup holds it SHARED on every folder above its root (a job there refuses; cleanup/lock.py).
 Jobs share, cleanups of folders apart share; a `tree`/`below` check is an instant's exclusive
-request (`_nobody_holds`). Refusals are CLEAN_ROOT_BUSY (exit 2), before anything is removed or
-created. A full run turns its exclusive hold shared without a gap (`RootLock.share`).
+request (`nobody_holds`). Refusals are CLEAN_ROOT_BUSY (exit 2), before anything is removed or
+created. A full run turns its exclusive hold shared without a gap (cleanup/lock.py).
 
 flock dies with its holder, even by SIGKILL. The files live in one private folder per user,
 /tmp/platform-run-locks-<uid> (`lock_dir`): not in CODE/ (which the platform snapshots), not in
@@ -33,7 +33,6 @@ from platform_plugin.errors import ConfigError
 OPEN_TRIES = 5  # a holder may remove the file between our open and flock: open anew
 BUSY_TRIES, BUSY_WAIT_S = 5, 0.01  # while held exclusively for an instant (a release, a check)
 LOCKS_IN = "/tmp"  # every process of a user on this machine agrees on it, whatever its $TMPDIR
-GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
 _checked_dir: list[str] = []  # lock_dir() once checked by this process
 
 
@@ -90,7 +89,7 @@ def read_holder(fd: int) -> str:
         return ""
 
 
-def _open_lock(path: str, create: bool, again: bool = True) -> int:
+def open_lock(path: str, create: bool, again: bool = True) -> int:
     """O_NOFOLLOW: no planted symlink; O_NONBLOCK: a planted FIFO never blocks; a file that is
     not a regular file is refused (LockUnavailable). FileNotFoundError when not `create`."""
     flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -103,7 +102,7 @@ def _open_lock(path: str, create: bool, again: bool = True) -> int:
             raise LockUnavailable(f"{path}: the lock folder keeps disappearing") from None
         _checked_dir.clear()  # the lock folder was removed (a /tmp cleaner): make it anew
         lock_dir()
-        return _open_lock(path, create, again=False)
+        return open_lock(path, create, again=False)
     except OSError as exc:
         raise LockUnavailable(f"{path}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -119,13 +118,13 @@ def _still_at(fd: int, path: str) -> bool:
         return False
 
 
-def _nobody_holds(path: str, exclusive: bool = True) -> str | None:
+def nobody_holds(path: str, exclusive: bool = True) -> str | None:
     """None when no process holds `path` (`exclusive`; else: holds it exclusively): a request
     for an instant, retried while another check or an ending holder has it for its own
     instant. Else the last holder's name. A file nobody holds is removed, as its last holder
     would have."""
     try:
-        fd = _open_lock(path, create=False)
+        fd = open_lock(path, create=False)
     except FileNotFoundError:
         return None
     try:
@@ -145,44 +144,20 @@ def _nobody_holds(path: str, exclusive: bool = True) -> str | None:
         os.close(fd)
 
 
-def _remove(path: str) -> None:
+def _ended(holder: str) -> str:
+    """Shared holders rewrite the name, so the one named may have ended while others go on."""
     try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
-def _gate_held(gate: str) -> bool:
-    """Only a process holding a `code` lock exclusively touches its gate: anything there that
-    is not a file a full run holds in its hand-over is junk (a killed run's, planted): removed."""
-    try:
-        return _nobody_holds(gate) is not None
-    except LockUnavailable:
-        _remove(gate)
-        return False
-
-
-def _take_gate(gate: str) -> int:
-    """The gate's descriptor, locked exclusively; -1 if it cannot be had (convert without)."""
-    for _ in range(2):
-        try:
-            fd = _open_lock(gate, create=True)
-        except LockUnavailable:
-            _remove(gate)
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            os.close(fd)
-            break
-    return -1
+        os.kill(int(holder.rsplit("(pid ", 1)[1].rstrip(")")), 0)
+    except ProcessLookupError:
+        return ", which has ended since: another one is still there"
+    except (IndexError, ValueError, OSError):
+        pass  # no pid in it; alive (EPERM: another user's)
+    return ""
 
 
 class RootLock:
-    """`acquire(exclusive=)` the `kind` lock of a folder or raise CLEAN_ROOT_BUSY; `share()`
-    turns an exclusive lock into a shared one (the cleanup is done, the run goes on);
-    `release()`. `problem`: why no lock is held although the folder exists (a shared request
+    """`acquire(exclusive=)` the `kind` lock of a folder or raise CLEAN_ROOT_BUSY; `release()`.
+    `problem`: why no lock is held although the folder exists (a shared request
     goes on without; an exclusive one raises CLEAN_LOCK_UNAVAILABLE)."""
 
     def __init__(self, root: str | os.PathLike, what: str, kind: str = "code") -> None:
@@ -227,7 +202,7 @@ class RootLock:
                 if opens == OPEN_TRIES:
                     raise LockUnavailable(f"{path} kept being replaced")
                 opens += 1
-                self.fd = _open_lock(path, create=True)
+                self.fd = open_lock(path, create=True)
             try:
                 fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) |
                             fcntl.LOCK_NB)
@@ -245,12 +220,17 @@ class RootLock:
             if not _still_at(self.fd, path):
                 self._close()  # locked a file its last holder had just removed: again
                 continue
-            if exclusive and self.kind == "code" and _gate_held(path + GATE):
-                holder = read_holder(self.fd)  # got in the instant of a full run's share():
-                self._close()  # its lock, not ours to remove
+            if exclusive and not self._admitted(path):
+                holder = read_holder(self.fd)
+                self._close()  # (not release: the lock file is another's)
                 raise ConfigError(self._busy(holder, exclusive), code="CLEAN_ROOT_BUSY")
             write_holder(self.fd, f"{self.what} (pid {os.getpid()})")
             return
+
+    def _admitted(self, path: str) -> bool:
+        """May an exclusive lock just got be used? (cleanup/lock.GatedLock: not in the instant
+        of a full run's hand-over)"""
+        return True
 
     def _close(self) -> None:
         if self.fd >= 0:
@@ -258,7 +238,7 @@ class RootLock:
             self.fd = -1
 
     def _busy(self, holder: str, exclusive: bool) -> str:
-        last = f" (the last to start there: {holder})" if holder else ""
+        last = f" (the last to start there: {holder}{_ended(holder)})" if holder else ""
         if self.kind == "tree":  # a job works in the folder, our cleanup below it
             return (f"{self.what} would remove files in {self.root}, the working folder of a "
                     f"running job or notebook run{last}. Wait for them to end (or stop them), "
@@ -266,7 +246,7 @@ class RootLock:
         if self.kind == "below":  # a cleanup works below the folder, we in all of it
             return (f"a folder in {self.root} is being cleaned by {holder or 'a cleanup'}, and "
                     f"{self.what} would work there too. Retry when that cleanup has ended")
-        if exclusive:  # every shared holder rewrites the name: the one named may have ended
+        if exclusive:
             return (f"{self.root} is in use by a job, a notebook run or a cleanup{last}: a "
                     "cleanup there would remove files they are writing. Wait for them to end "
                     "(or stop them), then retry")
@@ -275,10 +255,10 @@ class RootLock:
 
     def check_free(self, *, exclusive: bool = True, required: bool = False) -> None:
         """CLEAN_ROOT_BUSY unless nobody holds this lock now (`exclusive`; else: nobody holds
-        it exclusively), see `_nobody_holds`. Takes nothing. `required`: as in `acquire`."""
+        it exclusively), see `nobody_holds`. Takes nothing. `required`: as in `acquire`."""
         if self.path is not None:
             try:
-                holder = _nobody_holds(self.path, exclusive)
+                holder = nobody_holds(self.path, exclusive)
             except LockUnavailable as exc:
                 self.problem = str(exc)
                 holder = None
@@ -287,22 +267,6 @@ class RootLock:
                                   code="CLEAN_ROOT_BUSY")
         if required:
             self._require()
-
-    def share(self) -> None:
-        """Exclusive to shared without a gap. flock(2) does not promise it ("the existing lock
-        is first removed, and then a new lock is established"): a cleanup could get the lock
-        in between. So the gate file is held meanwhile, and an exclusive request that
-        succeeds checks it (`_acquire`) and refuses while it is held."""
-        if self.fd < 0 or self.path is None:
-            return
-        gate = self.path + GATE
-        gate_fd = _take_gate(gate)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_SH)
-        finally:
-            if gate_fd >= 0:
-                _remove(gate)
-                os.close(gate_fd)
 
     def release(self) -> None:
         """The last holder removes the file (no lock file per cleaned folder piles up in the

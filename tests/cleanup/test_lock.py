@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from platform_plugin.cleanup import lock as cleanup_lock
+from platform_plugin.cleanup.lock import GatedLock
 from platform_plugin.errors import ConfigError
 from platform_plugin.util import code_lock
 from platform_plugin.util.code_lock import RootLock, lock_path
@@ -50,7 +52,7 @@ def _project(folder):
 
 
 def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monkeypatch):
-    """A full run cleans CODE/ holding it exclusively, then shares it (RootLock.share). flock(2)
+    """A full run cleans CODE/ holding it exclusively, then shares it (GatedLock.share). flock(2)
     does that by removing the exclusive lock, then taking a shared one, and "a pending lock
     request by another process may be granted" in between (the man page; this machine's
     kernel happens to do both under one spinlock, so the instant is made to happen here: the
@@ -58,7 +60,7 @@ def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monk
     Before: that cleanup got the lock and removed the files the run's notebook was about to
     use. Now it sees the run's hand-over gate held and refuses."""
     code = _project(tmp_path / "CODE")
-    full = RootLock(code, "a full run of nb.ipynb").acquire(exclusive=True)
+    full = GatedLock(code, "a full run of nb.ipynb").acquire(exclusive=True)
     seen: list[subprocess.CompletedProcess] = []
 
     def flock(fd: int, operation: int) -> None:
@@ -66,7 +68,7 @@ def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monk
             fcntl.flock(fd, fcntl.LOCK_UN)
             seen.append(_clean(code))
         fcntl.flock(fd, operation)
-    monkeypatch.setattr(code_lock, "fcntl", SimpleNamespace(
+    monkeypatch.setattr(cleanup_lock, "fcntl", SimpleNamespace(
         flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH, LOCK_NB=fcntl.LOCK_NB,
         LOCK_UN=fcntl.LOCK_UN))
     try:
@@ -113,3 +115,23 @@ def test_cleanups_of_nested_folders_refuse_each_other_and_cleanups_apart_do_not(
     assert _clean(code).returncode == 0 and not (exp / "kernel_meta").exists()
     assert not [name for name in os.listdir(code_lock.lock_dir())
                 if name.endswith(tuple(f"-{os.stat(f).st_ino:x}.lock" for f in (code, exp)))]
+
+
+def test_a_refusal_says_when_the_holder_it_names_has_ended(tmp_path):
+    """Every shared holder writes its name into the lock file, so a refusal names the last
+    one to start there - which may have ended while others still run (seen: `%platform_clean`
+    in a full run named the run's finished `%dist_run` job as if it were running)."""
+    run = RootLock(tmp_path, "a full run of nb.ipynb").acquire(exclusive=False)
+    holder = ("import os, sys\nfrom platform_plugin.util.code_lock import RootLock\n"
+              "RootLock(sys.argv[1], 'job j').acquire(exclusive=False)\nprint(os.getpid())")
+    try:
+        job = subprocess.run([sys.executable, "-c", holder, str(tmp_path)], env=clean_env(),
+                             capture_output=True, text=True, timeout=60)
+        assert job.returncode == 0, job.stderr  # it ended holding (no release): name left
+        pid = job.stdout.strip()
+        with pytest.raises(ConfigError, match=rf"the last to start there: job j \(pid {pid}\), "
+                                              r"which has ended since: another one is still "
+                                              r"there\)"):
+            RootLock(tmp_path, "a cleanup").acquire(exclusive=True)
+    finally:
+        run.release()
