@@ -84,7 +84,7 @@ def _stacks(result: JobResult, width: int | None) -> list[str]:
             groups.setdefault(frames, []).append(failure.name)
     if not groups:
         return []
-    labels = {frames: _names(names) for frames, names in groups.items()}
+    labels = {frames: _names(names, LABEL_MAX) for frames, names in groups.items()}
     pad = max(len(label) for label in labels.values()) + 1
     lines = ["  stuck in (innermost frames; every frame in the job's stacks/):"]
     for frames, names in sorted(groups.items(), key=lambda item: -len(item[1])):
@@ -95,8 +95,13 @@ def _stacks(result: JobResult, width: int | None) -> list[str]:
     return lines
 
 
-def _names(names: list[str]) -> str:
-    """["0", "1", "3", "sched"] -> "ranks 0-1, 3, sched"; ["2"] -> "rank 2"."""
+LABEL_MAX = 32  # a place's ranks: every other one of 128 ranks would be ~250 columns
+
+
+def _names(names: list[str], limit: int) -> str:
+    """["0", "1", "3", "sched"] -> "ranks 0-1, 3, sched"; ["2"] -> "rank 2"; longer than
+    `limit` (ranks scattered over servers): their count and the first ones, "64 ranks 0, 2, …"
+    (the frames must stay on the line; each rank's stack is in the job's stacks/)."""
     numbers = sorted(int(n) for n in names if n.isdigit())
     spans: list[str] = []
     for i, number in enumerate(numbers):
@@ -105,8 +110,17 @@ def _names(names: list[str]) -> str:
         else:
             spans.append(str(number))
     spans += [n for n in names if not n.isdigit()]
-    word = "ranks" if len(names) > 1 else ("rank" if numbers else "")
-    return f"{word} {', '.join(spans)}".strip()
+    word = "ranks" if len(numbers) > 1 else ("rank" if numbers else "")
+    label = f"{word} {', '.join(spans)}".strip()
+    if len(label) <= limit:
+        return label
+    head = f"{len(names)} {word or 'processes'} "
+    shown: list[str] = []
+    for span in spans:
+        if len(head) + len(", ".join(shown + [span])) + len(", …") > limit:
+            break
+        shown.append(span)
+    return head + ", ".join(shown + ["…"])
 
 
 def terminal_width() -> int | None:

@@ -102,3 +102,28 @@ def test_the_table_skips_importlibs_frozen_frames():
     assert "frozen" not in row0
     row1 = next(line for line in table.splitlines() if line.strip().startswith("rank 1: "))
     assert row1.rstrip().endswith(frozen[0])  # nothing else known: better than nothing
+
+
+def test_128_ranks_scattered_over_two_places_keep_their_frames_on_the_line():
+    """Every other rank of 128 in one place: its label "ranks 0, 2, 4, ..., 126" was ~250
+    columns, and it padded every place's line to that width (at 80 columns each line showed
+    the label and 20 characters of frames). Now the count and the first ranks."""
+    from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure
+    places = (["allreduce (train.py:10)", "step (train.py:20)"],
+              ["load_batch (data.py:5)", "next_batch (train.py:30)"])
+    failures = [RankFailure(str(i), i, i % 8, "h", 100 + i, None, "SIGTERM", 3.0,
+                            stopped_by_launcher=True, stack=places[i % 2]) for i in range(128)]
+    failures.append(RankFailure("sched", None, None, "h", 99, None, "SIGTERM", 3.0,
+                                stopped_by_launcher=True, stack=["wait (sched.py:1)"]))
+    codes = {f.name: -15 for f in failures}
+    table = JobResult("j", "n", "/logs/j", "plain", JobStatus.TIMEOUT, False, 3.0, codes,
+                      failures=failures).render(80)
+    lines = table.splitlines()
+    stuck = lines[lines.index("  stuck in (innermost frames; every frame in the job's stacks/):")
+                  + 1:][:3]
+    assert [line.split(":")[0].strip() for line in stuck] == [
+        "64 ranks 0, 2, 4, 6, 8, 10, …", "64 ranks 1, 3, 5, 7, 9, 11, …", "sched"], stuck
+    assert all(len(line) <= 80 for line in stuck), stuck
+    assert stuck[0].endswith(": allreduce (train.py:10) < step (train.py:20)"), stuck
+    assert ": load_batch (data.py:5) < next_batch" in stuck[1], stuck
+    assert stuck[2].split() == ["sched:", "wait", "(sched.py:1)"], stuck
