@@ -18,8 +18,8 @@ import fcntl
 import os
 from typing import Iterable
 
-from platform_plugin.util.code_lock import (LockUnavailable, RootLock, held_folders,
-                                            nobody_holds, open_lock)
+from platform_plugin.util.code_lock import (LockUnavailable, RootLock, held_folders, lock_dir,
+                                            nobody_holds, open_lock, still_at)
 
 GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
 
@@ -61,7 +61,7 @@ class GatedLock(RootLock):
     def _take_gate(gate: str) -> int:
         """The gate's descriptor, locked exclusively; -1 if it cannot be had (convert
         without)."""
-        for _ in range(2):
+        for _ in range(3):
             try:
                 fd = open_lock(gate, create=True)
             except LockUnavailable:
@@ -69,11 +69,33 @@ class GatedLock(RootLock):
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
             except BlockingIOError:
                 os.close(fd)
                 break
+            if still_at(fd, gate):  # (not removed meanwhile by `sweep_leftovers`)
+                return fd
+            os.close(fd)
         return -1
+
+
+def sweep_leftovers() -> int:
+    """Remove the lock files nobody holds; returns how many. A holder killed by SIGKILL leaves
+    its files, which only the next holder of the same folder removes - for a folder never
+    locked again, nobody. Safe at any time: every holder checks, once its flock is granted,
+    that its file is still at its path (else it opens anew)."""
+    try:
+        folder = lock_dir()
+        names = os.listdir(folder)
+    except (LockUnavailable, OSError):
+        return 0
+    removed = 0
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            removed += nobody_holds(path, tries=0) is None  # (held: left alone, no waiting)
+        except (LockUnavailable, OSError):  # planted (the cleanup of its folder says so and
+            pass  # refuses) or removed meanwhile by its last holder
+    return removed
 
 
 class CleanupLock:
@@ -105,6 +127,7 @@ class CleanupLock:
         except BaseException:
             lock.release()
             raise
+        sweep_leftovers()  # (a cleanup's moment: not on a job's start-up path)
         return lock
 
     def paths(self) -> Iterable[str | None]:

@@ -111,14 +111,14 @@ def open_lock(path: str, create: bool, again: bool = True) -> int:
     return fd
 
 
-def _still_at(fd: int, path: str) -> bool:
+def still_at(fd: int, path: str) -> bool:
     try:
         return os.fstat(fd).st_ino == os.lstat(path).st_ino
     except FileNotFoundError:
         return False
 
 
-def nobody_holds(path: str, exclusive: bool = True) -> str | None:
+def nobody_holds(path: str, exclusive: bool = True, tries: int = BUSY_TRIES) -> str | None:
     """None when no process holds `path` (`exclusive`; else: holds it exclusively): a request
     for an instant, retried while another check or an ending holder has it for its own
     instant. Else the last holder's name. A file nobody holds is removed, as its last holder
@@ -128,7 +128,7 @@ def nobody_holds(path: str, exclusive: bool = True) -> str | None:
     except FileNotFoundError:
         return None
     try:
-        for busy_left in range(BUSY_TRIES, -1, -1):
+        for busy_left in range(tries, -1, -1):
             try:
                 fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -136,7 +136,7 @@ def nobody_holds(path: str, exclusive: bool = True) -> str | None:
                     return read_holder(fd) or "?"
                 time.sleep(BUSY_WAIT_S)
                 continue
-            if exclusive and _still_at(fd, path):
+            if exclusive and still_at(fd, path):
                 os.unlink(path)
             break
         return None
@@ -214,10 +214,10 @@ class RootLock:
                                       code="CLEAN_ROOT_BUSY") from None
                 busy_left -= 1
                 time.sleep(BUSY_WAIT_S)
-                if not _still_at(self.fd, path):  # its last holder removed it: open anew
+                if not still_at(self.fd, path):  # its last holder removed it: open anew
                     self._close()
                 continue
-            if not _still_at(self.fd, path):
+            if not still_at(self.fd, path):
                 self._close()  # locked a file its last holder had just removed: again
                 continue
             if exclusive and not self._admitted(path):
@@ -275,7 +275,7 @@ class RootLock:
             return
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # alone with it?
-            if self.path and _still_at(self.fd, self.path):
+            if self.path and still_at(self.fd, self.path):
                 os.unlink(self.path)
         except OSError:
             pass  # other holders (shared): the last of them removes it

@@ -265,3 +265,29 @@ def test_a_job_working_in_the_home_folder_claims_only_its_own_folders(tmp_path, 
         for busy in (logs, logs.parent):
             with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
                 CleanupLock.take(busy)
+
+
+KILLED_HOLDING = """
+import os, signal, sys
+from platform_plugin.util.code_lock import JobHold
+JobHold.take([sys.argv[1]], "job killed")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_cleanup_sweeps_the_lock_files_killed_holders_left(tmp_path):
+    """A launcher killed by SIGKILL (OOM killer, a kernel restart) leaves its lock files;
+    only the next holder of the same folder removed them, so for a folder never used again
+    they stayed for good (46 unheld files in the lock folder after a few hours of tests). Any
+    cleanup now removes the lock files nobody holds; a live job's stay."""
+    gone, live, other = (_project(tmp_path / name) for name in ("gone", "live", "other"))
+    killed = subprocess.run([sys.executable, "-c", KILLED_HOLDING, str(gone)],
+                            env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert killed.returncode == -9, killed.stderr
+    assert _our_lock_files(gone), "the killed job left no lock file: nothing to test"
+    with JobHold.take([live], "a live job"):
+        CleanupLock.take(other).release()
+        assert _our_lock_files(gone) == []
+        assert _our_lock_files(live)  # held: kept
+        with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
+            CleanupLock.take(live)
