@@ -93,6 +93,30 @@ def _check_folders(data: Path, artifacts: str) -> None:
     check_writable_folder(artifacts, "artifacts", "SERVER_ARTIFACTS", "--artifacts")
 
 
+def _hold_data_dir(data: Path) -> int:
+    """An exclusive flock on DATA/server.lock, or SERVER_DATA_DIR_BUSY: one PostgreSQL cluster
+    serves one server. Before, a second `platform-run server` on the same --data-dir failed to
+    start the cluster and its clean-up stopped the first server's PostgreSQL. Returns the fd."""
+    import fcntl
+    data.mkdir(parents=True, exist_ok=True)
+    fd = os.open(data / "server.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise ConfigError([Problem("SERVER_DATA_DIR_BUSY", f"another `platform-run server` (pid "
+                                   f"{holder}) runs on {data}: one PostgreSQL cluster serves one "
+                                   "server. Use that server's MLFLOW_TRACKING_URI, or pass another "
+                                   "--data-dir", "--data-dir")]) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
 def tracking_uri(host: str, port: int) -> str:
     """The address the other servers use: the bind address, or this machine's name when
     listening on every interface."""
@@ -129,6 +153,7 @@ def run(args) -> int:
     artifacts = str(resolved(args.artifacts, "artifacts folder", "SERVER_ARTIFACTS_NOT_DIR",
                              "--artifacts") if args.artifacts else data / "artifacts")
     _check_folders(data, artifacts)
+    holder = _hold_data_dir(data)  # for this process's life (closed on exec: not the children's)
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
     from platform_plugin.launcher.spawn import Lifeline

@@ -73,6 +73,7 @@ class LocalPostgres:
         self.log = self.root / "postgres.log"
         self.bin = pg_bin()
         self.as_postgres = os.geteuid() == 0
+        self.started = False  # by this object: stop() never stops a cluster another process runs
 
     @property
     def uri(self) -> str:
@@ -133,6 +134,7 @@ class LocalPostgres:
         options = f"-p {self.port} -c listen_addresses={HOST} -c unix_socket_directories=''"
         self._run("pg_ctl", "-D", str(self.pgdata), "-o", options, "-l", str(self.log), "-w",
                   "-t", "60", "start")
+        self.started = True
         self._create_database()
 
     def _create_database(self) -> None:
@@ -155,5 +157,7 @@ class LocalPostgres:
         return int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
 
     def stop(self) -> None:
-        if (self.pgdata / "postmaster.pid").exists():
+        """Stop the cluster this object started (a second server's failed start on the same
+        data folder stopped the first server's cluster: its MLflow lost its database)."""
+        if self.started and (self.pgdata / "postmaster.pid").exists():
             self._run("pg_ctl", "-D", str(self.pgdata), "-m", "fast", "-w", "stop", check=False)

@@ -98,3 +98,22 @@ def test_sigkilled_server_command_takes_mlflow_and_postgres_down_cleanly(data_di
     os.kill(second.proc.pid, signal.SIGTERM)
     assert second.proc.wait(timeout=60) == 0, "".join(second.lines)
     wait_for(second.all_gone, timeout=30, what="everything stopped after SIGTERM")
+
+
+def test_a_second_server_on_the_same_data_dir_is_refused_and_the_first_keeps_serving(data_dir):
+    """Before: the second `platform-run server --data-dir SAME` failed to start PostgreSQL
+    ("another server might be running", exit 1) and its clean-up stopped the FIRST server's
+    cluster: the first MLflow still answered /health but every store request failed."""
+    first = ServerCommand(data_dir)
+    second = subprocess.run(
+        [sys.executable, "-m", "platform_plugin", "server", "--port", "0", "--workers", "1",
+         "--data-dir", str(data_dir)], capture_output=True, text=True, env=clean_env(), timeout=120)
+    assert second.returncode == 2, second.stderr
+    assert "[SERVER_DATA_DIR_BUSY]" in second.stderr and f"pid {first.proc.pid}" in second.stderr
+    assert "Traceback" not in second.stderr
+    created = requests.post(f"{first.url}/api/2.0/mlflow/experiments/create",
+                            json={"name": "still-served"}, timeout=30)
+    assert created.ok, created.text  # the first server's database is still there
+    os.kill(first.proc.pid, signal.SIGTERM)
+    assert first.proc.wait(timeout=60) == 0, "".join(first.lines)
+    wait_for(first.all_gone, timeout=30, what="everything stopped after SIGTERM")
