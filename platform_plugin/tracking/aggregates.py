@@ -9,9 +9,9 @@ and what is still open when the job ends is emitted by `flush`. Only open steps 
 memory is bounded by how far the ranks are apart, with a hard cap per metric (MAX_OPEN_STEPS)
 for metrics some ranks never log.
 
-A rank whose step goes back (a counter reset every epoch: `step=batch_index`) starts a new pass
-over the steps: the n-th pass of every rank is aggregated with the n-th pass of the others, as
-the children's histories hold them. A point of a step already emitted (a rank more than
+A rank whose step goes back (a counter reset every epoch: `step=batch_index`) or comes again
+(`step=epoch` logged every batch) starts a new pass over the steps: the n-th pass of every rank
+is aggregated with the n-th pass of the others, as the children's histories hold them. A point of a step already emitted (a rank more than
 MAX_OPEN_STEPS behind) is counted as `late` and left out: one aggregate per step and pass.
 
 Not persisted: if the launcher dies mid-job, the parent lacks the aggregates of the steps still
@@ -128,7 +128,8 @@ class StepAggregator:
                 metric = metrics[name] = _Metric(name)
             key = int(step) + metric.base.get(label, OFFSET)
             last = metric.last_key.get(label, -math.inf)
-            if key < last:  # the rank's step went back: its next pass over the steps
+            if key <= last:  # the rank's step went back, or came again: its next pass (its
+                # n-th point of a step goes with the others' n-th, whatever arrives first)
                 base = metric.base[label] = metric.base.get(label, OFFSET) + PASS
                 key = int(step) + base
             values = metric.open.get(key)

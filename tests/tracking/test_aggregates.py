@@ -140,3 +140,21 @@ def test_streams_advance_together_so_no_step_is_aggregated_before_every_rank_del
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     history = c.get_metric_history(helper.config.parent_run_id, "loss/mean")
     assert sorted((m.step, m.value) for m in history) == [(s, s + 1.0) for s in range(300)]
+
+
+def test_a_step_logged_again_is_the_next_pass_whatever_rank_arrives_first():
+    """`log_metric("loss", v, step=epoch)` at every batch: each rank logs step 0 three times.
+    Before, the aggregate depended on which rank's batch the forwarder delivered first (the
+    second point of rank 0 overwrote its first while step 0 was open, or came "late" after it
+    was emitted) and helper.log blamed a rank 10,000 steps behind; now the n-th point of each
+    rank goes with the others' n-th, as the children's histories hold them."""
+    def means(order):
+        agg = StepAggregator(["0", "1"])
+        out = []
+        for rank, batch in order:
+            out += agg.add_batch(rank, [["m", "loss", float(10 * int(rank) + batch), 0, 1000]])
+        out += agg.flush()
+        return [(p.step, p.value) for p in out if p.key == "loss/mean"], agg.late
+    expected = ([(0, 5.0), (0, 6.0), (0, 7.0)], 0)
+    assert means([("0", b) for b in range(3)] + [("1", b) for b in range(3)]) == expected
+    assert means([(r, b) for b in range(3) for r in "01"]) == expected
