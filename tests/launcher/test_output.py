@@ -145,7 +145,7 @@ class _CountingChatter:
 
 
 def test_the_chatter_test_scans_each_byte_of_a_chunk_once(tmp_path):
-    """The chatter test (two substring searches over every byte: ~80 us per 64 KiB of text with
+    """The chatter test (two substring searches over every byte: ~40 us per 64 KiB of text with
     a "[" in it) is shared by the display and the failure quote's tail: it ran twice a chunk."""
     hide = _CountingChatter()
     output = Output("all", write=lambda text: None, hide=hide)
