@@ -222,13 +222,12 @@ class Supervisor:
         return False
 
     def _reap(self) -> None:
-        now = time.monotonic()
-        for proc in self.procs:
-            if proc.ended is not None or proc.popen.poll() is None:
-                continue
+        now, stop = time.monotonic(), self._stop
+        # all ends first: those seen with the root cause were before the stop it begins
+        for proc in [p for p in self.procs if p.ended is None and p.popen.poll() is not None]:
             proc.ended = now
-            proc.ended_while_stopping = self._stop is not None  # then it is no root cause
-            proc.sent = self._stop.sent() if self._stop else ()  # its label: result.ended_by
+            proc.ended_while_stopping = stop is not None  # then it is no root cause
+            proc.sent = stop.sent() if stop else ()  # its label: result.ended_by
             if proc.popen.returncode != 0 and not (proc.spec.role == "service"
                                                    and self._services_stopped):
                 proc.failure_order = len(self._failures)

@@ -65,3 +65,49 @@ def test_each_process_is_labelled_by_what_ended_it(tmp_path):
 def test_ended_by_compares_the_end_with_the_signals_sent(returncode, sent, by_launcher):
     from platform_plugin.launcher.result import ended_by
     assert ended_by(returncode, sent) is by_launcher
+
+
+SAME_BATCH = """
+import os, sys, time
+print(f"ready {os.getpid()}", flush=True)
+while not os.path.exists(os.environ["GO_FILE"]):
+    time.sleep(0.01)
+sys.exit(f"rank {os.environ['RANK_ID']}: the same bad batch")
+"""
+
+
+def _zombie(pid: int) -> bool:
+    """Ended, not yet collected by the launcher (its Popen's poll() has not seen it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_ranks_failing_together_before_the_stop_are_not_labelled_after_its_signal(tmp_path):
+    """Two ranks fail on the same batch; the launcher sees both ends in one pass. The first is the
+    root cause and its stop sends SIGTERM - the second had ended before that SIGTERM, and was
+    labelled "ended after SIGTERM". The display's writer holds the launcher's loop until both
+    ranks have ended (zombies), so both ends are seen in one pass, deterministically."""
+    import time
+    go = tmp_path / "go"
+    shown: list[str] = []
+
+    def write(text: str) -> None:
+        shown.append(text)
+        pids = [int(p) for p in re.findall(r"ready (\d+)", "".join(shown))]
+        if len(pids) == 2 and not go.exists():
+            go.touch()
+            deadline = time.monotonic() + 30
+            while not all(map(_zombie, pids)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+    with pytest.raises(JobFailed) as err:
+        launch([PY, "-c", SAME_BATCH], nproc=2, backend="plain", tracking="none",
+               log_dir=str(tmp_path), write=write, env={"GO_FILE": str(go)})
+    result = err.value.result
+    kill_job(result.job_dir)
+    notes = {f.name: (f.how, f.note) for f in result.failures}
+    assert notes == {"0": ("exit 1", "ROOT CAUSE"),
+                     "1": ("exit 1", "failed later")}, (notes, "".join(shown))
