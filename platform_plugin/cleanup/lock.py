@@ -18,6 +18,7 @@ import fcntl
 import os
 from typing import Iterable
 
+from platform_plugin.errors import ConfigError
 from platform_plugin.util.code_lock import (LockUnavailable, RootLock, held_folders, lock_dir,
                                             nobody_holds, open_lock, still_at)
 
@@ -98,6 +99,26 @@ def sweep_leftovers() -> int:
     return removed
 
 
+def refuse_earlier_versions(root: str | os.PathLike) -> None:
+    """Versions before the lock folder kept a folder's `code` lock in $TMPDIR (else /tmp) as
+    platform-run-code-<dev>-<ino>.lock, and a kernel still running one after an upgrade holds its
+    job's folders there (its job works in or below `root` when it holds root's). Checked with an
+    instant's exclusive request in /tmp and our $TMPDIR; CLEAN_ROOT_BUSY while one is held."""
+    st = os.stat(root)
+    name = f"platform-run-code-{st.st_dev:x}-{st.st_ino:x}.lock"
+    for folder in {"/tmp", os.environ.get("TMPDIR") or "/tmp"}:
+        try:
+            holder = nobody_holds(os.path.join(folder, name))
+        except (LockUnavailable, OSError):
+            continue  # another user's, or planted: that version could not coordinate either
+        if holder is not None:
+            raise ConfigError(
+                f"{root} is in use by a job or notebook run of an earlier platform_plugin "
+                f"(the last to start there: {holder}; e.g. a kernel not restarted since an "
+                "upgrade): a cleanup would remove files it is writing. Wait for it to end (or "
+                "stop it), then retry", code="CLEAN_ROOT_BUSY")
+
+
 class CleanupLock:
     """`take()` or raise CLEAN_ROOT_BUSY / CLEAN_LOCK_UNAVAILABLE holding nothing; `share()`
     when the cleanup is done and its full run goes on (the root's lock turned shared without a
@@ -124,6 +145,7 @@ class CleanupLock:
             for below in lock.above:
                 RootLock(below.root, below.what, "tree").check_free(required=True)
                 RootLock(below.root, below.what).check_free(exclusive=False, required=True)
+            refuse_earlier_versions(root)
         except BaseException:
             lock.release()
             raise

@@ -135,3 +135,28 @@ def test_a_refusal_says_when_the_holder_it_names_has_ended(tmp_path):
             RootLock(tmp_path, "a cleanup").acquire(exclusive=True)
     finally:
         run.release()
+
+
+def test_a_job_of_an_earlier_version_still_holds_its_folder_against_a_new_cleanup(tmp_path):
+    """A kernel not restarted since `pip install -U` runs the earlier code, which kept the
+    lock in $TMPDIR (else /tmp) as platform-run-code-<dev>-<ino>.lock. Before: a new `clean`
+    did not look there and removed that job's files. The earlier job's hold is reproduced
+    exactly (its file name, its shared flock, its holder line) - the earlier code itself is not
+    installed here."""
+    code = _project(tmp_path / "CODE")
+    (tmp_path / "tmp").mkdir()
+    st = os.stat(code)
+    name = f"platform-run-code-{st.st_dev:x}-{st.st_ino:x}.lock"
+    for folder, env in (("/tmp", {}), (str(tmp_path / "tmp"), {"TMPDIR": str(tmp_path / "tmp")})):
+        old = os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(old, fcntl.LOCK_SH)
+            os.write(old, b"job old-kernel (pid 1)")
+            done = _clean(code, **env)
+            assert done.returncode == 2 and "[CLEAN_ROOT_BUSY]" in done.stderr, done.stderr
+            assert "an earlier platform_plugin (the last to start there: job old-kernel" in \
+                done.stderr, done.stderr
+            assert (code / "kernel_meta" / "op.o").exists()
+        finally:
+            os.close(old)
+    assert _clean(code).returncode == 0 and not os.path.exists(os.path.join("/tmp", name))
