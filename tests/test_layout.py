@@ -189,7 +189,8 @@ LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
 # never compiles these (the failure table and its text table, the stack dumps, the other
 # servers' notices and the restart records, job.json's full-disk fallback)
 FAILURE_ONLY = {f"platform_plugin.launcher.{m}" for m in (
-    "result_table", "stacks", "attempts", "jobfile_in_place")} | {"platform_plugin.util.texttable"}
+    "rank_failure", "result_table", "stacks", "attempts", "jobfile_in_place")} | {
+    "platform_plugin.util.texttable"}
 # stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
 # it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway;
 # `dataclasses`: util/record.py's plain classes instead, see there)
@@ -222,7 +223,8 @@ def test_only_a_failed_launch_loads_what_reports_a_failure(tmp_path, exit_code):
     if exit_code == 0:
         assert loaded == set()
     else:
-        assert loaded == {"platform_plugin.launcher.result_table", "platform_plugin.util.texttable"}
+        assert loaded == {"platform_plugin.launcher.rank_failure",
+                          "platform_plugin.launcher.result_table", "platform_plugin.util.texttable"}
 
 
 def test_an_untracked_launch_spawns_before_it_imports_what_watches_the_ranks(tmp_path):

@@ -18,7 +18,7 @@ _LAZY = {
     "RankSpec": "platform_plugin.launcher.plan",
     "JobFailed": "platform_plugin.launcher.result",
     "JobResult": "platform_plugin.launcher.result",
-    "RankFailure": "platform_plugin.launcher.result",
+    "RankFailure": "platform_plugin.launcher.rank_failure",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.launcher.api import launch
     from platform_plugin.launcher.options import LaunchOptions
     from platform_plugin.launcher.plan import Host, LaunchPlan, RankSpec, build_plan
-    from platform_plugin.launcher.result import JobFailed, JobResult, RankFailure
+    from platform_plugin.launcher.rank_failure import RankFailure
+    from platform_plugin.launcher.result import JobFailed, JobResult
 
 
 def __getattr__(name: str) -> Any:

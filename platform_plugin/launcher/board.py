@@ -20,7 +20,7 @@ from typing import Any, Callable
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.board_colours import to_html
 from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output, ScreenTail
-from platform_plugin.launcher.result import describe_exit
+from platform_plugin.launcher.rank_failure import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
 
 REFRESH_S = 0.5  # at most two redraws a second: each one is a message to the browser

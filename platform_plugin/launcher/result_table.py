@@ -3,7 +3,8 @@ its last lines, one row per process. Its own module: a job that succeeds never r
 without .pyc every module on the launch path is compiled at each start."""
 from __future__ import annotations
 
-from platform_plugin.launcher.result import JobResult, name_label, describe_exit
+from platform_plugin.launcher.rank_failure import describe_exit
+from platform_plugin.launcher.result import JobResult, name_label
 from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 

@@ -24,7 +24,7 @@ import time
 
 from platform_plugin.launcher.spawn import Started, piped
 from platform_plugin.launcher.reaper import JobProcesses, signal_pids
-from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure, describe_exit, ended_by
+from platform_plugin.launcher.result import JobResult, JobStatus
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from platform_plugin.launcher.output import Output
     from platform_plugin.launcher.plan import LaunchPlan, RankSpec
+    from platform_plugin.launcher.rank_failure import RankFailure
 
 # stops whose cause is where the ranks are stuck: their stacks are dumped first
 DUMP_STATUSES = (JobStatus.TIMEOUT, JobStatus.HUNG, JobStatus.INTERRUPTED)
@@ -235,7 +236,8 @@ class Supervisor:
                 if self._stop is None:
                     label = {"sched": "the scheduler", "service": "the rendezvous store"}.get(
                         proc.spec.role, f"rank {proc.spec.name}")
-                    self._begin_stop(JobStatus.FAILED, f"{label} {_how(proc.popen.returncode)}; "
+                    from platform_plugin.launcher.rank_failure import how_it_ended as how
+                    self._begin_stop(JobStatus.FAILED, f"{label} {how(proc.popen.returncode)}; "
                                      "stopping the other processes")
         if self._stop is None and self.procs and all(p.ended is not None for p in self.procs
                                                      if p.spec.role != "service"):
@@ -355,6 +357,7 @@ class Supervisor:
                               (p.ended or now) - p.started] for p in self.procs if p.popen.returncode == 0})
 
     def _failure(self, proc: _Proc) -> RankFailure:
+        from platform_plugin.launcher.rank_failure import RankFailure, describe_exit, ended_by
         exitcode, sig = describe_exit(proc.popen.returncode)
         return RankFailure(
             name=proc.spec.name, rank_id=proc.spec.rank_id, device_id=proc.spec.device_id,
@@ -392,8 +395,3 @@ def _enlarge_pipe(fd: int) -> None:
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
     except OSError:
         pass  # a smaller pipe only costs speed
-
-
-def _how(returncode: int) -> str:
-    code, sig = describe_exit(returncode)
-    return f"was killed by {sig}" if sig else f"exited with code {code}"
