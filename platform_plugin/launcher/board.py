@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.board_colours import to_html
+from platform_plugin.launcher.board_tail import plain
 from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output, ScreenTail
 from platform_plugin.launcher.rank_failure import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
@@ -126,14 +127,15 @@ class Board(Output):
         for name in self._names:
             proc = procs.get(name)
             found = metrics.get(name)
+            screen = self._screen(name)
+            tail = screen.raw()[-self.board_lines:]  # the last few of the table's quote's lines
             rows.append(RankRow(
                 name=name, status=_status(proc),
                 runtime_s=((proc.ended or now) - proc.started) if proc else now - self._opened_at,
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
-                lines=self.lines.get(name, 0) + (1 if self._screen(name).current else 0),
-                tail=self._screen(name).shown()[-self.board_lines:],
-                tail_html=[to_html(line) for line in self._screen(name).raw()[-self.board_lines:]],
+                lines=self.lines.get(name, 0) + (1 if screen.current else 0),
+                tail=[plain(line) for line in tail], tail_html=[to_html(line) for line in tail],
                 # the failure table below the board prints the root cause's last lines: once
                 tail_block=not (final and name == self.cause)))
         plan = self.supervisor.plan if self.supervisor else None
