@@ -105,6 +105,7 @@ class StepAggregator:
         self.metrics: dict[str, _Metric] = {}
         self.skipped: set[str] = set()  # names that get no aggregates (aggregated() is False)
         self.late = 0  # points of steps emitted before they came: left out
+        self.outside = 0  # points whose step is no int64 (MLflow's step): left out
 
     def add(self, label: str, name: str, value: float, step: int, timestamp_ms: int) -> list[AggregatePoint]:
         """Record one delivered point; return the aggregates of the steps it completed."""
@@ -126,12 +127,16 @@ class StepAggregator:
                     skipped.add(name)
                     continue
                 metric = metrics[name] = _Metric(name)
-            key = int(step) + metric.base.get(label, OFFSET)
+            step = int(step)
+            if not -OFFSET <= step < OFFSET:  # its key would fall in another pass
+                self.outside += 1
+                continue
+            key = step + metric.base.get(label, OFFSET)
             last = metric.last_key.get(label, -math.inf)
             if key <= last:  # the rank's step went back, or came again: its next pass (its
                 # n-th point of a step goes with the others' n-th, whatever arrives first)
                 base = metric.base[label] = metric.base.get(label, OFFSET) + PASS
-                key = int(step) + base
+                key = step + base
             values = metric.open.get(key)
             if values is None:
                 if key <= metric.emitted:  # emitted without this rank (it was too far behind)
@@ -219,4 +224,7 @@ class JobAggregates:
             said.append(f"aggregates: {self.aggregator.late} points came after their step was "
                         f"aggregated without them (a rank more than {MAX_OPEN_STEPS} steps behind "
                         "the others): the children have them, the parent's aggregates do not")
+        if self.aggregator.outside:
+            said.append(f"aggregates: {self.aggregator.outside} points with a step outside "
+                        "MLflow's 64-bit range were left out")
         return "\n".join(said)

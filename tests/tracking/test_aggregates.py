@@ -158,3 +158,20 @@ def test_a_step_logged_again_is_the_next_pass_whatever_rank_arrives_first():
     expected = ([(0, 5.0), (0, 6.0), (0, 7.0)], 0)
     assert means([("0", b) for b in range(3)] + [("1", b) for b in range(3)]) == expected
     assert means([(r, b) for b in range(3) for r in "01"]) == expected
+
+
+def test_a_step_outside_int64_is_left_out_and_does_not_shift_the_ranks_passes():
+    """`step=2**70` (no MLflow step: a file store may still take the child's point): its key ran
+    into the next pass, so every later point of that rank went to pass 1 and was aggregated
+    with nothing - the parent's means of the whole job were one-rank values."""
+    agg = StepAggregator(["0", "1"])
+    out = agg.add_batch("0", [["m", "loss", 9.0, 2 ** 70, 1]])
+    out += agg.add_batch("0", [["m", "loss", 1.0, s, 1] for s in range(3)])
+    out += agg.add_batch("1", [["m", "loss", 3.0, s, 1] for s in range(3)])
+    out += agg.flush()
+    assert [(p.step, p.value) for p in out if p.key == "loss/mean"] == [(s, 2.0) for s in range(3)]
+    assert agg.outside == 1 and agg.late == 0
+    from platform_plugin.tracking import aggregates
+    jobs = aggregates.JobAggregates(["0", "1"], sink=None, config=None)
+    jobs.aggregator = agg
+    assert "1 points with a step outside MLflow's 64-bit range" in jobs.problems()
