@@ -8,7 +8,9 @@ record what happened; artifacts are not supported by the SDK and are rejected (c
 """
 from __future__ import annotations
 
+import _thread
 import inspect
+import threading
 from pathlib import Path
 
 from platform_plugin.tracking.state import SinkConfig, StreamState
@@ -18,6 +20,50 @@ class WfloggerUnsupported(Exception):
     pass
 
 
+class WfloggerHung(Exception):
+    """A call that did not return in CALL_TIMEOUT_S (transient: retried until the deadline)."""
+
+
+# the SDK is private and may make network calls without a timeout; a metric call that takes
+# this long is not coming back
+CALL_TIMEOUT_S = 30.0
+
+
+class _Caller:
+    """SDK calls on a thread of their own, one at a time (the SDK's thread safety is unknown;
+    the forwarder delivers streams from several threads). Before, a call that never returned
+    kept the forwarding helper in it for good, past its drain deadline: a process left behind
+    by every job. Now that call fails after CALL_TIMEOUT_S, and every later one at once while
+    it still hangs; the helper stops at its deadline and the records wait for `sync`. A call
+    that returns after its timeout may have been delivered: its record is sent again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hung: threading.Event | None = None
+
+    def __call__(self, function, **kwargs) -> None:
+        with self._lock:
+            if self._hung is not None and not self._hung.is_set():
+                raise WfloggerHung(f"an earlier wflogger call has not returned after "
+                                   f"{CALL_TIMEOUT_S:g}s")
+            done, failure = threading.Event(), []
+
+            def work() -> None:
+                try:
+                    function(**kwargs)
+                except BaseException as exc:  # noqa: BLE001 - handed to the delivering thread
+                    failure.append(exc)
+                finally:
+                    done.set()
+
+            _thread.start_new_thread(work, ())
+            if not done.wait(CALL_TIMEOUT_S):
+                self._hung = done
+                raise WfloggerHung(f"a wflogger call did not return in {CALL_TIMEOUT_S:g}s")
+            if failure:
+                raise failure[0]
+
+
 class WfloggerSink:
     name = "wflogger"
     limits = {"m": 1, "p": 1, "t": 1, "a": 1, "total": 1}  # see deliver()
@@ -25,6 +71,7 @@ class WfloggerSink:
     def __init__(self):
         self._sdk = None
         self._metric_takes_step = False
+        self._call = _Caller()
 
     def sdk(self):
         if self._sdk is None:
@@ -55,11 +102,11 @@ class WfloggerSink:
             kind, name = record[0], f"{record[1]}-{label}"
             if kind == "m":
                 if self._metric_takes_step:
-                    sdk.log_metric(name=name, value=record[2], step=record[3])
+                    self._call(sdk.log_metric, name=name, value=record[2], step=record[3])
                 else:
-                    sdk.log_metric(name=name, value=record[2])
+                    self._call(sdk.log_metric, name=name, value=record[2])
             elif kind in ("p", "t"):
-                sdk.log_param(name=name, value=record[2])
+                self._call(sdk.log_param, name=name, value=record[2])
             else:
                 raise WfloggerUnsupported("wflogger has no artifact call")
 

@@ -1,0 +1,49 @@
+"""A sink call that never returns must not keep the forwarding helper alive for good. The
+platform's wflogger SDK is private: tests/assets/tracking/wf_analyse is a STAND-IN whose calls
+hang when WFLOGGER_STANDIN_HANG is set (a network call without a timeout)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+import pytest
+
+from platform_plugin import launch
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.slow
+
+LOGS = "from platform_plugin import tracking\ntracking.get_tracker().log_metric('loss', 1.0, step=0)\n"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_hung_wflogger_call_fails_after_its_timeout_and_the_helper_ends(
+        tracking_env, tmp_path, wflogger_standin):
+    """Before: the helper stayed in the hung call ("phase": "forwarding") after the launcher
+    returned, for good: a process left behind by every job. Now the call fails after
+    CALL_TIMEOUT_S (30 s), the helper is past its deadline and ends; the record waits for sync."""
+    tracking_env.setenv("WFLOGGER_STANDIN_HANG", "1")
+    tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "2")
+    (tmp_path / "logs.py").write_text(LOGS)
+    result = launch([sys.executable, "logs.py"], nproc=1, cwd=str(tmp_path), tracking="wflogger",
+                    write=lambda text: None)
+    assert result.ok and result.tracking.pending == 1  # waits in the spool for sync
+    status_file = tmp_path / "platform_logs" / result.job_id / "tracking" / "helper.json"
+    pid = json.loads(status_file.read_text())["pid"]
+    try:
+        wait_for(lambda: not _alive(pid), timeout=120, what="the hung helper to stop")
+    finally:  # a failing run must not leave it behind either
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    status = json.loads(status_file.read_text())
+    assert status["phase"] == "done" and "did not return in 30s" in status["error"], status
+    assert not (tmp_path / "wflogger_calls.jsonl").exists()  # nothing was delivered twice
