@@ -172,9 +172,10 @@ class RootLock:
             pass
 
     def acquire(self, *, exclusive: bool, required: bool | None = None) -> RootLock:
-        """A shared request that finds the file locked exclusively tries again `BUSY_TRIES`
-        times: a job that ends takes the lock exclusively for an instant (`release`: is it the
-        last holder?), and jobs must never refuse each other. Nothing stays open on an error.
+        """A request that finds the file locked tries again `BUSY_TRIES` times, 10 ms apart:
+        an ending job (`release`: is it the last holder?), a check and a cleanup's sweep hold
+        it exclusively for an instant, and jobs must never refuse each other, nor cleanups of
+        folders apart (a real holder is still there 50 ms later). Nothing stays open on error.
         `required` (default: `exclusive`, a cleanup): no lock file is CLEAN_LOCK_UNAVAILABLE."""
         if self.path is not None:
             try:
@@ -196,7 +197,7 @@ class RootLock:
                               "removed", code="CLEAN_LOCK_UNAVAILABLE")
 
     def _acquire(self, path: str, exclusive: bool) -> None:
-        busy_left, opens = (0 if exclusive else BUSY_TRIES), 0
+        busy_left, opens = BUSY_TRIES, 0
         while True:
             if self.fd < 0:
                 if opens == OPEN_TRIES:

@@ -160,3 +160,25 @@ def test_a_job_of_an_earlier_version_still_holds_its_folder_against_a_new_cleanu
         finally:
             os.close(old)
     assert _clean(code).returncode == 0 and not os.path.exists(os.path.join("/tmp", name))
+
+
+def test_a_cleanup_is_not_refused_by_an_instants_exclusive_hold(tmp_path, monkeypatch):
+    """A cleanup's sweep (and an ending job's last-holder check) holds a lock file exclusively
+    for an instant. Before: a cleanup of that folder arriving in that instant was refused
+    CLEAN_ROOT_BUSY (exclusive requests did not retry) - now by another cleanup's sweep of an
+    unrelated folder too. The instant is made deterministic: the sweep's hold ends (it removes
+    the file nobody held, as it does) during the cleanup's first retry pause."""
+    path = lock_path(tmp_path)
+    sweeping = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(sweeping, fcntl.LOCK_EX)
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 1:
+            os.unlink(path)
+            os.close(sweeping)
+    monkeypatch.setattr(code_lock, "time", SimpleNamespace(sleep=pause))
+    from platform_plugin.cleanup.lock import CleanupLock
+    CleanupLock.take(tmp_path).release()
+    assert pauses[:1] == [code_lock.BUSY_WAIT_S]

@@ -17,17 +17,18 @@ from platform_plugin.util.code_lock import JobHold, RootLock, lock_path
 from tests.helpers import clean_env, needs_unshare
 
 # A job's hold and release, then a full run's cleanup lock, its hand-over and release; the
-# process SIGKILLs itself just before or after its N-th lock system call.
+# process SIGKILLs itself just after its N-th lock system call (every state between two calls).
 KILLED_AT = """
 import os, signal, sys
 from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.util import code_lock
 from platform_plugin.util.code_lock import JobHold
-code, exp, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+code, exp, n, code_lock.LOCKS_IN = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 CALLS = {"flock", "open", "unlink", "close", "mkdir", "ftruncate", "pwrite", "pread"}
 seen = 0
 def count(frame, event, arg):
     global seen
-    if event in ("c_call", "c_return") and getattr(arg, "__name__", "") in CALLS:
+    if event == "c_return" and getattr(arg, "__name__", "") in CALLS:
         seen += 1
         if seen == n:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -61,18 +62,21 @@ def _our_lock_files(*folders) -> list[str]:
 
 
 def test_a_holder_killed_at_any_lock_call_leaves_nothing_held(tmp_path, monkeypatch):
-    """kill -9 before and after every open/flock/unlink/close/write of a job's hold and a full
-    run's cleanup lock and hand-over: the next cleanup is never refused by a dead holder, a
+    """kill -9 after every open/flock/unlink/close/write of a job's hold and a full run's
+    cleanup lock and hand-over: the next cleanup is never refused by a dead holder, a
     live job still refuses it, and what a dead holder left (a file, a gate) is removed by the
     next holders."""
     monkeypatch.setenv("HOME", str(tmp_path))  # the folders above stop here: fewer calls
+    monkeypatch.setattr(code_lock, "LOCKS_IN", str(tmp_path))  # only this test's files (the
+    monkeypatch.setattr(code_lock, "_checked_dir", [])  # sweep's calls: one per file there)
+    monkeypatch.setattr(code_lock, "BUSY_WAIT_S", 0.001)  # (this side's refusals: not tested)
     code = _project(tmp_path / "CODE")
     exp = _project(code / "exp")
     points = 0
     while True:
         points += 1
         child = subprocess.run([sys.executable, "-c", KILLED_AT, str(code), str(exp),
-                                str(points)], env=clean_env(HOME=str(tmp_path)),
+                                str(points), str(tmp_path)], env=clean_env(HOME=str(tmp_path)),
                                capture_output=True, text=True, timeout=60)
         if child.stdout.startswith("done"):
             break
@@ -82,7 +86,7 @@ def test_a_holder_killed_at_any_lock_call_leaves_nothing_held(tmp_path, monkeypa
             for root in (code, exp):
                 with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
                     CleanupLock.take(root)
-    assert points > 40, child.stdout  # every call of the sequence was a kill point
+    assert points > 30, child.stdout  # every call of the sequence was a kill point
     with JobHold.take([exp], "a live job"):
         pass
     CleanupLock.take(code).release()
