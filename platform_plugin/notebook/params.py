@@ -150,7 +150,7 @@ def parameters_json(parameters: dict, variable: str) -> str:
     from platform_plugin.util.envfile import MAX_VARIABLE_BYTES, variable_bytes
     chunks, size = [], variable_bytes(variable, "")
     try:
-        for chunk in json.JSONEncoder(default=str).iterencode(parameters):
+        for chunk in json.JSONEncoder(default=_unsupported).iterencode(parameters):
             size += len(chunk)  # ASCII (ensure_ascii): one byte a character
             if size > MAX_VARIABLE_BYTES:
                 raise ConfigError(f"the parameters are over {MAX_VARIABLE_BYTES // 1024} KiB as "
@@ -158,7 +158,27 @@ def parameters_json(parameters: dict, variable: str) -> str:
                                   "aliases repeating a value?): pass a file name as the parameter "
                                   "and read the file in the notebook", code="NB_PARAMS")
             chunks.append(chunk)
+    except _Unsupported as exc:  # papermill writes the parameters into the notebook's JSON
+        names = [n for n, v in parameters.items() if v is exc.value] or ["a parameter"]
+        raise ConfigError(f"{names[0]} holds a {type(exc.value).__name__} ({exc.value!r:.60}): "
+                          "papermill passes strings, numbers, true/false, null, lists and "
+                          "mappings. Quote it (a TOML or YAML date is not a string)",
+                          code="NB_PARAMS") from None
     except ValueError as exc:  # json's "Circular reference detected": `a: &a [*a]`
         raise ConfigError(f"the parameters cannot be written as JSON ({exc}): a YAML alias "
                           "inside its own anchor?", code="NB_PARAMS") from None
     return "".join(chunks)
+
+
+class _Unsupported(TypeError):
+    def __init__(self, value: Any) -> None:
+        super().__init__(type(value).__name__)
+        self.value = value
+
+
+def _unsupported(value: Any) -> Any:
+    """json's `default`: a TOML/YAML date or time, a YAML set or binary. Before, json's
+    default=str let them through here and papermill failed on them once the run had started
+    ("the notebook could not be run: TypeError: Object of type datetime is not JSON
+    serializable", exit 1)."""
+    raise _Unsupported(value)

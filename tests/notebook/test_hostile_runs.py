@@ -74,3 +74,18 @@ def test_two_runs_that_chose_the_same_default_output_write_two_notebooks(tmp_pat
                            output=str(tmp_path / "o.ipynb"))
     assert claim_output(explicit) == explicit and not (tmp_path / "o.ipynb").exists()
     assert not output_written(a, claimed=True) and not a.output.exists()  # never saved: gone
+
+
+@pytest.mark.parametrize("args, name", [
+    (["--profile", "p.toml"], "when holds a datetime"),  # TOML: when = 1979-05-27T07:32:00Z
+    (["-f", "p.yaml"], "day holds a date"),  # YAML: day: 2020-01-01
+    (["-y", "{tags: !!set {a, b}}"], "tags holds a set")])
+def test_a_parameter_papermill_cannot_write_is_refused_before_the_kernel(tmp_path, args, name):
+    """Before: the dry run passed, and the real run started and failed in papermill: 'the
+    notebook could not be run: TypeError: Object of type datetime is not JSON serializable'."""
+    make_notebook(tmp_path / "nb.ipynb", ["print(1)"], parameters="when = day = tags = None")
+    (tmp_path / "p.toml").write_text("[debug.parameters]\nwhen = 1979-05-27T07:32:00Z\n")
+    (tmp_path / "p.yaml").write_text("day: 2020-01-01\n")
+    done = platform_run("debug", "nb.ipynb", *args, "--dry-run", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2 and "[NB_PARAMS]" in done.stderr, done.stderr
+    assert name in done.stderr and "Quote it" in done.stderr
