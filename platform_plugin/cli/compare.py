@@ -63,6 +63,11 @@ def find_job(job: str | None, log_dir: str | None):
             raise
         return runs, client, job
     runs = compare.job_runs(spool_dir)
+    db = sqlite_path(runs.config.tracking_uri or "")
+    if db is not None and not db.exists():  # opening it would make an empty store there
+        raise ConfigError(f"job {spool_dir.parent.name}'s store {runs.config.tracking_uri} does "
+                          "not exist (the project moved, or the file was removed): compare reads "
+                          "the ranks' runs from it", code="TRACKING_JOB")
     client = MlflowSink().client(runs.config.tracking_uri)
     return (compare.with_store_ranks(runs, client), client,
             runs.config.job.get("job_id", spool_dir.parent.name))

@@ -95,3 +95,16 @@ def test_sync_never_blocks_on_a_fifo_state_file(cwd):
     synced = run_subprocess(["sync", "job-1", "--log-dir", str(cwd), "--wait", "0"], cwd)
     refused(synced, "TRACKING_STATE_DAMAGED")
     assert "not a regular file" in synced.text
+
+
+def test_compare_of_a_job_whose_store_is_gone_creates_no_store(cwd):
+    """A project moved to another folder: its job's sink.json names a sqlite store that is not
+    there. Before: compare opened it, which made the folders and an empty mlflow.db there, then
+    said 'no rank logged loss; its metrics: none'."""
+    spool = cwd / "platform_logs" / "job-1" / "tracking"
+    spool.mkdir(parents=True)
+    (spool / "sink.json").write_text(json.dumps(
+        {"sink": "mlflow", "tracking_uri": f"sqlite:///{cwd}/moved/mlflow.db", "ended": True}))
+    outcome = run_inprocess(["compare", "job-1"], cwd)
+    refused(outcome, "TRACKING_JOB")
+    assert "does not exist" in outcome.text and not (cwd / "moved").exists()
