@@ -17,6 +17,7 @@ from platform_plugin.errors import ConfigError, Problem
 SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks",
            "databricks-uc", "uc")
 SQLITE_MAGIC = b"SQLite format 3\0"
+SCHEME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-."  # urllib's
 TYPE_CHECKING = False  # without importing typing: a tracked launch loads this module
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
@@ -52,13 +53,13 @@ def scheme_of(uri: str) -> str:
     """As MLflow parses it (urllib's scheme): `localhost:5000` has the scheme 'localhost'; a
     path has none; `databricks` alone is Databricks' default profile. The driver suffix
     (`+psycopg2`) is dropped."""
-    from urllib.parse import urlsplit
     if uri in ("databricks", "databricks-uc", "uc"):
         return uri
-    try:
-        scheme = urlsplit(uri).scheme
-    except ValueError:
-        return "?"
+    # urllib.parse.urlsplit's rule, without importing urllib (and ipaddress) on the launch path
+    scheme, colon, _ = uri.partition(":")
+    if not colon or not scheme or not (scheme[0].isascii() and scheme[0].isalpha()) \
+            or scheme.strip(SCHEME_CHARS):
+        return ""
     return scheme.split("+", 1)[0].lower()
 
 

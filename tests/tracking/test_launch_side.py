@@ -17,8 +17,11 @@ from tests.tracking.helpers import make_plan
 
 # the launch path of `--tracking none` plus these, and nothing else of the package
 TRACKED_SIDE = {f"platform_plugin.tracking.{m}" for m in (
-    "job_tracking", "state", "offsets", "conventions", "sink_choice")} | {
-    "platform_plugin.launcher.sysmetrics"}
+    "job_tracking", "state", "offsets", "conventions", "sink_choice",
+    "uri_check")} | {  # an MLFLOW_TRACKING_URI that can never work is refused before the job
+    "platform_plugin.launcher.sysmetrics",
+    "platform_plugin.launcher.attempts",  # a tracked store may carry another server's stop
+    "platform_plugin.util.regular_file"}  # state files are read bounded, never a FIFO
 # what stays out of the launcher: the delivery side, its stdlib, and the sampler's imports
 NOT_LOADED = LAUNCH_STDLIB_NOT + ("mlflow", "psutil", "platform_plugin.tracking.forwarder",
                                   "platform_plugin.tracking.spool", "platform_plugin.tracking.sinks",
