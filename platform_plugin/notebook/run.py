@@ -133,6 +133,9 @@ def read_notebook(path: Path) -> "nbformat.NotebookNode":
     import nbformat  # here, not at the top: `platform-run clean` imports this module too
 
     if not path.is_file():
+        if os.path.lexists(path):  # a folder, FIFO, device, dangling link: "not found" misled
+            raise ConfigError(f"notebook {path} is not a file (a folder, FIFO, device or a link "
+                              "to nothing): give the .ipynb file", code="NB_INVALID")
         raise ConfigError(f"notebook {path} not found", code="NB_MISSING")
     try:
         return nbformat.read(path, as_version=4)

@@ -39,6 +39,15 @@ def test_a_symlink_loop_is_refused_not_a_traceback(cwd, argv, code):
     assert "back to itself (a loop)" in outcome.text
 
 
+@pytest.mark.parametrize("make", [os.mkfifo, os.mkdir])
+def test_a_notebook_that_is_a_fifo_or_folder_is_named_as_such(cwd, make):
+    """Before: `[NB_MISSING] notebook .../x.ipynb not found` for a path that is there."""
+    make(cwd / "x.ipynb")
+    outcome = run_inprocess(["debug", "x.ipynb", "--dry-run"], cwd)
+    refused(outcome, "NB_INVALID")
+    assert "is not a file" in outcome.text
+
+
 def _fifo(path):
     os.mkfifo(path)
 
