@@ -212,3 +212,19 @@ def test_unreadable_env_file_is_a_config_error(tmp_path):
     (tmp_path / ".env").write_bytes(b"A=\xff\xfe\n")
     err = refused(tmp_path, "debug")
     assert codes(err.problems) == {"ENV_FILE_UNREADABLE"}
+
+
+@pytest.mark.parametrize("where", ["platform", ".env"])
+def test_a_malformed_visible_devices_list_is_refused_in_a_full_run_too(tmp_path, where):
+    """Before: only a debug resolution parsed it; `env`/`doctor --mode full` showed 'a,b'
+    without a word and only the launch refused it."""
+    environ = {"RANK_TABLE_FILE": T8, "RANK_START": "0"}
+    dotenv = ""
+    if where == "platform":
+        environ["ASCEND_RT_VISIBLE_DEVICES"] = "a,b"
+    else:
+        dotenv = "ASCEND_RT_VISIBLE_DEVICES=a,b\n"
+    err = refused(tmp_path, "full", environ=environ, dotenv=dotenv)
+    assert codes(err.problems) == {"RT_VISIBLE_DEVICES"}
+    # without a table (a CPU box) the variable is not used: nothing to refuse, as before
+    assert resolve(tmp_path, "full", environ={"ASCEND_RT_VISIBLE_DEVICES": "a,b"}) is not None
