@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from pathlib import Path
+
+from platform_plugin.errors import ConfigError, Problem
 
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -45,6 +46,7 @@ def write_templates(target: Path, *, force: bool = False) -> list[tuple[str, str
     from platform_plugin.util.folders import check_writable_folder
     folder = str(target)  # a file at DIR or on the way, or a read-only place: refused before any write
     check_writable_folder(folder, "project", "INIT_DIR", "DIR")
+    _check_destinations(target, force)
     target.mkdir(parents=True, exist_ok=True)
     done = []
     for name in FILES:
@@ -52,11 +54,39 @@ def write_templates(target: Path, *, force: bool = False) -> list[tuple[str, str
         if dest.exists() and not force:
             done.append((name, "kept (exists; --force overwrites)"))
             continue
-        shutil.copyfile(TEMPLATES / name, dest)
-        if name.endswith(".sh"):
-            dest.chmod(0o755)
+        _write(TEMPLATES / name, dest, 0o755 if name.endswith(".sh") else 0o644)
         done.append((name, "written"))
     return done
+
+
+def _check_destinations(target: Path, force: bool) -> None:
+    """Every place a template will be written is free or a regular file, checked before the
+    first write: a FIFO, folder or link there was a traceback from shutil after the files
+    before it were written, and a link was written through (a dangling `platform.toml ->
+    /elsewhere` made /elsewhere). What is kept (it exists, no --force) may be anything."""
+    import stat
+    bad = []
+    for name in FILES:
+        path = target / name
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not stat.S_ISREG(mode) and (force or not path.exists()):
+            bad.append(Problem("INIT_FILE_NOT_REGULAR", f"{path} is there and is not a regular "
+                               "file (a folder, FIFO, device or symbolic link): remove it or "
+                               "choose another folder; nothing was written", name))
+    if bad:
+        raise ConfigError(bad)
+
+
+def _write(source: Path, dest: Path, mode: int) -> None:
+    """The template's bytes into dest, never through a link put there meanwhile."""
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(source.read_bytes())
+    if mode & 0o111:  # run.sh (an existing file keeps its mode otherwise, as with copyfile)
+        os.chmod(dest, mode)
 
 
 def run(args: argparse.Namespace) -> int:

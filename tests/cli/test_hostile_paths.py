@@ -117,3 +117,19 @@ def test_compare_of_a_job_whose_store_is_gone_creates_no_store(cwd):
     outcome = run_inprocess(["compare", "job-1"], cwd)
     refused(outcome, "TRACKING_JOB")
     assert "does not exist" in outcome.text and not (cwd / "moved").exists()
+
+
+@pytest.mark.parametrize("make, force", [
+    (os.mkfifo, True), (os.mkdir, True),
+    (lambda p: os.symlink(str(p) + "-elsewhere", p), False)])  # a dangling link
+def test_init_refuses_a_template_place_that_is_no_file_before_writing_anything(cwd, make, force):
+    """Before: `init --force` with a FIFO or folder named platform.toml was a SpecialFileError /
+    IsADirectoryError traceback, and a dangling link was written through
+    (the template landed at the link's target, outside the project)."""
+    project = cwd / "proj"
+    project.mkdir()
+    make(project / "platform.toml")
+    outcome = run_inprocess(["init", str(project), *(["--force"] if force else [])], cwd)
+    refused(outcome, "INIT_FILE_NOT_REGULAR")
+    assert sorted(os.listdir(project)) == ["platform.toml"]  # nothing written
+    assert not os.path.lexists(str(project / "platform.toml") + "-elsewhere")
