@@ -71,6 +71,9 @@ def _output(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     # from the start: a SIGTERM while CODE/ is cleaned or the kernel starts ends as Ctrl-C does
     signal.signal(signal.SIGTERM, interrupt)
+    from platform_plugin.notebook.live import LiveStream, reopen_closed_std_fds
+    reopen_closed_std_fds()  # started with stdout/stderr closed: the kernel inherits them
+    sys.stderr = LiveStream(sys.stderr)  # type: ignore[assignment]  # a reader gone: run on
     run_spec = notebook.prepare_run(
         args.mode, args.notebook, pairs=[tuple(p) for p in args.parameter],
         parameters=parse_yaml_parameters(args.parameters_yaml) or None,

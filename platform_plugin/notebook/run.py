@@ -263,7 +263,9 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
 
     run = claim_output(run)
     run.output.parent.mkdir(parents=True, exist_ok=True)
-    watcher = CellWatcher(run.timeout, sys.stderr if live else None)
+    from platform_plugin.notebook.live import LiveStream
+    out, err = LiveStream(sys.stdout), LiveStream(sys.stderr)  # a reader gone is not a failure
+    watcher = CellWatcher(run.timeout, err if live else None)
     started = time.monotonic()
     failure = None
     try:
@@ -274,8 +276,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
                 str(run.notebook), str(run.output), parameters=run.parameters,
                 kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
                 cwd=str(run.cwd), progress_bar=False,
-                stdout_file=sys.stdout if live else None,
-                stderr_file=sys.stderr if live else None,
+                stdout_file=out if live else None, stderr_file=err if live else None,
                 extra_arguments=[] if verbose else QUIET_KERNEL_ARGS,
                 **interrupts.engine_options(watcher.engine_options()))
     except PapermillExecutionError as error:

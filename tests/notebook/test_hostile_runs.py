@@ -89,3 +89,28 @@ def test_a_parameter_papermill_cannot_write_is_refused_before_the_kernel(tmp_pat
     done = platform_run("debug", "nb.ipynb", *args, "--dry-run", cwd=tmp_path, timeout=60)
     assert done.returncode == 2 and "[NB_PARAMS]" in done.stderr, done.stderr
     assert name in done.stderr and "Quote it" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path):
+    """`platform-run debug nb.ipynb | head -1`, a tee or ssh pipe that closed: before, the next
+    live write raised BrokenPipeError in papermill's output hook and the run stopped mid-notebook
+    ('the notebook could not be run: BrokenPipeError', exit 1)."""
+    import subprocess
+    import sys
+
+    from tests.notebook.helpers import clean_env
+    make_notebook(tmp_path / "nb.ipynb", ["for i in range(20000): print('line', i)",
+                                          "print('last cell ran')"], parameters="x = 1")
+    proc = subprocess.Popen([sys.executable, "-m", "platform_plugin", "debug", "nb.ipynb",
+                             "--output", "out.ipynb"], cwd=tmp_path, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(b"line 0")
+    proc.stdout.close()  # the reader is gone
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=240) == 0, err
+    assert "notebook succeeded" in err and "Traceback" not in err
+    nb = read_output(tmp_path / "out.ipynb")
+    assert set(cell_statuses(nb)) == {"completed"}
+    assert "last cell ran" in str(nb.cells[-1].outputs)
+
