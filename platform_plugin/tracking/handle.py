@@ -82,7 +82,16 @@ class JobTracking:
         from platform_plugin.tracking.sink_choice import choose, choose_layout
         env = job_environment(plan)
         choose_layout(None, env)
-        if choose(choice, env) == "mlflow" and env.get("MLFLOW_TRACKING_URI"):
+        sink = choose(choice, env)
+        if sink == "wflogger":  # asked for by name (auto picks it only when it is there)
+            from platform_plugin.errors import ConfigError
+            from platform_plugin.tracking.sink_choice import wflogger_importable
+            if not wflogger_importable():  # the helper runs this interpreter and PYTHONPATH
+                raise ConfigError("--tracking / PLATFORM_TRACKING is wflogger, but the platform's "
+                                  "wflogger SDK (wf_analyse) is not importable here: every point "
+                                  "would wait in the spool. Use --tracking mlflow or none off the "
+                                  "platform", code="TRACKING_SINK")
+        if sink == "mlflow" and env.get("MLFLOW_TRACKING_URI"):
             from platform_plugin.tracking.uri_check import check_tracking_uri
             check_tracking_uri(env["MLFLOW_TRACKING_URI"], environ=env)
 

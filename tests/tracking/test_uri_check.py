@@ -67,3 +67,14 @@ def test_ui_refuses_a_store_mlflow_will_not_open(cwd, store, code):
     """Before: `ui --store mlruns` started MLflow, waited for it and printed its
     MlflowException traceback (the folder store's refusal) from the server log, exit 1."""
     refused(run_inprocess(["ui", "--port", "0", "--store", store.format(cwd=cwd)], cwd), code)
+
+
+def test_wflogger_asked_for_without_its_sdk_refuses_the_launch(cwd, clean_environ):
+    """Before: the job ran, the launcher waited out the 30 s drain, every point stayed in the
+    spool ('wflogger SDK not importable'). The SDK is the platform's: not installed here."""
+    for argv, env in ((["--tracking", "wflogger"], None), ([], "wflogger")):
+        if env:
+            clean_environ.setenv("PLATFORM_TRACKING", env)
+        outcome = run_inprocess(["launch", "--nproc", "1", *argv, "--", "true"], cwd)
+        refused(outcome, "TRACKING_SINK")
+        assert "wf_analyse" in outcome.text
