@@ -11,19 +11,12 @@ import sys
 import pytest
 
 from platform_plugin import launch
+from platform_plugin.util.procfs import alive
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 
 LOGS = "from platform_plugin import tracking\ntracking.get_tracker().log_metric('loss', 1.0, step=0)\n"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_hung_wflogger_call_fails_after_its_timeout_and_the_helper_ends(
@@ -40,9 +33,9 @@ def test_a_hung_wflogger_call_fails_after_its_timeout_and_the_helper_ends(
     status_file = tmp_path / "platform_logs" / result.job_id / "tracking" / "helper.json"
     pid = json.loads(status_file.read_text())["pid"]
     try:
-        wait_for(lambda: not _alive(pid), timeout=120, what="the hung helper to stop")
+        wait_for(lambda: not alive(pid), timeout=120, what="the hung helper to stop")
     finally:  # a failing run must not leave it behind either
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
     status = json.loads(status_file.read_text())
     assert status["phase"] == "done" and "did not return in 30s" in status["error"], status

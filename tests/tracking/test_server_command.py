@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from platform_plugin.util.procfs import alive
 from tests.helpers import clean_env, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
@@ -58,15 +59,7 @@ class ServerCommand:
         return next((x for x in self.lines if x.startswith("MLFLOW_TRACKING_URI=")), None)
 
     def all_gone(self) -> bool:
-        return not any(_alive(pid) for pid in [*self.tree, self.postmaster])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+        return not any(alive(pid) for pid in [*self.tree, self.postmaster])
 
 
 def _log_since(path: Path, offset: int) -> str:
