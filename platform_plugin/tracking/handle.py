@@ -91,6 +91,10 @@ class JobTracking:
                                   "wflogger SDK (wf_analyse) is not importable here: every point "
                                   "would wait in the spool. Use --tracking mlflow or none off the "
                                   "platform", code="TRACKING_SINK")
+            from platform_plugin.variables import PLATFORM_WFLOGGER_CALL_TIMEOUT
+            if PLATFORM_WFLOGGER_CALL_TIMEOUT.get(env) <= 0:  # a bad number: ENV_BAD_VALUE
+                raise ConfigError(f"{PLATFORM_WFLOGGER_CALL_TIMEOUT.name} must be more than 0 "
+                                  "seconds", code="ENV_BAD_VALUE")
         if sink == "mlflow" and env.get("MLFLOW_TRACKING_URI"):
             from platform_plugin.tracking.uri_check import check_tracking_uri
             check_tracking_uri(env["MLFLOW_TRACKING_URI"], environ=env)

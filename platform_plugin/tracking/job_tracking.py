@@ -249,10 +249,12 @@ def final_status(result: ResultView) -> str:
 
 
 def helper_environment(plan: PlanView) -> dict:
-    """The launcher's environment plus the MLflow settings the ranks got from a .env file
-    (credentials, HTTP timeouts), so the helper talks to the store as the ranks would."""
+    """The launcher's environment plus the sink settings the ranks got from a .env file
+    (MLflow credentials and HTTP timeouts, the wflogger call timeout), so the helper talks to the
+    store as the ranks would."""
     ranks = workers(plan)
-    extra = {k: v for k, v in (dict(ranks[0].env) if ranks else {}).items() if k.startswith("MLFLOW_")}
+    extra = {k: v for k, v in (dict(ranks[0].env) if ranks else {}).items()
+             if k.startswith(("MLFLOW_", "PLATFORM_WFLOGGER_"))}
     return {**os.environ, **extra}
 
 

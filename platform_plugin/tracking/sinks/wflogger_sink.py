@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from platform_plugin.tracking.state import SinkConfig, StreamState
+from platform_plugin.variables import PLATFORM_WFLOGGER_CALL_TIMEOUT
 
 
 class WfloggerUnsupported(Exception):
@@ -21,31 +22,30 @@ class WfloggerUnsupported(Exception):
 
 
 class WfloggerHung(Exception):
-    """A call that did not return in CALL_TIMEOUT_S (transient: retried until the deadline)."""
+    """A call that did not return in time (transient: retried until the deadline)."""
 
 
-# the SDK is private and may make network calls without a timeout; a metric call that takes
-# this long is not coming back
-CALL_TIMEOUT_S = 30.0
 
 
 class _Caller:
     """SDK calls on a thread of their own, one at a time (the SDK's thread safety is unknown;
     the forwarder delivers streams from several threads). Before, a call that never returned
     kept the forwarding helper in it for good, past its drain deadline: a process left behind
-    by every job. Now that call fails after CALL_TIMEOUT_S, and every later one at once while
+    by every job. Now that call fails after PLATFORM_WFLOGGER_CALL_TIMEOUT (30 s; the SDK is
+    private and may make network calls without a timeout), and every later one at once while
     it still hangs; the helper stops at its deadline and the records wait for `sync`. A call
     that returns after its timeout may have been delivered: its record is sent again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._hung: threading.Event | None = None
+        self.timeout = PLATFORM_WFLOGGER_CALL_TIMEOUT.get()  # checked before the job (handle.py)
 
     def __call__(self, function, **kwargs) -> None:
         with self._lock:
             if self._hung is not None and not self._hung.is_set():
                 raise WfloggerHung(f"an earlier wflogger call has not returned after "
-                                   f"{CALL_TIMEOUT_S:g}s")
+                                   f"{self.timeout:g}s")
             done, failure = threading.Event(), []
 
             def work() -> None:
@@ -57,9 +57,9 @@ class _Caller:
                     done.set()
 
             _thread.start_new_thread(work, ())
-            if not done.wait(CALL_TIMEOUT_S):
+            if not done.wait(self.timeout):
                 self._hung = done
-                raise WfloggerHung(f"a wflogger call did not return in {CALL_TIMEOUT_S:g}s")
+                raise WfloggerHung(f"a wflogger call did not return in {self.timeout:g}s")
             if failure:
                 raise failure[0]
 
