@@ -273,8 +273,8 @@ def _converter(f: Option) -> Callable[[str], Any]:
 # NO_ABBREVIATIONS: every parser of the package (the CLI's and its sub-commands', the magics')
 # is made with allow_abbrev=False. argparse's default takes `--time 5` for `--timeout 5`, so a
 # new option starting the same way would change what an old command line or notebook cell
-# means, or make it ambiguous (msrun's `--worker` broke that way when `--worker_log_name`
-# came). torchrun and msrun keep argparse's default; a flag here is spelled out in full.
+# means, or make it ambiguous (in msrun 2.10 `--worker` matches both `--worker_num` and
+# `--worker_log_name`). torchrun and msrun keep argparse's default; a flag here is spelled out.
 def add_arguments(parser: argparse.ArgumentParser, *, command: bool = True) -> None:
     """Every CLI option as a flag (defaults None: the record's defaults apply in from_arguments,
     so the parser never declares a default of its own)."""
