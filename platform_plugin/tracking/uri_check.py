@@ -41,7 +41,7 @@ def uri_problem(uri: str, environ=None) -> str | None:
                 "(a sqlite file beside CODE/)")
     if scheme in ("http", "https") and not uri.split("://", 1)[1].split("/", 1)[0]:
         return "an http URI needs a host: http://HOST:PORT"
-    if scheme in ("", "file") and _file_store_refused(os.environ if environ is None else environ):
+    if scheme in ("", "file") and folder_store_refused(os.environ if environ is None else environ):
         return ("this MLflow no longer opens a folder store (./mlruns): use sqlite:///"
                 "mlflow.db (or `mlflow migrate-filestore`), or set MLFLOW_ALLOW_FILE_STORE=true")
     if scheme == "sqlite":
@@ -87,7 +87,7 @@ def _sqlite_problem(uri: str) -> str | None:
     return None
 
 
-def _file_store_refused(environ) -> bool:
+def folder_store_refused(environ) -> bool:
     """MLflow 3.x releases that refuse a folder store unless MLFLOW_ALLOW_FILE_STORE is true
     (read from MLflow's source text: importing MLflow costs seconds)."""
     if environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1"):
