@@ -63,8 +63,13 @@ def scheme_of(uri: str) -> str:
     return scheme.split("+", 1)[0].lower()
 
 
+def sqlite_file(uri: str) -> str | None:
+    """The database file of a `sqlite:///` URI, as written (None for any other URI)."""
+    return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+
+
 def _sqlite_problem(uri: str) -> str | None:
-    path = uri.split("?", 1)[0][len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+    path = sqlite_file(uri.split("?", 1)[0])
     if path in (None, "") or path == ":memory:":
         return ("a sqlite store must be a file every process can open (the forwarding helper "
                 "and `sync` are other processes): sqlite:////absolute/path/mlflow.db")

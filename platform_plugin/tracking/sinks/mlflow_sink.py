@@ -23,6 +23,7 @@ from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
 from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.uri_check import sqlite_file
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
@@ -36,9 +37,8 @@ def default_tracking_uri(cwd: str | None = None, environ=None) -> str:
 
 
 def sqlite_path(uri: str) -> Path | None:
-    if not uri.startswith("sqlite:///"):
-        return None
-    return Path(uri[len("sqlite:///"):])
+    file = sqlite_file(uri)
+    return None if file is None else Path(file)
 
 
 def store_uri(config: SinkConfig) -> str:

@@ -25,8 +25,6 @@ class WfloggerHung(Exception):
     """A call that did not return in time (transient: retried until the deadline)."""
 
 
-
-
 class _Caller:
     """SDK calls on a thread of their own, one at a time (the SDK's thread safety is unknown;
     the forwarder delivers streams from several threads). Before, a call that never returned
