@@ -44,7 +44,8 @@ def uri_paths(uri: str, *, bases: Iterable[Path]) -> list[Path]:
 
     parsed = urlparse(uri)
     if parsed.scheme == "sqlite":
-        raw = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        from platform_plugin.tracking.uri_check import sqlite_file
+        raw = sqlite_file(uri) or ""
         dbs = _anchored(raw, bases)
         return [Path(f"{db}{suffix}") for db in dbs for suffix in SQLITE_COMPANIONS] + \
             [db.parent / "mlartifacts" for db in dbs]
