@@ -42,11 +42,11 @@ def uri_paths(uri: str, *, bases: Iterable[Path]) -> list[Path]:
     relative to each of `bases` (the cwd and ROOT: a run may have started in either)."""
     from urllib.parse import unquote, urlparse  # only when a store is configured
 
+    from platform_plugin.tracking.uri_check import sqlite_file
     parsed = urlparse(uri)
-    if parsed.scheme == "sqlite":
-        from platform_plugin.tracking.uri_check import sqlite_file
-        raw = sqlite_file(uri) or ""
-        dbs = _anchored(raw, bases)
+    raw = sqlite_file(uri)  # also sqlite+pysqlite:///, and without the query (?timeout=)
+    if raw is not None:
+        dbs = _anchored("" if raw == ":memory:" else raw, bases)
         return [Path(f"{db}{suffix}") for db in dbs for suffix in SQLITE_COMPANIONS] + \
             [db.parent / "mlartifacts" for db in dbs]
     if parsed.scheme == "file":

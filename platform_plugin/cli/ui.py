@@ -47,7 +47,7 @@ def _check_store(uri: str) -> None:
     scheme = scheme_of(uri)
     if scheme in ("", "file"):  # a folder store (MLFLOW_ALLOW_FILE_STORE): a folder, not a file
         check_writable_folder(uri.split("://", 1)[-1], "store", "UI_STORE", "--store")
-    path = sqlite_path(uri.split("?", 1)[0])
+    path = sqlite_path(uri)
     if path is not None and str(path) not in ("", ":memory:"):
         folder = os.path.dirname(os.path.abspath(path))
         check_writable_folder(folder, "store", "UI_STORE", "--store")

@@ -37,7 +37,7 @@ def uri_problem(uri: str, environ=None) -> str | None:
     scheme = scheme_of(uri)
     if scheme not in SCHEMES and not _plugin_scheme(scheme):
         return (f"MLflow knows no store of scheme {scheme!r}: use http://HOST:PORT (a tracking "
-                "server), sqlite:////absolute/path/mlflow.db, postgresql://... or leave it unset "
+                "server), sqlite:////absolute/path/mlflow.db, postgresql+psycopg2://... or leave it unset "
                 "(a sqlite file beside CODE/)")
     if scheme in ("http", "https") and not uri.split("://", 1)[1].split("/", 1)[0]:
         return "an http URI needs a host: http://HOST:PORT"
@@ -46,6 +46,9 @@ def uri_problem(uri: str, environ=None) -> str | None:
                 "mlflow.db (or `mlflow migrate-filestore`), or set MLFLOW_ALLOW_FILE_STORE=true")
     if scheme == "sqlite":
         return _sqlite_problem(uri)
+    if scheme in ("postgresql", "mysql", "mssql"):  # only then: no import on sqlite's path
+        from platform_plugin.tracking.db_driver import driver_problem
+        return driver_problem(uri)
     return None
 
 
@@ -64,12 +67,33 @@ def scheme_of(uri: str) -> str:
 
 
 def sqlite_file(uri: str) -> str | None:
-    """The database file of a `sqlite:///` URI, as written (None for any other URI)."""
-    return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else None
+    """The database file of a `sqlite:///` URI (a `+driver` allowed), read as SQLAlchemy reads
+    it - MLflow hands the URI to its create_engine: the text after `sqlite:///` up to the first
+    `?` (the query holds the driver's options: `timeout=`, `uri=true&mode=ro`), percent-decoded;
+    with `uri=true`, SQLite's `file:` form names the file after `file:`. ':memory:' for an
+    in-memory database, None for any other URI. The one rule every caller uses: taking the
+    query as part of the name made the store's lock and seed a second file beside the store."""
+    head, sep, rest = uri.partition(":///")
+    if not sep or scheme_of(head + ":") != "sqlite" or "/" in head:
+        return None
+    path, _, query = rest.partition("?")
+    if "%" in path:  # rare: urllib only then (this module is on a tracked launch's path)
+        from urllib.parse import unquote
+        path = unquote(path)
+    options = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
+    if options.get("uri", "").strip().lower() in ("true", "yes", "on", "y", "t", "1"):
+        if options.get("mode") == "memory" or path.startswith("file::memory:"):
+            return ":memory:"
+        if path.startswith("file:"):  # SQLite's URI filename: file:/abs, file:///abs, file:rel
+            path = path[len("file:"):]
+            if path.startswith("//"):
+                authority, slash, tail = path[2:].partition("/")
+                path = slash + tail if authority in ("", "localhost") else path
+    return path
 
 
 def _sqlite_problem(uri: str) -> str | None:
-    path = sqlite_file(uri.split("?", 1)[0])
+    path = sqlite_file(uri)
     if path in (None, "") or path == ":memory:":
         return ("a sqlite store must be a file every process can open (the forwarding helper "
                 "and `sync` are other processes): sqlite:////absolute/path/mlflow.db")

@@ -57,7 +57,7 @@ def test_a_bad_tracking_choice_creates_no_job_folder(cwd, clean_environ, variabl
 
 def test_uris_that_work_or_may_work_later_pass(tmp_path):
     for uri in ("http://127.0.0.1:1", "https://mlflow.example/prefix", f"sqlite:///{tmp_path}/new.db",
-                "postgresql+psycopg2://u@127.0.0.1:1/db", "databricks", "mysql://h/db"):
+                "postgresql+psycopg2://u@127.0.0.1:1/db", "databricks"):
         assert uri_problem(uri, {}) is None, uri
     assert uri_problem("mlruns", {"MLFLOW_ALLOW_FILE_STORE": "true"}) is None
     empty = tmp_path / "empty.db"

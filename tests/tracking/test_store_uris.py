@@ -1,0 +1,81 @@
+"""How a tracking URI names its store, read as MLflow's SQLAlchemy reads it: a database URI
+whose driver is not installed is refused before the job (was: the job ran, every point waited
+out the drain and failed in the helper), and a `sqlite:///` URI's query string is the driver's
+options, not part of the file's name (was: the store's lock and seed went to a second file
+named `mlflow.db?timeout=30` beside the store MLflow really opened)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from platform_plugin.launcher import launch
+from platform_plugin.tracking.uri_check import sqlite_file, uri_problem
+from tests.cli.helpers import run_inprocess
+from tests.cli.test_refusals import refused
+from tests.tracking.helpers import client
+
+DATABASE_URIS = ["postgresql://u:p@127.0.0.1:1/db", "postgresql+psycopg2://u@127.0.0.1:1/db",
+                 "postgresql+psycopg://u@127.0.0.1:1/db", "postgresql+pg8000://u@127.0.0.1:1/db",
+                 "mysql://u@127.0.0.1:1/db", "mysql+pymysql://u@127.0.0.1:1/db",
+                 "mysql+mysqlconnector://u@127.0.0.1:1/db", "mssql://u@127.0.0.1:1/db",
+                 "mssql+pymssql://u@127.0.0.1:1/db"]
+
+
+@pytest.mark.parametrize("uri", DATABASE_URIS)
+def test_the_driver_check_agrees_with_sqlalchemy(uri):
+    """The same question SQLAlchemy asks in create_engine (which loads the DBAPI module and
+    connects only later): refused exactly when SQLAlchemy cannot load the driver."""
+    import sqlalchemy
+    try:
+        sqlalchemy.create_engine(uri)
+        loads = True
+    except ImportError:
+        loads = False
+    assert (uri_problem(uri, {}) is None) == loads, (uri, uri_problem(uri, {}))
+
+
+def test_a_database_uri_without_its_driver_refuses_the_launch(tmp_path, clean_environ):
+    """This venv has psycopg2 but SQLAlchemy 2.1's default for postgresql:// is psycopg (3);
+    the refusal names both the missing module and the spelling that works here."""
+    import sqlalchemy
+    uri = "postgresql://u:p@127.0.0.1:1/db"
+    with pytest.raises(ImportError):
+        sqlalchemy.create_engine(uri)  # else this machine cannot show the case
+    clean_environ.setenv("PLATFORM_CACHE_DIR", str(tmp_path / "cache"))
+    clean_environ.setenv("MLFLOW_TRACKING_URI", uri)
+    outcome = run_inprocess(["launch", "--nproc", "1", "--", "true"], tmp_path)
+    refused(outcome, "TRACKING_URI")  # nothing created: no platform_logs/
+    assert "is not installed" in outcome.text and "+psycopg2://" in outcome.text, outcome.text
+
+
+@pytest.mark.parametrize("uri, file", [
+    ("sqlite:////s/m.db?timeout=30", "/s/m.db"), ("sqlite:///rel/m.db?mode=ro", "rel/m.db"),
+    ("sqlite:////s/a%20b.db", "/s/a b.db"), ("sqlite+pysqlite:////s/m.db", "/s/m.db"),
+    ("sqlite:///file:/s/m.db?mode=ro&uri=true", "/s/m.db"),
+    ("sqlite:///file:///s/m.db?uri=true", "/s/m.db"),
+    ("sqlite:///x.db?mode=memory&uri=true", ":memory:"), ("sqlite:///:memory:", ":memory:"),
+    ("http://h/sqlite:///m.db", None), ("postgresql://h/db?x=1", None)])
+def test_sqlite_file_is_the_file_sqlalchemy_opens(uri, file):
+    from sqlalchemy.engine import make_url
+    assert sqlite_file(uri) == file
+    if file and file != ":memory:" and "uri=true" not in uri:
+        assert make_url(uri).database == file
+
+
+@pytest.mark.slow
+def test_a_sqlite_uri_with_options_tracks_into_its_file_and_nothing_beside_it(tracking_env,
+                                                                             tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    uri = f"sqlite:///{store}/m.db?timeout=30"
+    tracking_env.setenv("MLFLOW_TRACKING_URI", uri)
+    result = launch([sys.executable, "-c", "from platform_plugin import tracking\n"
+                     "tracking.get_tracker().log_metric('loss', 0.5, step=1)"], nproc=1,
+                    cwd=str(tmp_path), no_system_metrics=True, write=lambda text: None)
+    assert result.ok and result.tracking.pending == 0, result.tracking
+    assert not [p.name for p in store.iterdir() if "?" in p.name]  # old: m.db?timeout=30(.lock)
+    runs = client(f"sqlite:///{store}/m.db").search_runs(
+        [e.experiment_id for e in client(f"sqlite:///{store}/m.db").search_experiments()])
+    assert [m.value for r in runs for m in
+            client(uri).get_metric_history(r.info.run_id, "loss")] == [0.5]
