@@ -81,3 +81,17 @@ def alternatives(dialect: str) -> list[str]:
     known = {"postgresql": ("psycopg2", "psycopg", "pg8000"),
              "mysql": ("pymysql", "mysqldb", "mysqlconnector"), "mssql": ("pyodbc", "pymssql")}
     return [d for d in known.get(dialect, ()) if installed(DRIVERS[d][0])]
+
+
+def sqlalchemy_unquotes_database() -> bool:
+    """SQLAlchemy 2.1 percent-decodes a URL's database part (`a%20b.db` is the file `a b.db`),
+    2.0 takes it as written: asked of the installed one's source (engine/url.py)."""
+    try:
+        spec = importlib.util.find_spec("sqlalchemy")
+        if spec is None or not spec.origin:
+            return False
+        with open(os.path.join(os.path.dirname(spec.origin), "engine", "url.py"),
+                  encoding="utf-8", errors="replace") as fh:
+            return '"username", "password", "database"' in fh.read()
+    except (ImportError, ValueError, OSError):
+        return False

@@ -69,7 +69,8 @@ def scheme_of(uri: str) -> str:
 def sqlite_file(uri: str) -> str | None:
     """The database file of a `sqlite:///` URI (a `+driver` allowed), read as SQLAlchemy reads
     it - MLflow hands the URI to its create_engine: the text after `sqlite:///` up to the first
-    `?` (the query holds the driver's options: `timeout=`, `uri=true&mode=ro`), percent-decoded;
+    `?` (the query holds the driver's options: `timeout=`, `uri=true&mode=ro`), percent-decoded
+    when the installed SQLAlchemy decodes it;
     with `uri=true`, SQLite's `file:` form names the file after `file:`. ':memory:' for an
     in-memory database, None for any other URI. The one rule every caller uses: taking the
     query as part of the name made the store's lock and seed a second file beside the store."""
@@ -77,9 +78,11 @@ def sqlite_file(uri: str) -> str | None:
     if not sep or scheme_of(head + ":") != "sqlite" or "/" in head:
         return None
     path, _, query = rest.partition("?")
-    if "%" in path:  # rare: urllib only then (this module is on a tracked launch's path)
-        from urllib.parse import unquote
-        path = unquote(path)
+    if "%" in path:  # rare: only then (this module is on a tracked launch's path)
+        from platform_plugin.tracking.db_driver import sqlalchemy_unquotes_database
+        if sqlalchemy_unquotes_database():  # 2.1 does, 2.0 takes the path as written
+            from urllib.parse import unquote
+            path = unquote(path)
     options = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
     if options.get("uri", "").strip().lower() in ("true", "yes", "on", "y", "t", "1"):
         if options.get("mode") == "memory" or path.startswith("file::memory:"):
