@@ -111,8 +111,9 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
         from platform_plugin.launcher.attempts import attempt_record
+        from platform_plugin.launcher.result_table import terminal_width
         attempts.append(attempt_record(result, attempt))
-        _print(options.write, result.render() + f"\n[launcher] attempt {attempt + 1} of "
+        _print(options.write, result.render(terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
                f"{options.max_restarts + 1} {result.status}: restarting the whole job "
                "(--max-restarts)")
 

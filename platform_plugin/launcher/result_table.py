@@ -8,6 +8,10 @@ from platform_plugin.launcher.result import JobResult, name_label
 from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import TextIO
+
 
 def render(result: JobResult, width: int | None = None) -> str:
     """A compact table: one headline, the root cause with its last lines, one row per rank,
@@ -46,12 +50,14 @@ def render(result: JobResult, width: int | None = None) -> str:
     lines.append(f"  logs: {result.job_dir}")
     if result.attempts and not result.ok:
         lines.append(f"  all {len(result.attempts) + 1} attempts failed; the earlier ones:")
-        for earlier in result.attempts:
-            lines.extend(f"  | {line}" for line in
-                         [f"attempt {earlier['attempt']}:"] + earlier["table"].splitlines())
+        for earlier in result.attempts:  # rendered whole when it failed: clipped here as
+            lines.extend(f"  | {line}" if line.startswith(WHOLE) else clip(f"  | {line}", width)
+                         for line in [f"attempt {earlier['attempt']}:"]
+                         + earlier["table"].splitlines())  # the table above is
     return "\n".join(lines)
 
 
+WHOLE = ("    | ", "  logs: ")  # a root cause's quoted lines (clipped on their own), a folder
 STDIN_EOF = "EOFError: EOF when reading a line"  # input() in a rank
 STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in the log
 
@@ -90,9 +96,7 @@ def _stacks(result: JobResult, width: int | None) -> list[str]:
     lines = ["  stuck in (innermost frames; every frame in the job's stacks/):"]
     for frames, names in sorted(groups.items(), key=lambda item: -len(item[1])):
         line = f"    {(labels[frames] + ':').ljust(pad)} {frames}"
-        if width and len(line) > width:
-            line = line[:max(width - 1, 4 + pad + 20)] + "…"
-        lines.append(line)
+        lines.append(clip(line, width, keep=4 + pad + 20))
     return lines
 
 
@@ -124,15 +128,25 @@ def _names(names: list[str], limit: int) -> str:
     return head + ", ".join(shown + ["…"])
 
 
-def terminal_width() -> int | None:
-    """The columns of the terminal the table goes to: COLUMNS if set, else stdout's terminal;
-    None for a pipe, a file or a notebook (nothing is clipped there)."""
+def clip(line: str, width: int | None, keep: int = 0) -> str:
+    """`line` cut to `width` columns with "…" (at least `keep` characters stay: what names
+    the line); whole when `width` is None (a pipe, a file, a notebook)."""
+    if width and len(line) > width:
+        return line[:max(width - 1, keep)] + "…"
+    return line
+
+
+def terminal_width(stream: TextIO | None = None) -> int | None:
+    """The columns of the terminal the table goes to (`stream`, default stdout): COLUMNS if
+    set, else the stream's terminal; None for a pipe, a file or a notebook (nothing is
+    clipped there)."""
     import os
     import sys
+    stream = sys.stdout if stream is None else stream
     try:
         columns = int(os.environ.get("COLUMNS", "0"))
-        if columns <= 0 and sys.stdout.isatty():
-            columns = os.get_terminal_size(sys.stdout.fileno()).columns
+        if columns <= 0 and stream.isatty():
+            columns = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, ValueError, OSError):
         columns = 0
     return columns if columns > 0 else None

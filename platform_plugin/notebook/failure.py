@@ -48,9 +48,12 @@ class CellFailure:
     traceback: tuple[str, ...] = ()
     job: JobResult | None = None  # the failed %dist_run job, read from the cell's outputs
 
-    def render(self, *, colors: bool = False) -> str:
+    def render(self, *, colors: bool = False, width: int | None = None) -> str:
         """What the CLI prints: where it failed, the cell's first lines, and why (for a failed
-        rank: the launcher's own root-cause table, `JobResult.render()`)."""
+        rank: the launcher's own root-cause table, `JobResult.render()`). `width`: the
+        terminal's columns; the cell's lines and the rank table fit them as `platform-run
+        launch`'s table does (a traceback stays whole: it is what a Python user reads)."""
+        from platform_plugin.launcher.result_table import clip
         where = f"cell {self.cell_index + 1}" + (
             f" (In [{self.execution_count}])" if self.execution_count else "")
         headline = {
@@ -58,12 +61,13 @@ class CellFailure:
             FailureKind.RANK: f"notebook FAILED: a rank failed in {where}",
             FailureKind.KERNEL: f"notebook FAILED: the kernel died in {where}",
         }.get(self.kind, f"notebook FAILED in {where}: {self.ename}")
-        source = "\n".join(f"  | {line}" for line in self.source.splitlines()[:SOURCE_LINES])
+        source = "\n".join(clip(f"  | {line}", width)
+                           for line in self.source.splitlines()[:SOURCE_LINES])
         detail = f"{self.ename}: {self.evalue}"
         if self.kind == FailureKind.ERROR and self.traceback:
             detail = "\n".join(self.traceback)
-        elif self.kind == FailureKind.RANK and self.job is not None:
-            detail += "\n" + self.job.render()
+        elif self.kind == FailureKind.RANK and self.job is not None:  # its logs: in the table
+            detail = clip(detail, width) + "\n" + self.job.render(width)
         if not colors:  # IPython colours tracebacks; keep the colours only on a terminal
             detail = ANSI.sub("", detail)
         return f"[platform-run] {headline}\n{source}\n{detail}"
