@@ -28,7 +28,8 @@ LAYERS = [
 # The rank side of tracking runs inside every training process: the stdlib only (and the
 # framework an integration helps), never the rest of the package.
 RANK_SIDE = ("platform_plugin.tracking.tracker", "platform_plugin.tracking.spool",
-             "platform_plugin.tracking.identity", "platform_plugin.tracking.integrations")
+             "platform_plugin.tracking.identity", "platform_plugin.tracking.job_id",
+             "platform_plugin.tracking.integrations")
 
 
 def module_name(path) -> str:
@@ -174,7 +175,7 @@ def test_no_module_over_400_lines_and_no_function_over_60():
 # is imported after the ranks were spawned, so its compile overlaps their start.
 BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.launch",
                 "platform_plugin.errors", "platform_plugin.variables", "platform_plugin.settings",
-                "platform_plugin.tracking", "platform_plugin.tracking.identity",
+                "platform_plugin.tracking", "platform_plugin.tracking.job_id",
                 "platform_plugin.launcher"} | {
     f"platform_plugin.launcher.{m}" for m in (
         "api", "backends", "job_key", "link", "options", "plan", "preflight", "quiet", "show",
@@ -184,7 +185,7 @@ BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.l
     "platform_plugin.util"}
 LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
     "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
-    "platform_plugin.util.procfs", "platform_plugin.tracking.handle"}
+    "platform_plugin.util.procfs", "platform_plugin.tracking.report"}
 # What only a job that fails, hangs, restarts or writes on a full disk needs: a successful launch
 # never compiles these (the failure table and its text table, the stack dumps, the other
 # servers' notices and the restart records, job.json's full-disk fallback)

@@ -18,7 +18,7 @@ from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.record import FrozenRecord
-from platform_plugin.tracking.identity import new_job_id
+from platform_plugin.tracking.job_id import new_job_id
 from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CACHE_DIR, PLATFORM_JOB_DIR,
     PLATFORM_JOB_NAME, PLATFORM_SERVER_ID)
 

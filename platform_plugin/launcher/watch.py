@@ -31,8 +31,8 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
     __tracebackhide__ = True
     try:
         if job_tracking is None:  # --tracking none: the no-op handle, made once the ranks run
-            from platform_plugin.tracking.handle import JobTracking
-            job_tracking = JobTracking()
+            from platform_plugin.tracking.report import Untracked  # (not handle.py's checks)
+            job_tracking = Untracked()
         supervisor, job_file = _set_up(plan, options, shown, link, attempts, started,
                                        job_tracking, spool_dir)
     except BaseException:  # nothing watches the ranks yet: they must not outlive this

@@ -1,63 +1,24 @@
-"""The launcher's light handle on tracking: the delivery report and `JobTracking`, whose base
-class is tracking switched off (`--tracking none`). Everything that delivers (the sinks, the
-forwarder, the spool state: tracking/job_tracking.py) loads only when a job is tracked, so a
-`--tracking none` launch and `platform-run launch` start without it.
+"""The launcher's light handle on tracking: `JobTracking` chooses a job's sink and checks its
+store before the job exists. Its base, tracking switched off, and the delivery report are in
+report.py (all a `--tracking none` launch loads); everything that delivers (the sinks, the
+forwarder, the spool state: tracking/job_tracking.py) loads only when a job is tracked.
 """
 from __future__ import annotations
 
 import os
 import time
 
-from platform_plugin.util.record import Record
-from platform_plugin.variables import tracking_off
+from platform_plugin.tracking.report import DeliveryReport, Untracked
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.tracking.views import PlanView, ResultView
+    from platform_plugin.tracking.views import PlanView
+
+__all__ = ["DeliveryReport", "JobTracking"]
 
 
-class DeliveryReport(Record):
-    """What tracking delivered for a job, what still waits, and why. skipped: spool lines that
-    were not records (a rank killed mid-write); rejected: records the sink refused for good;
-    refused: records the tracker refused in the rank (over MLflow's size limits); quarantined:
-    spool lines too large to deliver, kept in rank_<N>.jsonl.quarantine. (A plain class: no
-    `dataclasses` on the launch path.)"""
-
-    __slots__ = ("sink", "delivered", "pending", "reason", "parent_run_id", "ui_hint", "skipped",
-                 "rejected", "spool_dir", "refused", "quarantined")
-
-    def __init__(self, sink: str = "none", delivered: int = 0, pending: int = 0, reason: str = "",
-                 parent_run_id: str | None = None, ui_hint: str = "", skipped: int = 0,
-                 rejected: int = 0, spool_dir: str = "", refused: int = 0,
-                 quarantined: int = 0) -> None:
-        self.sink, self.delivered, self.pending, self.reason = sink, delivered, pending, reason
-        self.parent_run_id, self.ui_hint, self.skipped = parent_run_id, ui_hint, skipped
-        self.rejected, self.spool_dir, self.refused = rejected, spool_dir, refused
-        self.quarantined = quarantined
-
-    def wait_ended(self, timeout: float = 120.0) -> bool:
-        """Wait until the forwarding helper has finished (runs ended, or left open for sync):
-        for tests and scripts that read the runs right after `launch()`. Refreshes the report."""
-        if not self.spool_dir:
-            return True
-        from platform_plugin.tracking.state import HelperStatus, SinkConfig
-        spool_dir = self.spool_dir
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = HelperStatus.load(spool_dir)
-            if status is not None and (status.phase == "done" or not _alive(status.pid)):
-                break
-            time.sleep(0.05)
-        else:
-            return False
-        self.parent_run_id = (SinkConfig.load(spool_dir) or SinkConfig("")).parent_run_id
-        return True
-
-
-class JobTracking:
-    """Base = tracking switched off: every step is a no-op, so the launcher never branches."""
-
-    sink = "none"
+class JobTracking(Untracked):
+    """A job's tracking: `create` gives the no-op base (report.Untracked) or a spooling one."""
 
     @classmethod
     def create(cls, choice: str, plan: PlanView, *, layout: str | None = None) -> "JobTracking":
@@ -99,29 +60,21 @@ class JobTracking:
             from platform_plugin.tracking.uri_check import check_tracking_uri
             check_tracking_uri(env["MLFLOW_TRACKING_URI"], environ=env)
 
-    def prepare(self) -> dict[str, str]:
-        return tracking_off()
 
-    def start(self) -> None:
-        pass
-
-    def started(self, supervisor=None) -> None:
-        """Supervisor observer: the ranks are running."""
-        self.start()
-
-    def finish(self, result: ResultView, last: bool = True, waiting=None) -> DeliveryReport:
-        """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
-        if that wait is not over at once (the launcher records the ranks' end in job.json then,
-        instead of always writing it one more time)."""
-        return DeliveryReport()
-
-    notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)
-
-    def tell_stopping(self, server: str, reason: str) -> None:
-        """This server's job stops: other servers without a job link learn it from the store."""
-
-    def stop_requested(self, server: str) -> str | None:
-        return None
+def wait_for_helper(report: DeliveryReport, timeout: float) -> bool:
+    """DeliveryReport.wait_ended of a tracked job: until its forwarding helper is done or gone."""
+    from platform_plugin.tracking.state import HelperStatus, SinkConfig
+    spool_dir = report.spool_dir
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = HelperStatus.load(spool_dir)
+        if status is not None and (status.phase == "done" or not _alive(status.pid)):
+            break
+        time.sleep(0.05)
+    else:
+        return False
+    report.parent_run_id = (SinkConfig.load(spool_dir) or SinkConfig("")).parent_run_id
+    return True
 
 
 def _alive(pid: int) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import namedtuple
 
 NO_RANK = "no-rank"
@@ -16,7 +15,7 @@ NO_RANK = "no-rank"
 class RankIdentity(namedtuple("RankIdentity", "rank_id device_id job_id job_name server_id host")):
     """Who this process is in its job: rank_id, device_id (str or None), job_id, job_name,
     server_id, host. An immutable value; a named tuple, not a dataclass: the launcher imports
-    this module (new_job_id), and `dataclasses` costs its start-up ~10 ms."""
+    this module's process (a rank), and `dataclasses` costs its start-up ~10 ms."""
 
     __slots__ = ()
 
@@ -33,13 +32,13 @@ class RankIdentity(namedtuple("RankIdentity", "rank_id device_id job_id job_name
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "RankIdentity":
         env = os.environ if environ is None else environ
-        import socket  # here: the launcher imports this module for new_job_id only
+        import socket  # here: only a rank's tracker asks who it is
         host = socket.gethostname()
         job_name = env.get("PLATFORM_JOB_NAME") or script_stem()
         return cls(
             rank_id=env.get("RANK_ID") or None,
             device_id=env.get("DEVICE_ID") or None,
-            job_id=env.get("JOB_ID") or new_job_id(job_name),
+            job_id=env.get("JOB_ID") or _new_job_id(job_name),
             job_name=job_name,
             server_id=env.get("PLATFORM_SERVER_ID") or host,
             host=host,
@@ -60,9 +59,7 @@ def script_stem() -> str:
     return os.path.splitext(os.path.basename(argv0.rstrip("/")))[0] or "python"  # Path.stem
 
 
-def new_job_id(job_name: str, now: float | None = None) -> str:
-    """`<job_name>-<YYYYmmdd-HHMMSS>-<4 hex>`, local time. The one rule for job ids: the launcher
-    names its jobs with it, and a process run without the launcher names its own job the same
-    way (here, on the rank side, because that side imports only the stdlib)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return f"{job_name}-{stamp}-{os.urandom(2).hex()}"  # as uuid4().hex[:4], without `uuid`
+def _new_job_id(job_name: str) -> str:
+    """A process run without the launcher names its own job as the launcher would."""
+    from platform_plugin.tracking.job_id import new_job_id  # (a launched rank has its JOB_ID)
+    return new_job_id(job_name)

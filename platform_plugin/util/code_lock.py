@@ -28,7 +28,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Iterable
 
-from platform_plugin.errors import ConfigError
+    from platform_plugin.errors import ConfigError
 
 OPEN_TRIES = 5  # a holder may remove the file between our open and flock: open anew
 BUSY_TRIES, BUSY_WAIT_S = 5, 0.01  # while held exclusively for an instant (a release, a check)
@@ -144,17 +144,6 @@ def nobody_holds(path: str, exclusive: bool = True, tries: int = BUSY_TRIES) -> 
         os.close(fd)
 
 
-def _ended(holder: str) -> str:
-    """Shared holders rewrite the name, so the one named may have ended while others go on."""
-    try:
-        os.kill(int(holder.rsplit("(pid ", 1)[1].rstrip(")")), 0)
-    except ProcessLookupError:
-        return ", which has ended since: another one is still there"
-    except (IndexError, ValueError, OSError):
-        pass  # no pid in it; alive (EPERM: another user's)
-    return ""
-
-
 class RootLock:
     """`acquire(exclusive=)` the `kind` lock of a folder or raise CLEAN_ROOT_BUSY; `release()`.
     `problem`: why no lock is held although the folder exists (a shared request
@@ -192,9 +181,8 @@ class RootLock:
 
     def _require(self) -> None:
         if self.problem:
-            raise ConfigError(f"cannot use the lock of {self.root}: {self.problem}. Without it a "
-                              "cleanup could remove files a running job writes, so nothing was "
-                              "removed", code="CLEAN_LOCK_UNAVAILABLE")
+            from platform_plugin.util.lock_refusal import unavailable  # only a refusal
+            raise unavailable(self.root, self.problem)
 
     def _acquire(self, path: str, exclusive: bool) -> None:
         busy_left, opens = BUSY_TRIES, 0
@@ -211,8 +199,7 @@ class RootLock:
                 if not busy_left:
                     holder = read_holder(self.fd)
                     self.release()
-                    raise ConfigError(self._busy(holder, exclusive),
-                                      code="CLEAN_ROOT_BUSY") from None
+                    raise self._busy(holder, exclusive) from None
                 busy_left -= 1
                 time.sleep(BUSY_WAIT_S)
                 if not still_at(self.fd, path):  # its last holder removed it: open anew
@@ -224,7 +211,7 @@ class RootLock:
             if exclusive and not self._admitted(path):
                 holder = read_holder(self.fd)
                 self._close()  # (not release: the lock file is another's)
-                raise ConfigError(self._busy(holder, exclusive), code="CLEAN_ROOT_BUSY")
+                raise self._busy(holder, exclusive)
             write_holder(self.fd, f"{self.what} (pid {os.getpid()})")
             return
 
@@ -238,21 +225,10 @@ class RootLock:
             os.close(self.fd)  # closing the only descriptor releases the flock
             self.fd = -1
 
-    def _busy(self, holder: str, exclusive: bool) -> str:
-        last = f" (the last to start there: {holder}{_ended(holder)})" if holder else ""
-        if self.kind == "tree":  # a job works in the folder, our cleanup below it
-            return (f"{self.what} would remove files in {self.root}, the working folder of a "
-                    f"running job or notebook run{last}. Wait for them to end (or stop them), "
-                    "then retry")
-        if self.kind == "below":  # a cleanup works below the folder, we in all of it
-            return (f"a folder in {self.root} is being cleaned by {holder or 'a cleanup'}, and "
-                    f"{self.what} would work there too. Retry when that cleanup has ended")
-        if exclusive:
-            return (f"{self.root} is in use by a job, a notebook run or a cleanup{last}: a "
-                    "cleanup there would remove files they are writing. Wait for them to end "
-                    "(or stop them), then retry")
-        return (f"{self.root} is being cleaned by {holder or 'a cleanup'}: it would remove the "
-                f"files {self.what} works on. Retry when the cleanup has ended")
+    def _busy(self, holder: str, exclusive: bool) -> ConfigError:
+        """CLEAN_ROOT_BUSY naming `holder` (its words: util/lock_refusal.py, loaded only then)."""
+        from platform_plugin.util.lock_refusal import busy
+        return busy(self.kind, self.root, self.what, holder, exclusive)
 
     def check_free(self, *, exclusive: bool = True, required: bool = False) -> None:
         """CLEAN_ROOT_BUSY unless nobody holds this lock now (`exclusive`; else: nobody holds
@@ -264,8 +240,7 @@ class RootLock:
                 self.problem = str(exc)
                 holder = None
             if holder is not None:
-                raise ConfigError(self._busy("" if holder == "?" else holder, exclusive),
-                                  code="CLEAN_ROOT_BUSY")
+                raise self._busy("" if holder == "?" else holder, exclusive)
         if required:
             self._require()
 

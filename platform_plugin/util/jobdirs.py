@@ -2,7 +2,7 @@
 
 The one owner of these names: the launcher writes them, the doctor, `platform-run sync|compare`
 and the notebook runner find them here. (The job id itself is made by
-`tracking.identity.new_job_id`: a rank run without the launcher names its job the same way.)
+`tracking.job_id.new_job_id`: a rank run without the launcher names its job the same way.)
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from tests.tracking.helpers import make_plan
 
 # the launch path of `--tracking none` plus these, and nothing else of the package
 TRACKED_SIDE = {f"platform_plugin.tracking.{m}" for m in (
-    "job_tracking", "state", "offsets", "conventions", "sink_choice",
+    "handle", "identity", "job_tracking", "state", "offsets", "conventions", "sink_choice",
     "uri_check")} | {  # an MLFLOW_TRACKING_URI that can never work is refused before the job
     "platform_plugin.launcher.sysmetrics",
     "platform_plugin.launcher.attempts",  # a tracked store may carry another server's stop
