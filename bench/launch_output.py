@@ -15,6 +15,9 @@ every side, alternating every round:
 - each rank writing its own file in the log folder (torchrun's `--tee` design, untailed);
 - through `launch()` (rank logs + prefixed display on sys.stdout, a UTF-8 file on /dev/null:
   the CLI's path), both ways; and with the display through a `write=` callable taking text.
+And a second writer whose lines look like a training rank's (logging lines with `[INFO]`,
+tqdm-like `\\r` bars, MindSpore's networking chatter: bench/output_writers.py) to /dev/null, into
+the pipe floor and through `launch()`: not the goal's row, reported beside it.
 CPU of the launcher process (getrusage self) and of the ranks (children) per side explain
 where a miss goes. Every line is counted in the rank logs (after the clock stopped: the bench's
 own reading and removal of 58 MB of logs is not the launcher's time).
@@ -33,18 +36,15 @@ import time
 from pathlib import Path
 
 from benchdoc import alternate, spread  # bench/benchdoc.py
+from output_writers import plain as writer, realistic  # bench/output_writers.py
 
 LINES = 250_000
 RANKS = 4
 FREE_CORE_LINES = 1_000_000  # one rank, so a core stays free for the launcher
 
 
-def writer(lines: int) -> str:
-    return ("import os,sys\nr=int(os.environ.get('RANK_ID') or sys.argv[1])\nw=sys.stdout.write\n"
-            f"for i in range({lines}): w(f'rank {{r}} line {{i}} ' + 'x'*40 + '\\n')\n")
-
-
 WRITER = writer(LINES)
+REAL_WRITER = realistic(LINES)  # not the goal's row: what a training rank prints
 GOAL = 1.2
 SHM = "/dev/shm"  # tmpfs: a file in memory, no disk behind the rank's writes
 
@@ -192,6 +192,7 @@ def free_core(tmp: str, rounds: int) -> dict:
 def throughput(tmp: str, rounds: int) -> dict:
     py = sys.executable
     writers = [[py, "-c", WRITER, str(r)] for r in range(RANKS)]
+    real = [[py, "-c", REAL_WRITER, str(r)] for r in range(RANKS)]
     unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     lost: list[int] = []
@@ -212,6 +213,9 @@ def throughput(tmp: str, rounds: int) -> dict:
         "devnull_buffered": lambda: to_devnull(writers, buffered),
         "drain_buffered": lambda: drain_only(writers, buffered),
         "launch_buffered": lambda: through_launcher(buffered=True),
+        "devnull_real": lambda: to_devnull(real, unbuffered),
+        "drain_real": lambda: drain_only(real, unbuffered),
+        "launch_real": lambda: _through_launcher(REAL_WRITER, RANKS, LINES, tmp, lost),
     }
     shm = tempfile.mkdtemp(prefix="bench_output_", dir=SHM)
     try:
@@ -278,9 +282,31 @@ def section(result: dict, rounds: int, header: str) -> tuple[str, bool]:
         f"print) costs {_ratio(t, 'devnull', 'devnull_buffered'):.2f}x — the reason for "
         "`--buffered` where live output is not needed.", "",
         *_where_the_time_goes(t, cpu), "",
+        *_realistic_lines(t, cpu), "",
         *_free_core_lines(result["free_core"]),
     ]
     return "\n".join(lines), meets
+
+
+def _realistic_lines(t: dict, cpu: dict) -> list[str]:
+    """The second writer (bench/output_writers.realistic): not the goal's row, but what the
+    chatter test, the `\\r` redraws and longer lines cost the launcher."""
+    rows = [("devnull_real", "ranks unbuffered to /dev/null"),
+            ("drain_real", "the same ranks piped into a reader that only drains"),
+            ("launch_real", "the same ranks through the launcher (the CLI's path)")]
+    return [
+        f"Lines that look like a training rank's output ({RANKS} ranks x {LINES:,} lines, "
+        "~91 bytes each: 40 MindSpore networking lines the display hides, logging lines with "
+        "`[INFO]`/`[WARNING]`, every 50th line a tqdm-like bar redrawn 3 times with `\\r`; "
+        "bench/output_writers.py), alternating with the rows above:", "",
+        "| what | wall seconds | ratio | CPU own | CPU ranks |", "|---|---|---|---|---|",
+        *[f"| {what} | {spread(t[name], digits=2)} | {_ratio(t, name, 'devnull_real'):.2f}x | "
+          f"{_cpu_text(cpu, name)} |" for name, what in rows],
+        "",
+        f"Launcher vs the same ranks to /dev/null with these lines: "
+        f"{_ratio(t, 'launch_real', 'devnull_real'):.2f}x (vs the pipe floor "
+        f"{_ratio(t, 'launch_real', 'drain_real'):.2f}x).",
+    ]
 
 
 def _free_core_lines(result: dict) -> list[str]:

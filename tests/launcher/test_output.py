@@ -173,3 +173,21 @@ def test_a_chatter_line_cut_anywhere_between_two_chunks_stays_hidden(tmp_path):
         assert "".join(shown).splitlines() == ["[rank 0] before", "[rank 0] after"], cut
         assert output.tail("0") == ["before", "after"], cut
         assert output.hidden() == 1, cut
+
+
+def test_only_the_redrawn_lines_of_a_chunk_change_in_the_display(tmp_path):
+    """Progress bars among ordinary lines (tqdm between log lines): each bar in its last state,
+    a `\\r\\n` line end dropped, the lines between shown as written; the log keeps every byte."""
+    chunk = (b"first\n\rbar  10%\rbar  20%\rbar 30%\nlog 1\nlog 2\r\n\r\r\nlog 3\n"
+             b"\rbar 40%\rbar 50%\n" + b"".join(b"line %d\n" % i for i in range(100)) +
+             b"last\rlast!\n")
+    shown: list[str] = []
+    output = Output("all", write=shown.append)
+    output.open("0", str(tmp_path / "rank_0.log"))
+    output.feed("0", chunk[:7])  # a chunk ending exactly before a bar
+    output.feed("0", chunk[7:])
+    output.close()
+    expected = ["first", "bar 30%", "log 1", "log 2", "", "log 3", "bar 50%",
+                *("line %d" % i for i in range(100)), "last!"]
+    assert "".join(shown).splitlines() == ["[rank 0] " + line for line in expected]
+    assert (tmp_path / "rank_0.log").read_bytes() == chunk
