@@ -185,12 +185,13 @@ BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.l
     "platform_plugin.util"}
 LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
     "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
-    "platform_plugin.util.procfs", "platform_plugin.tracking.report"}
+    "platform_plugin.util.procfs", "platform_plugin.util.json_text", "platform_plugin.tracking.report"}
 # What only a job that fails, hangs, restarts or writes on a full disk needs: a successful launch
-# never compiles these (the failure table and its text table, the stack dumps, the other
-# servers' notices and the restart records, job.json's full-disk fallback)
+# never compiles these (the supervisor's stop and failure records, the failure table and its
+# text table, the stack dumps, the other servers' notices and the restart records, job.json's
+# full-disk fallback)
 FAILURE_ONLY = {f"platform_plugin.launcher.{m}" for m in (
-    "rank_failure", "result_table", "stacks", "attempts", "jobfile_in_place")} | {
+    "rank_failure", "result_table", "stacks", "attempts", "jobfile_in_place", "stopping")} | {
     "platform_plugin.util.texttable"}
 # stdlib modules a plain launch does without (each costs milliseconds to import; `typing`: import
 # it under `if TYPE_CHECKING:` with `TYPE_CHECKING = False`, annotations are strings anyway;
@@ -205,7 +206,8 @@ def test_an_untracked_launch_loads_only_the_launch_path(tmp_path):
             "none", "--log-dir", str(tmp_path), "--", sys.executable, "-c", "pass"]
     code = ("import os, sys\nsys.stdout = open(os.devnull, 'w')\n"
             f"from platform_plugin.cli import main\nassert main({argv!r}) == 0\n"
-            "sys.stdout = sys.__stdout__")
+            "sys.stdout = sys.__stdout__\n"
+            "assert 'json' not in sys.modules  # job.json: util/json_text.py")  # (loaded_by: json)
     assert set(loaded_by(code)) == LAUNCH_PATH
     assert loaded_by(code, prefixes=LAUNCH_STDLIB_NOT) == []
 
@@ -224,7 +226,7 @@ def test_only_a_failed_launch_loads_what_reports_a_failure(tmp_path, exit_code):
     if exit_code == 0:
         assert loaded == set()
     else:
-        assert loaded == {"platform_plugin.launcher.rank_failure",
+        assert loaded == {"platform_plugin.launcher.rank_failure", "platform_plugin.launcher.stopping",
                           "platform_plugin.launcher.result_table", "platform_plugin.util.texttable"}
 
 

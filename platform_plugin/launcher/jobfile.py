@@ -15,6 +15,7 @@ import os
 import time
 
 from platform_plugin.util.jobdirs import JOB_FILE
+from platform_plugin.util.json_text import dumps
 from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME,
                                        PLATFORM_SERVER_ID)
 
@@ -104,13 +105,12 @@ def _dumps(value, depth: int = 0) -> str:
     """The document, readable and quick to make: the top two levels one item a line (the
     plan's and the result's fields, one rank or failure a line), deeper values as compact JSON
     on that line. `indent=` would run json's pure-Python encoder, several times slower than the
-    C one used here."""
-    import json  # here: the first write comes after the ranks started (CLI start-up time)
+    C one used here. Written by util/json_text.py (the same text, without importing `json`)."""
     if depth >= 2 or not value or not isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
+        return dumps(value)
     pad = "  " * (depth + 1)
     if isinstance(value, dict):
-        items = [f"{pad}{json.dumps(str(k))}: {_dumps(v, depth + 1)}" for k, v in value.items()]
+        items = [f"{pad}{dumps(str(k))}: {_dumps(v, depth + 1)}" for k, v in value.items()]
     else:
         items = [pad + _dumps(v, depth + 1) for v in value]
     ends = "{}" if isinstance(value, dict) else "[]"

@@ -34,8 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.launcher.plan import LaunchPlan, RankSpec
     from platform_plugin.launcher.rank_failure import RankFailure
 
-# stops whose cause is where the ranks are stuck: their stacks are dumped first
-DUMP_STATUSES = (JobStatus.TIMEOUT, JobStatus.HUNG, JobStatus.INTERRUPTED)
 POLL_S = 0.05  # the longest wait between two passes (quiet ranks: the display lags <= 50 ms)
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 # Pipes are drained in 64 KiB pieces, each written out before the next read: every object the
@@ -257,7 +255,8 @@ class Supervisor:
         now = time.monotonic()
         if self.output.log_failure and not self._log_failure_seen:
             self._log_failure_seen = True
-            self._log_failed()
+            from platform_plugin.launcher.stopping import log_failed  # (a full or failing disk)
+            log_failed(self)
         if self._stop is None:
             if self.timeout and now - self.started > self.timeout:
                 self._begin_stop(JobStatus.TIMEOUT,
@@ -302,31 +301,11 @@ class Supervisor:
         self._groups_empty_at = self._groups_empty_at or time.monotonic()
         return time.monotonic() - self._groups_empty_at > 1.0
 
-    def _log_failed(self) -> None:
-        """The logs are the job's record: a job that cannot keep them stops (or, if every rank
-        already ended well, is not reported as a success: its logs are incomplete)."""
-        reason = (f"the log disk is full or failing ({self.output.log_failure}); the job cannot "
-                  "keep its logs. Free space there or give --log-dir on another disk")
-        if self._stop is None:
-            self._begin_stop(JobStatus.FAILED, reason)
-        elif self._stop.status == JobStatus.SUCCEEDED:
-            self._stop.status, self._stop.reason = JobStatus.FAILED, reason
-            self.output.note(reason)
-
     def _begin_stop(self, status: JobStatus, reason: str, remote: bool = False) -> None:
-        if status in DUMP_STATUSES:
-            self._dump_stacks(reason)  # before SIGTERM: where each rank is stuck, not how it died
-        self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
-        self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
-        self._job.signal(signal.SIGTERM, only_live_groups=False)
-        if not remote:  # the other servers' launchers stop their ranks too (joblink.py)
-            self._notify("stopping", (status, reason))
-
-    def _dump_stacks(self, why: str) -> None:
-        live = {p.spec.name: p.popen.pid for p in self.procs if p.ended is None and p.popen.poll() is None}
-        if live:
-            from platform_plugin.launcher.stacks import dump_live  # only a hung job needs it
-            self._stacks.update(dump_live(live, self.output, self.plan.job_dir, why))
+        """Stop every process (a failure, a timeout, a hang, an interrupt: stopping.py, loaded
+        only then; a successful end is no stop of this kind, see `_reap`)."""
+        from platform_plugin.launcher.stopping import begin_stop
+        begin_stop(self, status, reason, remote)
 
     def _kill_everything(self) -> None:
         """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
@@ -340,8 +319,11 @@ class Supervisor:
     def _result(self) -> JobResult:
         stop = self._stop
         status = stop.status if stop else JobStatus.SUCCEEDED
-        failures = [self._failure(p) for p in self.procs if p.popen.returncode not in (0, None)]
-        failures.sort(key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
+        failed = [p for p in self.procs if p.popen.returncode not in (0, None)]
+        failures: list[RankFailure] = []
+        if failed:  # their records: stopping.py (a successful job does not compile it)
+            from platform_plugin.launcher.stopping import failure_records
+            failures = failure_records(self, failed)
         root = next((f for f in failures if f.root_cause), None)
         ok = status == JobStatus.SUCCEEDED and not failures
         now = time.monotonic()
@@ -355,25 +337,6 @@ class Supervisor:
             held_back=self.output.held_back(), ended_well={} if ok else {  # the "ok" rows
                 p.spec.name: [p.spec.rank_id, p.spec.device_id, p.popen.pid,
                               (p.ended or now) - p.started] for p in self.procs if p.popen.returncode == 0})
-
-    def _failure(self, proc: _Proc) -> RankFailure:
-        from platform_plugin.launcher.rank_failure import RankFailure, describe_exit, ended_by
-        exitcode, sig = describe_exit(proc.popen.returncode)
-        return RankFailure(
-            name=proc.spec.name, rank_id=proc.spec.rank_id, device_id=proc.spec.device_id,
-            host=self.host, pid=proc.popen.pid, exitcode=exitcode, signal_name=sig,
-            runtime_s=(proc.ended or time.monotonic()) - proc.started,
-            last_lines=self._last_lines(proc.spec.name),
-            root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
-            stopped_by_launcher=ended_by(proc.popen.returncode, proc.sent),
-            after_signal=signal.Signals(proc.sent[-1]).name if proc.sent else None,
-            stack=self._stacks.get(proc.spec.name, []))
-
-    def _last_lines(self, name: str) -> list[str]:
-        try:
-            return self.output.tail(name)
-        except KeyError:  # its log could not be opened (the disk refused): nothing was read
-            return []
 
     def _notify(self, event: str, payload) -> None:
         for observer in self.observers:
