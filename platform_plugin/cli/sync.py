@@ -25,6 +25,10 @@ def register(subparsers) -> None:
                    help="keep retrying this long while the sink is unreachable or refuses for now, "
                         f"e.g. a server still starting (default {DEFAULT_WAIT_S:g}; 0 = one attempt; "
                         "inf = until delivered: Ctrl-C or SIGTERM stops it, nothing is lost)")
+    p.add_argument("--to", metavar="URI",
+                   help="send to this MLflow store from now on (recorded in the job's sink.json): "
+                        "the job's store at its new path or URL, or a store for a job whose URI "
+                        "never worked; refused when part of the job already went elsewhere")
     p.set_defaults(func=run)
 
 
@@ -44,7 +48,8 @@ def run(args) -> int:
 def _sync(args) -> int:
     waiting = 0
     for spool_dir in find_spool_dirs(args.job, args.log_dir):
-        res = sync_spool_dir(spool_dir, end_status=args.end, wait=args.wait)
+        res = sync_spool_dir(spool_dir, end_status=args.end, wait=args.wait, to=args.to,
+                             job=args.job or "JOB")
         c = res.counts
         print(f"{spool_dir}: sent {res.delivered_now} now; delivered {c.delivered}, pending {c.pending}, "
               f"skipped {c.skipped}, rejected {c.rejected}"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from platform_plugin.errors import ConfigError
+from platform_plugin.tracking import store_move
 from platform_plugin.tracking.forwarder import Counts, Forwarder
 from platform_plugin.tracking.sinks import get_sink
 from platform_plugin.tracking.state import JobEnd, SinkConfig
@@ -49,12 +50,19 @@ def deliver_all(forwarder: Forwarder, wait: float) -> int:
 
 
 def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
-                   wait: float = DEFAULT_WAIT_S) -> SyncResult:
+                   wait: float = DEFAULT_WAIT_S, to: str | None = None,
+                   job: str = "JOB") -> SyncResult:
+    """`to`: move the job to this store first (store_move.py); `job`: its name in messages."""
     config = SinkConfig.load(spool_dir)
     if config is None:
         raise ConfigError(f"{spool_dir} has no sink.json: not a tracking spool folder",
                           code="TRACKING_JOB")
-    forwarder = Forwarder(spool_dir, config, get_sink(config.sink))
+    sink = None if to is None else get_sink(config.sink)
+    if to is not None and store_move.move_to(spool_dir, config, to, sink):
+        config = SinkConfig.load(spool_dir) or config
+    store_move.check_store_there(spool_dir, config, job)  # before any MLflow import
+    sink = sink or get_sink(config.sink)
+    forwarder = Forwarder(spool_dir, config, sink)
     before = forwarder.counts().delivered
     attempts = deliver_all(forwarder, wait)
     counts = forwarder.counts()
