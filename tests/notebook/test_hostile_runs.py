@@ -114,3 +114,25 @@ def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path):
     assert set(cell_statuses(nb)) == {"completed"}
     assert "last cell ran" in str(nb.cells[-1].outputs)
 
+
+
+@pytest.mark.slow
+def test_a_runner_started_with_closed_std_fds_runs_the_notebook(tmp_path):
+    """`platform-run debug nb.ipynb >&- 2>&- <&-` (a scheduler or a daemon that closes them): the
+    runner's next open file took descriptor 1 close-on-exec, the kernel inherited a closed
+    stdout and died in ipykernel ('NoneType' object has no attribute 'fileno'): "Kernel died
+    before replying to kernel_info", exit 1, no notebook. ipykernel watches the descriptors
+    1-2 (where the crash was) only when PYTEST_CURRENT_TEST is not in its environment: without
+    it here, this test failed on the old code (with it, the kernel skipped the watch and ran)."""
+    import subprocess
+    import sys
+
+    from tests.notebook.helpers import clean_env
+    make_notebook(tmp_path / "nb.ipynb", ["print('the cell ran')"], parameters="x = 1")
+    env = {k: v for k, v in clean_env().items() if k != "PYTEST_CURRENT_TEST"}  # as a user's
+    done = subprocess.run(["sh", "-c", 'exec "$@" >&- 2>&- <&-', "sh", sys.executable, "-m",
+                           "platform_plugin", "debug", "nb.ipynb", "--output", "out.ipynb"],
+                          cwd=tmp_path, env=env, timeout=240)
+    assert done.returncode == 0  # (nothing to read: stderr is closed too)
+    nb = read_output(tmp_path / "out.ipynb")
+    assert set(cell_statuses(nb)) == {"completed"} and "the cell ran" in str(nb.cells[-1].outputs)
