@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 
 from platform_plugin.errors import ConfigError, Problem, errors_only
-from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.record import FrozenRecord
 from platform_plugin.variables import PLATFORM_RUN_MODE
 
@@ -187,6 +186,7 @@ class _Resolver:
     def integer(self, name: str, chosen: tuple[str, str] | None) -> int | None:
         if chosen is None:
             return None
+        from platform_plugin.util.numbers import whole_number  # (a launch without one: not loaded)
         value = whole_number(chosen[1])
         if value is not None:
             return value
@@ -243,7 +243,8 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     rank_size = _resolve_rank_size(r, table)
     rank_id, device_id = _resolve_rank_and_device(r, table, server, rank_start, visible_value)
     if table is not None:  # without a table (a CPU box) the variable is not used
-        _check_visible_format(r, visible_value)
+        from platform_plugin.settings_table import check_visible_format
+        check_visible_format(r, visible_value)
 
     user_env = _user_env(r, dotenv, environ)
     errors = errors_only(r.problems)
@@ -254,19 +255,6 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     return Settings(mode, mode_source, table_path, table, server, rank_start, rank_id, rank_size,
                     device_id, user_env, tuple(r.rows[n] for n in order), tuple(r.problems),
                     visible_value, env_path)
-
-
-def _check_visible_format(r: _Resolver, visible: str | None) -> None:
-    """ASCEND_RT_VISIBLE_DEVICES must be a list of numbers whatever the mode: only a debug run
-    with a table parsed it here, so `env`/`doctor --mode full` showed 'a,b' without a word and
-    the launch refused it later."""
-    if not visible or any(p.code == "RT_VISIBLE_DEVICES" for p in r.problems):
-        return
-    from platform_plugin.ranktable.model import RankTableError, parse_visible_devices
-    try:
-        parse_visible_devices(visible)
-    except RankTableError as exc:
-        r.problems.extend(exc.problems)
 
 
 def _env_values(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:

@@ -1,7 +1,7 @@
 """The part of settings resolution that only a job with a rank table runs (settings.py imports
 it when a table was found; a launch without one does not compile it): this server in the table,
-RANK_SIZE from it, and the debug rank's device, each checked against what the platform, the
-flags and the .env say.
+RANK_SIZE from it, the debug rank's device, each checked against what the platform, the flags
+and the .env say, and the format of ASCEND_RT_VISIBLE_DEVICES.
 """
 from __future__ import annotations
 
@@ -86,3 +86,16 @@ def rank_and_device_from_table(r: _Resolver, table: RankTable, server: Server | 
     r.row("DEVICE_ID", device_id, "derived", f"rank {rank_id} is physical device "
           f"{device.device_id}{via}")
     return rank_id, device_id
+
+
+def check_visible_format(r: _Resolver, visible: str | None) -> None:
+    """ASCEND_RT_VISIBLE_DEVICES must be a list of numbers whatever the mode: only a debug run
+    with a table parsed it here, so `env`/`doctor --mode full` showed 'a,b' without a word and
+    the launch refused it later."""
+    if not visible or any(p.code == "RT_VISIBLE_DEVICES" for p in r.problems):
+        return
+    from platform_plugin.ranktable.model import parse_visible_devices
+    try:
+        parse_visible_devices(visible)
+    except RankTableError as exc:
+        r.problems.extend(exc.problems)

@@ -180,8 +180,7 @@ BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.l
     f"platform_plugin.launcher.{m}" for m in (
         "api", "backends", "job_key", "link", "options", "plan", "preflight", "quiet", "show",
         "spawn")} | {
-    f"platform_plugin.util.{m}" for m in ("code_lock", "folders", "hosts", "jobdirs", "numbers",
-                                        "record")} | {
+    f"platform_plugin.util.{m}" for m in ("code_lock", "folders", "hosts", "jobdirs", "record")} | {
     "platform_plugin.util"}
 LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
     "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
