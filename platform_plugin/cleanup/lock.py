@@ -99,6 +99,19 @@ def sweep_leftovers() -> int:
     return removed
 
 
+def refuse_deleted_holds(locks: list[tuple[RootLock, bool]]) -> None:
+    """CLEAN_ROOT_BUSY when a process still holds one of these locks on a file that was
+    deleted under it (util/lost_locks.py: a /tmp cleaner, a user's rm): the new file this
+    cleanup locked or found free does not show it. (lock, exclusive): as in check_free."""
+    from platform_plugin.util.lost_locks import deleted_holds
+    wanted = {lock.path: exclusive for lock, exclusive in locks if lock.path}
+    for path, pid, holder in deleted_holds(wanted):
+        lock = next(lock for lock, _ in locks if lock.path == path)
+        from platform_plugin.util.lock_refusal import busy
+        raise busy(lock.kind, lock.root, lock.what, f"{holder}; its lock file was deleted under "
+                   f"it, pid {pid} still holds it", exclusive=wanted[path])
+
+
 def refuse_earlier_versions(root: str | os.PathLike) -> None:
     """Versions before the lock folder kept a folder's `code` lock in $TMPDIR (else /tmp) as
     platform-run-code-<dev>-<ino>.lock, and a kernel still running one after an upgrade holds its
@@ -141,10 +154,13 @@ class CleanupLock:
             for below in lock.above:
                 below.acquire(exclusive=False, required=True)
             # none nested below; then above: no job's tree, no cleanup
-            RootLock(root, f"{what} of {root}", "below").check_free(required=True)
+            checks = [(RootLock(root, f"{what} of {root}", "below"), True)]
             for below in lock.above:
-                RootLock(below.root, below.what, "tree").check_free(required=True)
-                RootLock(below.root, below.what).check_free(exclusive=False, required=True)
+                checks += [(RootLock(below.root, below.what, "tree"), True),
+                           (RootLock(below.root, below.what), False)]
+            for check, exclusive in checks:
+                check.check_free(exclusive=exclusive, required=True)
+            refuse_deleted_holds([(lock.root, True)] + checks)
             refuse_earlier_versions(root)
         except BaseException:
             lock.release()

@@ -1,0 +1,84 @@
+"""A lock file deleted under a running job (a user's rm), or the whole lock folder removed (a
+/tmp cleaner such as systemd-tmpfiles ages /tmp): the job keeps its flock on the old inode.
+Before, a cleanup opened the name anew, got the new file exclusively and removed the job's
+files; now it asks the kernel (/proc/locks, the holder's /proc/<pid>/fd) and refuses
+CLEAN_ROOT_BUSY naming the holder. Real processes, real flocks."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.errors import ConfigError
+from platform_plugin.util import code_lock
+from platform_plugin.util.code_lock import JobHold, held_folders, lock_path
+from tests.helpers import clean_env
+
+
+def _project(folder):
+    (folder / "kernel_meta").mkdir(parents=True)
+    (folder / "kernel_meta" / "op.o").write_text("x")
+    (folder / "train.py").write_text("print()")  # a CODE/-like folder: clean accepts it
+    return folder
+
+
+def _clean(root) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "platform_plugin", "clean", "--root", str(root)],
+                          cwd=root, env=clean_env(), capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("cleaned", ["working folder", "folder below it"])
+def test_a_cleanup_sees_a_job_whose_lock_files_were_deleted(tmp_path, cleaned):
+    exp = _project(tmp_path / "CODE" / "exp")
+    sub = _project(exp / "sub")
+    root = exp if cleaned == "working folder" else sub
+    hold = JobHold.take([exp], "job j")  # this process: the clean below is another one
+    try:
+        for folder in held_folders([exp]):
+            for kind in ("code", "tree"):
+                if os.path.exists(lock_path(folder, kind)):
+                    os.unlink(lock_path(folder, kind))
+        done = _clean(root)
+        assert done.returncode == 2, done.stdout + done.stderr  # old code: 0, files removed
+        assert "[CLEAN_ROOT_BUSY]" in done.stderr and "job j" in done.stderr, done.stderr
+        assert f"pid {os.getpid()} still holds it" in done.stderr, done.stderr
+        assert (root / "kernel_meta" / "op.o").exists()
+    finally:
+        hold.release()
+    done = _clean(root)
+    assert done.returncode == 0 and not (root / "kernel_meta").exists(), done.stderr
+
+
+HOLDER = """
+import sys, time
+from platform_plugin.util import code_lock
+code_lock.LOCKS_IN = sys.argv[2]
+hold = code_lock.JobHold.take([sys.argv[1]], "job in a notebook")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_cleanup_sees_a_job_after_the_lock_folder_was_removed(tmp_path, monkeypatch):
+    """The lock folder of this test (LOCKS_IN): removing the machine's real one would take the
+    other running tests' locks too."""
+    monkeypatch.setattr(code_lock, "LOCKS_IN", str(tmp_path))
+    monkeypatch.setattr(code_lock, "_checked_dir", [])
+    exp = _project(tmp_path / "CODE" / "exp")
+    job = subprocess.Popen([sys.executable, "-c", HOLDER, str(exp), str(tmp_path)],
+                           env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert job.stdout.readline() == "held\n"
+        shutil.rmtree(code_lock.lock_dir())  # a /tmp cleaner
+        with pytest.raises(ConfigError, match=f"CLEAN_ROOT_BUSY.*job in a notebook.*pid {job.pid}"):
+            CleanupLock.take(exp)
+        with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
+            CleanupLock.take(exp.parent)  # a folder above it: the job's code lock there
+    finally:
+        job.communicate("", timeout=60)
+    CleanupLock.take(exp).release()  # the holder has ended: nothing left in the way
