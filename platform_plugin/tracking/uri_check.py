@@ -66,14 +66,26 @@ def scheme_of(uri: str) -> str:
     return scheme.split("+", 1)[0].lower()
 
 
+PYSQLITE_OPTIONS = ("uri", "timeout", "isolation_level", "detect_types", "check_same_thread",
+                    "cached_statements")  # SQLAlchemy's: the rest go to SQLite with uri=true
+
+
 def sqlite_file(uri: str) -> str | None:
-    """The database file of a `sqlite:///` URI (a `+driver` allowed), read as SQLAlchemy reads
-    it - MLflow hands the URI to its create_engine: the text after `sqlite:///` up to the first
-    `?` (the query holds the driver's options: `timeout=`, `uri=true&mode=ro`), percent-decoded
-    when the installed SQLAlchemy decodes it;
-    with `uri=true`, SQLite's `file:` form names the file after `file:`. ':memory:' for an
+    """The database file of a `sqlite:///` URI (a `+driver` allowed), read as SQLAlchemy's
+    pysqlite dialect reads it - MLflow hands the URI to its create_engine: the text after
+    `sqlite:///` up to the first `?`, percent-decoded when the installed SQLAlchemy decodes it;
+    the query holds the driver's options (`timeout=`). With `uri=true` the other options go to
+    SQLite: into its `file:` form (`file:/abs/m.db?mode=ro&uri=true`: the file after `file:`),
+    or, without `file:`, appended to the name (`m.db?mode=rwc&uri=true` IS the file
+    'm.db?mode=rwc': SQLite reads a name without `file:` as a plain name). ':memory:' for an
     in-memory database, None for any other URI. The one rule every caller uses: taking the
     query as part of the name made the store's lock and seed a second file beside the store."""
+    parts = _sqlite_parts(uri)
+    return None if parts is None else parts[0]
+
+
+def _sqlite_parts(uri: str) -> tuple[str, dict[str, str]] | None:
+    """(file, SQLite's own URI options: {} unless `uri=true` with a `file:` name)."""
     head, sep, rest = uri.partition(":///")
     if not sep or scheme_of(head + ":") != "sqlite" or "/" in head:
         return None
@@ -84,26 +96,34 @@ def sqlite_file(uri: str) -> str | None:
             from urllib.parse import unquote
             path = unquote(path)
     options = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
-    if options.get("uri", "").strip().lower() in ("true", "yes", "on", "y", "t", "1"):
-        if options.get("mode") == "memory" or path.startswith("file::memory:"):
-            return ":memory:"
-        if path.startswith("file:"):  # SQLite's URI filename: file:/abs, file:///abs, file:rel
-            path = path[len("file:"):]
-            if path.startswith("//"):
-                authority, slash, tail = path[2:].partition("/")
-                path = slash + tail if authority in ("", "localhost") else path
-    return path
+    if options.get("uri", "").strip().lower() not in ("true", "yes", "on", "y", "t", "1"):
+        return path, {}
+    for name in PYSQLITE_OPTIONS:
+        options.pop(name, None)
+    if not path.startswith("file:"):  # as SQLAlchemy builds the name, keys sorted
+        return path + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options))
+                       if options else ""), {}
+    path = path[len("file:"):]  # SQLite's URI filename: file:/abs, file:///abs, file:rel
+    if path.startswith("//"):
+        authority, slash, tail = path[2:].partition("/")
+        path = slash + tail if authority in ("", "localhost") else path
+    memory = options.get("mode") == "memory" or path.startswith(":memory:")
+    return (":memory:" if memory else path), options
 
 
 def _sqlite_problem(uri: str) -> str | None:
-    path = sqlite_file(uri)
+    path, options = _sqlite_parts(uri) or ("", {})
     if path in (None, "") or path == ":memory:":
         return ("a sqlite store must be a file every process can open (the forwarding helper "
                 "and `sync` are other processes): sqlite:////absolute/path/mlflow.db")
+    if options.get("mode") == "ro" or options.get("immutable", "0") not in ("", "0"):
+        return "a read-only sqlite store (mode=ro, immutable) cannot take the job's points"
     import stat
     try:  # never blocking: a FIFO's open() waits for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
+        if options.get("mode") == "rw":
+            return f"{path} does not exist, and mode=rw does not create it (mode=rwc does)"
         return None  # made by the first job; a folder on the way is the folder checks' business
     except OSError as exc:
         return f"cannot open {path}: {exc.strerror}"

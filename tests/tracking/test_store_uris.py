@@ -5,6 +5,7 @@ options, not part of the file's name (was: the store's lock and seed went to a s
 named `mlflow.db?timeout=30` beside the store MLflow really opened)."""
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -52,20 +53,49 @@ def test_a_database_uri_without_its_driver_refuses_the_launch(tmp_path, clean_en
         assert "+psycopg2://" in outcome.text, outcome.text  # the spelling that works here
 
 
+@pytest.mark.parametrize("uri, name", [
+    ("sqlite:///{d}/m.db?timeout=30", "m.db"), ("sqlite:///{d}/m.db?mode=ro", "m.db"),
+    ("sqlite:///{d}/a%20b.db", None), ("sqlite+pysqlite:///{d}/m.db", "m.db"),
+    ("sqlite:///file:{d}/m.db?mode=rwc&uri=true", "m.db"),
+    ("sqlite:///file://{d}/m.db?uri=true", "m.db"), ("sqlite:///{d}/m.db?timeout=3&uri=true", "m.db"),
+    ("sqlite:///{d}/m.db?mode=rwc&uri=true", "m.db?mode=rwc"),  # SQLite's plain name
+    ("sqlite:///rel.db?cache=shared&uri=true", "rel.db?cache=shared")])
+@pytest.mark.filterwarnings("ignore:Query string argument")  # 2.1 on mode=ro without uri=true
+def test_sqlite_file_is_the_file_sqlalchemy_and_sqlite_make(uri, name, tmp_path, monkeypatch):
+    """The file that appears when SQLAlchemy (as MLflow does) opens the URI and writes."""
+    import sqlalchemy
+    monkeypatch.chdir(tmp_path)
+    uri = uri.format(d=tmp_path)
+    engine = sqlalchemy.create_engine(uri)
+    with engine.connect() as connection:
+        connection.exec_driver_sql("create table t (x int)")
+        connection.commit()
+    engine.dispose()
+    made = [p.name for p in tmp_path.iterdir()]
+    assert len(made) == 1, made
+    assert name in (None, made[0])  # a%20b.db: 'a b.db' under SQLAlchemy 2.1, as written under 2.0
+    assert os.path.join(tmp_path, sqlite_file(uri)) == str(tmp_path / made[0])
+
+
 @pytest.mark.parametrize("uri, file", [
-    ("sqlite:////s/m.db?timeout=30", "/s/m.db"), ("sqlite:///rel/m.db?mode=ro", "rel/m.db"),
-    ("sqlite:////s/a%20b.db", "as SQLAlchemy"), ("sqlite+pysqlite:////s/m.db", "/s/m.db"),
-    ("sqlite:///file:/s/m.db?mode=ro&uri=true", "/s/m.db"),
-    ("sqlite:///file:///s/m.db?uri=true", "/s/m.db"),
-    ("sqlite:///x.db?mode=memory&uri=true", ":memory:"), ("sqlite:///:memory:", ":memory:"),
+    ("sqlite:///x.db?mode=memory&uri=true", "x.db?mode=memory"),  # a plain name to SQLite
+    ("sqlite:///file:x.db?mode=memory&uri=true", ":memory:"), ("sqlite:///:memory:", ":memory:"),
     ("http://h/sqlite:///m.db", None), ("postgresql://h/db?x=1", None)])
-def test_sqlite_file_is_the_file_sqlalchemy_opens(uri, file):
-    from sqlalchemy.engine import make_url
-    if file == "as SQLAlchemy":  # 2.1 percent-decodes the path, 2.0 does not
-        file = make_url(uri).database
+def test_what_is_no_sqlite_file(uri, file):
     assert sqlite_file(uri) == file
-    if file and file != ":memory:" and "uri=true" not in uri:
-        assert make_url(uri).database == file
+
+
+@pytest.mark.parametrize("uri, words, error", [
+    ("sqlite:///file:{d}/m.db?mode=ro&uri=true", "read-only", "readonly"),
+    ("sqlite:///file:{d}/new.db?mode=rw&uri=true", "does not create", "unable to open")])
+def test_a_sqlite_store_that_cannot_take_points_is_refused(uri, words, error, tmp_path):
+    import sqlalchemy
+    sqlalchemy.create_engine(f"sqlite:///{tmp_path}/m.db").connect().close()  # an empty store
+    uri = uri.format(d=tmp_path)
+    assert words in (uri_problem(uri, {}) or ""), uri_problem(uri, {})
+    with pytest.raises(sqlalchemy.exc.OperationalError, match=error):  # as SQLAlchemy finds it
+        with sqlalchemy.create_engine(uri).connect() as connection:
+            connection.exec_driver_sql("create table t (x int)")
 
 
 @pytest.mark.slow
