@@ -99,23 +99,16 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     while True:
         attempt = len(attempts)
         if attempt:  # every server reached this attempt (the first one was agreed in run())
-            from platform_plugin.launcher.attempts import keep_attempt_logs
-            link.agree(plan.job_id, attempt)
-            options = options.replace(job_id=plan.job_id, attempt=attempt,
-                                      master_port=_port_for(options, plan, attempt))
-            plan = build_plan(cmd, settings, options, host)
-            keep_attempt_logs(plan.job_dir, attempt - 1)
+            from platform_plugin.launcher.attempts import restarted
+            options, plan = restarted(cmd, settings, host, options, plan, link, attempt)
         result, hidden = _supervise(plan, options, shown, link, attempts,
                                     last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
-        from platform_plugin.launcher.attempts import attempt_record
-        from platform_plugin.launcher.result_table import terminal_width
+        from platform_plugin.launcher.attempts import attempt_record, restarting
         attempts.append(attempt_record(result, attempt))
-        _print(options.write, result.render(terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
-               f"{options.max_restarts + 1} {result.status}: restarting the whole job "
-               "(--max-restarts)")
+        _print(options.write, restarting(result, attempt, options.max_restarts))
 
 
 def _worked_in(plan: LaunchPlan) -> list[str]:
@@ -132,14 +125,6 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
         from platform_plugin.launcher.result import JobStatus
         result.ok, result.status = False, JobStatus.FAILED
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
-
-
-def _port_for(options: LaunchOptions, plan: LaunchPlan, attempt: int) -> int | None:
-    """A restarted single-server job gets a fresh port (the old scheduler's may linger in
-    TIME_WAIT); a multi-server one keeps the port every server was given."""
-    if attempt and options.master_port is None and plan.nnodes == 1:
-        return None
-    return plan.master_port
 
 
 def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],

@@ -1,9 +1,17 @@
 """What a multi-server or restarted job adds around one supervised attempt: telling the other
-servers' launchers that this one stops (and hearing them), and keeping every failed attempt."""
+servers' launchers that this one stops (and hearing them), starting the next attempt and keeping
+every failed one (api.py imports it only for those jobs)."""
 from __future__ import annotations
 
 import os
 import time
+
+from platform_plugin.launcher.plan import build_plan
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.launcher.options import LaunchOptions
+    from platform_plugin.launcher.plan import Host, LaunchPlan
 
 # how often the tracking server is asked whether another server stopped the job (rank-table
 # route only: the --nnodes routes hear it at once over the job link)
@@ -57,3 +65,30 @@ def keep_attempt_logs(job_dir: str, attempt: int) -> None:
     for name in os.listdir(job_dir):
         if name.endswith(".log"):
             os.replace(os.path.join(job_dir, name), os.path.join(target, name))
+
+
+def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, link,
+              attempt: int) -> tuple[LaunchOptions, LaunchPlan]:
+    """--max-restarts: attempt `attempt` (>= 1) once every server reached it, same job id;
+    the earlier attempt's logs kept in `attempt-N/`."""
+    link.agree(plan.job_id, attempt)
+    options = options.replace(job_id=plan.job_id, attempt=attempt,
+                              master_port=_port_for(options, plan, attempt))
+    plan = build_plan(cmd, settings, options, host)
+    keep_attempt_logs(plan.job_dir, attempt - 1)
+    return options, plan
+
+
+def restarting(result, attempt: int, max_restarts: int) -> str:
+    """The failed attempt's table and what happens next."""
+    from platform_plugin.launcher.result_table import terminal_width
+    return (result.render(terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
+            f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
+
+
+def _port_for(options: LaunchOptions, plan: LaunchPlan, attempt: int) -> int | None:
+    """A restarted single-server job gets a fresh port (the old scheduler's may linger in
+    TIME_WAIT); a multi-server one keeps the port every server was given."""
+    if attempt and options.master_port is None and plan.nnodes == 1:
+        return None
+    return plan.master_port
