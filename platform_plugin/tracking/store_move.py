@@ -116,8 +116,16 @@ def _forget_runs(spool_dir, config: SinkConfig) -> None:
 def _check_no_live_helper(spool_dir, config: SinkConfig) -> None:
     """The job's own forwarding helper keeps its store in memory: moving under it would split
     the job between the two stores."""
-    from platform_plugin.util.procfs import alive
     helper = HelperStatus.load(spool_dir)
-    if helper is not None and helper.phase != "done" and helper.pid and alive(helper.pid):
+    if helper is not None and helper.phase != "done" and helper.pid and _forwarding(helper.pid):
         raise _refuse(MOVE, f"the job's forwarding helper (pid {helper.pid}) is still sending to "
                       f"{config.tracking_uri}: run sync --to after it has ended", "--to")
+
+
+def _forwarding(pid: int) -> bool:
+    """`pid` is still a forwarding helper: a killed helper's pid may name another process now."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"platform_plugin.tracking.delivery" in fh.read()
+    except OSError:
+        return False

@@ -6,6 +6,7 @@ path (MLflow makes a sqlite store by opening it); `--to URI` names the store whe
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 
 from platform_plugin.launcher import launch
 from platform_plugin.tracking.spool import SpoolWriter, encode_metric
-from platform_plugin.tracking.state import HelperStatus
+from platform_plugin.tracking.state import HelperStatus, SinkConfig
 from platform_plugin.util.procfs import alive
 from tests.cli.helpers import run_inprocess
 from tests.helpers import wait_for
@@ -105,3 +106,15 @@ def test_a_job_whose_uri_never_worked_is_sent_to_another_store(tracking_env, tmp
     runs = mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()])
     assert sorted(r.data.tags.get("mlflow.parentRunId") is None for r in runs) == [False, True]
     assert {r.info.status for r in runs} == {"FINISHED"}
+
+
+def test_a_killed_helpers_pid_does_not_block_to(tracking_env, tmp_path):
+    """helper.json of a helper killed mid-delivery (phase left 'forwarding'): its pid may name
+    another process by now (here: this one) - that is no helper still sending."""
+    spool = tmp_path / "platform_logs" / "job-20260101-000000-abcd" / "tracking"
+    spool.mkdir(parents=True)
+    SinkConfig("mlflow", tracking_uri="http://127.0.0.1:1", experiment_name="e").save(spool)
+    HelperStatus(pid=os.getpid(), phase="forwarding").save(spool)
+    moved = sync(str(spool.parent), "--to", f"sqlite:///{tmp_path}/m.db")
+    assert moved.returncode == 0, moved  # before: TRACKING_SYNC_TO naming this pytest's pid
+    assert sink_uri(spool.parent) == f"sqlite:///{tmp_path}/m.db"
