@@ -3,9 +3,12 @@ every job, and the rank-table rules check each server_id: a small module of its 
 without a rank table does not load the rank-table package for it."""
 from __future__ import annotations
 
-import re
 
-_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+def _is_label(label: str) -> bool:
+    """One RFC 1123 label: 1-63 ASCII letters, digits and hyphens, no hyphen first or last.
+    (String tests, not a regular expression: compiling that one cost every launch ~0.4 ms.)"""
+    return (0 < len(label) <= 63 and label.isascii() and label.replace("-", "").isalnum()
+            and label[0] != "-" and label[-1] != "-")
 
 
 def is_ip(text: str) -> bool:
@@ -28,7 +31,7 @@ def is_ip(text: str) -> bool:
 def is_host(text: str) -> bool:
     """An IPv4/IPv6 address or an RFC 1123 host name: what HCCL and the launcher can use as a
     server's identity (it reaches variables, folder names and tags, so nothing else passes)."""
-    if text and len(text) <= 253 and all(_HOST_LABEL.fullmatch(label)
+    if text and len(text) <= 253 and all(_is_label(label)
                                          for label in text.rstrip(".").split(".")):
         return True  # (a dotted IPv4 address is a valid name too: no need to ask is_ip)
     return is_ip(text)
