@@ -20,7 +20,8 @@ from typing import Any, Callable
 from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.board_colours import to_html
 from platform_plugin.launcher.board_tail import plain
-from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output, ScreenTail
+from platform_plugin.launcher.output import TAIL_LINES as TABLE_LINES, Output
+from platform_plugin.launcher.screen_tail import ScreenTail
 from platform_plugin.launcher.rank_failure import describe_exit
 from platform_plugin.launcher.spool_tail import SpoolTail
 
@@ -35,7 +36,7 @@ class Board(Output):
         super().__init__("all" if stream_write else "none", write=stream_write, **output_options)
         self.publish = publish
         self.refresh_s = refresh_s
-        # each rank's ScreenTail (output.py) answers the failure table's quote and the board's
+        # each rank's ScreenTail (screen_tail.py) answers the failure table's quote and the board's
         # tail: as many lines as the table quotes, the board shows the last few
         self.tail_lines = max(tail_lines, TABLE_LINES)
         self.board_lines = tail_lines

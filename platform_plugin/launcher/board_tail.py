@@ -1,4 +1,4 @@
-"""A tail's lines as text without escapes: `ScreenTail.shown()` (output.py) for the failure
+"""A tail's lines as text without escapes: `ScreenTail.shown()` (screen_tail.py) for the failure
 table's quote and the board's text, `ANSI` for the board's colours (board_colours.py).
 
 Imported only when a tail is shown (a failure, a board): a launch that succeeds never compiles

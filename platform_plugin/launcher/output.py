@@ -8,9 +8,9 @@ state. In a notebook a chatty rank is capped to `max_lines_per_s`; the log files
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
-from collections import deque
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
@@ -21,27 +21,18 @@ if TYPE_CHECKING:
 
 HELPER_NAMES = ("sched", "store")  # processes of a job that are not ranks
 TAIL_LINES = 20
-TAIL_WINDOW = 4096  # where a chunk's last TAIL_LINES lines are looked for first
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
-LINE_BYTES = 4096  # a tail's line: far more than a quote or a board cell shows; bounds a 5 MB line
-
-
-def last_pieces(chunk: bytes, lines: int) -> list[bytes]:
-    """`chunk.rsplit(b"\n", lines + 1)`: its last `lines` lines and what follows them, looked
-    for in its last TAIL_WINDOW bytes first (no split of the whole chunk for ordinary lines)."""
-    pieces = chunk[-TAIL_WINDOW:].rsplit(b"\n", lines + 1)
-    if len(pieces) < lines + 2 and len(chunk) > TAIL_WINDOW:  # long lines: the whole chunk
-        pieces = chunk.rsplit(b"\n", lines + 1)
-    return pieces
+LOG_BATCH = 1 << 20  # a rank's log is written once this much is held ...
+LOG_DELAY_S = 0.1  # ... or once the oldest byte held is this old (checked at the display's tick)
 
 
 def last_state(line: bytes) -> bytes:
     """A line redrawn with `\\r` (progress bar): keep what the terminal would finally show."""
     if b"\r" not in line:
         return line
-    segments = [s for s in line.split(b"\r") if s]
-    return segments[-1] if segments else b""
+    line = line.rstrip(b"\r")  # "a\r" is "a": a bar's line ended by a bare \r
+    return line[line.rfind(b"\r") + 1:]
 
 
 def redrawn(text: bytes) -> bytes:
@@ -62,99 +53,54 @@ def redrawn(text: bytes) -> bytes:
     return b"".join(pieces)
 
 
-def bounded(line: bytes) -> bytes:
-    """At most ~LINE_BYTES: its start and its end (an error often ends a line a bar began)."""
-    if len(line) <= LINE_BYTES:
-        return line
-    return line[:LINE_BYTES // 2] + " … ".encode() + line[-(LINE_BYTES // 2):]
+class _RankLog:
+    """A process's log file: every byte it wrote, unchanged, written in batches - one writev
+    of the chunks read, once LOG_BATCH bytes or LOG_DELAY_S are held: ext4 takes about half
+    the CPU for 1 MiB written at once as for the same bytes in 64 KiB writes (the launcher's
+    largest cost for a chatty job; docs/benchmarks.md, output). A reader of the file (`tail
+    -f`) sees a line at most LOG_DELAY_S later; a launcher killed with SIGKILL loses what it
+    held (as it loses what is still in the pipes). A full or failing disk stops the logging
+    (`error`: the supervisor then stops the job), never the loop."""
 
+    def __init__(self, path: str) -> None:
+        self.file = open(path, "wb", buffering=0)
+        self.name = path
+        self.held: list[bytes] = []
+        self.size = 0  # bytes held
+        self.since = 0.0  # when the oldest of them was read
+        self.error: OSError | None = None
 
-class ScreenTail:
-    """A rank's last `size` complete lines and the line it is drawing now, as a terminal would
-    finally show them: the failure table's quote (CLI and notebook alike) and the board's tail.
-
-    The display stream shows a progress bar every PARTIAL_FLUSH_S and cuts a huge line into
-    PARTIAL_MAX pieces, each a line of its own: right for a stream of prefixed lines, wrong for
-    a quote of the last lines. Here a `\\r` redraw replaces the line it redraws (a tqdm bar is
-    one line in its last state), a line is one line however long (kept to about LINE_BYTES, its
-    start and its end) and `shown()` removes ANSI escapes (board_tail.py)."""
-
-    def __init__(self, size: int, hide=None):
-        self.lines: deque[bytes] = deque(maxlen=size)
-        self.current = b""
-        self.hide = hide  # quiet.py's chatter filter: `search(chunk)`, `match(line)`
-
-    def feed(self, data: bytes, marked: bool | None = None) -> None:
-        """`marked`: `hide.search(data)` when the caller made it (the display's stream: that
-        test scans every byte of the chunk, once is enough)."""
-        if b"\n" in data:
-            hide = self.hide
-            # lines are matched only where a chatter mark is (the regex costs, most jobs have
-            # none); a chatter line cut between two chunks has its mark in the drawn part
-            if hide is not None and not ((hide.search(data) if marked is None else marked) or (
-                    self.current and hide.search(self.current[:256] + data[:256]))):
-                hide = None
-            if hide is None and not self.current and len(data) <= LINE_BYTES and \
-                    b"\r" not in data:  # a few whole lines (a rank printing a line a time)
-                pieces = data.split(b"\n")
-                self.current = pieces.pop()  # no `\r`, at most LINE_BYTES: as it is
-                self.lines.extend(pieces)
-                return
-            if hide is not None:
-                # chatter first, over the whole chunk: a chunk ending in many chatter lines
-                # must not push the rank's real last lines out of the window below
-                pieces = data.split(b"\n")
-                pieces[0] = self.current + pieces[0]
-            else:
-                pieces = self._last_pieces(data)
-            data = pieces.pop()  # what follows the last newline
-            self._keep(pieces, hide)
-            self.current = b""
-        if data:  # the line being drawn: from its last `\\r` redraw on ("a\\r" stays "a")
-            drawing = self.current + data
-            start = drawing.rstrip(b"\r").rfind(b"\r") + 1
-            self.current = bounded(drawing[start:])
-
-    def _last_pieces(self, data: bytes) -> list[bytes]:
-        """The chunk's last `size` lines and what follows them, looked for in its last bytes
-        first (no split of the whole chunk)."""
-        size = self.lines.maxlen or 1
-        pieces = last_pieces(data, size)
-        if len(pieces) > size + 1:
-            del pieces[0]  # earlier lines: scrolled out
-        else:  # the chunk's first line continues the one being drawn
-            pieces[0] = self.current + pieces[0]
-        return pieces
-
-    def _keep(self, pieces: list[bytes], hide) -> None:
-        """The last `size` complete lines of `pieces` that are not hidden."""
-        size = self.lines.maxlen or 1
-        last = pieces[-size:]
-        if hide is None and max(map(len, last), default=0) <= LINE_BYTES and \
-                b"\r" not in b"".join(last):
-            self.lines.extend(last)  # ordinary lines (the common case): no call per line
+    def add(self, data: bytes, now: float) -> None:
+        if self.error is not None:
             return
-        kept: list[bytes] = []
-        for piece in reversed(pieces):
-            line = bounded(last_state(piece))
-            if hide is None or not hide.match(line):
-                kept.append(line)
-                if len(kept) == size:
-                    break
-        self.lines.extend(reversed(kept))
+        if not self.held:
+            self.since = now
+        self.held.append(data)
+        self.size += len(data)
+        if self.size >= LOG_BATCH or len(self.held) >= 512:  # writev takes up to IOV_MAX (1024)
+            self.write()
 
-    def shown(self) -> list[str]:
-        """The lines to show (the line being drawn last), escapes removed."""
-        from platform_plugin.launcher.board_tail import plain  # a failure or a board needs it
-        return [plain(line) for line in self.raw()]
+    def write(self) -> None:
+        """Write everything held now."""
+        held, size = self.held, self.size
+        if not held:
+            return
+        self.held, self.size = [], 0
+        try:
+            done = os.writev(self.file.fileno(), held)
+            if done < size:  # a short write, just before ENOSPC: the rest (then the error)
+                rest = memoryview(b"".join(held))[done:]
+                while rest:
+                    rest = rest[os.write(self.file.fileno(), rest):]
+        except OSError as exc:
+            self.error = exc
 
-    def raw(self) -> list[bytes]:
-        """The same lines with their escapes (the board's HTML keeps their colours)."""
-        lines = list(self.lines)
-        current = last_state(self.current)
-        if current and (self.hide is None or not self.hide.match(current)):
-            lines.append(current)
-        return lines[-(self.lines.maxlen or 1):]
+    def close(self) -> None:
+        self.write()
+        try:
+            self.file.close()
+        except OSError:  # pragma: no cover - unbuffered: nothing left to flush
+            pass
 
 
 class _RankStream:
@@ -165,11 +111,12 @@ class _RankStream:
         self.prefix = f"[{self.label}] "
         self.prefix_bytes = self.prefix.encode()
         self.newline_prefix = b"\n" + self.prefix_bytes
-        self.log = open(log_path, "wb", buffering=0)  # unbuffered: the file is complete even if we die
+        self.log = _RankLog(log_path)
         self.shown = shown
         self.partial = b""
         self.partial_since = 0.0
-        self.screen = ScreenTail(tail_lines, hide)  # the last lines as a terminal shows them
+        self.tail_lines = tail_lines
+        self._screen = None  # screen_tail.ScreenTail, made at the first chunk (see `screen`)
         self.rate = max_lines_per_s
         self.tokens = max_lines_per_s or 0.0
         self.refilled = time.monotonic()
@@ -177,42 +124,55 @@ class _RankStream:
         self.held_total = 0
         self.hide = hide  # lines kept out of the display: `search(chunk)`, `match(line)` (quiet.py)
         self.hidden = 0
-        self.log_error: OSError | None = None  # the log could not be written (disk full)
 
-    def _log(self, data: bytes) -> None:
-        """Append to the log; a full or failing disk stops the logging (the supervisor then
-        stops the job), never the loop: the display and the tail keep working."""
-        if self.log_error is not None:
-            return
-        view = memoryview(data)
-        try:
-            while view:  # an unbuffered write may be short just before ENOSPC
-                view = view[self.log.write(view) or 0:]
-        except OSError as exc:
-            self.log_error = exc
+    @property
+    def screen(self):
+        """The last lines as a terminal shows them (screen_tail.py: a rank that prints nothing,
+        e.g. every rank of a CLI launch of `python -c pass`, never loads that module)."""
+        if self._screen is None:
+            from platform_plugin.launcher.screen_tail import ScreenTail
+            self._screen = ScreenTail(self.tail_lines, self.hide)
+        return self._screen
 
     def feed(self, data: bytes, now: float, out: list[bytes | memoryview]) -> None:
-        self._log(data)
+        self.log.add(data, now)
         cut = data.rfind(b"\n") + 1
-        # the chatter test scans every byte (~40 us per 64 KiB when the text holds a "["): one
-        # per chunk, shared by the tail and the display; a chunk ending no line needs none
-        marked = bool(cut) and self.hide is not None and self.hide.search(data)
+        hide = self.hide
+        # the chatter test scans every byte (quiet.py): one per chunk, shared by the tail and
+        # the display; a chunk ending no line needs none
+        marked = bool(cut) and hide is not None and hide.search(data)
         self.screen.feed(data, marked)
         if not cut:  # no line ends in this chunk
             self.partial += data
             if self.partial:
                 self.partial_since = self.partial_since or now
-        else:  # a chunk of whole lines (the common case) is not copied at all
-            complete = (b"".join((self.partial, memoryview(data)[:cut])) if self.partial
-                        else data[:cut])
-            if self.partial and not marked and self.hide is not None:
+        else:
+            held = self.partial
+            if held and not marked and hide is not None:
                 # the one line `data` alone does not hold: the held part and its end
-                marked = self.hide.search(complete[:len(self.partial) + data.find(b"\n") + 1])
+                marked = hide.search(held + data[:data.find(b"\n") + 1])
             self.partial = data[cut:]
             self.partial_since = now if self.partial else 0.0
-            self._lines(complete, now, out, marked)
+            if marked or self.shown and (self.rate is not None or b"\r" in data or
+                                         b"\r" in held):
+                self._lines(b"".join((held, memoryview(data)[:cut])), now, out, marked)
+            elif self.shown:  # the common case: prefixed as it is, the chunk never copied
+                self._prefixed(held, data, cut, out)
         if len(self.partial) > PARTIAL_MAX:
             self.flush_partial(now, out)
+
+    def _prefixed(self, held: bytes, data: bytes, cut: int, out: list[bytes | memoryview]) -> None:
+        """`held` + `data[:cut]` (whole lines, nothing to change) prefixed for the display.
+        One bytes.replace for the whole chunk (several times faster than str.replace; limiting
+        it to all newlines but the last needs a count, slower than the replace itself); what
+        follows the last newline and its prefix are cut off by a view, not a copy:
+        "a\nb\nc" -> "a\n[p]b\n[p]c" -> "a\n[p]b\n". The first line's prefix is a piece of
+        its own. Bytes all the way: decoding, if the display needs text at all, happens in
+        write_pending."""
+        prefixed = data.replace(b"\n", self.newline_prefix)
+        out.append(self.prefix_bytes + held if held else self.prefix_bytes)
+        out.append(memoryview(prefixed)[:len(prefixed) - (len(data) - cut) -
+                                        len(self.prefix_bytes)])
 
     def flush_partial(self, now: float, out: list[bytes | memoryview]) -> None:
         if self.partial:
@@ -222,9 +182,7 @@ class _RankStream:
 
     def _lines(self, complete: bytes, now: float, out: list[bytes | memoryview],
                marked: bool) -> None:
-        """`complete` ends with a newline; `marked`: it may hold chatter (`hide.search`). The
-        common case (no \\r, no cap) is one replace for the whole chunk and no decode here:
-        throughput matters when ranks print a lot."""
+        """`complete` ends with a newline; `marked`: it may hold chatter (`hide.search`)."""
         if b"\r" in complete:
             complete = redrawn(complete)
         if marked:  # the lines are matched one by one only then
@@ -237,14 +195,7 @@ class _RankStream:
             complete = self._within_rate(complete, now, out)
             if not complete:
                 return
-        # one bytes.replace for the whole chunk (several times faster than str.replace; limiting
-        # it to all newlines but the last needs a count, slower than the replace itself), the
-        # trailing prefix cut by a view, not a copy: "a\n[p]b\n[p]" -> "a\n[p]b\n". The first
-        # line's prefix is a piece of its own, not a concatenation (another copy). Bytes all
-        # the way: decoding, if the display needs text at all, happens in write_pending.
-        prefixed = complete.replace(b"\n", self.newline_prefix)
-        out.append(self.prefix_bytes)
-        out.append(memoryview(prefixed)[:len(prefixed) - len(self.prefix_bytes)])
+        self._prefixed(b"", complete, len(complete), out)
 
     def _without_hidden(self, complete: bytes) -> bytes:
         lines = complete[:-1].split(b"\n")
@@ -281,10 +232,7 @@ class _RankStream:
         if self.shown and self.held_now:
             out.append(self._held_note())
             self.held_now = 0
-        try:
-            self.log.close()
-        except OSError:  # pragma: no cover - unbuffered: nothing left to flush
-            pass
+        self.log.close()
 
 
 def _byte_layer(stdout):
@@ -324,15 +272,19 @@ class Output:
         self.last_output = now
         stream = self._streams[name]
         stream.feed(data, now, self._pending)
-        if stream.log_error is not None and not self.log_failure:
-            exc = stream.log_error
-            self.log_failure = f"{exc.strerror or exc} writing {stream.log.name}"
+        if stream.log.error is not None:
+            self._log_failed(stream.log)
+
+    def _log_failed(self, log: _RankLog) -> None:
+        if log.error is not None and not self.log_failure:
+            self.log_failure = f"{log.error.strerror or log.error} writing {log.name}"
 
     def log_only(self, name: str, data: bytes) -> None:
         """Launcher text for one rank's log, not the display (its Python stack, stacks.py)."""
         stream = self._streams.get(name)
         if stream is not None:
-            stream._log(data)
+            stream.log.add(data, time.monotonic())
+            stream.log.write()  # after what the rank wrote before, at once
 
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""
@@ -345,6 +297,9 @@ class Output:
         for stream in self._streams.values():
             if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
                 stream.flush_partial(now, self._pending)
+            if stream.log.held and now - stream.log.since >= LOG_DELAY_S:
+                stream.log.write()
+                self._log_failed(stream.log)
         self.write_pending()
         if self._stdout_written:
             self._stdout_written = False
@@ -393,4 +348,5 @@ class Output:
     def close(self) -> None:
         for stream in self._streams.values():
             stream.close(self._pending)
+            self._log_failed(stream.log)
         self.flush()

@@ -1,9 +1,9 @@
-"""The board's tail of a rank as a terminal would finally show it (board_tail.ScreenTail)."""
+"""The board's tail of a rank as a terminal would finally show it (screen_tail.ScreenTail)."""
 from __future__ import annotations
 
 import re
 
-from platform_plugin.launcher.output import LINE_BYTES, ScreenTail
+from platform_plugin.launcher.screen_tail import LINE_BYTES, ScreenTail
 
 
 def test_a_redrawn_progress_bar_is_one_line_in_its_last_state():

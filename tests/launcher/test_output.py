@@ -91,7 +91,8 @@ def test_a_stdout_of_another_encoding_gets_decoded_text(tmp_path, monkeypatch):
 
 def test_the_tail_is_the_last_lines_of_however_many_chunks_hold_them(tmp_path):
     """Short chunks, a chunk of many short lines, lines longer than the window looked at first."""
-    from platform_plugin.launcher.output import LINE_BYTES, TAIL_LINES
+    from platform_plugin.launcher.output import TAIL_LINES
+    from platform_plugin.launcher.screen_tail import LINE_BYTES
     output = Output("none")
     output.open("0", str(tmp_path / "rank_0.log"))
     for i in range(3 * TAIL_LINES):  # one line a chunk: every chunk of the tail is kept
@@ -191,3 +192,27 @@ def test_only_the_redrawn_lines_of_a_chunk_change_in_the_display(tmp_path):
                 *("line %d" % i for i in range(100)), "last!"]
     assert "".join(shown).splitlines() == ["[rank 0] " + line for line in expected]
     assert (tmp_path / "rank_0.log").read_bytes() == chunk
+
+
+def test_the_rank_logs_are_written_in_batches_in_order_and_at_the_displays_tick(tmp_path,
+                                                                               monkeypatch):
+    """A rank's chunks are held and written together (one writev: half the kernel's CPU of
+    64 KiB writes); the launcher's own text (a stack dump) lands after what the rank wrote
+    before it; the display's tick writes what was held for LOG_DELAY_S."""
+    from platform_plugin.launcher import output as output_module
+    log = tmp_path / "rank_0.log"
+    output = Output("none")
+    output.open("0", str(log))
+    output.feed("0", b"one\n")
+    output.feed("0", b"two, no newline yet")
+    assert log.read_bytes() == b""  # held: less than LOG_BATCH, younger than LOG_DELAY_S
+    output.log_only("0", b"-- stack --\n")
+    assert log.read_bytes() == b"one\ntwo, no newline yet-- stack --\n"
+    output.feed("0", b"x" * output_module.LOG_BATCH)  # a batch's worth: written at once
+    assert log.stat().st_size == 35 + output_module.LOG_BATCH
+    output.feed("0", b"three\n")
+    monkeypatch.setattr(output_module, "LOG_DELAY_S", 0.0)
+    output.flush()
+    assert log.read_bytes() == (b"one\ntwo, no newline yet-- stack --\n" +
+                                b"x" * output_module.LOG_BATCH + b"three\n")
+    output.close()
