@@ -259,6 +259,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
+    from platform_plugin.notebook.bounded import ENGINE
     from platform_plugin.notebook.interrupt import interruptible
 
     run = claim_output(run)
@@ -275,7 +276,7 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
             executed = papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,
                 kernel_name=run.kernel, language=kernel_language(run.kernel_dir),
-                cwd=str(run.cwd), progress_bar=False,
+                cwd=str(run.cwd), progress_bar=False, engine_name=ENGINE,
                 stdout_file=out if live else None, stderr_file=err if live else None,
                 extra_arguments=[] if verbose else QUIET_KERNEL_ARGS,
                 **interrupts.engine_options(watcher.engine_options()))
