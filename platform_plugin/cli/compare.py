@@ -9,6 +9,7 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking import compare, diagnosis
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
+from platform_plugin.tracking.uri_check import check_tracking_uri
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
 DEFAULT_UI = "http://127.0.0.1:5000"
@@ -68,6 +69,7 @@ def find_job(job: str | None, log_dir: str | None):
         raise ConfigError(f"job {spool_dir.parent.name}'s store {runs.config.tracking_uri} does "
                           "not exist (the project moved, or the file was removed): compare reads "
                           "the ranks' runs from it", code="TRACKING_JOB")
+    check_tracking_uri(runs.config.tracking_uri or "", f"job {spool_dir.parent.name}'s store")
     client = MlflowSink().client(runs.config.tracking_uri)
     return (compare.with_store_ranks(runs, client), client,
             runs.config.job.get("job_id", spool_dir.parent.name))

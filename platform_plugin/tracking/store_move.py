@@ -20,7 +20,7 @@ from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.tracking.identity import stream_name
 from platform_plugin.tracking.offsets import spool_labels
 from platform_plugin.tracking.state import HelperStatus, SinkConfig, StreamState, stream_lock
-from platform_plugin.tracking.uri_check import check_tracking_uri, sqlite_file
+from platform_plugin.tracking.uri_check import check_tracking_uri, sqlite_file, uri_problem
 
 GONE, MOVE = "TRACKING_STORE_GONE", "TRACKING_SYNC_TO"
 
@@ -49,7 +49,14 @@ def missing_store(config: SinkConfig) -> str | None:
 
 
 def check_store_there(spool_dir, config: SinkConfig, job: str) -> None:
-    """Refuse a sync that would make a fresh store in place of one the job already wrote to."""
+    """Refuse a sync into a URI no client can use (recorded before the URI check existed, or a
+    driver uninstalled since) and a sync that would make a fresh store in place of one the job
+    already wrote to."""
+    why = uri_problem(config.tracking_uri) if config.sink == "mlflow" and config.tracking_uri else None
+    if why:
+        raise _refuse("TRACKING_URI", f"the job's store {config.tracking_uri!r} cannot be used: "
+                      f"{why}. Name a store that works: platform-run sync {job} --to URI",
+                      "sink.json")
     path = missing_store(config)
     if path is None or not (config.experiment_id or run_ids(spool_dir, config)):
         return  # a store this job never opened is made by its first sync, as by the job

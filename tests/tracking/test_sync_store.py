@@ -16,6 +16,7 @@ import pytest
 
 from platform_plugin.launcher import launch
 from platform_plugin.tracking.spool import SpoolWriter, encode_metric
+from platform_plugin.tracking.uri_check import uri_problem
 from platform_plugin.tracking.state import HelperStatus, SinkConfig
 from platform_plugin.util.procfs import alive
 from tests.cli.helpers import run_inprocess
@@ -118,3 +119,25 @@ def test_a_killed_helpers_pid_does_not_block_to(tracking_env, tmp_path):
     moved = sync(str(spool.parent), "--to", f"sqlite:///{tmp_path}/m.db")
     assert moved.returncode == 0, moved  # before: TRACKING_SYNC_TO naming this pytest's pid
     assert sink_uri(spool.parent) == f"sqlite:///{tmp_path}/m.db"
+
+
+def test_a_job_recorded_with_a_uri_no_client_can_use_is_told_to_use_to(tracking_env, tmp_path):
+    """A job recorded before the URI check (or whose driver was uninstalled since): sync and
+    compare said nothing useful (compare: a ModuleNotFoundError traceback; sync: the same error
+    per attempt, for ever). Now TRACKING_URI pointing at --to, which then delivers."""
+    job = tmp_path / "platform_logs" / "job-20260101-000000-abcd"
+    (job / "tracking").mkdir(parents=True)
+    uri = next(u for u in ("postgresql://u:p@127.0.0.1:1/db", "mysql://u@127.0.0.1:1/db")
+               if uri_problem(u, {}))  # a driver SQLAlchemy cannot load here
+    SinkConfig("mlflow", tracking_uri=uri, experiment_name="e").save(job / "tracking")
+    writer = SpoolWriter(job / "tracking" / "rank_0.jsonl")
+    writer.append(encode_metric('"loss"', 0.5, 1, 1_700_000_000_000))
+    writer.close()
+    for argv in (["sync", str(job), "--wait", "0"], ["compare", str(job)]):
+        outcome = run_inprocess(argv, tmp_path)
+        assert outcome.rc == 2 and "[TRACKING_URI]" in outcome.err, outcome
+        assert not outcome.traceback
+    assert "--to URI" in run_inprocess(["sync", str(job)], tmp_path).err
+    moved = sync(str(job), "--to", f"sqlite:///{tmp_path}/m.db")
+    assert moved.returncode == 0 and "sent 1 now" in moved.stdout, moved
+    assert losses(f"sqlite:///{tmp_path}/m.db") == [0.5]
