@@ -23,12 +23,15 @@ def deleted_holds(wanted: dict[str, bool]) -> list[tuple[str, int, str]]:
     an exclusive one). Empty when /proc cannot tell (no /proc/locks)."""
     if not wanted:
         return []
+    # /proc names the file by its real path (a /tmp that is a symlink: the folder it points to)
+    real = {os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p)): p
+            for p in wanted}
     held = _flocks_on(os.path.dirname(next(iter(wanted))), exclusive_only=all(
         not any_hold for any_hold in wanted.values()))
     found = []
     for pid, inodes in held.items():
-        for path, fd_path in _deleted_files(pid, inodes, wanted):
-            found.append((path, pid, _holder_line(fd_path) or f"pid {pid}"))
+        for path, fd_path in _deleted_files(pid, inodes, {r: wanted[p] for r, p in real.items()}):
+            found.append((real[path], pid, _holder_line(fd_path) or f"pid {pid}"))
     return found
 
 

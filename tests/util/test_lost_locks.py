@@ -63,13 +63,21 @@ sys.stdin.read()
 """
 
 
-def test_a_cleanup_sees_a_job_after_the_lock_folder_was_removed(tmp_path, monkeypatch):
+@pytest.mark.parametrize("tmp", ["folder", "symlink"])
+def test_a_cleanup_sees_a_job_after_the_lock_folder_was_removed(tmp_path, monkeypatch, tmp):
     """The lock folder of this test (LOCKS_IN): removing the machine's real one would take the
-    other running tests' locks too."""
-    monkeypatch.setattr(code_lock, "LOCKS_IN", str(tmp_path))
+    other running tests' locks too. `symlink`: a /tmp that is a symbolic link (/proc names
+    the holder's file by the real path)."""
+    locks_in = tmp_path / "tmp"
+    if tmp == "symlink":
+        (tmp_path / "real_tmp").mkdir()
+        locks_in.symlink_to(tmp_path / "real_tmp")
+    else:
+        locks_in.mkdir()
+    monkeypatch.setattr(code_lock, "LOCKS_IN", str(locks_in))
     monkeypatch.setattr(code_lock, "_checked_dir", [])
     exp = _project(tmp_path / "CODE" / "exp")
-    job = subprocess.Popen([sys.executable, "-c", HOLDER, str(exp), str(tmp_path)],
+    job = subprocess.Popen([sys.executable, "-c", HOLDER, str(exp), str(locks_in)],
                            env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True)
     try:
