@@ -48,19 +48,21 @@ class _Spill:
 
     def write(self, text: str) -> None:
         if self.handle is not None:
-            data = text.encode("utf-8", "surrogateescape")
             try:
-                self.handle.write(data)
+                for data in _encoded(text):
+                    self.handle.write(data)
+                    self.written += len(data)
                 self.handle.flush()  # the file has what the terminal showed, even after a kill
             except OSError as exc:  # e.g. a full disk: the run stops, as for the notebook
                 raise OutputNotSaved(exc.errno, exc.strerror, self.path) from None
-            self.written += len(data)
 
-    def add(self, name: str, text: str) -> None:
-        """Characters past the head (already in the file): counted, the last ones kept."""
-        if not text:
+    def add(self, name: str, text: str, start: int = 0) -> None:
+        """`text[start:]`, past the head (already in the file): counted, the last ones kept
+        (never a whole 100 MB message: the runner would hold it until the cell ends)."""
+        if len(text) <= start:
             return
-        self.chars += len(text)
+        self.chars += len(text) - start
+        text = text[max(start, len(text) - TAIL):]
         self.tail.append((name, text))
         self.tail_chars += len(text)
         while self.tail_chars - len(self.tail[0][1]) >= TAIL:
@@ -120,12 +122,25 @@ class BoundedClient(PapermillNotebookClient):
             cut = head.rfind("\n")
             head = head[:cut + 1] if cut >= len(head) - 4096 else head
             outs[-1:] = [nbformat_stream(out.name, head), spill.note] if head else [spill.note]
-            text = text[len(head):]
+            spill.add(out.name, text, len(head))
         else:
             outs.pop()  # past the head: into the file and the tail, never into the notebook
             spill.write(text)
-        spill.add(out.name, text)
+            spill.add(out.name, text)
         return out  # papermill still streams it (whole) to the terminal
+
+    def log_output_message(self, output: Any) -> None:
+        """papermill's live stream, without its `"".join(text)` copy of a whole message, in
+        pieces (a 100 MB message was encoded whole for the terminal)."""
+        stream = {"stdout": self.stdout_file, "stderr": self.stderr_file}.get(
+            output.get("name")) if output.output_type == "stream" else None
+        if stream is None or self.log_output:
+            super().log_output_message(output)
+            return
+        text = output.text
+        for at in range(0, len(text), PIECE):
+            stream.write(text[at:at + PIECE])
+        stream.flush()
 
     def _start_spill(self, outs: list, cell_index: int) -> _Spill:
         """The head stays; the file starts with it (it holds the cell's whole output)."""
@@ -179,6 +194,14 @@ class BoundedClient(PapermillNotebookClient):
             self._finish(cell_index, cell.get("outputs", []))
 
     execute_cell = run_sync(async_execute_cell)  # nbclient's is bound to its own method
+
+
+PIECE = 1 << 20  # characters encoded at a time (file, terminal)
+
+
+def _encoded(text: str) -> Any:
+    for at in range(0, len(text), PIECE):
+        yield text[at:at + PIECE].encode("utf-8", "surrogateescape")
 
 
 def nbformat_stream(name: str, text: str) -> Any:
