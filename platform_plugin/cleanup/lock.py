@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from typing import Iterable
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.util.code_lock import (LockUnavailable, RootLock, held_folders, lock_dir,
-                                            nobody_holds, open_lock, still_at)
+from platform_plugin.util.code_lock import (BUSY_TRIES, BUSY_WAIT_S, LockUnavailable, RootLock,
+                                            held_folders, lock_dir, nobody_holds, open_lock,
+                                            still_at)
 
 GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
 
@@ -105,7 +107,13 @@ def refuse_deleted_holds(locks: list[tuple[RootLock, bool]]) -> None:
     cleanup locked or found free does not show it. (lock, exclusive): as in check_free."""
     from platform_plugin.util.lost_locks import deleted_holds
     wanted = {lock.path: exclusive for lock, exclusive in locks if lock.path}
-    for path, pid, holder in deleted_holds(wanted):
+    found = deleted_holds(wanted)
+    for _ in range(BUSY_TRIES):  # a last holder unlinks its file, then closes it: an instant
+        if not found:
+            return
+        time.sleep(BUSY_WAIT_S)
+        found = deleted_holds(wanted)
+    for path, pid, holder in found:
         lock = next(lock for lock, _ in locks if lock.path == path)
         from platform_plugin.util.lock_refusal import busy
         raise busy(lock.kind, lock.root, lock.what, f"{holder}; its lock file was deleted under "

@@ -90,3 +90,18 @@ def test_a_cleanup_sees_a_job_after_the_lock_folder_was_removed(tmp_path, monkey
     finally:
         job.communicate("", timeout=60)
     CleanupLock.take(exp).release()  # the holder has ended: nothing left in the way
+
+
+def test_a_last_holder_unlinking_its_file_for_an_instant_is_not_a_refusal(tmp_path, monkeypatch):
+    """release()/a check unlink the file they hold, then close it: in that instant /proc shows
+    a hold on a deleted file. Seen once (the first look), gone at the next: no refusal."""
+    from platform_plugin.util import lost_locks
+    exp = _project(tmp_path / "CODE" / "exp")
+    looks = []
+
+    def seen_once(wanted):
+        looks.append(1)
+        return [(next(iter(wanted)), 1, "job ending (pid 1)")] if len(looks) == 1 else []
+    monkeypatch.setattr(lost_locks, "deleted_holds", seen_once)
+    CleanupLock.take(exp).release()
+    assert len(looks) == 2
