@@ -25,6 +25,7 @@ PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 LOG_BATCH = 1 << 20  # a rank's log is written once this much is held ...
 LOG_DELAY_S = 0.1  # ... or once the oldest byte held is this old (checked at the display's tick)
+TAIL_HELD = 1 << 20  # a rank's chunks kept for its tail before they are fed to it
 
 
 def last_state(line: bytes) -> bytes:
@@ -116,7 +117,9 @@ class _RankStream:
         self.partial = b""
         self.partial_since = 0.0
         self.tail_lines = tail_lines
-        self._screen = None  # screen_tail.ScreenTail, made at the first chunk (see `screen`)
+        self._screen = None  # screen_tail.ScreenTail, made when first asked for (`screen`)
+        self._unseen: list[tuple[bytes, bool]] = []  # chunks not yet fed to it, and their marks
+        self._unseen_size = 0
         self.rate = max_lines_per_s
         self.tokens = max_lines_per_s or 0.0
         self.refilled = time.monotonic()
@@ -127,11 +130,17 @@ class _RankStream:
 
     @property
     def screen(self):
-        """The last lines as a terminal shows them (screen_tail.py: a rank that prints nothing,
-        e.g. every rank of a CLI launch of `python -c pass`, never loads that module)."""
+        """The last lines as a terminal shows them (screen_tail.py), brought up to date. The
+        chunks are kept until it is asked for (a failure's quote, the board's redraw) or
+        TAIL_HELD bytes were read: then only the chunks that can still show are looked at (a
+        chunk of many lines hides all before it). A job that succeeds in a terminal never loads
+        the module when its ranks print little (e.g. a CLI launch of `python -c pass`)."""
         if self._screen is None:
             from platform_plugin.launcher.screen_tail import ScreenTail
             self._screen = ScreenTail(self.tail_lines, self.hide)
+        if self._unseen:
+            self._screen.feed_chunks(self._unseen)
+            self._unseen, self._unseen_size = [], 0
         return self._screen
 
     def feed(self, data: bytes, now: float, out: list[bytes | memoryview]) -> None:
@@ -141,7 +150,10 @@ class _RankStream:
         # the chatter test scans every byte (quiet.py): one per chunk, shared by the tail and
         # the display; a chunk ending no line needs none
         marked = bool(cut) and hide is not None and hide.search(data)
-        self.screen.feed(data, marked)
+        self._unseen.append((data, marked))  # the same bytes the log holds: no copy
+        self._unseen_size += len(data)
+        if self._unseen_size > TAIL_HELD or len(self._unseen) > 256:
+            self.screen  # noqa: B018 - brought up to date: the chunks are let go
         if not cut:  # no line ends in this chunk
             self.partial += data
             if self.partial:

@@ -76,6 +76,18 @@ class ScreenTail:
             start = drawing.rstrip(b"\r").rfind(b"\r") + 1
             self.current = bounded(drawing[start:])
 
+    def feed_chunks(self, chunks: list[tuple[bytes, bool]]) -> None:
+        """`feed` each (chunk, marked) in turn, where the last chunk alone holds more than
+        `size` lines and no chatter mark: that one only (the others would scroll out)."""
+        data, marked = chunks[-1]
+        size = self.lines.maxlen or 1
+        if len(chunks) > 1 and not marked and len(last_pieces(data, size)) == size + 2:
+            self.lines.clear()
+            self.current = b""
+            chunks = chunks[-1:]
+        for data, marked in chunks:
+            self.feed(data, marked)
+
     def _last_pieces(self, data: bytes) -> list[bytes]:
         """The chunk's last `size` lines and what follows them, looked for in its last bytes
         first (no split of the whole chunk)."""

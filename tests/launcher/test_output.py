@@ -216,3 +216,35 @@ def test_the_rank_logs_are_written_in_batches_in_order_and_at_the_displays_tick(
     assert log.read_bytes() == (b"one\ntwo, no newline yet-- stack --\n" +
                                 b"x" * output_module.LOG_BATCH + b"three\n")
     output.close()
+
+
+def test_a_tail_made_from_the_held_chunks_is_the_tail_fed_every_chunk(tmp_path, monkeypatch):
+    """The tail is brought up to date only when asked for or after TAIL_HELD bytes, and then
+    skips the chunks a later one scrolls out: the same lines as ScreenTail fed chunk by chunk,
+    for random chunks of ordinary lines, bars, chatter, long lines, escapes, `\\r\\n`."""
+    import random
+    from platform_plugin.launcher import output as output_module
+    from platform_plugin.launcher.screen_tail import ScreenTail
+    rng = random.Random(7)
+    kinds = [b"line %d", b"\rbar 10%%\rbar %d%%", CHATTY.split(b"\n")[0] + b" %d",
+             b"[INFO] ME(1): [mindspore/ccsrc/x/collective/y] %d", b"x" * 5000 + b" %d", b"%d",
+             b"\x1b[31mred %d\x1b[0m", b"step [%d] (loss)"]
+    for trial in range(60):
+        monkeypatch.setattr(output_module, "TAIL_HELD", rng.choice([1, 100, 5000, 1 << 20]))
+        hide, size = rng.choice([None, CHATTER]), rng.choice([1, 4, 20])
+        output = Output("none", hide=hide)
+        output.tail_lines = size
+        output.open("0", str(tmp_path / "rank_0.log"))
+        fed = ScreenTail(size, hide)
+        text = b"".join(rng.choice(kinds) % i + rng.choice([b"\n", b"\n", b"\r\n", b""])
+                        for i in range(rng.randint(1, 300)))
+        start = 0
+        while start < len(text):
+            chunk = text[start:start + rng.choice([1, 7, 100, 3000, 20000])]
+            start += len(chunk)
+            output.feed("0", chunk)
+            fed.feed(chunk)
+            if rng.random() < 0.1:
+                assert output.tail("0") == fed.shown(), trial
+        assert output.tail("0") == fed.shown(), trial
+        output.close()
