@@ -29,6 +29,9 @@ def register(subparsers) -> None:
                    help="send to this MLflow store from now on (recorded in the job's sink.json): "
                         "the job's store at its new path or URL, or a store for a job whose URI "
                         "never worked; refused when part of the job already went elsewhere")
+    p.add_argument("--from-start", action="store_true",
+                   help="with --to: send the whole job again from its spool into a store that "
+                        "does not hold it (e.g. the job's store was lost)")
     p.set_defaults(func=run)
 
 
@@ -36,6 +39,9 @@ def run(args) -> int:
     if not args.wait >= 0:  # also nan, which compares false to everything
         raise ConfigError(f"--wait {args.wait:g}: give the seconds to keep retrying, 0 or more",
                           code="TRACKING_SYNC_WAIT")
+    if args.from_start and not args.to:
+        raise ConfigError("--from-start sends the whole job into the store --to URI names: "
+                          "give --to", code="TRACKING_SYNC_TO")
     signal.signal(signal.SIGTERM, interrupt)  # `--wait inf` in the background: stop as Ctrl-C
     try:
         return _sync(args)
@@ -49,7 +55,7 @@ def _sync(args) -> int:
     waiting = 0
     for spool_dir in find_spool_dirs(args.job, args.log_dir):
         res = sync_spool_dir(spool_dir, end_status=args.end, wait=args.wait, to=args.to,
-                             job=args.job or "JOB")
+                             from_start=args.from_start, job=args.job or "JOB")
         c = res.counts
         print(f"{spool_dir}: sent {res.delivered_now} now; delivered {c.delivered}, pending {c.pending}, "
               f"skipped {c.skipped}, rejected {c.rejected}"

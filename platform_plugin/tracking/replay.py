@@ -51,14 +51,15 @@ def deliver_all(forwarder: Forwarder, wait: float) -> int:
 
 def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
                    wait: float = DEFAULT_WAIT_S, to: str | None = None,
-                   job: str = "JOB") -> SyncResult:
-    """`to`: move the job to this store first (store_move.py); `job`: its name in messages."""
+                   from_start: bool = False, job: str = "JOB") -> SyncResult:
+    """`to`: move the job to this store first (store_move.py; `from_start`: the whole job
+    again); `job`: its name in messages."""
     config = SinkConfig.load(spool_dir)
     if config is None:
         raise ConfigError(f"{spool_dir} has no sink.json: not a tracking spool folder",
                           code="TRACKING_JOB")
     sink = None if to is None else get_sink(config.sink)
-    if to is not None and store_move.move_to(spool_dir, config, to, sink):
+    if to is not None and store_move.move_to(spool_dir, config, to, sink, from_start):
         config = SinkConfig.load(spool_dir) or config
     store_move.check_store_there(spool_dir, config, job)  # before any MLflow import
     sink = sink or get_sink(config.sink)

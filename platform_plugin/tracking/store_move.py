@@ -10,7 +10,9 @@ runs nobody will find, beside a store that no longer exists - silently. A sync r
 - into a store without them, when nothing went anywhere yet (a URI that never worked): the
   runs are made there;
 - else refused (TRACKING_SYNC_TO): part of the job is in the old store, the rest would start a
-  second copy of the job with only the tail of its points.
+  second copy of the job with only the tail of its points - unless `--from-start`: the whole
+  job is sent again from its spool (which keeps every line), e.g. into a store made anew after
+  the old one was lost (the parent run's per-step aggregates are not recomputed, as by any sync).
 """
 from __future__ import annotations
 
@@ -68,27 +70,33 @@ def check_store_there(spool_dir, config: SinkConfig, job: str) -> None:
                   config.tracking_uri or "sink.json")
 
 
-def move_to(spool_dir, config: SinkConfig, uri: str, sink) -> bool:
+def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = False) -> bool:
     """Record `uri` as the job's store in sink.json; True when it changed. `sink` answers
-    whether the target holds the job's runs (opening only a store that exists)."""
+    whether the target holds the job's runs (opening only a store that exists). `from_start`:
+    into a store without them, the whole job again from its spool (a lost store rebuilt)."""
     check_tracking_uri(uri, "--to")
     if config.sink != "mlflow":
         raise _refuse(MOVE, f"--to names an MLflow store; this job tracks into {config.sink}", "--to")
-    if uri == config.tracking_uri:
+    if uri == config.tracking_uri and not from_start:
         return False
     _check_no_live_helper(spool_dir, config)
     with stream_lock(spool_dir, "runs", blocking=True):  # a sync of the same job at once
         config = SinkConfig.load(spool_dir) or config
         ids = run_ids(spool_dir, config)
-        if not (ids and _holds(sink, uri, ids)):
+        holds = bool(ids) and _holds(sink, uri, ids)
+        if holds and from_start:
+            raise _refuse(MOVE, f"--to {uri} --from-start: that store holds this job's runs "
+                          "already: sending the job again would store every point twice", "--to")
+        if not holds:
             sent = sent_records(spool_dir)
-            if sent:
+            if sent and not from_start:
                 raise _refuse(MOVE, f"--to {uri}: that store does not hold this job's runs "
                               f"({', '.join(ids[:2])}{', ...' if len(ids) > 2 else ''}), and "
                               f"{sent} record(s) already went to {config.tracking_uri}: the rest "
                               "there would be a second, partial copy of the job. Move or copy "
-                              "the store itself and name it with --to", "--to")
-            _forget_runs(spool_dir, config)  # nothing sent: the runs are made in the new store
+                              "the store itself and name it with --to, or send the whole job "
+                              "there with --from-start (e.g. the store was lost)", "--to")
+            _forget_runs(spool_dir, config, from_start)  # the runs are made in the new store
         config.tracking_uri = uri
         config.save(spool_dir)
     return True
@@ -110,14 +118,24 @@ def _holds(sink, uri: str, ids: list[str]) -> bool:
     return True
 
 
-def _forget_runs(spool_dir, config: SinkConfig) -> None:
+def _forget_runs(spool_dir, config: SinkConfig, from_start: bool = False) -> None:
+    """The job's run ids (made anew in the new store); `from_start`: also what was delivered,
+    so every line of the spool is sent again (the rank's own refusals are kept: not in the
+    spool). A quarantine file is emptied: the same lines are moved there again on the way."""
     config.experiment_id = config.parent_run_id = None
     config.ended = False
     for label in spool_labels(spool_dir):
-        state = StreamState.load(spool_dir, stream_name(label))
-        if state.run_id:
+        stream = stream_name(label)
+        state = StreamState.load(spool_dir, stream)
+        if from_start:
+            state = StreamState(refused=state.refused)
+            try:
+                os.truncate(os.path.join(spool_dir, f"{stream}.jsonl.quarantine"), 0)
+            except FileNotFoundError:
+                pass
+        if state.run_id or from_start:
             state.run_id = None
-            state.save(spool_dir, stream_name(label))
+            state.save(spool_dir, stream)
 
 
 def _check_no_live_helper(spool_dir, config: SinkConfig) -> None:

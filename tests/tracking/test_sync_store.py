@@ -46,6 +46,14 @@ def losses(uri: str) -> list[float]:
     return [m.value for r in runs for m in mlflow.get_metric_history(r.info.run_id, "loss")]
 
 
+def helper_ended(job_dir: Path) -> None:
+    """The job's helper may outlive launch() by seconds (ending runs, a loaded machine), and
+    --to refuses to move a job under a helper still sending."""
+    helper = HelperStatus.load(job_dir / "tracking")
+    if helper is not None:
+        wait_for(lambda: not alive(helper.pid), timeout=120, what="the helper to end")
+
+
 def sink_uri(job_dir: Path) -> str:
     return json.loads((job_dir / "tracking" / "sink.json").read_text())["tracking_uri"]
 
@@ -58,6 +66,7 @@ def test_a_moved_store_is_refused_then_named_with_to_and_never_sent_twice(tracki
                     no_system_metrics=True, write=lambda text: None)
     assert result.ok and result.tracking.pending == 0, result.tracking
     job_dir = Path(result.job_dir)
+    helper_ended(job_dir)
     shutil.move(str(old), str(new))  # the user moves the project's store
     # a point the job's helper did not deliver (the rank side's own writer)
     writer = SpoolWriter(job_dir / "tracking" / "rank_0.jsonl")
@@ -82,6 +91,16 @@ def test_a_moved_store_is_refused_then_named_with_to_and_never_sent_twice(tracki
     assert sorted(losses(f"sqlite:///{new}/m.db")) == [0.5, 0.7]  # one run, each point once
     assert not (old / "m.db").exists()
 
+    # the whole job again into a store without it (as after losing one): not into one with it
+    twice = sync(result.job_id, "--to", f"sqlite:///{new}/m.db", "--from-start")
+    assert twice.returncode == 2 and "[TRACKING_SYNC_TO]" in twice.stderr, twice
+    rebuilt = sync(result.job_id, "--to", f"sqlite:///{elsewhere}", "--from-start")
+    assert rebuilt.returncode == 0 and "sent 2 now" in rebuilt.stdout, rebuilt
+    assert "runs ended" in rebuilt.stdout
+    assert sync(result.job_id).stdout.count("sent 0 now") == 1
+    assert sorted(losses(f"sqlite:///{elsewhere}")) == [0.5, 0.7]
+    assert sorted(losses(f"sqlite:///{new}/m.db")) == [0.5, 0.7]  # left as it was
+
 
 def test_a_job_whose_uri_never_worked_is_sent_to_another_store(tracking_env, tmp_path):
     port = hold_port()  # nobody listens: the recorded server never answered
@@ -93,9 +112,7 @@ def test_a_job_whose_uri_never_worked_is_sent_to_another_store(tracking_env, tmp
     finally:
         port.close()
     assert result.ok and result.tracking.pending == 1, result.tracking
-    helper = HelperStatus.load(Path(result.job_dir) / "tracking")
-    if helper is not None:  # still retrying the dead server: --to refuses to move under it
-        wait_for(lambda: not alive(helper.pid), timeout=120, what="the helper to end")
+    helper_ended(Path(result.job_dir))  # still retrying the dead server
     bad = sync(result.job_id, "--to", "localhost:5000")
     assert bad.returncode == 2 and "[TRACKING_URI]" in bad.stderr, bad
     store = f"sqlite:///{tmp_path}/later.db"
