@@ -5,8 +5,9 @@ earlier runs: its text never reaches the chatter test's substring searches).
 
 `realistic(lines)`: what a training rank prints, the same number of lines:
 - MindSpore's networking chatter at the start (40 glog lines the display hides);
-- Python logging lines with a timestamp and `[INFO]` (a `[` in nearly every line, so the
-  chatter test runs its searches over every byte), every 25th a `[WARNING]`;
+- Python logging lines with a timestamp and `[INFO]`, every 25th a `[WARNING]` with a `(`
+  (a `[` and a `(` in every chunk: the chatter test runs its substring searches over every
+  byte, as it does for MindSpore's own `[WARNING] ME(...)` lines);
 - every 50th line a tqdm-like progress bar: three `\\r` redraws (UTF-8 block characters),
   each its own write as tqdm does, then the newline.
 """
@@ -34,7 +35,7 @@ def realistic(lines: int) -> str:
     loop = (f"for i in range({lines - 40}):\n"
             "    if i % 50 == 49: bar(i)\n"
             "    elif i % 25 == 12: w(f'2026-12-01 02:55:41,{i%1000:03d} [WARNING] train.py:88 - "
-            "rank {r}: gradient overflow, loss scale 65536 -> 32768\\n')\n"
+            "rank {r}: gradient overflow (loss scale 65536 -> 32768)\\n')\n"
             "    else: w(f'2026-12-01 02:55:41,{i%1000:03d} [INFO] train.py:120 - rank {r} "
             "step {i} loss {1/(i+1):.4f} lr 1.0e-04\\n')\n")
     return _HEAD + _CHATTER.format() + bars + loop

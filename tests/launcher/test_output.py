@@ -248,3 +248,15 @@ def test_a_tail_made_from_the_held_chunks_is_the_tail_fed_every_chunk(tmp_path, 
                 assert output.tail("0") == fed.shown(), trial
         assert output.tail("0") == fed.shown(), trial
         output.close()
+
+
+def test_the_chatter_test_finds_a_chatter_line_among_any_number_of_parentheses():
+    """The cheap answer looks at the byte before each of a chunk's first `(`s (a chatter line's
+    module name ends there); a chunk with more falls back to the substring searches."""
+    line = CHATTY.split(b"\n")[0]
+    for before in (0, 5, 31, 32, 33, 200):
+        chunk = b"".join(b"[INFO] step %d (loss %d)\n" % (i, i) for i in range(before))
+        assert CHATTER.search(chunk + line + b"\n" + chunk), before
+        assert not CHATTER.search(chunk + b"[INFO] step (DISTRIBUTED) x\n" + chunk), before
+    collective = b"[WARNING] HCCL_ADPT(1,7f):2026 [mindspore/ccsrc/a/collective/b.cc:1] init\n"
+    assert CHATTER.search(b"(" + collective) and CHATTER.match(collective)
