@@ -19,6 +19,7 @@ import _thread
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 from typing import Any, Iterator
 
@@ -32,6 +33,8 @@ class Interrupts:
     def __init__(self) -> None:
         self.count = 0
         self.kernel_group: int | None = None
+        self.cell_started = False  # before that the kernel may still be starting
+        self.kernel_process: Any = None  # its Popen
         self._timer: threading.Timer | None = None
 
     def manager_class(self) -> type:
@@ -45,6 +48,7 @@ class Interrupts:
             async def _async_post_start_kernel(self, **kwargs: Any) -> None:
                 await super()._async_post_start_kernel(**kwargs)
                 interrupts.kernel_group = getattr(self.provisioner, "pgid", None)
+                interrupts.kernel_process = getattr(self.provisioner, "process", None)
 
             async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
                 # after a forced end the kernel may still be busy: kill it, never race it
@@ -61,6 +65,7 @@ class Interrupts:
             if self.count:
                 self.count = max(self.count, 2)
                 raise KeyboardInterrupt
+            self.cell_started = True
             if on_cell_start:
                 on_cell_start(**kwargs)
 
@@ -78,7 +83,10 @@ class Interrupts:
         raise KeyboardInterrupt
 
     def _interrupt_kernel(self) -> bool:
-        if self.kernel_group is None:  # the kernel is not started yet: nothing to interrupt
+        """False when there is no cell to interrupt: a kernel still starting (before ipykernel
+        handles SIGINT) died of it - "Kernel died before replying to kernel_info", exit 1
+        with the kernel's KeyboardInterrupt traceback; it is killed instead (count 2)."""
+        if self.kernel_group is None or not self.cell_started:
             return False
         try:
             os.killpg(self.kernel_group, signal.SIGINT)
@@ -93,6 +101,19 @@ class Interrupts:
     def stop(self) -> None:
         if self._timer:
             self._timer.cancel()
+        self._kill_left_kernel()
+
+    def _kill_left_kernel(self) -> None:
+        """An interrupt while the kernel started left it running: nbclient cleans up only a
+        kernel that answered (its setup_kernel's `finally` comes after the start)."""
+        process = self.kernel_process
+        if not self.count or process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(self.kernel_group or process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
 
 
 @contextlib.contextmanager

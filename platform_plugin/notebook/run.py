@@ -286,7 +286,9 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
         failure = failure_from(error, watcher)
     except OutputNotSaved as exc:  # e.g. a full disk: the run stops, the last save stays
         kept = "holds the run as of its last save" if run.output.exists() else "was not written"
-        raise PlatformPluginError(f"the output notebook could not be saved ({exc.strerror}): "
+        what = "the output notebook" if exc.filename == str(run.output) else \
+            f"a cell's whole output ({exc.filename})"  # notebook/bounded.py's file
+        raise PlatformPluginError(f"{what} could not be saved ({exc.strerror}): "
                                   f"the run stopped there; {run.output} {kept}") from None
     except Exception as exc:  # a timeout or dead kernel escapes papermill's own handling
         kind = escaped_failure_kind(exc)

@@ -136,3 +136,58 @@ def test_a_runner_started_with_closed_std_fds_runs_the_notebook(tmp_path):
     assert done.returncode == 0  # (nothing to read: stderr is closed too)
     nb = read_output(tmp_path / "out.ipynb")
     assert set(cell_statuses(nb)) == {"completed"} and "the cell ran" in str(nb.cells[-1].outputs)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_kernel_starts_ends_as_an_interrupt(tmp_path):
+    """Ctrl-C after the kernel's process started but before it answered: the runner passed the
+    SIGINT on to the kernel, which had no handler yet and died of it (its KeyboardInterrupt
+    traceback on the terminal, "Kernel died before replying to kernel_info", exit 1 "could not
+    be run"). Now the starting kernel is killed and the run ends as an interrupt (130). The
+    kernelspec's start is slowed down to make the moment certain (a loaded machine's is seconds)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.notebook.helpers import clean_env
+    spec = tmp_path / "jupyter" / "kernels" / "slowstart"
+    spec.mkdir(parents=True)
+    start = ("import sys, time; print('kernel starting', file=sys.stderr, flush=True); "
+             "time.sleep(30); from ipykernel import kernelapp; kernelapp.launch_new_instance()")
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-c", start, "-f", "{connection_file}"],
+        "display_name": "slow start", "language": "python"}))
+    make_notebook(tmp_path / "nb.ipynb", ["print('never')"], parameters="x = 1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "debug", "nb.ipynb", "--kernel", "slowstart",
+         "--output", "out.ipynb"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        env=clean_env(JUPYTER_PATH=str(tmp_path / "jupyter")), start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        seen = []
+        for line in proc.stderr:
+            seen.append(line)
+            if "kernel starting" in line:
+                os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: the runner's group
+                break
+        seen.append(proc.stderr.read())
+        assert proc.wait(timeout=60) == 130, "".join(seen)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _environ_has(
+        pid, f"JUPYTER_PATH={tmp_path / 'jupyter'}")], "the starting kernel was left running"
+    err = "".join(seen)
+    assert "Traceback" not in err and "Kernel died" not in err, err
+    assert "[platform-run] interrupted" in err, err
+
+
+def _environ_has(pid: str, entry: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return entry.encode() in handle.read().split(b"\0")
+    except OSError:
+        return False
