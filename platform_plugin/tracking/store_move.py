@@ -66,7 +66,8 @@ def check_store_there(spool_dir, config: SinkConfig, job: str) -> None:
     raise _refuse(GONE, f"the job's store {path}{where} is gone (moved or deleted) - it held "
                   f"the job's runs and {sent_records(spool_dir)} record(s) already sent; a sync "
                   "would make a new empty store there. Name where it is now: platform-run sync "
-                  f"{job} --to sqlite:////new/path/mlflow.db (or the server that serves it)",
+                  f"{job} --to sqlite:////new/path/mlflow.db (or the server that serves it); "
+                  "if it is lost, --to URI --from-start sends the whole job again",
                   config.tracking_uri or "sink.json")
 
 
