@@ -103,15 +103,14 @@ class BoundedClient(PapermillNotebookClient):
         self._folder = outputs_folder(nb_man.output_path) if nb_man.output_path else None
 
     def output(self, outs: list, msg: dict, display_id: Optional[str], cell_index: int) -> Any:
+        clearing = self.clear_before_next_output  # clear_output(wait=True): done by super
         out = super().output(outs, msg, display_id, cell_index)
+        if clearing and not self.clear_before_next_output:
+            self._cleared(outs, cell_index)
         if out is None or out.get("output_type") != "stream" or not outs or outs[-1] is not out:
             return out
         spill = self._spills.get(cell_index)
         text = out.text
-        if len(outs) == 1:  # the display was cleared (clear_output) before this output
-            self._kept.pop(cell_index, None)
-            if spill is not None:  # the note stays first: the file still has all of it
-                outs.insert(0, spill.note)
         if spill is None:
             kept = self._kept.get(cell_index, 0)
             if kept + len(text) <= HEAD:
@@ -128,6 +127,33 @@ class BoundedClient(PapermillNotebookClient):
             spill.write(text)
             spill.add(out.name, text)
         return out  # papermill still streams it (whole) to the terminal
+
+    def clear_output(self, outs: list, msg: dict, cell_index: int) -> None:
+        super().clear_output(outs, msg, cell_index)
+        if not outs:  # cleared now (not wait=True, not a widget's output hook)
+            self._cleared(outs, cell_index)
+
+    def _cleared(self, outs: list, cell_index: int) -> None:
+        """The notebook shows what follows a clear, as Jupyter does: the head is counted
+        afresh; a spilled cell gets its note back first (its file still has all of it) and its
+        tail restarts (what was cleared is not shown again at the cell's end). Detected from
+        nbclient's clear, not from the outputs' count: a display between the clear and the
+        next print (a live plot) hid the rest of the cell and its note."""
+        self._kept.pop(cell_index, None)
+        spill = self._spills.get(cell_index)
+        if spill is not None:
+            spill.tail.clear()
+            spill.tail_chars = 0
+            outs.insert(0, spill.note)
+            self._shift_displays(cell_index, 0, 1)
+
+    def _shift_displays(self, cell_index: int, start: int, by: int) -> None:
+        """nbclient finds a display to update (a display handle's `update`, from any later
+        cell) by its index in the cell's outputs: outputs inserted before it move it."""
+        for cells in self._display_id_map.values():
+            indices = cells.get(cell_index)
+            if indices:
+                cells[cell_index] = [i + by if i >= start else i for i in indices]
 
     def log_output_message(self, output: Any) -> None:
         """papermill's live stream, without its `"".join(text)` copy of a whole message, in
@@ -185,6 +211,7 @@ class BoundedClient(PapermillNotebookClient):
         at = next((i for i, o in enumerate(outs) if o is spill.note), None)
         if at is not None:  # outputs displayed after the note (a plot) stay after the tail
             outs[at + 1:at + 1] = tail
+            self._shift_displays(cell_index, at + 1, len(tail))
 
     async def async_execute_cell(self, cell: Any, cell_index: int, *args: Any,
                                  **kwargs: Any) -> Any:
