@@ -101,6 +101,9 @@ class BoundedClient(PapermillNotebookClient):
         self._kept: Dict[int, int] = {}  # cell -> stream characters kept (head)
         self._spills: Dict[int, _Spill] = {}
         self._folder = outputs_folder(nb_man.output_path) if nb_man.output_path else None
+        if self._folder is not None and _regular_output(nb_man.output_path):
+            _remove_earlier_files(self._folder)
+
 
     def output(self, outs: list, msg: dict, display_id: Optional[str], cell_index: int) -> Any:
         clearing = self.clear_before_next_output  # clear_output(wait=True): done by super
@@ -235,6 +238,21 @@ def nbformat_stream(name: str, text: str) -> Any:
     import nbformat
 
     return nbformat.v4.new_output("stream", name=name, text=text)
+
+
+def _remove_earlier_files(folder: str) -> None:
+    """The cells' files of an earlier run into the same `--output`: its notebook is replaced,
+    and a cell-N.txt left beside it would be taken for this run's (another cell's, even)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:  # none (the usual case), or not a folder: the first spill says so
+        return
+    for name in names:
+        if name.startswith("cell-") and name.endswith(".txt") and name[5:-4].isdigit():
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:  # left as it is: the run does not depend on it
+                pass
 
 
 def _regular_output(path: str) -> bool:

@@ -66,3 +66,13 @@ def test_a_display_updated_later_is_the_one_updated(tmp_path, small_bounds):
     shown = texts(nb.cells[0])
     assert "after" in shown and "before" not in shown, shown
     assert any(t.endswith("z" * 300 + "\n") for t in shown), shown
+
+
+def test_a_rerun_into_the_same_output_leaves_no_earlier_cell_file(tmp_path, small_bounds):
+    run(tmp_path, ["print('w' * 3000)"])
+    whole = tmp_path / "out.outputs" / "cell-1.txt"
+    assert whole.read_text() == "w" * 3000 + "\n"
+    (tmp_path / "out.outputs" / "notes.md").write_text("the user's")  # not ours: stays
+    nb = run(tmp_path, ["print('short')"])  # the same --output again: its cell 1 is small
+    assert texts(nb.cells[0]) == ["short\n"] and not whole.exists()
+    assert (tmp_path / "out.outputs" / "notes.md").read_text() == "the user's"
