@@ -135,6 +135,10 @@ class _RankStream:
         TAIL_HELD bytes were read: then only the chunks that can still show are looked at (a
         chunk of many lines hides all before it). A job that succeeds in a terminal never loads
         the module when its ranks print little (e.g. a CLI launch of `python -c pass`)."""
+        return self._settle_tail()
+
+    def _settle_tail(self):
+        """Feed the chunks kept for the tail to it; they are let go."""
         if self._screen is None:
             from platform_plugin.launcher.screen_tail import ScreenTail
             self._screen = ScreenTail(self.tail_lines, self.hide)
@@ -153,7 +157,7 @@ class _RankStream:
         self._unseen.append((data, marked))  # the same bytes the log holds: no copy
         self._unseen_size += len(data)
         if self._unseen_size > TAIL_HELD or len(self._unseen) > 256:
-            self.screen  # noqa: B018 - brought up to date: the chunks are let go
+            self._settle_tail()
         if not cut:  # no line ends in this chunk
             self.partial += data
             if self.partial:
