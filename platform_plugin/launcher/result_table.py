@@ -130,10 +130,22 @@ def _names(names: list[str], limit: int) -> str:
 
 def clip(line: str, width: int | None, keep: int = 0) -> str:
     """`line` cut to `width` columns with "…" (at least `keep` characters stay: what names
-    the line); whole when `width` is None (a pipe, a file, a notebook)."""
-    if width and len(line) > width:
+    the line); whole when `width` is None (a pipe, a file, a notebook). Columns, not
+    characters: a Chinese character (a comment in a cell, a message) takes two."""
+    if not width or len(line) <= width and line.isascii():
+        return line
+    if line.isascii():
         return line[:max(width - 1, keep)] + "…"
-    return line
+    from unicodedata import combining, east_asian_width  # (a line that is not ASCII only)
+    columns = [0 if combining(c) else 2 if east_asian_width(c) in ("W", "F") else 1
+               for c in line]
+    if sum(columns) <= width:
+        return line
+    used = cut = 0
+    while used + columns[cut] <= width - 1:  # (the line is wider: `cut` stays inside it)
+        used += columns[cut]
+        cut += 1
+    return line[:max(cut, keep)] + "…"
 
 
 def terminal_width(stream: TextIO | None = None) -> int | None:
