@@ -19,19 +19,13 @@ from nbclient.util import run_sync
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
 
-from platform_plugin.notebook.save import OutputNotSaved
+from platform_plugin.notebook.save import OutputNotSaved, outputs_folder
 
 ENGINE = "platform-run-bounded"
 HEAD = 512 * 1024  # characters of a cell's stream output kept in the notebook from its start
 TAIL = 512 * 1024  # ... and from its end
 CELL_KEEP = HEAD + TAIL
 NOTE_MARK = "[platform-run] "  # the note's first characters (tests and readers find it)
-
-
-def outputs_folder(output: str) -> str:
-    """`runs/x.ipynb` -> `runs/x.outputs`: where the cells' whole outputs go."""
-    base, ext = os.path.splitext(output)
-    return (base if ext == ".ipynb" else output) + ".outputs"
 
 
 class _Spill:

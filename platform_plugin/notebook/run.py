@@ -33,7 +33,7 @@ from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureK
 from platform_plugin.launcher.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import (load_params_file, load_profile, merge_parameters,
                                              parameters_json)
-from platform_plugin.notebook.save import OutputNotSaved, atomic_saves
+from platform_plugin.notebook.save import OutputNotSaved, atomic_saves, outputs_folder
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.paths import resolved
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
@@ -124,6 +124,10 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
         raise ConfigError(f"--output {out} is a folder: give the notebook's file name, e.g. "
                           f"{out / path.name}", code="NB_OUTPUT")
     check_writable_folder(str(out.parent), "output", "NB_OUTPUT_DIR", "--output")
+    whole = outputs_folder(str(out))  # a cell's long output goes there (bounded.py)
+    if os.path.lexists(whole) and not os.path.isdir(whole):
+        raise ConfigError(f"{whole} is not a folder: a cell's long output would go there; "
+                          "move it or choose another --output", code="NB_OUTPUT")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources,
                        output_default=not output)

@@ -13,6 +13,12 @@ import os
 from typing import Iterator
 
 
+def outputs_folder(output: str) -> str:
+    """`runs/x.ipynb` -> `runs/x.outputs`: where the cells' whole outputs go (bounded.py)."""
+    base, ext = os.path.splitext(output)
+    return (base if ext == ".ipynb" else output) + ".outputs"
+
+
 class OutputNotSaved(OSError):
     """A save of the output notebook failed; the file holds the last good save (if any)."""
 

@@ -191,3 +191,15 @@ def _environ_has(pid: str, entry: str) -> bool:
             return entry.encode() in handle.read().split(b"\0")
     except OSError:
         return False
+
+
+def test_an_outputs_folder_that_is_a_file_is_refused_before_the_kernel(tmp_path):
+    """`out.outputs` (where a cell's long output goes) as a file: the run stopped at the first
+    cell that printed more than the notebook keeps ("could not be saved (File exists)")."""
+    make_notebook(tmp_path / "nb.ipynb", ["print(1)"], parameters="x = 1")
+    (tmp_path / "out.outputs").write_text("a file of the user's")
+    done = platform_run("debug", "nb.ipynb", "--output", "out.ipynb", cwd=tmp_path, timeout=60)
+    assert done.returncode == 2 and "[NB_OUTPUT]" in done.stderr, done.stderr
+    assert "out.outputs is not a folder" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out.ipynb").exists()
+    assert (tmp_path / "out.outputs").read_text() == "a file of the user's"
