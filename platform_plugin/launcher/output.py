@@ -361,6 +361,12 @@ class Output:
     def held_back(self) -> dict[str, int]:
         return {name: s.held_total for name, s in self._streams.items() if s.held_total}
 
+    def write_logs(self) -> None:
+        """Write what every rank log holds now (the job's end: before its result is known)."""
+        for stream in self._streams.values():
+            stream.log.write()
+            self._log_failed(stream.log)
+
     def close(self) -> None:
         for stream in self._streams.values():
             stream.close(self._pending)

@@ -165,6 +165,7 @@ class Supervisor:
                         self._reap()
                         self._check_deadlines()
                         if self._finished():
+                            self._write_logs()
                             return
                     self.output.flush()
             except KeyboardInterrupt:
@@ -173,6 +174,16 @@ class Supervisor:
                                      "interrupt or SIGTERM to the launcher)")
                 else:
                     self._stop.kill_at = 0.0  # second interrupt: no more grace
+
+    def _write_logs(self) -> None:
+        """What the rank logs still hold (the ranks' last lines: output.py writes the logs in
+        batches) is written before the result is made: a disk that refuses it makes the job
+        fail as any full log disk does, not a success with its logs cut short."""
+        self.output.write_logs()
+        if self.output.log_failure and not self._log_failure_seen:
+            self._log_failure_seen = True
+            from platform_plugin.launcher.stopping import log_failed
+            log_failed(self)
 
     def _take_sigint(self) -> None:
         """Ctrl-C / kernel interrupt become a flag the loop checks, so the KeyboardInterrupt

@@ -101,3 +101,18 @@ def test_log_disk_full_with_tracking_keeps_the_spool_and_says_how_to_deliver(tmp
     assert ".spool" in got["listing"] or "tracking" in got["listing"], got["listing"]
     assert "platform-run sync" in got["err"] + got["out"]
     assert job_processes(got["job_dir"]) == []
+
+
+LAST_WORDS = "import os; os.write(1, (b'y' * 99 + b'\\n') * 8000)"  # 800 KB, then exit 0
+
+
+def test_a_job_whose_last_lines_do_not_fit_the_log_disk_is_not_a_success(tmp_path):
+    """The rank logs are written in batches (output.py's _RankLog): what a rank prints just
+    before it ends is written after its end. That write failing (800 KB into a 512 KiB disk)
+    made the job 'succeeded' with its log cut short: now it fails as any full disk does."""
+    got = run_on_tmpfs(tmp_path, "512k", "rw", ["--nproc", "1", "--tracking", "none",
+                                                "--show", "none", "--", PY, "-c", LAST_WORDS])
+    assert got["rc"] == 1, got
+    assert "log disk is full" in got["out"] and "No space left on device" in got["out"], got
+    assert got["job"]["result"]["status"] == "failed", got["job"]
+    assert "Traceback" not in got["err"] + got["out"], got
