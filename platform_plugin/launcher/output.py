@@ -182,7 +182,7 @@ class _RankStream:
         One bytes.replace for the whole chunk (several times faster than str.replace; limiting
         it to all newlines but the last needs a count, slower than the replace itself); what
         follows the last newline and its prefix are cut off by a view, not a copy:
-        "a\nb\nc" -> "a\n[p]b\n[p]c" -> "a\n[p]b\n". The first line's prefix is a piece of
+        "a\\nb\\nc" -> "a\\n[p]b\\n[p]c" -> "a\\n[p]b\\n". The first line's prefix is a piece of
         its own. Bytes all the way: decoding, if the display needs text at all, happens in
         write_pending."""
         prefixed = data.replace(b"\n", self.newline_prefix)
