@@ -64,6 +64,8 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
     store_move.check_store_there(spool_dir, config, job)  # before any MLflow import
     sink = sink or get_sink(config.sink)
     forwarder = Forwarder(spool_dir, config, sink)
+    if forwarder.counts().pending or not config.ended:  # something to send into it
+        store_move.check_runs_there(spool_dir, config, sink, job)
     before = forwarder.counts().delivered
     attempts = deliver_all(forwarder, wait)
     counts = forwarder.counts()

@@ -71,6 +71,21 @@ def check_store_there(spool_dir, config: SinkConfig, job: str) -> None:
                   config.tracking_uri or "sink.json")
 
 
+def check_runs_there(spool_dir, config: SinkConfig, sink, job: str) -> None:
+    """A sqlite store at the job's path that does not hold the job's runs (deleted, then made
+    anew by a later job or by hand): TRACKING_STORE_GONE, not "Run ... not found" on every
+    attempt. Asked only of a local file (a server may be down: that is sync's --wait)."""
+    path = sqlite_file(config.tracking_uri or "") if config.sink == "mlflow" else None
+    ids = run_ids(spool_dir, config)
+    if not path or path == ":memory:" or not ids or not os.path.exists(path):
+        return
+    if not _holds(sink, config.tracking_uri or "", ids):
+        raise _refuse(GONE, f"the store {path} does not hold this job's runs ({ids[0]}, ...): it "
+                      "was replaced (removed, then made anew). Name where the job's store is now: "
+                      f"platform-run sync {job} --to URI; if it is lost, --to URI --from-start "
+                      "sends the whole job again", config.tracking_uri or "sink.json")
+
+
 def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = False) -> bool:
     """Record `uri` as the job's store in sink.json; True when it changed. `sink` answers
     whether the target holds the job's runs (opening only a store that exists). `from_start`:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -100,6 +101,21 @@ def test_a_moved_store_is_refused_then_named_with_to_and_never_sent_twice(tracki
     assert sync(result.job_id).stdout.count("sent 0 now") == 1
     assert sorted(losses(f"sqlite:///{elsewhere}")) == [0.5, 0.7]
     assert sorted(losses(f"sqlite:///{new}/m.db")) == [0.5, 0.7]  # left as it was
+
+    # another store where that one was (removed, made anew): not the job's. In processes of
+    # their own: MLflow keeps a store per URI open in this one (still on the removed file)
+    elsewhere.unlink()
+    shutil.copy(new / "m.db", elsewhere)  # a real MLflow store without the job's new runs
+    writer = SpoolWriter(job_dir / "tracking" / "rank_0.jsonl")
+    writer.append(encode_metric('"loss"', 0.8, 3, 1_700_000_000_000))
+    writer.close()
+    replaced = sync(result.job_id, process=True)
+    assert replaced.returncode == 2 and "does not hold this job's runs" in replaced.stderr, replaced
+    again = sync(result.job_id, "--to", f"sqlite:///{elsewhere}", "--from-start", process=True)
+    assert again.returncode == 0 and "sent 3 now" in again.stdout, again
+    with sqlite3.connect(elsewhere) as db:  # the old runs' 2 and the new ones' 3
+        assert sorted(v for v, in db.execute("select value from metrics where key='loss'")) == \
+            [0.5, 0.5, 0.7, 0.7, 0.8]
 
 
 def test_a_job_whose_uri_never_worked_is_sent_to_another_store(tracking_env, tmp_path):
