@@ -131,6 +131,32 @@ def describe(run_spec: NotebookRun) -> str:
 
 
 def summarize(result: NotebookResult) -> str:
+    return _summary(result) + _long_outputs(result)
+
+
+def _long_outputs(result: NotebookResult) -> str:
+    """Where this run put its cells' whole long outputs (notebook/bounded.py): the notebook's
+    notes say it per cell, the terminal's summary says it once (files of an earlier run with
+    the same --output are older than this run and not named)."""
+    import os
+    import time
+
+    from platform_plugin.notebook.save import outputs_folder
+    folder = outputs_folder(str(result.output))
+    since = time.time() - result.duration_s - 1
+    try:
+        cells = sorted(int(entry.name[5:-4]) for entry in os.scandir(folder)
+                       if entry.name.startswith("cell-") and entry.name.endswith(".txt")
+                       and entry.name[5:-4].isdigit() and entry.stat().st_mtime >= since)
+    except OSError:
+        return ""
+    if not cells:
+        return ""
+    return (f"\nwhole output of cell{'s' if len(cells) > 1 else ''} "
+            f"{', '.join(map(str, cells))} (kept shorter in the notebook): {folder}")
+
+
+def _summary(result: NotebookResult) -> str:
     if result.ok and result.exited_at is not None:  # papermill's sys.exit(0): not a failure
         skipped = (f"{result.skipped} later code cell{'s' if result.skipped != 1 else ''} "
                    "did not run" if result.skipped else "it was the last code cell")

@@ -34,6 +34,8 @@ def test_a_cell_that_prints_20_mb_keeps_its_start_and_end_and_the_rest_in_a_file
     whole = tmp_path / "out.outputs" / f"cell-{at + 1}.txt"
     assert str(whole) in notes[0].text and "characters of this cell's output are left out" \
         in notes[0].text
+    assert f"whole output of cell {at + 1} (kept shorter in the notebook): {whole.parent}" \
+        in done.stderr, done.stderr[-2000:]
     text = whole.read_text()  # stderr may come between a print's text and its newline
     assert re.findall(r"warning (\d+)\n", text) == [str(i) for i in range(0, LINES, 50_000)]
     numbers = [int(n) for n in re.findall(r"(\d+) x{90}", text)]
