@@ -103,10 +103,20 @@ def _sqlite_parts(uri: str) -> tuple[str, dict[str, str]] | None:
     if not path.startswith("file:"):  # as SQLAlchemy builds the name, keys sorted
         return path + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options))
                        if options else ""), {}
-    path = path[len("file:"):]  # SQLite's URI filename: file:/abs, file:///abs, file:rel
+    # SQLite's URI filename (SQLAlchemy appends SQLite's options to it, as above): file:/abs,
+    # file:///abs, file:rel; the path ends at the first '?' or '#' as written and is then
+    # percent-decoded by SQLite itself (also after SQLAlchemy 2.1's own decoding), the options
+    # follow the '?': 'file:x%3Fy.db' is x?y.db, 'file:x.db#f' is x.db
+    name = path[len("file:"):] + ("?" + "&".join(f"{k}={options[k]}" for k in sorted(options))
+                                  if options else "")
+    path, _, query = name.partition("#")[0].partition("?")
+    options = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
     if path.startswith("//"):
         authority, slash, tail = path[2:].partition("/")
         path = slash + tail if authority in ("", "localhost") else path
+    if "%" in path:
+        from urllib.parse import unquote
+        path = unquote(path)
     memory = options.get("mode") == "memory" or path.startswith(":memory:")
     return (":memory:" if memory else path), options
 

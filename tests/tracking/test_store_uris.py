@@ -59,7 +59,10 @@ def test_a_database_uri_without_its_driver_refuses_the_launch(tmp_path, clean_en
     ("sqlite:///file:{d}/m.db?mode=rwc&uri=true", "m.db"),
     ("sqlite:///file://{d}/m.db?uri=true", "m.db"), ("sqlite:///{d}/m.db?timeout=3&uri=true", "m.db"),
     ("sqlite:///{d}/m.db?mode=rwc&uri=true", "m.db?mode=rwc"),  # SQLite's plain name
-    ("sqlite:///rel.db?cache=shared&uri=true", "rel.db?cache=shared")])
+    ("sqlite:///rel.db?cache=shared&uri=true", "rel.db?cache=shared"),
+    # SQLite decodes a file: name's path itself, which ends at a '?' or '#' as written
+    ("sqlite:///file:{d}/x%20y.db?uri=true", "x y.db"), ("sqlite:///file:x%2520y.db?uri=true", None),
+    ("sqlite:///file:x%3Fy.db?mode=rwc&uri=true", None), ("sqlite:///file:x.db#f?uri=true", "x.db")])
 @pytest.mark.filterwarnings("ignore:Query string argument")  # 2.1 on mode=ro without uri=true
 def test_sqlite_file_is_the_file_sqlalchemy_and_sqlite_make(uri, name, tmp_path, monkeypatch):
     """The file that appears when SQLAlchemy (as MLflow does) opens the URI and writes."""
