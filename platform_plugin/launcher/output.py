@@ -25,7 +25,7 @@ PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 LOG_BATCH = 1 << 20  # a rank's log is written once this much is held ...
 LOG_DELAY_S = 0.1  # ... or once the oldest byte held is this old (checked at the display's tick)
-TAIL_HELD = 1 << 20  # a rank's chunks kept for its tail before they are fed to it
+TAIL_HELD = 1 << 18  # a rank's chunks kept for its tail before they are fed to it (memory)
 
 
 def last_state(line: bytes) -> bytes:
