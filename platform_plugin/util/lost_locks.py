@@ -26,8 +26,7 @@ def deleted_holds(wanted: dict[str, bool]) -> list[tuple[str, int, str]]:
     # /proc names the file by its real path (a /tmp that is a symlink: the folder it points to)
     real = {os.path.join(os.path.realpath(os.path.dirname(p)), os.path.basename(p)): p
             for p in wanted}
-    held = _flocks_on(os.path.dirname(next(iter(wanted))), exclusive_only=all(
-        not any_hold for any_hold in wanted.values()))
+    held = _flocks(exclusive_only=all(not any_hold for any_hold in wanted.values()))
     found = []
     for pid, inodes in held.items():
         for path, fd_path in _deleted_files(pid, inodes, {r: wanted[p] for r, p in real.items()}):
@@ -35,25 +34,26 @@ def deleted_holds(wanted: dict[str, bool]) -> list[tuple[str, int, str]]:
     return found
 
 
-def _flocks_on(folder: str, exclusive_only: bool) -> dict[int, dict[int, str]]:
-    """pid -> {inode: READ|WRITE} of the flocks held on `folder`'s file system."""
+def _flocks(exclusive_only: bool) -> dict[int, dict[int, str]]:
+    """pid -> {inode: READ|WRITE} of the flocks held. Not narrowed to the lock folder's device:
+    /proc/locks names the superblock's device, which is not stat()'s on btrfs (a subvolume's
+    own device number, even for the top volume) - a device filter there found no holder at
+    all. A hold is matched by the holder's fd below (the deleted file's name and inode)."""
     try:
-        dev = os.stat(folder).st_dev
         with open(PROC_LOCKS, encoding="ascii", errors="replace") as fh:
             lines = fh.read().splitlines()
     except OSError:
         return {}
-    prefix = f"{os.major(dev):02x}:{os.minor(dev):02x}:"
     held: dict[int, dict[int, str]] = {}
     for line in lines:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF" ("->": a waiter)
         parts = line.split()
-        if len(parts) < 6 or parts[1] != "FLOCK" or not parts[5].startswith(prefix):
+        if len(parts) < 6 or parts[1] != "FLOCK":
             continue
         if exclusive_only and parts[3] != "WRITE":
             continue
         try:
-            pid, inode = int(parts[4]), int(parts[5][len(prefix):])
-        except ValueError:
+            pid, inode = int(parts[4]), int(parts[5].rsplit(":", 1)[1])
+        except (IndexError, ValueError):
             continue
         if pid != os.getpid():  # our own holds are ours to know (a full run's JobHold)
             held.setdefault(pid, {})[inode] = parts[3]

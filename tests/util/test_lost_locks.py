@@ -105,3 +105,57 @@ def test_a_last_holder_unlinking_its_file_for_an_instant_is_not_a_refusal(tmp_pa
     monkeypatch.setattr(lost_locks, "deleted_holds", seen_once)
     CleanupLock.take(exp).release()
     assert len(looks) == 2
+
+
+ON_BTRFS = """
+set -u
+mount -o loop "$1" "$2" || exit 97
+cd "$2" && "$3" -c "$4" "$2"
+"""
+CLEAN_AFTER_RM = """
+import shutil, subprocess, sys
+from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.errors import ConfigError
+from platform_plugin.util import code_lock
+locks_in = sys.argv[1] + "/tmp"
+code_lock.LOCKS_IN = locks_in
+exp = sys.argv[1] + "/CODE/exp"
+job = subprocess.Popen([sys.executable, "-c", %r, exp, locks_in], stdin=subprocess.PIPE,
+                       stdout=subprocess.PIPE, text=True)
+assert job.stdout.readline() == "held\\n"
+shutil.rmtree(code_lock.lock_dir())
+try:
+    CleanupLock.take(exp).release()
+    print("cleaned under a running job")
+except ConfigError as exc:
+    print("refused", exc)
+job.communicate("")
+""" % HOLDER
+
+
+def _btrfs_image(tmp_path) -> str:
+    if os.geteuid() != 0 or not shutil.which("mkfs.btrfs") or not shutil.which("unshare"):
+        pytest.skip("needs root, mkfs.btrfs (btrfs-progs) and unshare: a btrfs loop mount")
+    image = tmp_path / "btrfs.img"
+    with open(image, "wb") as fh:
+        fh.truncate(128 << 20)
+    made = subprocess.run(["mkfs.btrfs", "-q", str(image)], capture_output=True, text=True)
+    if made.returncode:
+        pytest.skip(f"mkfs.btrfs: {made.stderr.strip()}")
+    return str(image)
+
+
+def test_a_cleanup_sees_a_job_whose_lock_folder_was_removed_on_btrfs(tmp_path):
+    """/proc/locks names the superblock's device, stat() a btrfs subvolume's own one: a holder
+    matched by device was never found on a btrfs /tmp (the clean went ahead)."""
+    image, mnt = _btrfs_image(tmp_path), tmp_path / "mnt"
+    mnt.mkdir()  # the script makes the lock folder and a CODE/-like project on the mount
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", ON_BTRFS, "sh", image, str(mnt), sys.executable,
+         "import os, sys; [os.makedirs(sys.argv[1] + p) for p in ('/tmp', '/CODE/exp/kernel_meta')]; "
+         "open(sys.argv[1] + '/CODE/exp/train.py', 'w').close(); exec(" + repr(CLEAN_AFTER_RM) + ")"],
+        env=clean_env(), capture_output=True, text=True, timeout=120)
+    if done.returncode == 97:
+        pytest.skip(f"no loop mount here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused") and "CLEAN_ROOT_BUSY" in done.stdout, done.stdout
