@@ -41,8 +41,13 @@ system-deps:
 demo: $(STAMP)
 	bash scripts/demo.sh
 
+# The suite on parallel workers (pytest-xdist): most of its wall time is waiting on ranks,
+# kernels, servers and browsers, not CPU. `--dist loadfile`: each test file runs whole on one
+# worker, in its order, so a file's module fixtures (a kernel, JupyterLab and Chromium) still
+# start once. TEST_WORKERS=0 runs the suite in one process, one test after the other.
+TEST_WORKERS ?= 3
 test: $(STAMP) system-deps typecheck
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The fast subset: every test not marked slow (no ranks of a framework, kernel, server, browser).
 test-fast: $(STAMP)
