@@ -20,6 +20,25 @@ def interrupt(signum, frame):
     notebook so far named, servers shut down)."""
     raise KeyboardInterrupt
 
+_exit_fast = False  # gc.freeze registered at exit (once per process)
+
+
+def skip_the_last_collection() -> None:
+    """At the process's exit, freeze every object before the interpreter's final garbage
+    collection, which then has nothing to walk. For a command whose process holds many objects
+    that is seconds: `ui` and `server` import MLflow, and their exit after Ctrl-C took 2.5-3 s of
+    that collection once the server had stopped; `launch` gains ~5 ms (10.8 -> 4.5 ms). Only
+    for commands that close and write what they own explicitly (files, pipes, servers, locks):
+    cyclic garbage's finalizers do not run. Registered once; in a process that goes on (tests
+    calling main()), it changes nothing before its exit."""
+    global _exit_fast
+    if not _exit_fast:
+        import atexit
+        import gc
+        atexit.register(gc.freeze)
+        _exit_fast = True
+
+
 # (command, module that registers it, help shown in `platform-run --help`) in listing order
 COMMANDS = [
     ("init", "init", "write the starter files (platform.toml, .env.example, notebook, run.sh)"),

@@ -14,7 +14,7 @@ import signal
 import socket
 from pathlib import Path
 
-from platform_plugin.cli import interrupt
+from platform_plugin.cli import interrupt, skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.ports import check_free, free_port
 
@@ -156,6 +156,7 @@ def run(args) -> int:
     holder = _hold_data_dir(data)  # for this process's life (closed on exec: not the children's)
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
+    skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
     from platform_plugin.launcher.spawn import Lifeline
     pg = LocalPostgres(data, args.pg_port or free_port())
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
@@ -179,8 +180,9 @@ def run(args) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        ended = None if proc is None else proc.poll()  # None: it served until stopped here
         if proc is not None:
             stop_server(proc)
         pg.stop()
         lifeline.release()
-    return 0 if proc is None or proc.returncode in (0, -15, None) else 1
+    return 0 if ended in (0, -15, None) else 1

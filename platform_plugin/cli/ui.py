@@ -5,7 +5,7 @@ import os
 import signal
 import tempfile
 
-from platform_plugin.cli import interrupt
+from platform_plugin.cli import interrupt, skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.notebook.jupyter_ui import OwnedUI, browser_base, jupyter_server
 from platform_plugin.tracking import compare
@@ -87,6 +87,7 @@ def run(args) -> int:
     if args.port:  # refuse now, not after waiting for a server that cannot bind
         check_free(args.port, HOST, what="--port")
     signal.signal(signal.SIGTERM, interrupt)
+    skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
     port = args.port or free_port()
     ui = f"http://{HOST}:{port}"
     log = tempfile.NamedTemporaryFile(prefix="mlflow-ui-", suffix=".log", delete=False).name
@@ -110,5 +111,6 @@ def run(args) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        ended = owned.proc.poll()  # None: it served until stopped here (its teardown is cut)
         owned.stop()
-    return 0 if owned.proc.returncode in (0, -15, None) else 1
+    return 0 if ended in (0, -15, None) else 1

@@ -1,0 +1,102 @@
+"""Stopping a local MLflow server (`platform-run ui`, `platform-run server`, `%dist_compare`'s UI):
+the server gets its graceful stop, the command does not wait for the `mlflow` CLI process's
+own interpreter teardown after it, and nothing is left.
+
+The first two tests use a stand-in for the `mlflow server` CLI process: a leader that runs its
+server as a child, forwards SIGTERM to it as MLflow's `_run_server` does, and then has a long
+teardown (MLflow's is the final garbage collection of everything `import mlflow` made, 3.6-4.2 s
+here, too short to tell apart from a cut one without a clock). The last one is the real command.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from platform_plugin.tracking.server import stop_server
+from platform_plugin.util.procfs import alive
+from tests.helpers import clean_env, process_tree, wait_for
+
+# The leader writes its server's exit status before its teardown, so a test sees that the
+# server got SIGTERM (a graceful stop) and was not killed first.
+LEADER = """import signal, subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+signal.signal(signal.SIGTERM, lambda signum, frame: server.send_signal(signum))
+print("serving", flush=True)
+server.wait()
+open(sys.argv[1], "w").write(str(server.returncode))
+time.sleep(120)  # the teardown
+"""
+
+IN_PROCESS = """import signal, sys, time
+def stop(signum, frame):
+    time.sleep(1)  # a graceful shutdown of its own
+    open(sys.argv[1], "w").write("shut down")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("serving", flush=True)
+time.sleep(600)
+"""
+
+
+def _start(code: str, status: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", code, str(status)], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "serving"
+    return proc
+
+
+def test_the_leaders_teardown_is_cut_once_its_server_has_stopped(tmp_path):
+    status = tmp_path / "server-status"
+    proc = _start(LEADER, status)
+    tree = wait_for(lambda: (lambda t: t if len(t) == 2 else None)(process_tree(proc.pid)),
+                    timeout=30, what="the stand-in's server process")
+    try:
+        stop_server(proc, grace=300)  # before: waited out the 120 s teardown, then exit code 0
+        assert status.read_text() == str(-signal.SIGTERM)  # the server's own graceful stop
+        assert proc.returncode == -signal.SIGKILL  # the teardown after it was cut
+        assert not any(alive(pid) for pid in tree)
+    finally:
+        for pid in tree:  # a failing test leaves nothing behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_server_without_children_gets_its_grace_for_its_own_shutdown(tmp_path):
+    status = tmp_path / "server-status"
+    proc = _start(IN_PROCESS, status)
+    try:
+        stop_server(proc, grace=60)
+        assert status.read_text() == "shut down"
+        assert proc.returncode == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_sigterm_on_platform_run_ui_stops_the_server_gracefully_and_exits_0(tmp_path):
+    """The real command and MLflow: exit 0 (its leader was SIGKILLed after the server ended: that
+    is no failure), uvicorn finished its own shutdown, and no process of the tree is left."""
+    cli = Path(sys.executable).with_name("platform-run")
+    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                             "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("MLflow UI: http://127.0.0.1:"), first
+        log = Path(first.split("server log ")[1].split(";")[0])
+        tree = process_tree(proc.pid)[1:]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+        assert "Finished server process" in log.read_text(errors="replace")
+        assert not any(alive(pid) for pid in tree)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
