@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 
+from tests.helpers import wait_for
 from tests.launcher.helpers import (ASSETS, PY, finish_all, kill_job, log_text, private_table,
                                    read_job, start_cli)
 from platform_plugin.util.ports import free_port
@@ -34,6 +37,29 @@ def start_servers(tmp_path, nnodes, args, *, order=None, delay=0.0, nproc=2, ext
                                 cwd=str(tmp_path))
         time.sleep(delay)
     return [procs[n] for n in range(nnodes)]
+
+
+def start_node(tmp_path, folder, port, nnodes, node, args, *, nproc=1, extra=()):
+    """One launcher of a job on `port`, its log folder tmp_path/folder."""
+    log_dir = tmp_path / folder
+    log_dir.mkdir(exist_ok=True)
+    return start_cli(["--nproc", str(nproc), "--nnodes", str(nnodes), "--node-rank", str(node),
+                      "--master-port", str(port), "--backend", "plain", "--show", "none", *extra,
+                      "--", PY, RANK, *args], log_dir, cwd=str(tmp_path))
+
+
+def joined(proc, port):
+    """The launcher `proc` holds a connection to node 0's control port (it sends its join on
+    the same call that connects), and node 0 has had a moment to read the join."""
+    def connected():
+        try:
+            conns = psutil.Process(proc.pid).net_connections("tcp")
+        except psutil.NoSuchProcess:
+            raise AssertionError("the launcher ended while it should wait for the others")
+        return any(c.raddr and c.raddr.port == port + 1 and c.status == "ESTABLISHED"
+                   for c in conns)
+    wait_for(connected, timeout=60, what="the launcher connected to node 0")
+    time.sleep(1)
 
 
 def job_dirs(tmp_path, nnodes):
@@ -149,3 +175,64 @@ def test_rank_table_servers_derive_one_job_id_and_the_next_job_another(tmp_path,
     os.utime(table, (time.time() + 5, time.time() + 5))  # the platform writes a new table per job
     second = _table_servers(tmp_path, table, "job2")
     assert second[0] == second[1] != first[0]
+
+
+def test_a_launcher_killed_while_it_waits_for_the_others_can_be_started_again(tmp_path):
+    """Node 1 joins, is SIGKILLed before node 2 came (it started nothing), and is started
+    again: the job runs on all three servers. It was stopped as 'server node1: its launcher is
+    gone' as soon as node 2 joined (its join was kept), the new node 1 left waiting."""
+    port = free_port()
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
+    first = start_node(tmp_path, "server1-first", port, 3, 1, ["env"])
+    joined(first, port)
+    first.kill()
+    first.wait()
+    again = start_node(tmp_path, "server1", port, 3, 1, ["env"])
+    joined(again, port)
+    node2 = start_node(tmp_path, "server2", port, 3, 2, ["env"])
+    outs = finish_all([node0, again, node2], timeout=90)
+    assert [code for code, _ in outs] == [0, 0, 0], outs
+    dirs = job_dirs(tmp_path, 3)
+    assert len({os.path.basename(d) for d in dirs}) == 1
+    assert [rank_env(d, n)["RANK_START"] for n, d in enumerate(dirs)] == ["0", "1", "2"]
+
+
+def test_the_same_node_rank_twice_is_refused(tmp_path):
+    """A second launcher with --node-rank 1 is refused by node 0 (naming the flag) and starts
+    nothing; the job runs once on nodes 0, 1, 2. Both node-1 launchers used to be told to go:
+    rank 1 ran twice, with the same RANK_ID."""
+    port = free_port()
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
+    node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"])
+    joined(node1, port)
+    twin = start_node(tmp_path, "twin", port, 3, 1, ["env"])
+    code, out = finish_all([twin], timeout=90)[0]
+    assert code == 1 and "--node-rank 1" in out and "refused" in out, out
+    node2 = start_node(tmp_path, "server2", port, 3, 2, ["env"])
+    outs = finish_all([node0, node1, node2], timeout=90)
+    assert [code for code, _ in outs] == [0, 0, 0], outs
+    assert not list((tmp_path / "twin").iterdir())  # no job folder: nothing ran there
+    assert len(job_dirs(tmp_path, 3)) == 3
+
+
+def test_a_launcher_killed_between_attempts_ends_the_restart_everywhere(tmp_path):
+    """--max-restarts 1: rank 0 (node 0) fails; node 1's rank 3 ignores SIGTERM, so node 1's
+    launcher is still stopping its ranks (--grace 60) when it is SIGKILLed. Node 0 must not
+    start attempt 2 and wait for node 1 to join it (PLATFORM_RENDEZVOUS_TIMEOUT, 300 s): it
+    ends, exit 1, naming node 1."""
+    port = free_port()
+    extra = ["--max-restarts", "1", "--grace", "60"]
+    procs = [start_node(tmp_path, f"server{n}", port, 2, n, ["stubborn", "3"], nproc=2,
+                        extra=extra) for n in (0, 1)]
+    try:
+        wait_for(lambda: (tmp_path / "server1").iterdir() and any(
+            "GOT SIGTERM" in log_text(str(d), "3") for d in (tmp_path / "server1").iterdir()),
+            timeout=60, what="node 1's rank 3 got SIGTERM")
+        procs[1].send_signal(signal.SIGKILL)
+        code, out = finish_all(procs[:1], timeout=90)[0]  # far below the 300 s join wait
+        assert code == 1 and "node1" in out and "its launcher is gone" in out, out
+    finally:
+        finish_all(procs, timeout=5)
+        for node in (0, 1):
+            for job_dir in (tmp_path / f"server{node}").iterdir():
+                kill_job(str(job_dir))
