@@ -45,6 +45,16 @@ def open_link(plan) -> JobLink:
         try:
             return Hub(plan.master_addr, port, plan.nnodes)
         except OSError as exc:
+            import errno
+            import socket
+            # not a port clash: another --master-port would fail the same way
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+                why = ("does not resolve on this server" if isinstance(exc, socket.gaierror)
+                       else "is not an address of this server")
+                raise ConfigError([Problem(
+                    "LAUNCH_MASTER_ADDR", f"--master-addr {plan.master_addr[:80]!r} {why} "
+                    f"({exc.strerror or exc}): node 0's launcher runs on the server that "
+                    "--master-addr names, and listens there", "--master-addr")]) from None
             raise ConfigError([Problem(
                 "LAUNCH_PORT_BUSY", f"the launchers' control port {port} (--master-port + 1) on "
                 f"{plan.master_addr} cannot be bound ({exc.strerror}): choose another "

@@ -236,3 +236,15 @@ def test_a_launcher_killed_between_attempts_ends_the_restart_everywhere(tmp_path
         for node in (0, 1):
             for job_dir in (tmp_path / f"server{node}").iterdir():
                 kill_job(str(job_dir))
+
+
+def test_a_master_addr_that_does_not_resolve_is_named_on_node_0(tmp_path):
+    """Node 0 cannot listen on a --master-addr that does not resolve: LAUNCH_MASTER_ADDR naming
+    the flag (it was LAUNCH_PORT_BUSY, 'choose another --master-port', which cannot help)."""
+    proc = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "0", "--master-addr",
+                      "no-such-host.invalid", "--master-port", str(free_port()), "--backend",
+                      "plain", "--show", "none", "--", PY, RANK, "env"], tmp_path / "server0",
+                     cwd=str(tmp_path))
+    [(code, out)] = finish_all([proc], timeout=60)
+    assert code == 2 and "LAUNCH_MASTER_ADDR" in out and "does not resolve" in out, out
+    assert "LAUNCH_PORT_BUSY" not in out
