@@ -103,6 +103,7 @@ class Hub(_Linked):
         self.nnodes = nnodes
         self.peers: list[_Peer] = []
         self.joined: dict[int, set[int]] = {}
+        self.vanished: list[str] = []  # servers whose launcher is gone after its "go"
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((addr, port))
@@ -136,6 +137,10 @@ class Hub(_Linked):
 
     def tell_failed(self, server: str, reason: str, attempt: int) -> None:
         self._stop_all(server, reason, attempt, source=None)
+
+    def gone(self) -> list[str]:
+        with self.cond:
+            return list(self.vanished)
 
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         with self.cond:
@@ -196,6 +201,7 @@ class Hub(_Linked):
                 server = f"node{peer.node}"
                 # no later attempt can start without it (agree() would wait for it in vain)
                 self.broken = self.broken or f"server {server}: its launcher is gone"
+                self.vanished.append(server)
             attempt = self._current()
             self._stop_all(server, "its launcher is gone", attempt, peer)
             with self.cond:  # it will never report: its part of the job failed
@@ -300,6 +306,10 @@ class Spoke(_Linked):
         with self.cond:
             self.stops.setdefault(attempt, f"server {server}: {reason}")
         self.peer.send({"op": "failed", "server": server, "reason": reason, "attempt": attempt})
+
+    def gone(self) -> list[str]:
+        with self.cond:
+            return ["node0"] if self.broken else []
 
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         self.peer.send({"op": "ended", "attempt": attempt, "ok": ok, "server": server})

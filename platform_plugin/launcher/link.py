@@ -25,6 +25,11 @@ class JobLink:
         """Why another server's launcher asked to stop this attempt, or None."""
         return None
 
+    def gone(self) -> list[str]:
+        """The servers whose launcher vanished after the job started: they will never report
+        their end on the job's parent run, so this one does it for them."""
+        return []
+
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         """Block until every server's ranks of this attempt ended; the servers that failed."""
         return [] if ok else [server]
