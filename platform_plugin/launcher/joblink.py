@@ -295,6 +295,11 @@ class Spoke(_Linked):
                     raise PlatformPluginError(f"node 0 refused this launcher: {self.refused}")
                 if self.broken:
                     raise PlatformPluginError(f"multi-server start failed: {self.broken}")
+                if self.peer.said_bye:  # it closed cleanly without starting this attempt
+                    raise PlatformPluginError(
+                        "node 0's launcher ended without starting " +
+                        ("the job" if attempt == 0 else f"attempt {attempt + 1}") +
+                        " (interrupted, or it failed or decided not to restart: its output says)")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PlatformPluginError(f"node 0 did not start the job within "

@@ -232,7 +232,8 @@ def test_a_launcher_killed_between_attempts_ends_the_restart_everywhere(tmp_path
         code, out = finish_all(procs[:1], timeout=90)[0]  # far below the 300 s join wait
         assert code == 1 and "node1" in out and "its launcher is gone" in out, out
     finally:
-        finish_all(procs, timeout=5)
+        for proc in procs:
+            proc.kill()
         for node in (0, 1):
             for job_dir in (tmp_path / f"server{node}").iterdir():
                 kill_job(str(job_dir))
@@ -248,3 +249,40 @@ def test_a_master_addr_that_does_not_resolve_is_named_on_node_0(tmp_path):
     [(code, out)] = finish_all([proc], timeout=60)
     assert code == 2 and "LAUNCH_MASTER_ADDR" in out and "does not resolve" in out, out
     assert "LAUNCH_PORT_BUSY" not in out
+
+
+def test_node_0_interrupted_while_the_others_join_ends_them_at_once(tmp_path):
+    """Ctrl-C on node 0 while it waits for node 2: node 1 was left waiting for a "go" for
+    PLATFORM_RENDEZVOUS_TIMEOUT (300 s), then said 'node 0 did not start the job'."""
+    port = free_port()
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
+    node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"])
+    joined(node1, port)
+    node0.send_signal(signal.SIGINT)
+    outs = finish_all([node0, node1], timeout=90)  # far below the 300 s join wait
+    assert [code for code, _ in outs] == [1, 1], outs
+    assert "node 0's launcher ended without starting the job" in outs[1][1], outs[1][1]
+
+
+def test_node_0_interrupted_with_max_restarts_ends_every_server(tmp_path):
+    """Ctrl-C never restarts: node 0 ends, interrupted. Node 1's own result is a failure
+    ('stopped because server node0: interrupted'), so it went on to attempt 2 and waited 300 s
+    for a node 0 that had left."""
+    procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
+    dirs = []
+    try:
+        wait_for(lambda: any("ENV " in log_text(str(d), "2")
+                             for d in (tmp_path / "server1").iterdir()),
+                 timeout=120, what="node 1's ranks started")
+        time.sleep(1)
+        procs[0].send_signal(signal.SIGINT)
+        outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
+        dirs = job_dirs(tmp_path, 2)
+        assert [code for code, _ in outs] == [1, 1], outs
+        assert "node 0's launcher ended without starting attempt 2" in outs[1][1], outs[1][1]
+        assert read_job(dirs[1])["result"]["status"] == "failed"
+    finally:
+        for proc in procs:
+            proc.kill()
+        for job_dir in dirs:
+            kill_job(job_dir)
