@@ -104,6 +104,7 @@ class Hub(_Linked):
         self.peers: list[_Peer] = []
         self.joined: dict[int, set[int]] = {}
         self.vanished: list[str] = []  # servers whose launcher is gone after its "go"
+        self.left: set[int] = set()  # nodes whose launcher ended cleanly after its "go"
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((addr, port))
@@ -119,6 +120,14 @@ class Hub(_Linked):
             while len(self.joined.get(attempt, ())) < self.nnodes - 1:
                 if self.broken:
                     raise PlatformPluginError(f"multi-server start failed: {self.broken}")
+                # ended after an earlier attempt (Ctrl-C there never restarts; its own
+                # --max-restarts used up): it will not join this one
+                ended = sorted(self.left - self.joined.get(attempt, set()))
+                if ended:
+                    raise PlatformPluginError(
+                        f"the launcher of {', '.join(f'node{n}' for n in ended)} ended without "
+                        f"starting attempt {attempt + 1} (interrupted, its --max-restarts used "
+                        "up, or it failed: its output says)")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
@@ -193,6 +202,9 @@ class Hub(_Linked):
             peer.sock.close()
             with self.cond:
                 self.peers.remove(peer)
+                if peer.said_bye and peer.went and peer.node is not None:
+                    self.left.add(peer.node)
+                    self.cond.notify_all()
                 if peer.said_bye or peer.node is None or self.closing:
                     return
                 if not peer.went:  # gone while it waited for the others: it started nothing

@@ -286,3 +286,25 @@ def test_node_0_interrupted_with_max_restarts_ends_every_server(tmp_path):
             proc.kill()
         for job_dir in dirs:
             kill_job(job_dir)
+
+
+def test_node_1_interrupted_with_max_restarts_ends_node_0(tmp_path):
+    """The mirror case: Ctrl-C on node 1 ends it (no restart), node 0's result is a failure
+    and it went on to attempt 2, waiting 300 s for node 1 to join."""
+    procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
+    dirs = []
+    try:
+        wait_for(lambda: any("ENV " in log_text(str(d), "0")
+                             for d in (tmp_path / "server0").iterdir()),
+                 timeout=120, what="node 0's ranks started")
+        time.sleep(1)
+        procs[1].send_signal(signal.SIGINT)
+        outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
+        dirs = job_dirs(tmp_path, 2)
+        assert [code for code, _ in outs] == [1, 1], outs
+        assert "the launcher of node1 ended without starting attempt 2" in outs[0][1], outs[0][1]
+    finally:
+        for proc in procs:
+            proc.kill()
+        for job_dir in dirs:
+            kill_job(job_dir)
