@@ -202,13 +202,14 @@ class Hub(_Linked):
             peer.sock.close()
             with self.cond:
                 self.peers.remove(peer)
-                if peer.said_bye and peer.went and peer.node is not None:
+                if peer.node is None or self.closing:
+                    return
+                if not peer.went:  # gone (Ctrl-C, killed) while it waited: it started nothing
+                    self.joined.get(peer.joined, set()).discard(peer.node)
+                    return
+                if peer.said_bye:  # ended cleanly after an attempt: it joins no later one
                     self.left.add(peer.node)
                     self.cond.notify_all()
-                if peer.said_bye or peer.node is None or self.closing:
-                    return
-                if not peer.went:  # gone while it waited for the others: it started nothing
-                    self.joined.get(peer.joined, set()).discard(peer.node)
                     return
                 server = f"node{peer.node}"
                 # no later attempt can start without it (agree() would wait for it in vain)

@@ -177,19 +177,23 @@ def test_rank_table_servers_derive_one_job_id_and_the_next_job_another(tmp_path,
     assert second[0] == second[1] != first[0]
 
 
-def test_a_launcher_killed_while_it_waits_for_the_others_can_be_started_again(tmp_path):
-    """Node 1 joins, is SIGKILLed before node 2 came (it started nothing), and is started
-    again: the job runs on all three servers. It was stopped as 'server node1: its launcher is
-    gone' as soon as node 2 joined (its join was kept), the new node 1 left waiting."""
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_launcher_killed_while_it_waits_for_the_others_can_be_started_again(tmp_path, sig):
+    """Node 1 joins, is SIGKILLed (or SIGTERMed: it ends cleanly, "interrupted before the job
+    started") before node 2 came, so it started nothing; node 2 joins, then node 1 is started
+    again: the job runs on all three servers. Node 0 kept the gone launcher's join: as soon as
+    node 2 joined it started the job without node 1 - stopped at once as 'server node1: its
+    launcher is gone' after SIGKILL, run to 'succeeded' without rank 1 after SIGTERM - and the
+    new node 1 waited for a "go" already sent."""
     port = free_port()
     node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
     first = start_node(tmp_path, "server1-first", port, 3, 1, ["env"])
     joined(first, port)
-    first.kill()
+    first.send_signal(sig)
     first.wait()
+    node2 = start_node(tmp_path, "server2", port, 3, 2, ["env"])  # before node 1 is back
+    joined(node2, port)
     again = start_node(tmp_path, "server1", port, 3, 1, ["env"])
-    joined(again, port)
-    node2 = start_node(tmp_path, "server2", port, 3, 2, ["env"])
     outs = finish_all([node0, again, node2], timeout=90)
     assert [code for code, _ in outs] == [0, 0, 0], outs
     dirs = job_dirs(tmp_path, 3)
