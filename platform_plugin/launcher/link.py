@@ -60,8 +60,13 @@ def open_link(plan) -> JobLink:
                     "LAUNCH_MASTER_ADDR", f"--master-addr {plan.master_addr[:80]!r} {why} "
                     f"({exc.strerror or exc}): node 0's launcher runs on the server that "
                     "--master-addr names, and listens there", "--master-addr")]) from None
+            # most often another node 0 already listens there: this job's (the same
+            # --node-rank twice) or another job's given the same --master-port
+            held = (" - another launcher with --node-rank 0 (of this job, or of another job "
+                    "with this --master-port) may hold it; else" if exc.errno == errno.EADDRINUSE
+                    else ":")
             raise ConfigError([Problem(
                 "LAUNCH_PORT_BUSY", f"the launchers' control port {port} (--master-port + 1) on "
-                f"{plan.master_addr} cannot be bound ({exc.strerror}): choose another "
+                f"{plan.master_addr} cannot be bound ({exc.strerror}){held} choose another "
                 "--master-port on every server", "--master-port")]) from None
     return Spoke(plan.master_addr, port, plan.node_rank, plan.nnodes, plan.server_id)

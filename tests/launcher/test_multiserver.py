@@ -312,3 +312,21 @@ def test_node_1_interrupted_with_max_restarts_ends_node_0(tmp_path):
             proc.kill()
         for job_dir in dirs:
             kill_job(job_dir)
+
+
+def test_a_second_node_0_names_the_node_rank(tmp_path):
+    """A second launcher with --node-rank 0 cannot listen where the first does: its
+    LAUNCH_PORT_BUSY says another node 0 may hold the port (it only said 'choose another
+    --master-port', which would split the job)."""
+    port = free_port()
+    first = start_node(tmp_path, "server0", port, 2, 0, ["env"])
+    try:
+        wait_for(lambda: any(c.laddr.port == port + 1 and c.status == "LISTEN"
+                             for c in psutil.Process(first.pid).net_connections("tcp")),
+                 timeout=60, what="node 0 listens")
+        twin = start_node(tmp_path, "twin", port, 2, 0, ["env"])
+        [(code, out)] = finish_all([twin], timeout=60)
+        assert code == 2 and "LAUNCH_PORT_BUSY" in out and "--node-rank 0" in out, out
+    finally:
+        first.kill()
+        first.wait()
