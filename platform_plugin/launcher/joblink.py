@@ -13,8 +13,12 @@ Protocol (one JSON object per line):
     node>=1 -> node 0   {"op": "ended", "attempt": A, "ok": B, "server": ID}   its ranks ended
     node 0  -> node>=1  {"op": "outcome", "attempt": A, "failed": [IDs]}    all servers ended
     either  -> other    {"op": "bye"}                                   before a clean close
-A connection that closes without "bye" means that launcher died: the others stop (its ranks
-are gone, so a collective would hang for its 30-minute timeout).
+    node 0  -> node>=1  {"op": "refused", "reason": ...}     a join node 0 cannot take
+A connection that closes without "bye" after its launcher was told "go" means that launcher
+died: the others stop (its ranks are gone, so a collective would hang for its 30-minute
+timeout) and no later attempt can start (a restart would wait for it). One that closes before
+its "go" started nothing: node 0 forgets its join and waits on for that node, so a launcher
+killed while it waits for the others can simply be started again.
 """
 from __future__ import annotations
 
@@ -43,7 +47,9 @@ class _Peer:
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.buffer = b""
-        self.node: int | None = None
+        self.node: int | None = None  # set once node 0 accepted its join
+        self.joined = -1  # the attempt it last joined
+        self.went: set[int] = set()  # the attempts it was told to start
         self.said_bye = False
         self.lock = threading.Lock()
 
@@ -97,6 +103,8 @@ class Hub(_Linked):
         self.nnodes = nnodes
         self.peers: list[_Peer] = []
         self.joined: dict[int, set[int]] = {}
+        self.vanished: list[str] = []  # servers whose launcher is gone after its "go"
+        self.left: set[int] = set()  # nodes whose launcher ended cleanly after its "go"
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind((addr, port))
@@ -112,6 +120,14 @@ class Hub(_Linked):
             while len(self.joined.get(attempt, ())) < self.nnodes - 1:
                 if self.broken:
                     raise PlatformPluginError(f"multi-server start failed: {self.broken}")
+                # ended after an earlier attempt (Ctrl-C there never restarts; its own
+                # --max-restarts used up): it will not join this one
+                ended = sorted(self.left - self.joined.get(attempt, set()))
+                if ended:
+                    raise PlatformPluginError(
+                        f"the launcher of {', '.join(f'node{n}' for n in ended)} ended without "
+                        f"starting attempt {attempt + 1} (interrupted, its --max-restarts used "
+                        "up, or it failed: its output says)")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     missing = sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
@@ -120,13 +136,20 @@ class Hub(_Linked):
                         f"to --master-addr:--master-port+1 before starting their ranks); "
                         "PLATFORM_RENDEZVOUS_TIMEOUT sets the wait")
                 self.cond.wait(min(left, 0.5))
-            peers = list(self.peers)
+            # only those that joined this attempt (not one refused, nor one still connecting)
+            peers = [p for p in self.peers if p.node is not None and p.joined == attempt]
+            for peer in peers:
+                peer.went.add(attempt)
         for peer in peers:
             peer.send({"op": "go", "job_id": job_id, "attempt": attempt})
         return job_id
 
     def tell_failed(self, server: str, reason: str, attempt: int) -> None:
         self._stop_all(server, reason, attempt, source=None)
+
+    def gone(self) -> list[str]:
+        with self.cond:
+            return list(self.vanished)
 
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         with self.cond:
@@ -179,12 +202,24 @@ class Hub(_Linked):
             peer.sock.close()
             with self.cond:
                 self.peers.remove(peer)
-            if not peer.said_bye and peer.node is not None and not self.closing:
-                attempt = self._current()
-                self._stop_all(f"node{peer.node}", "its launcher is gone", attempt, peer)
-                with self.cond:  # it will never report: its part of the job failed
-                    self.outcomes.setdefault(attempt, {}).setdefault(peer.node, f"node{peer.node}")
+                if peer.node is None or self.closing:
+                    return
+                if not peer.went:  # gone (Ctrl-C, killed) while it waited: it started nothing
+                    self.joined.get(peer.joined, set()).discard(peer.node)
+                    return
+                if peer.said_bye:  # ended cleanly after an attempt: it joins no later one
+                    self.left.add(peer.node)
                     self.cond.notify_all()
+                    return
+                server = f"node{peer.node}"
+                # no later attempt can start without it (agree() would wait for it in vain)
+                self.broken = self.broken or f"server {server}: its launcher is gone"
+                self.vanished.append(server)
+            attempt = self._current()
+            self._stop_all(server, "its launcher is gone", attempt, peer)
+            with self.cond:  # it will never report: its part of the job failed
+                self.outcomes.setdefault(attempt, {}).setdefault(peer.node, server)
+                self.cond.notify_all()
             return
         for message in messages:
             self._handle(peer, message)
@@ -196,14 +231,24 @@ class Hub(_Linked):
     def _handle(self, peer: _Peer, message: dict) -> None:
         op = message.get("op")
         if op == "join":
-            peer.node = int(message.get("node", -1))
+            node, attempt = int(message.get("node", -1)), int(message.get("attempt", 0))
             if int(message.get("nnodes", self.nnodes)) != self.nnodes:
                 peer.send({"op": "refused", "reason": f"node 0 runs --nnodes {self.nnodes}, "
                            f"this launcher {message.get('nnodes')}"})
                 return
             with self.cond:
-                self.joined.setdefault(int(message["attempt"]), set()).add(peer.node)
-                self.cond.notify_all()
+                # a second launcher of one --node-rank would start the same ranks again
+                if any(p.node == node for p in self.peers if p is not peer):
+                    refused = (f"another launcher already joined as --node-rank {node}: every "
+                               f"server needs its own --node-rank (1..{self.nnodes - 1} besides "
+                               "node 0)")
+                else:
+                    refused = ""
+                    peer.node, peer.joined = node, attempt
+                    self.joined.setdefault(attempt, set()).add(node)
+                    self.cond.notify_all()
+            if refused:
+                peer.send({"op": "refused", "reason": refused})
         elif op == "failed":
             self._stop_all(str(message.get("server")), str(message.get("reason")),
                            int(message.get("attempt", 0)), peer)
@@ -259,9 +304,15 @@ class Spoke(_Linked):
         deadline = time.monotonic() + join_timeout()
         with self.cond:
             while attempt not in self.goes:
-                if self.refused or self.broken:
-                    raise PlatformPluginError(f"node 0 refused this launcher: "
-                                              f"{self.refused or self.broken}")
+                if self.refused:
+                    raise PlatformPluginError(f"node 0 refused this launcher: {self.refused}")
+                if self.broken:
+                    raise PlatformPluginError(f"multi-server start failed: {self.broken}")
+                if self.peer.said_bye:  # it closed cleanly without starting this attempt
+                    raise PlatformPluginError(
+                        "node 0's launcher ended without starting " +
+                        ("the job" if attempt == 0 else f"attempt {attempt + 1}") +
+                        " (interrupted, or it failed or decided not to restart: its output says)")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise PlatformPluginError(f"node 0 did not start the job within "
@@ -273,6 +324,10 @@ class Spoke(_Linked):
         with self.cond:
             self.stops.setdefault(attempt, f"server {server}: {reason}")
         self.peer.send({"op": "failed", "server": server, "reason": reason, "attempt": attempt})
+
+    def gone(self) -> list[str]:
+        with self.cond:
+            return ["node0"] if self.broken else []
 
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         self.peer.send({"op": "ended", "attempt": attempt, "ok": ok, "server": server})

@@ -25,6 +25,11 @@ class JobLink:
         """Why another server's launcher asked to stop this attempt, or None."""
         return None
 
+    def gone(self) -> list[str]:
+        """The servers whose launcher vanished after the job started: they will never report
+        their end on the job's parent run, so this one does it for them."""
+        return []
+
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         """Block until every server's ranks of this attempt ended; the servers that failed."""
         return [] if ok else [server]
@@ -45,8 +50,23 @@ def open_link(plan) -> JobLink:
         try:
             return Hub(plan.master_addr, port, plan.nnodes)
         except OSError as exc:
+            import errno
+            import socket
+            # not a port clash: another --master-port would fail the same way
+            if isinstance(exc, socket.gaierror) or exc.errno == errno.EADDRNOTAVAIL:
+                why = ("does not resolve on this server" if isinstance(exc, socket.gaierror)
+                       else "is not an address of this server")
+                raise ConfigError([Problem(
+                    "LAUNCH_MASTER_ADDR", f"--master-addr {plan.master_addr[:80]!r} {why} "
+                    f"({exc.strerror or exc}): node 0's launcher runs on the server that "
+                    "--master-addr names, and listens there", "--master-addr")]) from None
+            # most often another node 0 already listens there: this job's (the same
+            # --node-rank twice) or another job's given the same --master-port
+            held = (" - another launcher with --node-rank 0 (of this job, or of another job "
+                    "with this --master-port) may hold it; else" if exc.errno == errno.EADDRINUSE
+                    else ":")
             raise ConfigError([Problem(
                 "LAUNCH_PORT_BUSY", f"the launchers' control port {port} (--master-port + 1) on "
-                f"{plan.master_addr} cannot be bound ({exc.strerror}): choose another "
+                f"{plan.master_addr} cannot be bound ({exc.strerror}){held} choose another "
                 "--master-port on every server", "--master-port")]) from None
     return Spoke(plan.master_addr, port, plan.node_rank, plan.nnodes, plan.server_id)

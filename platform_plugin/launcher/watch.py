@@ -51,7 +51,8 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
             result = supervisor.run()
         finally:
             try:
-                report = _finish_tracking(job_tracking, result, last, waiting=waiting)
+                report = _finish_tracking(job_tracking, result, last, waiting=waiting,
+                                          gone=link.gone())
             finally:
                 tell(False)
         result.tracking = report
@@ -124,10 +125,11 @@ def _display(options: LaunchOptions, shown) -> Output:
 _HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
 
 
-def _finish_tracking(job_tracking, result, last: bool = True, waiting=None):
-    """Tracking must never turn a finished job into a crash: a failing sink becomes a note."""
+def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone=()):
+    """Tracking must never turn a finished job into a crash: a failing sink becomes a note.
+    `gone`: the servers of the job whose launcher vanished (the job link saw it)."""
     try:
-        return job_tracking.finish(result, last=last, waiting=waiting)
+        return job_tracking.finish(result, last=last, waiting=waiting, gone=gone)
     except KeyboardInterrupt:
         if result is None:  # the ranks' own end was interrupted: the caller reports that
             raise

@@ -177,6 +177,7 @@ class Helper:
         pending = {label: self.forwarder.stream_pending(label) for label in self.forwarder.labels()}
         self.config.final_status = end.status
         self.config.job["end_reason"] = end.reason  # a multi-server parent names the server
+        self.config.job["gone_servers"] = end.gone  # ... and ends for those that cannot
         self.config.job["keep_parent_open"] = not end.last  # --max-restarts: another attempt
         try:
             ended = self.forwarder.sink.end_job(self.config, self.spool_dir, pending)

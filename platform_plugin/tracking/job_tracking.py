@@ -114,13 +114,14 @@ class SpoolingJobTracking(JobTracking):
         if self.helper is not None:
             self.helper.wait()
 
-    def finish(self, result: ResultView, last: bool = True, waiting=None) -> DeliveryReport:
+    def finish(self, result: ResultView, last: bool = True, waiting=None,
+               gone=()) -> DeliveryReport:
         self._ranks_ended.set()
         self.start()  # the ranks may have failed to start: the runs are still created and ended
         timeout = offsets.drain_timeout(30)
         # a restart follows: the parent stays open; else this server reports its end on it
         JobEnd(final_status(result), time.time() + timeout, reason=end_reason(result),
-               last=last).save(self.spool_dir)
+               last=last, gone=list(gone)).save(self.spool_dir)
         if self._spawn_done is not None:
             self._spawn_done.wait()
         if self.helper is not None and self.helper.stdin is not None:

@@ -56,10 +56,12 @@ class Untracked:
         """Supervisor observer: the ranks are running."""
         self.start()
 
-    def finish(self, result: ResultView, last: bool = True, waiting=None) -> DeliveryReport:
+    def finish(self, result: ResultView, last: bool = True, waiting=None,
+               gone=()) -> DeliveryReport:
         """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
         if that wait is not over at once (the launcher records the ranks' end in job.json then,
-        instead of always writing it one more time)."""
+        instead of always writing it one more time). `gone`: servers of the job whose launcher
+        vanished; this one reports their end on the parent run for them."""
         return DeliveryReport()
 
     notes: list = []  # said once at the start (e.g. a per-machine store for a multi-server job)

@@ -171,20 +171,23 @@ STOP_REQUEST_FILE = "stop_request.json"  # the helper saw another server stop th
 class JobEnd(_SpoolFile):
     """The launcher's word that the ranks have ended (end.json)."""
     FILE = END_FILE
-    __slots__ = ("status", "deadline", "reason", "last")
+    __slots__ = ("status", "deadline", "reason", "last", "gone")
 
-    def __init__(self, status: str, deadline: float, reason: str = "", last: bool = True):
+    def __init__(self, status: str, deadline: float, reason: str = "", last: bool = True,
+                 gone: list | None = None):
         self.status = status  # "FINISHED" | "FAILED"
         self.deadline = deadline  # epoch seconds: deliver until then, leave the rest to `sync`
         self.reason = reason  # why it failed (recorded on a multi-server job's parent run)
         self.last = last  # False: --max-restarts starts another attempt, the parent stays open
+        # servers whose launcher vanished (the job link saw it): their end is reported for them
+        self.gone = [str(s) for s in gone or ()]
 
     @classmethod
     def _from(cls, data: dict, path=""):
         """Typed as the launcher writes it: helpers and `sync` compare the deadline with time."""
         try:
             return cls(str(data["status"]), float(data["deadline"]), str(data.get("reason", "")),
-                       bool(data.get("last", True)))
+                       bool(data.get("last", True)), list(data.get("gone") or ()))
         except (KeyError, TypeError, ValueError) as exc:
             raise DamagedStateFile(path, f"{type(exc).__name__}: {exc}") from None
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 
+import psutil
 import pytest
 
+from tests.helpers import wait_for
 from tests.launcher.helpers import (ASSETS, PY, finish_all, kill_job, log_text, private_table,
                                    read_job, start_cli)
 from platform_plugin.util.ports import free_port
@@ -34,6 +37,29 @@ def start_servers(tmp_path, nnodes, args, *, order=None, delay=0.0, nproc=2, ext
                                 cwd=str(tmp_path))
         time.sleep(delay)
     return [procs[n] for n in range(nnodes)]
+
+
+def start_node(tmp_path, folder, port, nnodes, node, args, *, nproc=1, extra=()):
+    """One launcher of a job on `port`, its log folder tmp_path/folder."""
+    log_dir = tmp_path / folder
+    log_dir.mkdir(exist_ok=True)
+    return start_cli(["--nproc", str(nproc), "--nnodes", str(nnodes), "--node-rank", str(node),
+                      "--master-port", str(port), "--backend", "plain", "--show", "none", *extra,
+                      "--", PY, RANK, *args], log_dir, cwd=str(tmp_path))
+
+
+def joined(proc, port):
+    """The launcher `proc` holds a connection to node 0's control port (it sends its join on
+    the same call that connects), and node 0 has had a moment to read the join."""
+    def connected():
+        try:
+            conns = psutil.Process(proc.pid).net_connections("tcp")
+        except psutil.NoSuchProcess:
+            raise AssertionError("the launcher ended while it should wait for the others")
+        return any(c.raddr and c.raddr.port == port + 1 and c.status == "ESTABLISHED"
+                   for c in conns)
+    wait_for(connected, timeout=60, what="the launcher connected to node 0")
+    time.sleep(1)
 
 
 def job_dirs(tmp_path, nnodes):
@@ -149,3 +175,158 @@ def test_rank_table_servers_derive_one_job_id_and_the_next_job_another(tmp_path,
     os.utime(table, (time.time() + 5, time.time() + 5))  # the platform writes a new table per job
     second = _table_servers(tmp_path, table, "job2")
     assert second[0] == second[1] != first[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_launcher_killed_while_it_waits_for_the_others_can_be_started_again(tmp_path, sig):
+    """Node 1 joins, is SIGKILLed (or SIGTERMed: it ends cleanly, "interrupted before the job
+    started") before node 2 came, so it started nothing; node 2 joins, then node 1 is started
+    again: the job runs on all three servers. Node 0 kept the gone launcher's join: as soon as
+    node 2 joined it started the job without node 1 - stopped at once as 'server node1: its
+    launcher is gone' after SIGKILL, run to 'succeeded' without rank 1 after SIGTERM - and the
+    new node 1 waited for a "go" already sent."""
+    port = free_port()
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
+    first = start_node(tmp_path, "server1-first", port, 3, 1, ["env"])
+    joined(first, port)
+    first.send_signal(sig)
+    first.wait()
+    node2 = start_node(tmp_path, "server2", port, 3, 2, ["env"])  # before node 1 is back
+    joined(node2, port)
+    again = start_node(tmp_path, "server1", port, 3, 1, ["env"])
+    outs = finish_all([node0, again, node2], timeout=90)
+    assert [code for code, _ in outs] == [0, 0, 0], outs
+    dirs = job_dirs(tmp_path, 3)
+    assert len({os.path.basename(d) for d in dirs}) == 1
+    assert [rank_env(d, n)["RANK_START"] for n, d in enumerate(dirs)] == ["0", "1", "2"]
+
+
+def test_the_same_node_rank_twice_is_refused(tmp_path):
+    """A second launcher with --node-rank 1 is refused by node 0 (naming the flag) and starts
+    nothing; the job runs once on nodes 0, 1, 2. Both node-1 launchers used to be told to go:
+    rank 1 ran twice, with the same RANK_ID."""
+    port = free_port()
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
+    node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"])
+    joined(node1, port)
+    twin = start_node(tmp_path, "twin", port, 3, 1, ["env"])
+    code, out = finish_all([twin], timeout=90)[0]
+    assert code == 1 and "--node-rank 1" in out and "refused" in out, out
+    node2 = start_node(tmp_path, "server2", port, 3, 2, ["env"])
+    outs = finish_all([node0, node1, node2], timeout=90)
+    assert [code for code, _ in outs] == [0, 0, 0], outs
+    assert not list((tmp_path / "twin").iterdir())  # no job folder: nothing ran there
+    assert len(job_dirs(tmp_path, 3)) == 3
+
+
+def test_a_launcher_killed_between_attempts_ends_the_restart_everywhere(tmp_path):
+    """--max-restarts 1: rank 0 (node 0) fails; node 1's rank 3 ignores SIGTERM, so node 1's
+    launcher is still stopping its ranks (--grace 60) when it is SIGKILLed. Node 0 must not
+    start attempt 2 and wait for node 1 to join it (PLATFORM_RENDEZVOUS_TIMEOUT, 300 s): it
+    ends, exit 1, naming node 1."""
+    port = free_port()
+    extra = ["--max-restarts", "1", "--grace", "60"]
+    procs = [start_node(tmp_path, f"server{n}", port, 2, n, ["stubborn", "3"], nproc=2,
+                        extra=extra) for n in (0, 1)]
+    try:
+        wait_for(lambda: (tmp_path / "server1").iterdir() and any(
+            "GOT SIGTERM" in log_text(str(d), "3") for d in (tmp_path / "server1").iterdir()),
+            timeout=60, what="node 1's rank 3 got SIGTERM")
+        procs[1].send_signal(signal.SIGKILL)
+        code, out = finish_all(procs[:1], timeout=90)[0]  # far below the 300 s join wait
+        assert code == 1 and "node1" in out and "its launcher is gone" in out, out
+    finally:
+        for proc in procs:
+            proc.kill()
+        for node in (0, 1):
+            for job_dir in (tmp_path / f"server{node}").iterdir():
+                kill_job(str(job_dir))
+
+
+def test_a_master_addr_that_does_not_resolve_is_named_on_node_0(tmp_path):
+    """Node 0 cannot listen on a --master-addr that does not resolve: LAUNCH_MASTER_ADDR naming
+    the flag (it was LAUNCH_PORT_BUSY, 'choose another --master-port', which cannot help)."""
+    proc = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "0", "--master-addr",
+                      "no-such-host.invalid", "--master-port", str(free_port()), "--backend",
+                      "plain", "--show", "none", "--", PY, RANK, "env"], tmp_path / "server0",
+                     cwd=str(tmp_path))
+    [(code, out)] = finish_all([proc], timeout=60)
+    assert code == 2 and "LAUNCH_MASTER_ADDR" in out and "does not resolve" in out, out
+    assert "LAUNCH_PORT_BUSY" not in out
+
+
+def test_node_0_interrupted_while_the_others_join_ends_them_at_once(tmp_path):
+    """Ctrl-C on node 0 while it waits for node 2: node 1 was left waiting for a "go" for
+    PLATFORM_RENDEZVOUS_TIMEOUT (300 s), then said 'node 0 did not start the job'."""
+    port = free_port()
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
+    node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"])
+    joined(node1, port)
+    node0.send_signal(signal.SIGINT)
+    outs = finish_all([node0, node1], timeout=90)  # far below the 300 s join wait
+    assert [code for code, _ in outs] == [1, 1], outs
+    assert "node 0's launcher ended without starting the job" in outs[1][1], outs[1][1]
+
+
+def test_node_0_interrupted_with_max_restarts_ends_every_server(tmp_path):
+    """Ctrl-C never restarts: node 0 ends, interrupted. Node 1's own result is a failure
+    ('stopped because server node0: interrupted'), so it went on to attempt 2 and waited 300 s
+    for a node 0 that had left."""
+    procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
+    dirs = []
+    try:
+        wait_for(lambda: any("ENV " in log_text(str(d), "2")
+                             for d in (tmp_path / "server1").iterdir()),
+                 timeout=120, what="node 1's ranks started")
+        time.sleep(1)
+        procs[0].send_signal(signal.SIGINT)
+        outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
+        dirs = job_dirs(tmp_path, 2)
+        assert [code for code, _ in outs] == [1, 1], outs
+        assert "node 0's launcher ended without starting attempt 2" in outs[1][1], outs[1][1]
+        assert read_job(dirs[1])["result"]["status"] == "failed"
+    finally:
+        for proc in procs:
+            proc.kill()
+        for job_dir in dirs:
+            kill_job(job_dir)
+
+
+def test_node_1_interrupted_with_max_restarts_ends_node_0(tmp_path):
+    """The mirror case: Ctrl-C on node 1 ends it (no restart), node 0's result is a failure
+    and it went on to attempt 2, waiting 300 s for node 1 to join."""
+    procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
+    dirs = []
+    try:
+        wait_for(lambda: any("ENV " in log_text(str(d), "0")
+                             for d in (tmp_path / "server0").iterdir()),
+                 timeout=120, what="node 0's ranks started")
+        time.sleep(1)
+        procs[1].send_signal(signal.SIGINT)
+        outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
+        dirs = job_dirs(tmp_path, 2)
+        assert [code for code, _ in outs] == [1, 1], outs
+        assert "the launcher of node1 ended without starting attempt 2" in outs[0][1], outs[0][1]
+    finally:
+        for proc in procs:
+            proc.kill()
+        for job_dir in dirs:
+            kill_job(job_dir)
+
+
+def test_a_second_node_0_names_the_node_rank(tmp_path):
+    """A second launcher with --node-rank 0 cannot listen where the first does: its
+    LAUNCH_PORT_BUSY says another node 0 may hold the port (it only said 'choose another
+    --master-port', which would split the job)."""
+    port = free_port()
+    first = start_node(tmp_path, "server0", port, 2, 0, ["env"])
+    try:
+        wait_for(lambda: any(c.laddr.port == port + 1 and c.status == "LISTEN"
+                             for c in psutil.Process(first.pid).net_connections("tcp")),
+                 timeout=60, what="node 0 listens")
+        twin = start_node(tmp_path, "twin", port, 2, 0, ["env"])
+        [(code, out)] = finish_all([twin], timeout=60)
+        assert code == 2 and "LAUNCH_PORT_BUSY" in out and "--node-rank 0" in out, out
+    finally:
+        first.kill()
+        first.wait()

@@ -144,3 +144,39 @@ def test_rank_table_server_failure_stops_the_other_server_through_the_parent_run
     [parent], _ = _parents(c, experiment)
     assert parent.info.status == "FAILED"
     assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == ", ".join(sorted(servers))
+
+
+def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
+        tmp_path, postgres_mlflow):
+    """Node 1's launcher is SIGKILLed while its ranks run: it never tags its end on the parent,
+    which stayed RUNNING for good (node 0 reported, then waited for node 1's word), and so did
+    node 1's rank runs. Node 0 saw it go over the job link: it reports node 1 FAILED and ends
+    node 1's runs, so the parent ends FAILED naming both servers."""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", "2",
+                        "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
+                        "--show", "none", "--", PY, RANK, "fail-on", "99"],
+                       tmp_path / f"server{n}", cwd=str(tmp_path),
+                       env=_env(postgres_mlflow, experiment))
+             for n in (0, 1)]
+    c = client(postgres_mlflow)
+    try:
+        def four_rank_runs():
+            exp = c.get_experiment_by_name(experiment)
+            return exp and len(c.search_runs([exp.experiment_id], "tags.rank_id != ''")) == 4
+        wait_for(four_rank_runs, timeout=120, interval=0.5, what="the 4 rank runs")
+        procs[1].kill()
+        [(code, out)] = finish_all(procs[:1], timeout=90)  # its ranks would sleep 120 s
+        assert code == 1 and "server node1: its launcher is gone" in out, out
+    finally:
+        for proc in procs:
+            proc.kill()
+        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == "node0, node1"
+    assert "its launcher is gone" in parent.data.tags[mlflow_job.SERVER_TAG + "node1"]
+    children = _children(c, exp, parent)
+    assert len(children) == 4
+    assert all(c.get_run(r.info.run_id).info.status == "FAILED" for r in children)

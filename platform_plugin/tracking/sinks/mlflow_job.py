@@ -14,7 +14,8 @@ The parent ends when the last server ends: each launcher tags the parent
 server of the job has reported, ends the parent FINISHED only when all are FINISHED, else FAILED
 (KILLED when the only non-FINISHED ones were interrupted), with `platform.failed_servers`. Of
 two launchers ending at the same instant at least the later writer sees both tags; ending the
-run twice with the same status is harmless.
+run twice with the same status is harmless. A server whose launcher vanished is reported (and
+its RUNNING runs ended) by the launchers that saw it go over the job link.
 
 Stopping across servers without a job link (the rank-table route): a launcher whose job stops
 tags the parent `platform.stop.<attempt>` = "<server>: <reason>"; the others poll that tag.
@@ -71,7 +72,10 @@ def end_parent(client, config, status: str, reason: str = "") -> str | None:
         return status
     server = config.job.get("server_id", "?")
     client.set_tag(parent, SERVER_TAG + server, f"{status}: {reason}"[:500] if reason else status)
-    tags = client.get_run(parent).data.tags
+    tags = dict(client.get_run(parent).data.tags)
+    for gone in config.job.get("gone_servers") or ():
+        if gone != server and SERVER_TAG + gone not in tags:
+            tags[SERVER_TAG + gone] = _end_for_gone(client, config, parent, gone, server)
     ended = {k[len(SERVER_TAG):]: v.split(":", 1)[0] for k, v in tags.items()
              if k.startswith(SERVER_TAG)}
     if len(ended) < servers_of(config):
@@ -83,6 +87,21 @@ def end_parent(client, config, status: str, reason: str = "") -> str | None:
         client.set_tag(parent, FAILED_SERVERS_TAG, ", ".join(failed))
     client.set_terminated(parent, final)
     return final
+
+
+def _end_for_gone(client, config, parent: str, gone: str, by: str) -> str:
+    """A server whose launcher vanished (SIGKILL, its machine lost) never reports its end: the
+    parent would stay RUNNING for good, and so would its ranks' runs. The launcher that saw it
+    go (the job link) reports it FAILED and ends its runs still RUNNING; should that server's
+    own helper or `sync` end them later, its own word replaces this one."""
+    value = f"FAILED: its launcher is gone (reported by {by})"
+    client.set_tag(parent, SERVER_TAG + gone, value)
+    for run in client.search_runs(
+            [config.experiment_id], max_results=1000,
+            filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.server_id = "
+                          f"'{gone}' and attributes.status = 'RUNNING'"):
+        client.set_terminated(run.info.run_id, "FAILED")
+    return value
 
 
 def request_stop(client, config, server: str, reason: str) -> None:

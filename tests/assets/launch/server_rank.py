@@ -4,9 +4,12 @@ env           print `ENV {...}` (the launcher's variables) and end
 train [N]     log `loss` for N (default 20) steps through platform_plugin.tracking, then end
 fail-on N     rank N exits 3 after 1 s (after logging 5 points); the others log and sleep 120 s
 fail-once     on the first attempt (PLATFORM_ATTEMPT=0) rank 0 exits 4; later attempts succeed
+stubborn N    on the first attempt rank 0 exits 4 after 1 s and rank N ignores SIGTERM (prints
+              `GOT SIGTERM`: its launcher is then busy stopping it); later attempts succeed
 """
 import json
 import os
+import signal
 import sys
 import time
 
@@ -38,3 +41,11 @@ elif mode == "fail-once":
     log(5)
     if rank == 0 and os.environ.get("PLATFORM_ATTEMPT") == "0":
         sys.exit(4)
+elif mode == "stubborn" and os.environ.get("PLATFORM_ATTEMPT") == "0":
+    if rank == int(sys.argv[2]):
+        signal.signal(signal.SIGTERM, lambda *_: print("GOT SIGTERM", flush=True))
+    if rank == 0:
+        time.sleep(1)
+        sys.exit(4)
+    for _ in range(120):
+        time.sleep(1)
