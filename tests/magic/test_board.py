@@ -40,6 +40,14 @@ def test_board_rows_metrics_tail_and_quiet(kernel):
     job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("board"))
     assert "DISTRIBUTED(" in log_text(str(job), "0") and "rank 0 step 0" in log_text(str(job), "0")
     assert "3 lines of MindSpore networking chatter" in cell.stream
+    # the cell names the cell's way to compare the ranks, not a command for a terminal; the
+    # job's folder, as the job is not in the default log folder (--log-dir), and it works
+    hint = f"%dist_compare {job}"
+    assert f"compare ranks: {hint}" in cell.stream, cell.stream
+    assert "platform-run compare" not in cell.stream
+    compared = run_cell(kc, hint + " --no-ui")
+    shown = compared.stream + "".join(str(data) for _kind, data in compared.displays)
+    assert compared.ok and "rank-02" in shown, shown[:2000] + "\n".join(compared.error)
     html = cell.displays[-1][1]["text/html"]
     assert "<table>" in html and "rank 2 finished" in html
     # --verbose brings the chatter back; --show all streams prefixed lines as before
