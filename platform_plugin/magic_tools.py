@@ -121,7 +121,9 @@ class PlatformMagics(Magics):
     def platform_clean(self, line: str):
         """Clean CODE/ as a full run would; `--dry-run` lists what would go. `--help` for more."""
         __tracebackhide__ = True
-        with _headline("nothing was removed"):
+        with _headline("nothing was removed", "%platform_clean stopped: what it removed before "
+                       "the stop is gone, the rest is kept (`%platform_clean --dry-run` shows "
+                       "what is left)"):
             self._clean(line)
 
     def _clean(self, line: str) -> None:
@@ -150,7 +152,7 @@ def _headline(text: str, interrupted: str | None = None):
     above a busy CODE/ folder or a typo'd option of %platform_clean was wrong). `interrupted`:
     the one line the stop button leaves (the first %dist_compare imports MLflow and starts its
     UI, ~15 s: a stop there printed a KeyboardInterrupt through 20 frames of plugin, MLflow and
-    SQLAlchemy imports)."""
+    SQLAlchemy imports; a stop of a long %platform_clean one through the walk and the remover)."""
     try:
         yield
     except ConfigError as exc:
