@@ -107,7 +107,8 @@ class PlatformMagics(Magics):
     def dist_compare(self, line: str):
         """Compare the ranks of a job (default: the latest). `%dist_compare --help` for options."""
         __tracebackhide__ = True
-        with _headline("nothing was compared"):
+        with _headline("nothing was compared", "%dist_compare stopped: nothing was compared "
+                       "(run it again; the job and its runs are untouched)"):
             args = _parsed(_compare_parser(), line, "%dist_compare")
             if args is None:
                 return None
@@ -120,7 +121,9 @@ class PlatformMagics(Magics):
     def platform_clean(self, line: str):
         """Clean CODE/ as a full run would; `--dry-run` lists what would go. `--help` for more."""
         __tracebackhide__ = True
-        with _headline("nothing was removed"):
+        with _headline("nothing was removed", "%platform_clean stopped: what it removed before "
+                       "the stop is gone, the rest is kept (`%platform_clean --dry-run` shows "
+                       "what is left)"):
             self._clean(line)
 
     def _clean(self, line: str) -> None:
@@ -144,14 +147,29 @@ class PlatformMagics(Magics):
 
 
 @contextmanager
-def _headline(text: str):
+def _headline(text: str, interrupted: str | None = None):
     """A refusal inside this magic says what did not happen ("ConfigError: nothing was started"
-    above a busy CODE/ folder or a typo'd option of %platform_clean was wrong)."""
+    above a busy CODE/ folder or a typo'd option of %platform_clean was wrong). `interrupted`:
+    the one line the stop button leaves (the first %dist_compare imports MLflow and starts its
+    UI, ~15 s: a stop there printed a KeyboardInterrupt through 20 frames of plugin, MLflow and
+    SQLAlchemy imports; a stop of a long %platform_clean one through the walk and the remover)."""
     try:
         yield
     except ConfigError as exc:
         exc.headline = text
         raise
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        raise _Interrupted(interrupted).with_traceback(None) from None
+
+
+class _Interrupted(KeyboardInterrupt):
+    """The stop button inside a tool magic: still a KeyboardInterrupt (papermill, the notebook
+    runner see one), shown as its one line."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {self}"]
 
 
 def register(ipython) -> None:

@@ -85,6 +85,21 @@ class JobProcesses:
             time.sleep(POLL_S)
 
 
+def described(pids) -> str:
+    """`1234 (python serve.py), 1240 (sleep 100)`: what a note names (the first two words of a
+    command line; a process gone meanwhile is its pid alone)."""
+    words = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read(4096).split(b"\0")[:2]
+        except OSError:
+            argv = []
+        name = " ".join(os.path.basename(a.decode(errors="replace")) for a in argv if a)
+        words.append(f"{pid} ({name})" if name else str(pid))
+    return ", ".join(words)
+
+
 def signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)

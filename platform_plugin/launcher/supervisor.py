@@ -23,7 +23,7 @@ import subprocess
 import time
 
 from platform_plugin.launcher.spawn import Started, piped
-from platform_plugin.launcher.reaper import JobProcesses, signal_pids
+from platform_plugin.launcher.reaper import JobProcesses, described, signal_pids
 from platform_plugin.launcher.result import JobResult, JobStatus
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -296,6 +296,10 @@ class Supervisor:
         if live:
             if not stop.terminated:
                 stop.terminated = True
+                if stop.status == JobStatus.SUCCEEDED:  # the ranks ended well: say what goes
+                    self.output.note(f"stopping {len(live)} process{'es' * (len(live) > 1)} "
+                                     f"the ranks left behind: {described(live)} (nothing of a "
+                                     f"job outlives it; grace {self.grace:g}s, then SIGKILL)")
                 self._job.signal(signal.SIGTERM, only_live_groups=True)
             elif stop.killed:
                 if time.monotonic() > stop.kill_at + UNKILLABLE_S:

@@ -7,6 +7,7 @@ stops them (`Started.abandon`).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -149,6 +150,24 @@ def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone
         return None
 
 
+def _cell_compare_hint(result: JobResult) -> str:
+    """`%dist_compare` of the job: its id when it is in the default log folder (where the magic
+    looks), else its folder (a --log-dir of the cell)."""
+    from platform_plugin.tracking.report import compare_hint
+    from platform_plugin.util.jobdirs import job_log_dir
+    if os.path.dirname(result.job_dir) == job_log_dir():
+        return compare_hint(result.job_id, notebook=True)
+    import shlex
+    return compare_hint(shlex.quote(result.job_dir), notebook=True)
+
+
+def _in_kernel() -> bool:
+    if "ipykernel" not in sys.modules:  # a CLI launch compiles no notebook module for it
+        return False
+    from platform_plugin.launcher.notebook_display import in_kernel
+    return in_kernel()
+
+
 def job_summary(result: JobResult, hidden: int = 0) -> str:
     if result.ok:
         text = (f"[launcher] job {result.job_id} succeeded in {result.duration_s:.1f}s "
@@ -164,4 +183,7 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
                  "logs (--verbose shows them)")
     # a failed job's metrics matter too (what happened before the crash): say where they went
     hint = getattr(result.tracking, "ui_hint", "")
+    if hint and _in_kernel():  # the cell's own way, not a command for a terminal
+        from platform_plugin.tracking.report import compare_hint
+        hint = hint.replace(compare_hint(result.job_id), _cell_compare_hint(result))
     return text + (f"\n[launcher] tracking: {hint}" if hint else "")

@@ -4,9 +4,10 @@ them (in an IFrame when the UI is reachable through the Jupyter server, else as 
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from platform_plugin.errors import PlatformPluginError
+from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.notebook import jupyter_ui
 from platform_plugin.tracking import compare as comparing
@@ -33,13 +34,16 @@ def compare(job: str | None = None, metric: str = "loss", *, log_dir: str | None
     comparing.check_tolerance(tolerance)
     spool_dir = find_spool_dirs(job, log_dir)[0]
     runs = comparing.job_runs(spool_dir)
-    with libraries_to_log(str(spool_dir.parent), verbose=False):  # MLflow's import warnings
-        client = MlflowSink().client(runs.config.tracking_uri)
+    with libraries_to_log(str(spool_dir.parent), verbose=False), _interrupt_held():
+        client = MlflowSink().client(runs.config.tracking_uri)  # (MLflow's import warnings)
         series = comparing.load_series(runs, metric, client)
     rows = comparing.rank_rows(series, metric, tolerance=tolerance)
     job_id = runs.config.job.get("job_id", spool_dir.parent.name)
-    if not rows:
-        raise PlatformPluginError(f"{job_id}: no rank logged {metric!r} (try metric=...)")
+    if not rows:  # the metrics there are, as `platform-run compare` names them
+        with libraries_to_log(str(spool_dir.parent), verbose=False):
+            known = comparing.available_metrics(runs, client)
+        raise ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged {metric!r}; its "
+                                   f"metrics: {', '.join(known) or 'none'}", "--metric")])
     result = Comparison(job_id, metric, rows, series, comparing.render(rows, metric))
     if show:  # the table and chart first: the UI may take seconds to start
         _display_table_and_chart(result)
@@ -48,6 +52,28 @@ def compare(job: str | None = None, metric: str = "loss", *, log_dir: str | None
         if show:
             _display_ui(result)
     return result
+
+
+@contextmanager
+def _interrupt_held():
+    """The stop button waits for the block's end, then interrupts. The first comparison of a
+    kernel imports MLflow and SQLAlchemy (seconds) and opens the store: a KeyboardInterrupt
+    inside an import leaves a half-made module in sys.modules (`module 'sqlalchemy.sql' has no
+    attribute 'base'`), and every later %dist_compare of the kernel failed with MLflow's
+    traceback until a restart. Main thread only (signal handlers cannot be set elsewhere)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _ui_page(result: Comparison, runs) -> None:

@@ -27,6 +27,7 @@ import time
 
 from platform_plugin.tracking import conventions, offsets
 from platform_plugin.tracking.handle import DeliveryReport, JobTracking
+from platform_plugin.tracking.report import compare_hint
 from platform_plugin.tracking.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
                                             JobEnd, SinkConfig, read_json, write_json_atomic)
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
@@ -205,7 +206,7 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
                      f"{spool_dir}/rank_*.jsonl.quarantine")
     hint = f"{sink}: {counts.delivered} records delivered" + (f"; {notes[0]}" if notes else "")
     if sink == "mlflow":
-        hint += f"; compare ranks: platform-run compare {job_id} --url"
+        hint += f"; compare ranks: {compare_hint(job_id)}"
     saved = SinkConfig.load(spool_dir) or config
     return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,
                           reason="; ".join(notes), parent_run_id=saved.parent_run_id,

@@ -13,6 +13,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.tracking.views import ResultView
 
 
+def compare_hint(job_id: str, notebook: bool = False) -> str:
+    """How to compare the ranks of a job delivered to MLflow: in a terminal the command, in a
+    notebook the magic that shows the table, the chart and the MLflow page in the cell."""
+    return f"%dist_compare {job_id}" if notebook else f"platform-run compare {job_id} --url"
+
+
 class DeliveryReport(Record):
     """What tracking delivered for a job, what still waits, and why. skipped: spool lines that
     were not records (a rank killed mid-write); rejected: records the sink refused for good;

@@ -50,6 +50,21 @@ def test_profiles_only_set_parameters_their_notebooks_declare(profile, notebooks
     assert debug["epochs"] < full["epochs"]
 
 
+@pytest.mark.parametrize("notebook", [TEMPLATES / "notebook.ipynb",
+                                      NOTEBOOKS / "mindspore_digits_data_parallel.ipynb",
+                                      NOTEBOOKS / "torch_ddp_digits.ipynb"])
+def test_notebook_text_describes_the_cell_as_it_is(notebook):
+    """What the shipped notebooks tell a user about the %dist_run cell: the live board (a
+    `[rank N]` line per line only with --show all), and the ranks compared in the cell with
+    %dist_compare, not a terminal command behind `!`."""
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] != "markdown":
+            continue
+        assert "[rank N]" not in text or "--show all" in text, text
+        assert "!platform-run compare" not in text, text
+
+
 def test_env_example_sets_nothing_and_names_what_the_platform_owns():
     assert dotenv_values(TEMPLATES / ".env.example") == {}  # a template, every line commented
     text = (TEMPLATES / ".env.example").read_text()

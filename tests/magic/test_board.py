@@ -40,6 +40,18 @@ def test_board_rows_metrics_tail_and_quiet(kernel):
     job = next(d for d in kc.log_dir.iterdir() if d.name.startswith("board"))
     assert "DISTRIBUTED(" in log_text(str(job), "0") and "rank 0 step 0" in log_text(str(job), "0")
     assert "3 lines of MindSpore networking chatter" in cell.stream
+    # the cell names the cell's way to compare the ranks, not a command for a terminal; the
+    # job's folder, as the job is not in the default log folder (--log-dir), and it works
+    hint = f"%dist_compare {job}"
+    assert f"compare ranks: {hint}" in cell.stream, cell.stream
+    assert "platform-run compare" not in cell.stream
+    compared = run_cell(kc, hint + " --no-ui")
+    shown = compared.stream + "".join(str(data) for _kind, data in compared.displays)
+    assert compared.ok and "rank-02" in shown, shown[:2000] + "\n".join(compared.error)
+    # a metric no rank logged: one refusal naming the metrics there are (as the CLI does)
+    wrong = run_cell(kc, hint + " --metric los --no-ui")
+    assert not wrong.ok and wrong.error[0] == "ConfigError: nothing was compared", wrong.error
+    assert "[COMPARE_METRIC] at --metric:" in wrong.error[1] and "its metrics: loss" in wrong.error[1]
     html = cell.displays[-1][1]["text/html"]
     assert "<table>" in html and "rank 2 finished" in html
     # --verbose brings the chatter back; --show all streams prefixed lines as before

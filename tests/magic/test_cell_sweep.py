@@ -181,6 +181,39 @@ def test_a_rank_calling_input_fails_at_once_with_a_hint(kernel):
     assert "EOFError" in cell.stream and "hint: ranks read no keyboard" in cell.stream
 
 
+def test_a_daemon_left_by_a_rank_is_named_when_it_is_stopped(kernel):
+    """A rank that starts a daemon (its own session, SIGTERM ignored: a TensorBoard, a cache
+    server) and ends well: the job stops the daemon too - nothing of a job outlives it - and the
+    cell says which process it stopped; it said nothing, so a user's server vanished without a
+    word and the cell waited out --grace in silence."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = kc.cwd / "leaves_daemon.py"
+    pid_file = kc.cwd / "daemon.pid"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "if os.environ['RANK_ID'] == '0' and os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "        os.closerange(0, 3)\n"
+        f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+        "        while True:\n"
+        "            time.sleep(1)\n"
+        "    os._exit(0)\n"
+        "while os.environ['RANK_ID'] == '0' and not os.path.exists(" + repr(str(pid_file)) + "):\n"
+        "    time.sleep(0.01)\n"
+        "print('rank', os.environ['RANK_ID'], 'done', flush=True)\n")
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --tracking none --grace 1 "
+                        f"--log-dir {kc.log_dir} --job-name daemon python {script}")
+    assert cell.ok, cell.stream + "\n".join(cell.error)
+    daemon = int(pid_file.read_text())
+    assert not _alive(daemon)
+    board = cell.board
+    assert "succeeded" in board.splitlines()[0]
+    assert f"stopping 1 process the ranks left behind: {daemon} (python" in board, board
+
+
 def test_a_job_name_in_chinese_is_kept(kernel):
     """`--job-name 中文训练` (and a script 训练.py) named the job "job-…" without a word."""
     km, kc = kernel
