@@ -268,50 +268,46 @@ def test_node_0_interrupted_while_the_others_join_ends_them_at_once(tmp_path):
     assert "node 0's launcher ended without starting the job" in outs[1][1], outs[1][1]
 
 
-def test_node_0_interrupted_with_max_restarts_ends_every_server(tmp_path):
-    """Ctrl-C never restarts: node 0 ends, interrupted. Node 1's own result is a failure
-    ('stopped because server node0: interrupted'), so it went on to attempt 2 and waited 300 s
-    for a node 0 that had left."""
+def _interrupted_with_max_restarts(tmp_path, node: int, check) -> None:
+    """2 servers with --max-restarts 1; Ctrl-C on `node` once the other's ranks run; both must
+    end (exit 1) long before the other's 300 s wait for `node` to join attempt 2. `check(outs,
+    dirs)` asserts what each said."""
+    other = 1 - node
     procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
     dirs = []
     try:
-        wait_for(lambda: any("ENV " in log_text(str(d), "2")
-                             for d in (tmp_path / "server1").iterdir()),
-                 timeout=120, what="node 1's ranks started")
+        wait_for(lambda: any("ENV " in log_text(str(d), str(2 * other))
+                             for d in (tmp_path / f"server{other}").iterdir()),
+                 timeout=120, what=f"node {other}'s ranks started")
         time.sleep(1)
-        procs[0].send_signal(signal.SIGINT)
+        procs[node].send_signal(signal.SIGINT)
         outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
         dirs = job_dirs(tmp_path, 2)
         assert [code for code, _ in outs] == [1, 1], outs
-        assert "node 0's launcher ended without starting attempt 2" in outs[1][1], outs[1][1]
-        assert read_job(dirs[1])["result"]["status"] == "failed"
+        check(outs, dirs)
     finally:
         for proc in procs:
             proc.kill()
         for job_dir in dirs:
             kill_job(job_dir)
+
+
+def test_node_0_interrupted_with_max_restarts_ends_every_server(tmp_path):
+    """Ctrl-C never restarts: node 0 ends, interrupted. Node 1's own result is a failure
+    ('stopped because server node0: interrupted'), so it went on to attempt 2 and waited 300 s
+    for a node 0 that had left."""
+    def check(outs, dirs):
+        assert "node 0's launcher ended without starting attempt 2" in outs[1][1], outs[1][1]
+        assert read_job(dirs[1])["result"]["status"] == "failed"
+    _interrupted_with_max_restarts(tmp_path, 0, check)
 
 
 def test_node_1_interrupted_with_max_restarts_ends_node_0(tmp_path):
     """The mirror case: Ctrl-C on node 1 ends it (no restart), node 0's result is a failure
     and it went on to attempt 2, waiting 300 s for node 1 to join."""
-    procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
-    dirs = []
-    try:
-        wait_for(lambda: any("ENV " in log_text(str(d), "0")
-                             for d in (tmp_path / "server0").iterdir()),
-                 timeout=120, what="node 0's ranks started")
-        time.sleep(1)
-        procs[1].send_signal(signal.SIGINT)
-        outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
-        dirs = job_dirs(tmp_path, 2)
-        assert [code for code, _ in outs] == [1, 1], outs
+    def check(outs, dirs):
         assert "the launcher of node1 ended without starting attempt 2" in outs[0][1], outs[0][1]
-    finally:
-        for proc in procs:
-            proc.kill()
-        for job_dir in dirs:
-            kill_job(job_dir)
+    _interrupted_with_max_restarts(tmp_path, 1, check)
 
 
 def test_a_second_node_0_names_the_node_rank(tmp_path):

@@ -67,14 +67,41 @@ def test_the_ui_a_kernel_started_ends_when_the_kernel_is_sigkilled(tmp_path):
 def test_the_ui_platform_run_ui_started_ends_with_the_command(tmp_path):
     """Decision: `platform-run ui` is a foreground command whose server is its own ("Ctrl-C
     stops it"); a SIGKILLed (or hung-up) command must not leave a server holding the port."""
-    cli = Path(sys.executable).with_name("platform-run")
-    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                             "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, _first = _platform_run_ui(tmp_path)
     try:
-        first = proc.stdout.readline()
-        assert first.startswith("MLflow UI: http://127.0.0.1:"), first
         _kill_and_wait_gone(proc.pid, _server_tree(proc.pid))
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_sigterm_on_platform_run_ui_stops_the_server_gracefully_and_exits_0(tmp_path):
+    """Ctrl-C's way (SIGTERM here) with the real MLflow: exit 0 (the `mlflow` CLI process is
+    SIGKILLed once its server has ended, tracking/server.py: that is no failure), uvicorn
+    finished its own shutdown, and no process of the tree is left."""
+    proc, first = _platform_run_ui(tmp_path)
+    try:
+        log = Path(first.split("server log ")[1].split(";")[0])
+        tree = _server_tree(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+        assert "Finished server process" in log.read_text(errors="replace")
+        assert not any(alive(pid) for pid in tree)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _platform_run_ui(tmp_path) -> tuple[subprocess.Popen, str]:
+    """`platform-run ui` on a fresh store, once it printed its first line (the server is up)."""
+    cli = Path(sys.executable).with_name("platform-run")
+    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", f"sqlite:///{tmp_path / 'mlflow.db'}",
+                             "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = proc.stdout.readline()
+    if not first.startswith("MLflow UI: http://127.0.0.1:"):
+        proc.kill()
+        proc.wait()
+        raise AssertionError(first)
+    return proc, first

@@ -2,10 +2,11 @@
 the server gets its graceful stop, the command does not wait for the `mlflow` CLI process's
 own interpreter teardown after it, and nothing is left.
 
-The first two tests use a stand-in for the `mlflow server` CLI process: a leader that runs its
+The tests use a stand-in for the `mlflow server` CLI process: a leader that runs its
 server as a child, forwards SIGTERM to it as MLflow's `_run_server` does, and then has a long
 teardown (MLflow's is the final garbage collection of everything `import mlflow` made, 3.6-4.2 s
-here, too short to tell apart from a cut one without a clock). The last one is the real command.
+here, too short to tell apart from a cut one without a clock). The real command's stop:
+tests/notebook/test_jupyter_ui.py.
 """
 from __future__ import annotations
 
@@ -15,11 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from platform_plugin.tracking.server import stop_server
 from platform_plugin.util.procfs import alive
-from tests.helpers import clean_env, process_tree, wait_for
+from tests.helpers import process_tree, wait_for
 
 # The leader writes its server's exit status before its teardown, so a test sees that the
 # server got SIGTERM (a graceful stop) and was not killed first.
@@ -73,29 +72,6 @@ def test_a_server_without_children_gets_its_grace_for_its_own_shutdown(tmp_path)
         stop_server(proc, grace=60)
         assert status.read_text() == "shut down"
         assert proc.returncode == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.mark.slow
-def test_sigterm_on_platform_run_ui_stops_the_server_gracefully_and_exits_0(tmp_path):
-    """The real command and MLflow: exit 0 (its leader was SIGKILLed after the server ended: that
-    is no failure), uvicorn finished its own shutdown, and no process of the tree is left."""
-    cli = Path(sys.executable).with_name("platform-run")
-    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", f"sqlite:///{tmp_path / 'mlflow.db'}",
-                             "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        first = proc.stdout.readline()
-        assert first.startswith("MLflow UI: http://127.0.0.1:"), first
-        log = Path(first.split("server log ")[1].split(";")[0])
-        tree = process_tree(proc.pid)[1:]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, proc.stdout.read()
-        assert "Finished server process" in log.read_text(errors="replace")
-        assert not any(alive(pid) for pid in tree)
     finally:
         if proc.poll() is None:
             proc.kill()
