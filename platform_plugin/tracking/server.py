@@ -100,18 +100,19 @@ def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
     is a CLI process whose web server (uvicorn and its workers) runs as its children: once
     they have ended, the server has shut down and all the CLI process still does is its own
     interpreter teardown - the final garbage collection of everything `import mlflow` made,
-    3.6-4.2 s on this machine - which is cut with SIGKILL, so Ctrl-C on `platform-run ui` or
-    `server` ends when the server has. A leader that had no children when it was told to stop
-    (a server that serves in-process) gets all of `grace` for its own shutdown."""
+    3.6-4.2 s on this machine - which is cut with SIGKILL once the CLI process has reaped them
+    (it is past waiting for its server), so Ctrl-C on `platform-run ui` or `server` ends when
+    the server has. A leader that had no children when it was told to stop (a server that
+    serves in-process) gets all of `grace` for its own shutdown."""
     if proc.poll() is None:
-        served_by_children = not _only_leader_left(proc.pid)
+        served_by_children = _others_in_group(proc.pid)
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + grace
         while proc.poll() is None and time.monotonic() < deadline and not (
-                served_by_children and _only_leader_left(proc.pid)):
+                served_by_children and _server_ended(proc.pid)):
             time.sleep(0.05)
     try:  # what is left: the CLI's teardown, workers left in the session, a server past `grace`
         os.killpg(proc.pid, signal.SIGKILL)
@@ -120,11 +121,26 @@ def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
     proc.wait()
 
 
-def _only_leader_left(leader: int) -> bool:
-    """No process of the session's group but its leader is alive (a zombie child does not
-    count: its server has ended)."""
+def _others_in_group(leader: int) -> bool:
+    """A live process of the leader's session group besides the leader (its server, workers)."""
     from platform_plugin.util.procfs import group_members
-    return group_members({leader}).get(leader, []) == [leader]
+    return group_members({leader}).get(leader, []) != [leader]
+
+
+def _server_ended(leader: int) -> bool:
+    """The leader's server has shut down and the leader has seen it end: nothing else of its
+    group lives, and the leader has no child left, not even a zombie (it has reaped its
+    server: whatever it does after waiting for it has begun, and for MLflow that is exiting)."""
+    if _others_in_group(leader):
+        return False
+    from platform_plugin.util.procfs import parent
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and parent(int(entry)) == leader:
+                return False
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return True
 
 
 def start_team_server(store_uri: str, host: str, port: int, *, workers: int, artifacts: str,

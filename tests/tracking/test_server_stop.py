@@ -20,14 +20,20 @@ from platform_plugin.tracking.server import stop_server
 from platform_plugin.util.procfs import alive
 from tests.helpers import process_tree, wait_for
 
-# The leader writes its server's exit status before its teardown, so a test sees that the
-# server got SIGTERM (a graceful stop) and was not killed first.
-LEADER = """import signal, subprocess, sys, time
-server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+# The server writes that it was stopped gracefully (SIGTERM, not SIGKILL), as uvicorn logs
+# "Finished server process"; the leader forwards SIGTERM to it (its handler is set before the
+# server says "serving"), waits for it, then has its teardown.
+SERVER = ("import signal, sys, time\n"
+          "def stop(signum, frame):\n"
+          "    open(sys.argv[1], 'w').write('stopped by SIGTERM')\n"
+          "    sys.exit(0)\n"
+          "signal.signal(signal.SIGTERM, stop)\n"
+          "print('serving', flush=True)\n"
+          "time.sleep(600)\n")
+LEADER = f"""import signal, subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-c", {SERVER!r}, sys.argv[1]])
 signal.signal(signal.SIGTERM, lambda signum, frame: server.send_signal(signum))
-print("serving", flush=True)
 server.wait()
-open(sys.argv[1], "w").write(str(server.returncode))
 time.sleep(120)  # the teardown
 """
 
@@ -56,7 +62,7 @@ def test_the_leaders_teardown_is_cut_once_its_server_has_stopped(tmp_path):
                     timeout=30, what="the stand-in's server process")
     try:
         stop_server(proc, grace=300)  # before: waited out the 120 s teardown, then exit code 0
-        assert status.read_text() == str(-signal.SIGTERM)  # the server's own graceful stop
+        assert status.read_text() == "stopped by SIGTERM"  # the server's own graceful stop
         assert proc.returncode == -signal.SIGKILL  # the teardown after it was cut
         assert not any(alive(pid) for pid in tree)
     finally:
