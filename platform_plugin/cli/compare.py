@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
-from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.errors import ConfigError
 from platform_plugin.tracking import compare, diagnosis
 from platform_plugin.tracking.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
@@ -92,10 +92,7 @@ def run(args) -> int:
     series = {m: compare.load_series(runs, m, client) for m in metrics}
     missing = [m for m in metrics if not any(series[m].values())]
     if missing:
-        known = compare.available_metrics(runs, client)
-        raise ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
-                                   f"{', '.join(map(repr, missing))}; its metrics: "
-                                   f"{', '.join(known) or 'none'}", "--metric")])
+        raise compare.no_such_metric(job_id, missing, runs, client)
     system = diagnosis.system_summary(client, runs.run_ids)
     print(f"job {job_id}  ({runs.config.tracking_uri})")
     target = runs.config.parent_run_id or next(iter(runs.run_ids.values()))

@@ -7,7 +7,7 @@ import io
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
+from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.quiet import libraries_to_log
 from platform_plugin.notebook import jupyter_ui
 from platform_plugin.tracking import compare as comparing
@@ -41,9 +41,7 @@ def compare(job: str | None = None, metric: str = "loss", *, log_dir: str | None
     job_id = runs.config.job.get("job_id", spool_dir.parent.name)
     if not rows:  # the metrics there are, as `platform-run compare` names them
         with libraries_to_log(str(spool_dir.parent), verbose=False):
-            known = comparing.available_metrics(runs, client)
-        raise ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged {metric!r}; its "
-                                   f"metrics: {', '.join(known) or 'none'}", "--metric")])
+            raise comparing.no_such_metric(job_id, [metric], runs, client)
     result = Comparison(job_id, metric, rows, series, comparing.render(rows, metric))
     if show:  # the table and chart first: the UI may take seconds to start
         _display_table_and_chart(result)

@@ -188,6 +188,15 @@ def available_metrics(runs: JobRuns, client) -> list[str]:
     return sorted(names, key=lambda k: (k.startswith("system/"), k))
 
 
+def no_such_metric(job_id: str, missing: list[str], runs: JobRuns, client) -> ConfigError:
+    """COMPARE_METRIC for metrics no rank logged, naming the ones there are (the CLI and
+    %dist_compare say it alike)."""
+    known = available_metrics(runs, client)
+    return ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
+                                f"{', '.join(map(repr, missing))}; its metrics: "
+                                f"{', '.join(known) or 'none'}", "--metric")])
+
+
 def metric_url(ui: str, runs: JobRuns, metrics) -> str:
     """The UI's own metric-page route (MLflow 3.17 `getMetricPageRoute`, hash router):
     `#/metric?runs=[...]&metric="loss"&experiments=[...]&plot_metric_keys=["loss"]`, plus
