@@ -22,6 +22,7 @@ killed while it waits for the others can simply be started again.
 """
 from __future__ import annotations
 
+import errno
 import json
 import selectors
 import socket
@@ -289,7 +290,14 @@ class Spoke(_Linked):
         deadline = time.monotonic() + join_timeout()
         while True:
             try:
-                return socket.create_connection((addr, port), timeout=2)
+                sock = socket.create_connection((addr, port), timeout=2)
+                if sock.getsockname() != sock.getpeername():
+                    return sock
+                # nobody listens yet and the kernel gave this socket the port it calls (a
+                # --master-port in the ephemeral range): TCP connects it to itself, it would
+                # wait for its own "go" and hold the port node 0 is about to listen on
+                sock.close()
+                raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
             except OSError as exc:
                 if time.monotonic() > deadline:
                     raise PlatformPluginError(

@@ -5,13 +5,42 @@ from __future__ import annotations
 from platform_plugin.errors import ConfigError, Problem
 
 
+# Where free_port looks first: below the kernel's ephemeral range, so no outgoing connection of
+# any process (an MLflow client, a browser) can be given the port before our server binds it,
+# and a client retrying while nobody listens yet can never connect to itself (TCP's
+# simultaneous open, when its own ephemeral port is the destination). Below 28000: clear of
+# torch's default 29500 and Kubernetes' NodePort range (30000-32767).
+CHOSEN_PORTS = (15000, 28000)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the OS says is free now. Another process may take it before the rank binds it;
-    the window is milliseconds, and a clash shows up as the scheduler/rank 0 failing to bind."""
+    """A port the OS says is free now, outside the ephemeral range when there is room for one.
+    Another process may take it before the rank binds it; the window is milliseconds, and a
+    clash shows up as the scheduler/rank 0 failing to bind."""
     import socket  # here, as below: a job that needs no port starts without the socket module
+    first, end = CHOSEN_PORTS[0], min(CHOSEN_PORTS[1], _ephemeral_low())
+    if end - first >= 1000:
+        import os
+        for _ in range(64):
+            port = first + int.from_bytes(os.urandom(2), "little") % (end - first)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue  # held (a server, a TIME_WAIT of ours): another one
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
+        sock.bind((host, 0))  # no room below the ephemeral range (or all taken): the kernel's
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default 32768 elsewhere)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def check_free(port: int, host: str = "127.0.0.1", *, what: str = "port") -> None:

@@ -121,3 +121,18 @@ def finish_all(procs, timeout: float = 90) -> list[tuple[int, str]]:
             if proc.poll() is None:
                 proc.kill()
     return outs
+
+
+def free_port_pair() -> int:
+    """A --master-port for a multi-server job on loopback: it and the launchers' control port
+    (the next one) are free now, both outside the ephemeral range (util/ports.free_port)."""
+    import socket
+    from platform_plugin.util.ports import free_port
+    while True:
+        port = free_port()
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from platform_plugin import launch
-from tests.launcher.helpers import (ASSETS, PY, job_processes, kill_job, log_text, results,
-    start_cli, wait_no_processes)
-from platform_plugin.util.ports import free_port
+from tests.launcher.helpers import (ASSETS, PY, free_port_pair, job_processes, kill_job, log_text,
+                                    results, start_cli, wait_no_processes)
 
 MS_SCRIPT = str(ASSETS / "ms_allreduce.py")
 TORCH_SCRIPT = str(ASSETS / "torch_ddp.py")
@@ -57,7 +56,7 @@ def test_torch_ddp_two_ranks_through_the_cli(tmp_path):
 
 @pytest.mark.parametrize("backend, script", [("torch", TORCH_SCRIPT), ("ms-cluster", MS_SCRIPT)])
 def test_two_launchers_form_one_four_rank_job(tmp_path, backend, script):
-    port = free_port()
+    port = free_port_pair()
     nodes = []
     for node in (0, 1):
         log_dir = tmp_path / f"node{node}"

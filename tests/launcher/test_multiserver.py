@@ -14,9 +14,8 @@ import psutil
 import pytest
 
 from tests.helpers import wait_for
-from tests.launcher.helpers import (ASSETS, PY, finish_all, kill_job, log_text, private_table,
-                                   read_job, start_cli)
-from platform_plugin.util.ports import free_port
+from tests.launcher.helpers import (ASSETS, PY, finish_all, free_port_pair, kill_job, log_text,
+                                    private_table, read_job, start_cli)
 
 RANK = str(ASSETS / "server_rank.py")
 STANDIN = str(ASSETS / "hccl_standin.py")
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.slow
 def start_servers(tmp_path, nnodes, args, *, order=None, delay=0.0, nproc=2, extra=()):
     """One `platform-run launch` per simulated server, all at the same instant unless `delay`
     (seconds between starts, in `order`)."""
-    port = free_port()
+    port = free_port_pair()
     procs = {}
     for node in order or range(nnodes):
         log_dir = tmp_path / f"server{node}"
@@ -60,6 +59,28 @@ def joined(proc, port):
                    for c in conns)
     wait_for(connected, timeout=60, what="the launcher connected to node 0")
     time.sleep(1)
+
+
+def wait_running(procs, predicate, what: str, timeout: float = 120) -> None:
+    """wait_for `predicate` while every launcher runs. A launcher that ended meanwhile, or the
+    timeout, fails the test with what each launcher printed (the rest killed first), not a bare
+    'timed out' that leaves nothing to find the cause with."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline or any(proc.poll() is not None for proc in procs):
+            for proc in procs:
+                proc.kill()
+            said = [f"launcher {n} (exit {proc.wait()}): {''.join(proc.communicate())[-3000:]}"
+                    for n, proc in enumerate(procs)]
+            raise AssertionError(f"no {what}:\n" + "\n".join(said))
+        time.sleep(0.1)
+
+
+def kill_jobs_of(tmp_path, nnodes) -> None:
+    """Kill whatever the jobs in every server's folder left running (a test that failed early)."""
+    for node in range(nnodes):
+        for job_dir in (tmp_path / f"server{node}").iterdir():
+            kill_job(str(job_dir))
 
 
 def job_dirs(tmp_path, nnodes):
@@ -185,7 +206,7 @@ def test_a_launcher_killed_while_it_waits_for_the_others_can_be_started_again(tm
     node 2 joined it started the job without node 1 - stopped at once as 'server node1: its
     launcher is gone' after SIGKILL, run to 'succeeded' without rank 1 after SIGTERM - and the
     new node 1 waited for a "go" already sent."""
-    port = free_port()
+    port = free_port_pair()
     node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
     first = start_node(tmp_path, "server1-first", port, 3, 1, ["env"])
     joined(first, port)
@@ -205,7 +226,7 @@ def test_the_same_node_rank_twice_is_refused(tmp_path):
     """A second launcher with --node-rank 1 is refused by node 0 (naming the flag) and starts
     nothing; the job runs once on nodes 0, 1, 2. Both node-1 launchers used to be told to go:
     rank 1 ran twice, with the same RANK_ID."""
-    port = free_port()
+    port = free_port_pair()
     node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
     node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"])
     joined(node1, port)
@@ -224,30 +245,28 @@ def test_a_launcher_killed_between_attempts_ends_the_restart_everywhere(tmp_path
     launcher is still stopping its ranks (--grace 60) when it is SIGKILLed. Node 0 must not
     start attempt 2 and wait for node 1 to join it (PLATFORM_RENDEZVOUS_TIMEOUT, 300 s): it
     ends, exit 1, naming node 1."""
-    port = free_port()
+    port = free_port_pair()
     extra = ["--max-restarts", "1", "--grace", "60"]
     procs = [start_node(tmp_path, f"server{n}", port, 2, n, ["stubborn", "3"], nproc=2,
                         extra=extra) for n in (0, 1)]
     try:
-        wait_for(lambda: (tmp_path / "server1").iterdir() and any(
-            "GOT SIGTERM" in log_text(str(d), "3") for d in (tmp_path / "server1").iterdir()),
-            timeout=60, what="node 1's rank 3 got SIGTERM")
+        wait_running(procs, lambda: any("GOT SIGTERM" in log_text(str(d), "3")
+                                        for d in (tmp_path / "server1").iterdir()),
+                     "GOT SIGTERM from node 1's rank 3", timeout=60)
         procs[1].send_signal(signal.SIGKILL)
         code, out = finish_all(procs[:1], timeout=90)[0]  # far below the 300 s join wait
         assert code == 1 and "node1" in out and "its launcher is gone" in out, out
     finally:
         for proc in procs:
             proc.kill()
-        for node in (0, 1):
-            for job_dir in (tmp_path / f"server{node}").iterdir():
-                kill_job(str(job_dir))
+        kill_jobs_of(tmp_path, 2)
 
 
 def test_a_master_addr_that_does_not_resolve_is_named_on_node_0(tmp_path):
     """Node 0 cannot listen on a --master-addr that does not resolve: LAUNCH_MASTER_ADDR naming
     the flag (it was LAUNCH_PORT_BUSY, 'choose another --master-port', which cannot help)."""
     proc = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "0", "--master-addr",
-                      "no-such-host.invalid", "--master-port", str(free_port()), "--backend",
+                      "no-such-host.invalid", "--master-port", str(free_port_pair()), "--backend",
                       "plain", "--show", "none", "--", PY, RANK, "env"], tmp_path / "server0",
                      cwd=str(tmp_path))
     [(code, out)] = finish_all([proc], timeout=60)
@@ -258,7 +277,7 @@ def test_a_master_addr_that_does_not_resolve_is_named_on_node_0(tmp_path):
 def test_node_0_interrupted_while_the_others_join_ends_them_at_once(tmp_path):
     """Ctrl-C on node 0 while it waits for node 2: node 1 was left waiting for a "go" for
     PLATFORM_RENDEZVOUS_TIMEOUT (300 s), then said 'node 0 did not start the job'."""
-    port = free_port()
+    port = free_port_pair()
     node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"])
     node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"])
     joined(node1, port)
@@ -274,22 +293,19 @@ def _interrupted_with_max_restarts(tmp_path, node: int, check) -> None:
     dirs)` asserts what each said."""
     other = 1 - node
     procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
-    dirs = []
     try:
-        wait_for(lambda: any("ENV " in log_text(str(d), str(2 * other))
-                             for d in (tmp_path / f"server{other}").iterdir()),
-                 timeout=120, what=f"node {other}'s ranks started")
+        wait_running(procs, lambda: any("ENV " in log_text(str(d), str(2 * other))
+                                        for d in (tmp_path / f"server{other}").iterdir()),
+                     f"start of node {other}'s ranks")
         time.sleep(1)
         procs[node].send_signal(signal.SIGINT)
         outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
-        dirs = job_dirs(tmp_path, 2)
         assert [code for code, _ in outs] == [1, 1], outs
-        check(outs, dirs)
+        check(outs, job_dirs(tmp_path, 2))
     finally:
         for proc in procs:
             proc.kill()
-        for job_dir in dirs:
-            kill_job(job_dir)
+        kill_jobs_of(tmp_path, 2)
 
 
 def test_node_0_interrupted_with_max_restarts_ends_every_server(tmp_path):
@@ -314,7 +330,7 @@ def test_a_second_node_0_names_the_node_rank(tmp_path):
     """A second launcher with --node-rank 0 cannot listen where the first does: its
     LAUNCH_PORT_BUSY says another node 0 may hold the port (it only said 'choose another
     --master-port', which would split the job)."""
-    port = free_port()
+    port = free_port_pair()
     first = start_node(tmp_path, "server0", port, 2, 0, ["env"])
     try:
         wait_for(lambda: any(c.laddr.port == port + 1 and c.status == "LISTEN"

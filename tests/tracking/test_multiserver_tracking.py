@@ -11,10 +11,10 @@ import uuid
 import pytest
 
 from tests.helpers import ASSETS, clean_env, wait_for
-from tests.launcher.helpers import PY, finish_all, kill_jobs, private_table, start_cli
+from tests.launcher.helpers import (PY, finish_all, free_port_pair, kill_jobs, private_table,
+                                    start_cli)
 from tests.tracking.helpers import client
 from platform_plugin.tracking.sinks import mlflow_job
-from platform_plugin.util.ports import free_port
 
 RANK = str(ASSETS / "launch" / "server_rank.py")
 STANDIN = str(ASSETS / "launch" / "hccl_standin.py")
@@ -27,7 +27,7 @@ def _env(uri, experiment, **extra):
 
 
 def _grid_job(tmp_path, uri, nnodes, args, experiment):
-    port = free_port()
+    port = free_port_pair()
     procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", str(nnodes),
                         "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
                         "--show", "none", "--", PY, RANK, *args], tmp_path / f"server{n}",
@@ -153,7 +153,7 @@ def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
     node 1's rank runs. Node 0 saw it go over the job link: it reports node 1 FAILED and ends
     node 1's runs, so the parent ends FAILED naming both servers."""
     experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    port = free_port()
+    port = free_port_pair()
     procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", "2",
                         "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
                         "--show", "none", "--", PY, RANK, "fail-on", "99"],
