@@ -6,6 +6,7 @@ every server already reaches for the rendezvous) for the life of the job; the la
 other nodes connect to it before starting their ranks and keep the connection open.
 
 Protocol (one JSON object per line):
+    node 0  -> node>=1  {"op": "hello", "protocol": 1}          on accept, before anything else
     node>=1 -> node 0   {"op": "join", "node": I, "server": ID, "attempt": A, "nnodes": N}
     node 0  -> node>=1  {"op": "go", "job_id": ..., "attempt": A}      once all N-1 joined
     any     -> node 0   {"op": "failed", "server": ID, "reason": ..., "attempt": A}
@@ -18,11 +19,11 @@ A connection that closes without "bye" after its launcher was told "go" means th
 died: the others stop (its ranks are gone, so a collective would hang for its 30-minute
 timeout) and no later attempt can start (a restart would wait for it). One that closes before
 its "go" started nothing: node 0 forgets its join and waits on for that node, so a launcher
-killed while it waits for the others can simply be started again.
+killed while it waits for the others can simply be started again. How the others reach node
+0 (and tell it from another program on its port): joblink_dial.py.
 """
 from __future__ import annotations
 
-import errno
 import json
 import selectors
 import socket
@@ -31,6 +32,7 @@ import time
 from typing import cast
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.launcher.joblink_dial import PROTOCOL, dial
 from platform_plugin.launcher.link import JobLink
 from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
 
@@ -192,6 +194,7 @@ class Hub(_Linked):
         with self.cond:
             self.peers.append(peer)
         self.selector.register(sock, selectors.EVENT_READ, peer)
+        peer.send({"op": "hello", "protocol": PROTOCOL})
 
     def _receive(self, peer: _Peer) -> None:
         try:
@@ -282,29 +285,10 @@ class Spoke(_Linked):
         self.node, self.nnodes, self.server = node, nnodes, server
         self.goes: dict[int, str] = {}
         self.refused = ""
-        self.peer = _Peer(self._connect(addr, port))
+        sock, rest = dial(addr, port)
+        self.peer = _Peer(sock)
+        self.peer.buffer = rest  # what node 0 sent after its greeting (nothing, so far)
         self._start_reader(self._loop)
-
-    @staticmethod
-    def _connect(addr: str, port: int) -> socket.socket:
-        deadline = time.monotonic() + join_timeout()
-        while True:
-            try:
-                sock = socket.create_connection((addr, port), timeout=2)
-                if sock.getsockname() != sock.getpeername():
-                    return sock
-                # nobody listens yet and the kernel gave this socket the port it calls (a
-                # --master-port in the ephemeral range): TCP connects it to itself, it would
-                # wait for its own "go" and hold the port node 0 is about to listen on
-                sock.close()
-                raise ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise PlatformPluginError(
-                        f"cannot reach node 0's launcher at {addr}:{port} ({exc.strerror or exc}) "
-                        f"within {join_timeout():g}s: start node 0 with the same --master-addr and "
-                        "--master-port (PLATFORM_RENDEZVOUS_TIMEOUT sets the wait)") from None
-                time.sleep(0.2)
 
     def agree(self, job_id: str, attempt: int) -> str:
         self.peer.send({"op": "join", "node": self.node, "server": self.server,

@@ -6,6 +6,10 @@ from __future__ import annotations
 import socket
 import threading
 
+import pytest
+
+from platform_plugin.errors import ConfigError, PlatformPluginError
+from platform_plugin.launcher import joblink_dial
 from platform_plugin.launcher.joblink import Hub, Spoke
 from tests.launcher.helpers import free_port_pair
 
@@ -47,3 +51,67 @@ def test_a_spoke_connected_to_itself_retries_until_node_0_answers(monkeypatch):
     finally:
         spoke.close()
         hub.close()
+
+
+class Squatter:
+    """Another program's listener on the control port: it accepts, then says `banner` (or
+    nothing) and keeps the connection, or closes it at once (`close`)."""
+
+    def __init__(self, port: int, banner: bytes = b"", close: bool = False):
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.banner, self.close_at_once, self.held = banner, close, []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            if self.banner:
+                conn.sendall(self.banner)
+            if self.close_at_once:
+                conn.close()
+            else:
+                self.held.append(conn)
+
+    def stop(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.parametrize("banner, said", [
+    (b"", "it said nothing within 1s"),
+    (b"SSH-2.0-OpenSSH_9.2\r\n", "it said 'SSH-2.0-OpenSSH_9.2\\r'"),
+    (b'{"jsonrpc": "2.0"}\n', "it said '{\"jsonrpc\": \"2.0\"}'"),
+])
+def test_another_program_on_the_control_port_is_named_at_once(monkeypatch, banner, said):
+    """It took the join and never answered: the launcher waited PLATFORM_RENDEZVOUS_TIMEOUT
+    (300 s) for a "go". Now node 0's greeting is missing within HELLO_S (1 s here)."""
+    monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "60")
+    monkeypatch.setattr(joblink_dial, "HELLO_S", 1.0)
+    port = free_port_pair()
+    squatter = Squatter(port, banner)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            Spoke("127.0.0.1", port, 1, 2, "node1").close()
+    finally:
+        squatter.stop()
+    [problem] = refused.value.problems
+    assert problem.code == "LAUNCH_PORT_BUSY" and "not node 0's launcher" in problem.message
+    assert said in problem.message, problem.message
+
+
+def test_a_port_that_closes_every_connection_is_retried_until_the_rendezvous_timeout(
+        monkeypatch):
+    """A connection closed before a word may be node 0 ending or starting again: called again,
+    until PLATFORM_RENDEZVOUS_TIMEOUT (2 s here), then named - not a loop for good."""
+    monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "2")
+    port = free_port_pair()
+    squatter = Squatter(port, close=True)
+    try:
+        with pytest.raises(PlatformPluginError, match="closed every connection without a word"):
+            Spoke("127.0.0.1", port, 1, 2, "node1").close()
+    finally:
+        squatter.stop()

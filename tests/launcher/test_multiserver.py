@@ -262,15 +262,21 @@ def test_a_launcher_killed_between_attempts_ends_the_restart_everywhere(tmp_path
         kill_jobs_of(tmp_path, 2)
 
 
-def test_a_master_addr_that_does_not_resolve_is_named_on_node_0(tmp_path):
-    """Node 0 cannot listen on a --master-addr that does not resolve: LAUNCH_MASTER_ADDR naming
-    the flag (it was LAUNCH_PORT_BUSY, 'choose another --master-port', which cannot help)."""
+@pytest.mark.parametrize("addr, why", [
+    ("no-such-host.invalid", "does not resolve"),
+    ("192.0.2.1", "is not an address of this server"),  # TEST-NET-1: EADDRNOTAVAIL on bind
+])
+def test_a_master_addr_node_0_cannot_listen_on_is_named(tmp_path, addr, why):
+    """Node 0 cannot listen on a --master-addr that does not resolve, or that names another
+    machine: LAUNCH_MASTER_ADDR naming the flag (it was LAUNCH_PORT_BUSY, 'choose another
+    --master-port', which cannot help)."""
     proc = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "0", "--master-addr",
-                      "no-such-host.invalid", "--master-port", str(free_port_pair()), "--backend",
+                      addr, "--master-port", str(free_port_pair()), "--backend",
                       "plain", "--show", "none", "--", PY, RANK, "env"], tmp_path / "server0",
                      cwd=str(tmp_path))
     [(code, out)] = finish_all([proc], timeout=60)
-    assert code == 2 and "LAUNCH_MASTER_ADDR" in out and "does not resolve" in out, out
+    assert code == 2 and "LAUNCH_MASTER_ADDR" in out and why in out, out
+    assert not (tmp_path / "server0").exists()  # refused before any job folder was made
     assert "LAUNCH_PORT_BUSY" not in out
 
 
@@ -342,3 +348,24 @@ def test_a_second_node_0_names_the_node_rank(tmp_path):
     finally:
         first.kill()
         first.wait()
+
+
+def test_another_program_on_the_control_port_is_named_by_the_other_servers(tmp_path):
+    """A web server on node 0's --master-port + 1: node 0 itself refuses to start there
+    (LAUNCH_PORT_BUSY); node 1's launcher connected to the web server, sent its join and waited
+    PLATFORM_RENDEZVOUS_TIMEOUT (300 s) for a "go". Now it misses node 0's greeting and says
+    so within HELLO_S (15 s), exit 2, before its job exists."""
+    port = free_port_pair()
+    web = subprocess.Popen([PY, "-m", "http.server", str(port + 1), "--bind", "127.0.0.1"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: any(c.laddr.port == port + 1 and c.status == "LISTEN"
+                             for c in psutil.Process(web.pid).net_connections("tcp")),
+                 timeout=60, what="the web server listens")
+        node1 = start_node(tmp_path, "server1", port, 2, 1, ["env"])
+        [(code, out)] = finish_all([node1], timeout=90)  # far below the 300 s join wait
+    finally:
+        web.kill()
+        web.wait()
+    assert code == 2 and "LAUNCH_PORT_BUSY" in out and "not node 0's launcher" in out, out
+    assert not any((tmp_path / "server1").iterdir())
