@@ -104,6 +104,7 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
         result, hidden = _supervise(plan, options, shown, link, attempts,
                                     last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
+        _report_lost_servers(result, link, options.write)
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
         from platform_plugin.launcher.attempts import attempt_record, restarting
@@ -125,6 +126,19 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
         from platform_plugin.launcher.result import JobStatus
         result.ok, result.status = False, JobStatus.FAILED
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
+
+
+def _report_lost_servers(result: JobResult, link, write) -> None:
+    """A server whose launcher vanished while it finished its own tracking, after this one had
+    finished its own (so its end record did not name it), is reported on the job's parent run
+    now; else nobody did and the parent stayed RUNNING."""
+    gone = link.gone()
+    spool_dir = getattr(result.tracking, "spool_dir", "")
+    if gone and spool_dir:
+        from platform_plugin.tracking.lost_servers import report_lost
+        said = report_lost(spool_dir, gone)
+        if said:
+            _print(write, f"[launcher] {said}")
 
 
 def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],

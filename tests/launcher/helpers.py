@@ -110,11 +110,23 @@ def results(job_dir: str, names) -> dict:
 
 
 def finish_all(procs, timeout: float = 90) -> list[tuple[int, str]]:
-    """(exit code, stdout + stderr) of every launcher, in order; kills what is still running."""
+    """(exit code, stdout + stderr) of every launcher, in order; kills what is still running.
+    One still running after `timeout` fails the test with what every launcher printed (the
+    cause is in another launcher's output as often as in its own)."""
     outs = []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                for other in procs:
+                    other.kill()
+                said = outs + [(other.wait(), "".join(other.communicate()))
+                               for other in procs[len(outs):]]
+                raise AssertionError(f"launcher {len(outs)} still ran after {timeout:g}s; "
+                                     "what each said:\n" + "\n".join(
+                                         f"{n} (exit {code}): {text[-3000:]}"
+                                         for n, (code, text) in enumerate(said))) from None
             outs.append((proc.returncode, out + err))
     finally:
         for proc in procs:

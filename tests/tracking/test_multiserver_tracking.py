@@ -8,6 +8,7 @@ import json
 import subprocess
 import uuid
 
+import psutil
 import pytest
 
 from tests.helpers import ASSETS, clean_env, wait_for
@@ -180,3 +181,66 @@ def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
     children = _children(c, exp, parent)
     assert len(children) == 4
     assert all(c.get_run(r.info.run_id).info.status == "FAILED" for r in children)
+
+
+def _helper_of(job_folder) -> psutil.Process:
+    """The forwarding helper of the job in `job_folder` (its own session: not the launcher's
+    child tree once the launcher is gone)."""
+    def found():
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if "platform_plugin.tracking.delivery" in cmdline and \
+                    any(arg.startswith(str(job_folder)) for arg in cmdline):
+                return proc
+        return None
+    return wait_for(found, timeout=60, what="the forwarding helper")
+
+
+def test_a_server_lost_while_it_finishes_its_tracking_is_reported_by_the_others(
+        tmp_path, postgres_mlflow):
+    """Node 1's whole server is lost (its launcher and its forwarding helper SIGKILLed) while
+    its launcher waits for its ranks' last points to be delivered, after node 0 had reported
+    its own end on the parent. Node 0's end record could not name node 1, so nobody reported
+    it: the parent and node 1's rank runs stayed RUNNING for good. Node 0 reports it once the
+    job link says it is gone. (Node 1's helper is stopped with SIGSTOP before the last points,
+    to hold that wait open: PLATFORM_TRACKING_DRAIN_TIMEOUT is 90 s here.)"""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    port, go = free_port_pair(), tmp_path / "go"
+    procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", "2",
+                        "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
+                        "--show", "none", "--", PY, RANK, "until", str(go)],
+                       tmp_path / f"server{n}", cwd=str(tmp_path),
+                       env=_env(postgres_mlflow, experiment))
+             for n in (0, 1)]
+    c = client(postgres_mlflow)
+    try:
+        def four_rank_runs():
+            exp = c.get_experiment_by_name(experiment)
+            runs = exp and c.search_runs([exp.experiment_id], "tags.rank_id != ''")
+            return runs and len(runs) == 4 and exp
+        exp = wait_for(four_rank_runs, timeout=120, interval=0.5, what="the 4 rank runs")
+        helper = _helper_of(tmp_path / "server1")
+        helper.suspend()
+        go.touch()  # every rank logs 5 points and ends: node 1's wait for their delivery hangs
+
+        def node_0_reported():
+            parents = c.search_runs([exp.experiment_id], f"tags.`{mlflow_job.ROLE_TAG}` = 'job'")
+            return parents and mlflow_job.SERVER_TAG + "node0" in parents[0].data.tags
+        wait_for(node_0_reported, timeout=120, interval=0.5, what="node 0's end on the parent")
+        procs[1].kill()
+        helper.kill()  # the server is lost
+        [(code, out)] = finish_all(procs[:1], timeout=90)
+        assert code == 1 and "server(s) node1 failed" in out, out
+        assert "node1 vanished after this server's tracking had finished: reported FAILED" in out
+    finally:
+        for proc in procs:
+            proc.kill()
+        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags[mlflow_job.SERVER_TAG + "node0"] == "FINISHED"
+    assert "its launcher is gone" in parent.data.tags[mlflow_job.SERVER_TAG + "node1"]
+    assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == "node1"
+    status = {r.data.tags["rank_id"]: c.get_run(r.info.run_id).info.status
+              for r in _children(c, exp, parent)}
+    assert status == {"0": "FINISHED", "1": "FINISHED", "2": "FAILED", "3": "FAILED"}

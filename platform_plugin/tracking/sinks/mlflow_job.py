@@ -72,10 +72,19 @@ def end_parent(client, config, status: str, reason: str = "") -> str | None:
         return status
     server = config.job.get("server_id", "?")
     client.set_tag(parent, SERVER_TAG + server, f"{status}: {reason}"[:500] if reason else status)
+    return report_gone(client, config, config.job.get("gone_servers") or ())
+
+
+def report_gone(client, config, gone) -> str | None:
+    """Report the servers in `gone` (their launcher vanished) on the parent, then end it when
+    every server has reported: end_parent's second half, and all a launcher does when a server
+    is lost after this one had reported its own end. Returns the parent's final status when
+    this call ended it."""
+    parent, server = config.parent_run_id, config.job.get("server_id", "?")
     tags = dict(client.get_run(parent).data.tags)
-    for gone in config.job.get("gone_servers") or ():
-        if gone != server and SERVER_TAG + gone not in tags:
-            tags[SERVER_TAG + gone] = _end_for_gone(client, config, parent, gone, server)
+    for lost in gone:
+        if lost != server and SERVER_TAG + lost not in tags:
+            tags[SERVER_TAG + lost] = _end_for_gone(client, config, parent, lost, server)
     ended = {k[len(SERVER_TAG):]: v.split(":", 1)[0] for k, v in tags.items()
              if k.startswith(SERVER_TAG)}
     if len(ended) < servers_of(config):

@@ -362,6 +362,10 @@ class MlflowSink:
     def stop_requested(self, config: SinkConfig, server: str) -> str | None:
         return mlflow_job.stop_requested(self._api(store_uri(config)), config, server)
 
+    def report_gone(self, config: SinkConfig, spool_dir: Path, gone: list[str]) -> None:
+        with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
+            mlflow_job.report_gone(self._api(store_uri(config)), config, gone)
+
 
 def _run_of(state: StreamState, label: str) -> str:
     """The stream's run (ensure_runs made it before any delivery)."""

@@ -3,6 +3,7 @@
 env           print `ENV {...}` (the launcher's variables) and end
 train [N]     log `loss` for N (default 20) steps through platform_plugin.tracking, then end
 fail-on N     rank N exits 3 after 1 s (after logging 5 points); the others log and sleep 120 s
+until FILE    once FILE exists (at most 120 s), log 5 points and end
 fail-once     on the first attempt (PLATFORM_ATTEMPT=0) rank 0 exits 4; later attempts succeed
 stubborn N    on the first attempt rank 0 exits 4 after 1 s and rank N ignores SIGTERM (prints
               `GOT SIGTERM`: its launcher is then busy stopping it); later attempts succeed
@@ -37,6 +38,12 @@ elif mode == "fail-on":
         time.sleep(1)
         sys.exit(3)
     time.sleep(120)
+elif mode == "until":
+    for _ in range(1200):
+        if os.path.exists(sys.argv[2]):
+            break
+        time.sleep(0.1)
+    log(5)
 elif mode == "fail-once":
     log(5)
     if rank == 0 and os.environ.get("PLATFORM_ATTEMPT") == "0":
