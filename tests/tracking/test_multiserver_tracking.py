@@ -27,14 +27,34 @@ def _env(uri, experiment, **extra):
                      PLATFORM_TRACKING_DRAIN_TIMEOUT="90", **extra)
 
 
-def _grid_job(tmp_path, uri, nnodes, args, experiment):
+def _start_servers(tmp_path, uri, nnodes, args, experiment):
+    """One tracked launcher per simulated server (2 ranks each), all at the same instant."""
     port = free_port_pair()
-    procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", str(nnodes),
-                        "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
-                        "--show", "none", "--", PY, RANK, *args], tmp_path / f"server{n}",
-                       cwd=str(tmp_path), env=_env(uri, experiment))
-             for n in range(nnodes)]
-    return finish_all(procs, timeout=150)
+    return [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", str(nnodes),
+                       "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
+                       "--show", "none", "--", PY, RANK, *args], tmp_path / f"server{n}",
+                      cwd=str(tmp_path), env=_env(uri, experiment))
+            for n in range(nnodes)]
+
+
+def _grid_job(tmp_path, uri, nnodes, args, experiment):
+    return finish_all(_start_servers(tmp_path, uri, nnodes, args, experiment), timeout=150)
+
+
+def _kill_all(procs, tmp_path) -> None:
+    """The launchers and whatever their jobs left running (a test that failed half-way)."""
+    for proc in procs:
+        proc.kill()
+    kill_jobs(tmp_path / f"server{node}" for node in range(len(procs)))
+
+
+def _rank_runs_made(c, experiment, count: int):
+    """Wait until the experiment holds `count` rank runs (the helpers made them); returns it."""
+    def made():
+        exp = c.get_experiment_by_name(experiment)
+        runs = exp and c.search_runs([exp.experiment_id], "tags.rank_id != ''")
+        return exp if runs and len(runs) == count else None
+    return wait_for(made, timeout=120, interval=0.5, what=f"the {count} rank runs")
 
 
 def _parents(c, experiment):
@@ -154,26 +174,15 @@ def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
     node 1's rank runs. Node 0 saw it go over the job link: it reports node 1 FAILED and ends
     node 1's runs, so the parent ends FAILED naming both servers."""
     experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    port = free_port_pair()
-    procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", "2",
-                        "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
-                        "--show", "none", "--", PY, RANK, "fail-on", "99"],
-                       tmp_path / f"server{n}", cwd=str(tmp_path),
-                       env=_env(postgres_mlflow, experiment))
-             for n in (0, 1)]
+    procs = _start_servers(tmp_path, postgres_mlflow, 2, ["fail-on", "99"], experiment)
     c = client(postgres_mlflow)
     try:
-        def four_rank_runs():
-            exp = c.get_experiment_by_name(experiment)
-            return exp and len(c.search_runs([exp.experiment_id], "tags.rank_id != ''")) == 4
-        wait_for(four_rank_runs, timeout=120, interval=0.5, what="the 4 rank runs")
+        _rank_runs_made(c, experiment, 4)
         procs[1].kill()
         [(code, out)] = finish_all(procs[:1], timeout=90)  # its ranks would sleep 120 s
         assert code == 1 and "server node1: its launcher is gone" in out, out
     finally:
-        for proc in procs:
-            proc.kill()
-        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
+        _kill_all(procs, tmp_path)
     [parent], exp = _parents(c, experiment)
     assert parent.info.status == "FAILED"
     assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == "node0, node1"
@@ -204,21 +213,11 @@ def test_a_server_lost_while_it_finishes_its_tracking_is_reported_by_the_others(
     it: the parent and node 1's rank runs stayed RUNNING for good. Node 0 reports it once the
     job link says it is gone. (Node 1's helper is stopped with SIGSTOP before the last points,
     to hold that wait open: PLATFORM_TRACKING_DRAIN_TIMEOUT is 90 s here.)"""
-    experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    port, go = free_port_pair(), tmp_path / "go"
-    procs = [start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", "2",
-                        "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
-                        "--show", "none", "--", PY, RANK, "until", str(go)],
-                       tmp_path / f"server{n}", cwd=str(tmp_path),
-                       env=_env(postgres_mlflow, experiment))
-             for n in (0, 1)]
+    experiment, go = f"ms-{uuid.uuid4().hex[:8]}", tmp_path / "go"
+    procs = _start_servers(tmp_path, postgres_mlflow, 2, ["until", str(go)], experiment)
     c = client(postgres_mlflow)
     try:
-        def four_rank_runs():
-            exp = c.get_experiment_by_name(experiment)
-            runs = exp and c.search_runs([exp.experiment_id], "tags.rank_id != ''")
-            return runs and len(runs) == 4 and exp
-        exp = wait_for(four_rank_runs, timeout=120, interval=0.5, what="the 4 rank runs")
+        exp = _rank_runs_made(c, experiment, 4)
         helper = _helper_of(tmp_path / "server1")
         helper.suspend()
         go.touch()  # every rank logs 5 points and ends: node 1's wait for their delivery hangs
@@ -233,9 +232,7 @@ def test_a_server_lost_while_it_finishes_its_tracking_is_reported_by_the_others(
         assert code == 1 and "server(s) node1 failed" in out, out
         assert "node1 vanished after this server's tracking had finished: reported FAILED" in out
     finally:
-        for proc in procs:
-            proc.kill()
-        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
+        _kill_all(procs, tmp_path)
     [parent], exp = _parents(c, experiment)
     assert parent.info.status == "FAILED"
     assert parent.data.tags[mlflow_job.SERVER_TAG + "node0"] == "FINISHED"
