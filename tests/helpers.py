@@ -27,6 +27,15 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def terminal_sigint() -> None:
+    """A subprocess's `preexec_fn`: SIGINT as a terminal's foreground command has it. A suite
+    started in the background (`make test &`, a script) ignores SIGINT - the shell's rule for
+    background jobs, inherited by every child - and a process that ignores it cannot be tested
+    for Ctrl-C."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_for(predicate, timeout: float = 60, interval: float = 0.1, what: str = "condition"):
     """Poll `predicate` until it returns something truthy (returned), or fail after `timeout`."""
     deadline = time.monotonic() + timeout

@@ -70,7 +70,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
         from platform_plugin.tracking.handle import JobTracking
         JobTracking.check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
-        link = open_link(plan)
+        link = open_link(plan, _note(options.write))
         try:
             agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
             if agreed != plan.job_id:

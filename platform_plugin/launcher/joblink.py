@@ -32,7 +32,7 @@ import time
 from typing import cast
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.joblink_dial import PROTOCOL, dial
+from platform_plugin.launcher.joblink_dial import PROTOCOL, WaitNote, dial
 from platform_plugin.launcher.link import JobLink
 from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
 
@@ -101,9 +101,9 @@ class _Linked(JobLink):
 class Hub(_Linked):
     """Node 0: accepts the other launchers, hands out the job id, fans out stop requests."""
 
-    def __init__(self, addr: str, port: int, nnodes: int):
+    def __init__(self, addr: str, port: int, nnodes: int, note=None):
         super().__init__()
-        self.nnodes = nnodes
+        self.nnodes, self.where, self.note = nnodes, f"{addr}:{port}", note
         self.peers: list[_Peer] = []
         self.joined: dict[int, set[int]] = {}
         self.vanished: list[str] = []  # servers whose launcher is gone after its "go"
@@ -118,7 +118,7 @@ class Hub(_Linked):
         self._start_reader(self._loop)
 
     def agree(self, job_id: str, attempt: int) -> str:
-        deadline = time.monotonic() + join_timeout()
+        deadline, waiting = time.monotonic() + join_timeout(), WaitNote(self.note)
         with self.cond:
             while len(self.joined.get(attempt, ())) < self.nnodes - 1:
                 if self.broken:
@@ -133,11 +133,14 @@ class Hub(_Linked):
                         "up, or it failed: its output says)")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    missing = sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
                     raise PlatformPluginError(
-                        f"node(s) {missing} did not join within {join_timeout():g}s (they connect "
-                        f"to --master-addr:--master-port+1 before starting their ranks); "
-                        "PLATFORM_RENDEZVOUS_TIMEOUT sets the wait")
+                        f"node(s) {self._missing(attempt)} did not join within "
+                        f"{join_timeout():g}s (they connect to --master-addr:--master-port+1 "
+                        "before starting their ranks); PLATFORM_RENDEZVOUS_TIMEOUT sets the wait")
+                waiting.check(lambda: f"waiting for node(s) {self._missing(attempt)} to join "
+                                      + (f"attempt {attempt + 1} " if attempt else "")
+                                      + f"on {self.where} (up to {join_timeout():g}s, "
+                                      "PLATFORM_RENDEZVOUS_TIMEOUT)")
                 self.cond.wait(min(left, 0.5))
             # only those that joined this attempt (not one refused, nor one still connecting)
             peers = [p for p in self.peers if p.node is not None and p.joined == attempt]
@@ -146,6 +149,9 @@ class Hub(_Linked):
         for peer in peers:
             peer.send({"op": "go", "job_id": job_id, "attempt": attempt})
         return job_id
+
+    def _missing(self, attempt: int) -> list[int]:
+        return sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
 
     def tell_failed(self, server: str, reason: str, attempt: int) -> None:
         self._stop_all(server, reason, attempt, source=None)
@@ -280,12 +286,12 @@ class Hub(_Linked):
 class Spoke(_Linked):
     """Node >= 1: joins node 0 and learns the job id from it; hears stop requests."""
 
-    def __init__(self, addr: str, port: int, node: int, nnodes: int, server: str):
+    def __init__(self, addr: str, port: int, node: int, nnodes: int, server: str, note=None):
         super().__init__()
-        self.node, self.nnodes, self.server = node, nnodes, server
+        self.node, self.nnodes, self.server, self.note = node, nnodes, server, note
         self.goes: dict[int, str] = {}
         self.refused = ""
-        sock, rest = dial(addr, port)
+        sock, rest = dial(addr, port, note)
         self.peer = _Peer(sock)
         self.peer.buffer = rest  # what node 0 sent after its greeting (nothing, so far)
         self._start_reader(self._loop)
@@ -293,7 +299,7 @@ class Spoke(_Linked):
     def agree(self, job_id: str, attempt: int) -> str:
         self.peer.send({"op": "join", "node": self.node, "server": self.server,
                         "attempt": attempt, "nnodes": self.nnodes})
-        deadline = time.monotonic() + join_timeout()
+        deadline, waiting = time.monotonic() + join_timeout(), WaitNote(self.note)
         with self.cond:
             while attempt not in self.goes:
                 if self.refused:
@@ -309,6 +315,10 @@ class Spoke(_Linked):
                 if left <= 0:
                     raise PlatformPluginError(f"node 0 did not start the job within "
                                               f"{join_timeout():g}s (other nodes missing?)")
+                waiting.check(lambda: "joined node 0; waiting for it to start "
+                                      + (f"attempt {attempt + 1}" if attempt else "the job")
+                                      + " (once every server's launcher has joined; up to "
+                                      f"{join_timeout():g}s)")
                 self.cond.wait(min(left, 0.5))
             return self.goes[attempt]
 

@@ -16,12 +16,29 @@ PROTOCOL = 1  # in node 0's greeting, its first line: {"op": "hello", "protocol"
 HELLO_S = 15.0  # node 0's reader thread greets at once; this only allows for a loaded machine
 
 
-def dial(addr: str, port: int) -> tuple[socket.socket, bytes]:
+NOTE_AFTER_S = 2.0  # a wait this long is said once (the launchers of a normal start meet sooner)
+
+
+class WaitNote:
+    """Says `text()` once, when a wait has lasted NOTE_AFTER_S: a launcher waiting for the
+    others up to PLATFORM_RENDEZVOUS_TIMEOUT (300 s) said nothing meanwhile."""
+
+    def __init__(self, note) -> None:
+        self.note, self.since = note, time.monotonic()
+
+    def check(self, text) -> None:
+        if self.note is not None and time.monotonic() - self.since >= NOTE_AFTER_S:
+            note, self.note = self.note, None
+            note(text())
+
+
+def dial(addr: str, port: int, note=None) -> tuple[socket.socket, bytes]:
     """A connection to node 0's launcher, greeted; and what it sent after the greeting."""
     timeout = PLATFORM_RENDEZVOUS_TIMEOUT.get()
     deadline = time.monotonic() + timeout
+    waiting = WaitNote(note)
     while True:
-        sock = _connect(addr, port, deadline, timeout)
+        sock = _connect(addr, port, deadline, timeout, waiting)
         try:
             rest = _greeting(sock, addr, port)
         except BaseException:
@@ -38,7 +55,8 @@ def dial(addr: str, port: int) -> tuple[socket.socket, bytes]:
         time.sleep(0.2)
 
 
-def _connect(addr: str, port: int, deadline: float, timeout: float) -> socket.socket:
+def _connect(addr: str, port: int, deadline: float, timeout: float,
+             waiting: WaitNote) -> socket.socket:
     while True:
         try:
             sock = socket.create_connection((addr, port), timeout=2)
@@ -55,6 +73,9 @@ def _connect(addr: str, port: int, deadline: float, timeout: float) -> socket.so
                     f"cannot reach node 0's launcher at {addr}:{port} ({exc.strerror or exc}) "
                     f"within {timeout:g}s: start node 0 with the same --master-addr and "
                     "--master-port (PLATFORM_RENDEZVOUS_TIMEOUT sets the wait)") from None
+            waiting.check(lambda: f"waiting for node 0's launcher at {addr}:{port} "
+                                  f"({exc.strerror or exc}; up to {timeout:g}s, "
+                                  "PLATFORM_RENDEZVOUS_TIMEOUT)")
             time.sleep(0.2)
 
 

@@ -38,8 +38,9 @@ class JobLink:
         pass
 
 
-def open_link(plan) -> JobLink:
+def open_link(plan, note=None) -> JobLink:
     """The link of a plan: node 0 listens, the others connect; a single server needs none.
+    `note(text)`: what a launcher says once it has waited a moment for the others.
     The rank-table route has no rendezvous address: its servers agree on a job key instead
     (job_key.py) and stop each other through the tracking server."""
     if plan.nnodes <= 1 or plan.master_port is None or plan.backend == "rank-table":
@@ -48,7 +49,7 @@ def open_link(plan) -> JobLink:
     port = plan.master_port + CONTROL_PORT_OFFSET
     if plan.node_rank == 0:
         try:
-            return Hub(plan.master_addr, port, plan.nnodes)
+            return Hub(plan.master_addr, port, plan.nnodes, note)
         except OSError as exc:
             import errno
             import socket
@@ -69,4 +70,4 @@ def open_link(plan) -> JobLink:
                 "LAUNCH_PORT_BUSY", f"the launchers' control port {port} (--master-port + 1) on "
                 f"{plan.master_addr} cannot be bound ({exc.strerror}){held} choose another "
                 "--master-port on every server", "--master-port")]) from None
-    return Spoke(plan.master_addr, port, plan.node_rank, plan.nnodes, plan.server_id)
+    return Spoke(plan.master_addr, port, plan.node_rank, plan.nnodes, plan.server_id, note)

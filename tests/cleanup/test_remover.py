@@ -19,7 +19,7 @@ from platform_plugin.cleanup import run as cleanup
 from platform_plugin.cleanup.remover import FolderOutcome, Remover
 from platform_plugin.util.procfs import alive
 
-from tests.helpers import REPO, clean_env, wait_for
+from tests.helpers import REPO, clean_env, terminal_sigint, wait_for
 from tests.notebook.helpers import write_tree
 
 # Sends one folder to the worker, prints the worker's pid, then waits to be killed/interrupted.
@@ -46,7 +46,7 @@ finally:
 def start_holder(folder: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder), *extra], cwd=REPO,
                               env=clean_env(PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)
+                              text=True, start_new_session=True, preexec_fn=terminal_sigint)
     assert holder.stdout is not None
     worker = int(holder.stdout.readline())
     assert worker > 0 and alive(worker)

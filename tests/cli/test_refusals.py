@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.cli.helpers import run_inprocess, run_subprocess
-from tests.helpers import clean_env
+from tests.helpers import clean_env, terminal_sigint
 from tests.ranktable.samples import TABLE_4P, sample, write_json
 
 BIG = "9" * 5000  # over Python's 4,300-digit int() limit
@@ -276,7 +276,7 @@ def test_ctrl_c_while_a_command_waits_is_exit_130_without_a_traceback(cwd):
     proc = subprocess.Popen(
         [sys.executable, "-m", "platform_plugin", "ranktable", "check", "--wait", "60", "t.json"],
         cwd=cwd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+        preexec_fn=terminal_sigint)  # as a terminal's
     try:
         for _ in range(300):  # the poll loop has started once the parser's imports are done
             if proc.poll() is not None or _sleeping(proc.pid):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import ASSETS as ASSETS_ROOT
+from tests.helpers import terminal_sigint
 from tests.helpers import wait_for  # noqa: F401  (the tests' one wait_for, re-exported)
 
 ASSETS = ASSETS_ROOT / "launch"
@@ -93,10 +94,12 @@ def read_job(job_dir: str) -> dict:
 
 
 def start_cli(args: list[str], log_dir: Path, **kw) -> subprocess.Popen:
-    """`platform-run launch` as a real child process (its own session so signals are targeted)."""
+    """`platform-run launch` as a real child process (its own session so signals are targeted,
+    SIGINT as a terminal gives it: tests/helpers.terminal_sigint)."""
     return subprocess.Popen([PY, "-m", "platform_plugin", "launch", "--log-dir", str(log_dir),
                              "--tracking", "none", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=terminal_sigint, **kw)
 
 
 def results(job_dir: str, names) -> dict:
@@ -119,6 +122,7 @@ def finish_all(procs, timeout: float = 90) -> list[tuple[int, str]]:
             try:
                 out, err = proc.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
+                stacks = [stack_of(other) for other in procs if other.poll() is None]
                 for other in procs:
                     other.kill()
                 said = outs + [(other.wait(), "".join(other.communicate()))
@@ -126,13 +130,31 @@ def finish_all(procs, timeout: float = 90) -> list[tuple[int, str]]:
                 raise AssertionError(f"launcher {len(outs)} still ran after {timeout:g}s; "
                                      "what each said:\n" + "\n".join(
                                          f"{n} (exit {code}): {text[-3000:]}"
-                                         for n, (code, text) in enumerate(said))) from None
+                                         for n, (code, text) in enumerate(said))
+                                     + "\nwhere the running ones were:\n" + "\n".join(stacks)
+                                     ) from None
             outs.append((proc.returncode, out + err))
     finally:
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
     return outs
+
+
+def stack_of(proc: subprocess.Popen) -> str:
+    """py-spy's dump of a process still running (where a launcher hangs), or why there is none."""
+    from platform_plugin.launcher.stacks import py_spy
+    tool = py_spy()
+    if tool is None:
+        return f"pid {proc.pid}: no py-spy here"
+    try:
+        with open(f"/proc/{proc.pid}/status") as f:  # a signal blocked or ignored is seen here
+            masks = [line for line in f.read().splitlines() if line.startswith("Sig")]
+        return " ".join(masks) + "\n" + subprocess.run(
+            [tool, "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
+            timeout=30).stdout[-4000:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"pid {proc.pid}: py-spy failed: {exc}"
 
 
 def free_port_pair() -> int:

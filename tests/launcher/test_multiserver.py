@@ -38,13 +38,13 @@ def start_servers(tmp_path, nnodes, args, *, order=None, delay=0.0, nproc=2, ext
     return [procs[n] for n in range(nnodes)]
 
 
-def start_node(tmp_path, folder, port, nnodes, node, args, *, nproc=1, extra=()):
+def start_node(tmp_path, folder, port, nnodes, node, args, *, nproc=1, extra=(), env=None):
     """One launcher of a job on `port`, its log folder tmp_path/folder."""
     log_dir = tmp_path / folder
     log_dir.mkdir(exist_ok=True)
     return start_cli(["--nproc", str(nproc), "--nnodes", str(nnodes), "--node-rank", str(node),
                       "--master-port", str(port), "--backend", "plain", "--show", "none", *extra,
-                      "--", PY, RANK, *args], log_dir, cwd=str(tmp_path))
+                      "--", PY, RANK, *args], log_dir, cwd=str(tmp_path), env=env)
 
 
 def joined(proc, port):
@@ -369,3 +369,22 @@ def test_another_program_on_the_control_port_is_named_by_the_other_servers(tmp_p
         web.wait()
     assert code == 2 and "LAUNCH_PORT_BUSY" in out and "not node 0's launcher" in out, out
     assert not any((tmp_path / "server1").iterdir())
+
+
+def test_a_launcher_that_waits_for_the_others_says_so(tmp_path):
+    """Up to PLATFORM_RENDEZVOUS_TIMEOUT (300 s) of silence: a launcher waiting for node 0, or
+    node 0 for the others, said nothing until it gave up. Each now says once, after 2 s, what
+    it waits for (8 s here, then the usual refusal)."""
+    env = {**os.environ, "PLATFORM_RENDEZVOUS_TIMEOUT": "8"}
+    port = free_port_pair()
+    alone = start_node(tmp_path, "alone", free_port_pair(), 2, 1, ["env"], env=env)
+    node0 = start_node(tmp_path, "server0", port, 3, 0, ["env"], env=env)
+    node1 = start_node(tmp_path, "server1", port, 3, 1, ["env"], env=env)
+    outs = finish_all([alone, node0, node1], timeout=60)
+    assert [code for code, _ in outs] == [1, 1, 1], outs
+    assert outs[0][1].count("[launcher] waiting for node 0's launcher at 127.0.0.1:") == 1, outs
+    assert "(Connection refused; up to 8s" in outs[0][1]
+    assert outs[1][1].count(f"[launcher] waiting for node(s) [2] to join on 127.0.0.1:{port + 1}") \
+        == 1, outs[1][1]
+    assert outs[2][1].count("[launcher] joined node 0; waiting for it to start the job") == 1, \
+        outs[2][1]

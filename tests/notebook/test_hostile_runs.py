@@ -6,6 +6,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
+from tests.helpers import terminal_sigint
 from tests.notebook.helpers import cell_statuses, make_notebook, platform_run, read_output
 
 
@@ -164,7 +165,7 @@ def test_ctrl_c_while_the_kernel_starts_ends_as_an_interrupt(tmp_path):
         [sys.executable, "-m", "platform_plugin", "debug", "nb.ipynb", "--kernel", "slowstart",
          "--output", "out.ipynb"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
         env=clean_env(JUPYTER_PATH=str(tmp_path / "jupyter")), start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=terminal_sigint)
     try:
         seen = []
         for line in proc.stderr:
