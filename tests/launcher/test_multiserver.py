@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import wait_for
 from tests.launcher.helpers import (ASSETS, PY, finish_all, free_port_pair, kill_job, log_text,
-                                    private_table, read_job, start_cli)
+                                    private_table, read_job, stack_of, start_cli)
 
 RANK = str(ASSETS / "server_rank.py")
 STANDIN = str(ASSETS / "hccl_standin.py")
@@ -63,16 +63,18 @@ def joined(proc, port):
 
 def wait_running(procs, predicate, what: str, timeout: float = 120) -> None:
     """wait_for `predicate` while every launcher runs. A launcher that ended meanwhile, or the
-    timeout, fails the test with what each launcher printed (the rest killed first), not a bare
-    'timed out' that leaves nothing to find the cause with."""
+    timeout, fails the test with what each launcher printed and where the running ones were
+    (stack_of, taken before they are killed), not a bare 'timed out' that leaves nothing to
+    find the cause with."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline or any(proc.poll() is not None for proc in procs):
+            stacks = [stack_of(proc) for proc in procs if proc.poll() is None]
             for proc in procs:
                 proc.kill()
             said = [f"launcher {n} (exit {proc.wait()}): {''.join(proc.communicate())[-3000:]}"
                     for n, proc in enumerate(procs)]
-            raise AssertionError(f"no {what}:\n" + "\n".join(said))
+            raise AssertionError(f"no {what}:\n" + "\n".join(said + stacks))
         time.sleep(0.1)
 
 
