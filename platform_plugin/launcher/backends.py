@@ -85,7 +85,7 @@ def default_nproc(host) -> tuple[int, str]:
     return count, f"no NPUs: default {count} (set --nproc N)"
 
 
-def grid_layout(settings: Settings, options: LaunchOptions, *, needs_port: bool) -> Layout:
+def grid_layout(settings: Settings, options: LaunchOptions) -> Layout:
     """nnodes x nproc ranks, devices numbered by local rank (CPU, GPU, or NPUs without a table).
     build_plan has replaced a missing --nproc by `default_nproc`."""
     nproc = options.nproc
@@ -97,15 +97,28 @@ def grid_layout(settings: Settings, options: LaunchOptions, *, needs_port: bool)
     if not 0 <= node_rank < nnodes:
         raise fail("LAUNCH_NODE_RANK", f"--node-rank {node_rank} must be between 0 and "
                    f"--nnodes - 1 = {nnodes - 1}", "--node-rank")
-    if nnodes > 1 and needs_port and not options.master_port:
-        raise fail("LAUNCH_MASTER_PORT", "a multi-node job needs the same --master-port on every "
-                   "server (and --master-addr = the address of node 0)", "--master-port")
+    if nnodes > 1:
+        _check_multi_node_port(options.master_port)
     first = node_rank * nproc
     return Layout(world_size=nnodes * nproc, node_rank=node_rank, nnodes=nnodes,
                   server_id=(settings.server.server_id if settings.server
                              else grid_server_id(nnodes, node_rank)),
                   ranks=tuple((first + i, i) for i in range(nproc)),
                   master_addr=options.master_addr, master_port=options.master_port)
+
+
+def _check_multi_node_port(port: int | None) -> None:
+    """Every backend, plain too: the launchers' job link on --master-port + 1 is what makes the
+    servers one job. Without a port each server ran its ranks alone and could "succeed" while
+    another server's ranks crashed; with 65535 node 0 crashed binding port 65536."""
+    if not port:
+        raise fail("LAUNCH_MASTER_PORT", "a multi-node job needs the same --master-port on every "
+                   "server (and --master-addr = the address of node 0): the launchers meet on "
+                   "--master-port + 1 to be one job", "--master-port")
+    if port >= 65535:
+        raise fail("LAUNCH_MASTER_PORT", f"--master-port {port}: a multi-node job also uses "
+                   "--master-port + 1 (the launchers' control port), so at most 65534",
+                   "--master-port")
 
 
 def grid_server_id(nnodes: int, node_rank: int) -> str:
@@ -119,7 +132,7 @@ class Backend:
     needs_port = False
 
     def layout(self, settings: Settings, options: LaunchOptions) -> Layout:
-        return grid_layout(settings, options, needs_port=self.needs_port)
+        return grid_layout(settings, options)
 
     def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
         return {}

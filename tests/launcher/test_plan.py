@@ -110,6 +110,10 @@ def test_multi_node_ms_cluster_second_node_has_no_scheduler():
 
 @pytest.mark.parametrize("kw, code", [
     (dict(nnodes=2, node_rank=1), "LAUNCH_MASTER_PORT"),
+    # plain too: without the port its launchers never met, each server "succeeded" alone
+    (dict(backend="plain", nnodes=2, node_rank=0), "LAUNCH_MASTER_PORT"),
+    # the control port is --master-port + 1: 65535 made node 0 crash (OverflowError in bind)
+    (dict(nnodes=2, node_rank=0, master_port=65535), "LAUNCH_MASTER_PORT"),
     (dict(nnodes=2, node_rank=2, master_port=1), "LAUNCH_NODE_RANK"),
     (dict(nproc=0), "LAUNCH_NPROC"),
     (dict(backend="bogus"), "LAUNCH_BACKEND"),
