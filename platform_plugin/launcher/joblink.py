@@ -32,16 +32,8 @@ import time
 from typing import cast
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.joblink_dial import PROTOCOL, WaitNote, dial
+from platform_plugin.launcher.joblink_dial import PROTOCOL, WaitNote, dial, join_timeout
 from platform_plugin.launcher.link import JobLink
-from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
-
-
-
-def join_timeout() -> float:
-    """How long the launchers wait for each other at the start (node 0 for the others to join,
-    the others for node 0 to listen): PLATFORM_RENDEZVOUS_TIMEOUT, default 300 s."""
-    return PLATFORM_RENDEZVOUS_TIMEOUT.get()
 
 
 class _Peer:

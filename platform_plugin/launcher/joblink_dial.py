@@ -14,9 +14,13 @@ from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
 
 PROTOCOL = 1  # in node 0's greeting, its first line: {"op": "hello", "protocol": PROTOCOL}
 HELLO_S = 15.0  # node 0's reader thread greets at once; this only allows for a loaded machine
-
-
 NOTE_AFTER_S = 2.0  # a wait this long is said once (the launchers of a normal start meet sooner)
+
+
+def join_timeout() -> float:
+    """How long the launchers wait for each other at the start (node 0 for the others to join,
+    the others for node 0 to listen): PLATFORM_RENDEZVOUS_TIMEOUT, default 300 s."""
+    return PLATFORM_RENDEZVOUS_TIMEOUT.get()
 
 
 class WaitNote:
@@ -34,7 +38,7 @@ class WaitNote:
 
 def dial(addr: str, port: int, note=None) -> tuple[socket.socket, bytes]:
     """A connection to node 0's launcher, greeted; and what it sent after the greeting."""
-    timeout = PLATFORM_RENDEZVOUS_TIMEOUT.get()
+    timeout = join_timeout()
     deadline = time.monotonic() + timeout
     waiting = WaitNote(note)
     while True:
