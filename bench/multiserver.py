@@ -113,8 +113,8 @@ class Servers:
     `mlflow server` on the same database."""
 
     def __enter__(self):
-        from platform_plugin.tracking.postgres import LocalPostgres
-        from platform_plugin.tracking.server import start_team_server, wait_healthy
+        from platform_plugin.tracking.server.postgres import LocalPostgres
+        from platform_plugin.tracking.server.local import start_team_server, wait_healthy
         from platform_plugin.util.ports import free_port
         self.root = tempfile.mkdtemp(prefix="bench-pg-")
         os.chmod(self.root, 0o755)
@@ -133,7 +133,7 @@ class Servers:
         return self
 
     def __exit__(self, *exc):
-        from platform_plugin.tracking.server import stop_server
+        from platform_plugin.tracking.server.local import stop_server
         for proc in self.procs:
             stop_server(proc)
         self.pg.stop()

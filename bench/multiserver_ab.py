@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def start_servers(pg, root: str, sides: dict[str, Path]) -> tuple[dict[str, str], list]:
-    from platform_plugin.tracking import server
+    from platform_plugin.tracking.server import local as server
     from platform_plugin.util.ports import free_port
     uris, procs = {}, []
     for name, checkout in sides.items():
@@ -49,7 +49,7 @@ def start_servers(pg, root: str, sides: dict[str, Path]) -> tuple[dict[str, str]
 def wait_helpers(prefix: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and subprocess.run(
-            ["pgrep", "-f", f"platform_plugin.tracking.delivery {prefix}"], capture_output=True).stdout:
+            ["pgrep", "-f", f"platform_plugin.tracking.delivery.helper {prefix}"], capture_output=True).stdout:
         time.sleep(0.2)
 
 
@@ -74,8 +74,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10000)
     args = parser.parse_args()
     sides = {"a": args.a.resolve(), "b": args.b.resolve()}
-    from platform_plugin.tracking.postgres import LocalPostgres
-    from platform_plugin.tracking.server import stop_server
+    from platform_plugin.tracking.server.postgres import LocalPostgres
+    from platform_plugin.tracking.server.local import stop_server
     from platform_plugin.util.ports import free_port
     root = tempfile.mkdtemp(prefix="bench-ab-pg-")
     os.chmod(root, 0o755)

@@ -80,7 +80,7 @@ print(walls[0], walls[1], "mlflow" in sys.modules)
 
 def wait_helpers_done(log_dir: Path, timeout: float = 300) -> None:
     """Let every forwarding helper of earlier jobs finish, so rounds don't share the CPU."""
-    from platform_plugin.tracking.handle import DeliveryReport
+    from platform_plugin.tracking.job.handle import DeliveryReport
     for spool in log_dir.glob("*/tracking"):
         DeliveryReport(spool_dir=str(spool)).wait_ended(timeout)
 
@@ -137,8 +137,8 @@ def median_call_us(call, n: int) -> float:
 
 
 def in_rank_cost(work: Path) -> dict:
-    from platform_plugin.tracking.identity import RankIdentity
-    from platform_plugin.tracking.tracker import Tracker
+    from platform_plugin.tracking.rank.identity import RankIdentity
+    from platform_plugin.tracking.rank.tracker import Tracker
     tracker = Tracker(work / "spool", RankIdentity("0", "0", "bench", "bench", "s", "h"))
     ours = median_call_us(lambda i: tracker.log_metric("loss", 1.0 / (i + 1), step=i), 200_000)
     tracker.close()
@@ -180,7 +180,7 @@ def stored_points(db: Path) -> tuple[int, int]:
 
 
 def deliver_server(work: Path, ranks: int, steps: int) -> dict:
-    from platform_plugin.tracking.server import start_server, stop_server, wait_healthy
+    from platform_plugin.tracking.server.local import start_server, stop_server, wait_healthy
     from platform_plugin.util.ports import free_port
     folder = work / "server"
     folder.mkdir()

@@ -22,9 +22,9 @@ sys.path.insert(0, str(REPO))
 
 def write_spools(work: Path, ranks: int, steps: int) -> Path:
     """A job's spool folder as the launcher prepares it, with every rank's points already in."""
-    from platform_plugin.tracking.job_tracking import JobTracking
-    from platform_plugin.tracking.spool import encode_metric
-    from platform_plugin.tracking.state import JobEnd
+    from platform_plugin.tracking.job.job_tracking import JobTracking
+    from platform_plugin.tracking.rank.spool import encode_metric
+    from platform_plugin.tracking.delivery.state import JobEnd
     from tests.tracking.helpers import make_plan
     os.chdir(work)
     plan = make_plan(work, ranks)
@@ -42,7 +42,7 @@ def profile_helper(ranks: int, steps: int, top: int = 8) -> dict:
     thread: with joint rounds that is where delivery runs)."""
     with tempfile.TemporaryDirectory() as tmp:
         spool = write_spools(Path(tmp), ranks, steps)
-        from platform_plugin.tracking import delivery
+        from platform_plugin.tracking.delivery import helper as delivery
         profile = cProfile.Profile()
         t0 = time.perf_counter()
         profile.enable()

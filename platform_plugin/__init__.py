@@ -19,13 +19,13 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _LAZY = {
     "launch": "platform_plugin.launcher.api",
-    "JobResult": "platform_plugin.launcher.result",
-    "JobFailed": "platform_plugin.launcher.result",
+    "JobResult": "platform_plugin.launcher.processes.result",
+    "JobFailed": "platform_plugin.launcher.processes.result",
     "ConfigError": "platform_plugin.errors",
     "PlatformPluginError": "platform_plugin.errors",
     "run_notebook": "platform_plugin.notebook.run",
-    "get_tracker": "platform_plugin.tracking.tracker",
-    "compare": "platform_plugin.notebook.compare_view",
+    "get_tracker": "platform_plugin.tracking.rank.tracker",
+    "compare": "platform_plugin.comparison.view",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,10 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from platform_plugin.errors import ConfigError, PlatformPluginError
     from platform_plugin.launcher.api import launch
-    from platform_plugin.launcher.result import JobFailed, JobResult
+    from platform_plugin.launcher.processes.result import JobFailed, JobResult
     from platform_plugin.notebook.run import run_notebook
-    from platform_plugin.tracking.tracker import get_tracker
-    from platform_plugin.notebook.compare_view import compare
+    from platform_plugin.tracking.rank.tracker import get_tracker
+    from platform_plugin.comparison.view import compare
 
 
 def __getattr__(name: str) -> Any:
@@ -52,7 +52,7 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython) -> None:
-    from platform_plugin.magic import register
+    from platform_plugin.magics.dist_run import register
     register(ipython)
 
 

@@ -16,9 +16,9 @@ PACKAGE = REPO / "platform_plugin"
 
 # Layers, top to bottom. A module may import its own layer or any layer below it.
 LAYERS = [
-    ("entry", ("platform_plugin", "platform_plugin.__main__", "platform_plugin.magic",
+    ("entry", ("platform_plugin", "platform_plugin.__main__", "platform_plugin.magics",
                "platform_plugin.cli")),
-    ("workflows", ("platform_plugin.notebook", "platform_plugin.cleanup")),
+    ("workflows", ("platform_plugin.notebook", "platform_plugin.cleanup", "platform_plugin.comparison")),
     ("launcher", ("platform_plugin.launcher",)),
     ("tracking", ("platform_plugin.tracking",)),
     ("facts", ("platform_plugin.settings", "platform_plugin.settings_table",
@@ -27,8 +27,8 @@ LAYERS = [
 ]
 # The rank side of tracking runs inside every training process: the stdlib only (and the
 # framework an integration helps), never the rest of the package.
-RANK_SIDE = ("platform_plugin.tracking.tracker", "platform_plugin.tracking.spool",
-             "platform_plugin.tracking.identity", "platform_plugin.tracking.job_id",
+RANK_SIDE = ("platform_plugin.tracking.rank.tracker", "platform_plugin.tracking.rank.spool",
+             "platform_plugin.tracking.rank.identity", "platform_plugin.tracking.rank.job_id",
              "platform_plugin.tracking.integrations")
 
 
@@ -99,8 +99,9 @@ def test_importing_tracking_in_a_rank_loads_only_its_rank_side():
     assert loaded_by("import platform_plugin.tracking") == [
         "platform_plugin", "platform_plugin.tracking"]  # every name loads on first use
     assert loaded_by("from platform_plugin.tracking import get_tracker") == [
-        "platform_plugin", "platform_plugin.tracking", "platform_plugin.tracking.identity",
-        "platform_plugin.tracking.spool", "platform_plugin.tracking.tracker"]
+        "platform_plugin", "platform_plugin.tracking", "platform_plugin.tracking.rank",
+        "platform_plugin.tracking.rank.identity",
+        "platform_plugin.tracking.rank.spool", "platform_plugin.tracking.rank.tracker"]
 
 
 @pytest.mark.parametrize("argv, allowed", [
@@ -133,7 +134,7 @@ def test_the_cli_help_imports_no_heavy_stdlib_module(argv):
 
 # The rank side of tracking and the lifeline's reaper script run without the package: they read
 # their variables with os.environ, by the names declared in variables.py.
-OWN_READS = ("variables.py", "tracking/tracker.py", "tracking/identity.py", "launcher/reaper.py")
+OWN_READS = ("variables.py", "tracking/rank/tracker.py", "tracking/rank/identity.py", "launcher/processes/reaper.py")
 
 
 def test_every_platform_variable_has_one_owner():
@@ -175,7 +176,7 @@ def test_no_module_over_400_lines_and_no_function_over_60():
 # is imported after the ranks were spawned, so its compile overlaps their start.
 BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.launch",
                 "platform_plugin.errors", "platform_plugin.variables", "platform_plugin.settings",
-                "platform_plugin.tracking", "platform_plugin.tracking.job_id",
+                "platform_plugin.tracking", "platform_plugin.tracking.rank.job_id",
                 "platform_plugin.launcher"} | {
     f"platform_plugin.launcher.{m}" for m in (
         "api", "backends", "job_key", "link", "options", "plan", "preflight", "quiet", "show",
@@ -184,7 +185,7 @@ BEFORE_SPAWN = {"platform_plugin", "platform_plugin.cli", "platform_plugin.cli.l
     "platform_plugin.util"}
 LAUNCH_PATH = BEFORE_SPAWN | {f"platform_plugin.launcher.{m}" for m in (
     "chatter", "jobfile", "output", "reaper", "result", "supervisor", "watch")} | {
-    "platform_plugin.util.procfs", "platform_plugin.util.json_text", "platform_plugin.tracking.report"}
+    "platform_plugin.util.procfs", "platform_plugin.util.json_text", "platform_plugin.tracking.job.report"}
 # What only a job that fails, hangs, restarts or writes on a full disk needs: a successful launch
 # never compiles these (the supervisor's stop and failure records, the failure table and its
 # text table, the stack dumps, the other servers' notices and the restart records, job.json's
@@ -225,8 +226,8 @@ def test_only_a_failed_launch_loads_what_reports_a_failure(tmp_path, exit_code):
     if exit_code == 0:
         assert loaded == set()
     else:
-        assert loaded == {"platform_plugin.launcher.rank_failure", "platform_plugin.launcher.stopping",
-                          "platform_plugin.launcher.result_table", "platform_plugin.util.texttable"}
+        assert loaded == {"platform_plugin.launcher.processes.rank_failure", "platform_plugin.launcher.processes.stopping",
+                          "platform_plugin.launcher.display.result_table", "platform_plugin.util.texttable"}
 
 
 def test_an_untracked_launch_spawns_before_it_imports_what_watches_the_ranks(tmp_path):

@@ -42,7 +42,7 @@ def uri_paths(uri: str, *, bases: Iterable[Path]) -> list[Path]:
     relative to each of `bases` (the cwd and ROOT: a run may have started in either)."""
     from urllib.parse import unquote, urlparse  # only when a store is configured
 
-    from platform_plugin.tracking.uri_check import sqlite_file
+    from platform_plugin.tracking.job.uri_check import sqlite_file
     parsed = urlparse(uri)
     raw = sqlite_file(uri)  # also sqlite+pysqlite:///, and without the query (?timeout=)
     if raw is not None:
@@ -124,8 +124,8 @@ def _is_spool_file(name: str) -> bool:
 
 def _undelivered(spool_dir: Path) -> str | None:
     try:
-        from platform_plugin.tracking.forwarder import Forwarder
-        from platform_plugin.tracking.state import SinkConfig
+        from platform_plugin.tracking.delivery.forwarder import Forwarder
+        from platform_plugin.tracking.delivery.state import SinkConfig
 
         config = SinkConfig.load(spool_dir)
         pending = Forwarder(spool_dir, config, None).counts().pending  # type: ignore[arg-type]

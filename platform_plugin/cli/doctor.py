@@ -62,7 +62,7 @@ def cleanup_rows(cwd: str) -> list:
 def mlflow_rows() -> list:
     """What the installed MLflow's UI lacks among what the package uses (MLflow 3.1, the newest
     on Python 3.9, has no experiment kinds): WARN with the workaround, never a failure."""
-    from platform_plugin.tracking.mlflow_features import detect
+    from platform_plugin.tracking.server.mlflow_features import detect
     features = detect()
     if features is None:
         return [doctor.Row("SKIP", "MLflow", "MLflow is not installed in this interpreter: "

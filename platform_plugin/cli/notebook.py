@@ -166,6 +166,6 @@ def _summary(result: NotebookResult) -> str:
     if result.ok:
         return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
                 f"output notebook: {result.output}")
-    from platform_plugin.launcher.result_table import terminal_width
+    from platform_plugin.launcher.display.result_table import terminal_width
     return (result.failure.render(colors=sys.stderr.isatty(), width=terminal_width(sys.stderr))
             + f"\noutput notebook: {result.output}")

@@ -48,7 +48,7 @@ def register(subparsers) -> None:
 
 
 def _check_data_dir(data: Path) -> None:
-    from platform_plugin.tracking.postgres import unreachable_parent
+    from platform_plugin.tracking.server.postgres import unreachable_parent
     closed = unreachable_parent(data)
     if closed is not None:
         raise ConfigError([Problem(
@@ -73,7 +73,7 @@ def _check(args) -> None:
                                 "machine", "--host"))
     if problems:
         raise ConfigError(problems)
-    from platform_plugin.tracking.postgres import HOST as PG_HOST, missing_reason
+    from platform_plugin.tracking.server.postgres import HOST as PG_HOST, missing_reason
     why = missing_reason()
     if why:
         raise ConfigError([Problem("SERVER_POSTGRES", why, "postgres")])
@@ -145,8 +145,8 @@ LIFELINE_GRACE_S = 30.0
 
 def run(args) -> int:
     _check(args)
-    from platform_plugin.tracking.postgres import LocalPostgres
-    from platform_plugin.tracking.server import start_team_server, stop_server, wait_healthy
+    from platform_plugin.tracking.server.postgres import LocalPostgres
+    from platform_plugin.tracking.server.local import start_team_server, stop_server, wait_healthy
     from platform_plugin.util.paths import resolved
     data = resolved(args.data_dir or default_data_dir(), "server data folder", "SERVER_DATA_DIR",
                     "--data-dir")
@@ -157,7 +157,7 @@ def run(args) -> int:
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
     skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
-    from platform_plugin.launcher.spawn import Lifeline
+    from platform_plugin.launcher.processes.spawn import Lifeline
     pg = LocalPostgres(data, args.pg_port or free_port())
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
     proc = None

@@ -6,8 +6,8 @@ import sys
 
 from platform_plugin.cli import interrupt
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.tracking.replay import DEFAULT_WAIT_S, sync_spool_dir
+from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 

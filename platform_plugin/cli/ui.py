@@ -7,12 +7,12 @@ import tempfile
 
 from platform_plugin.cli import interrupt, skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.notebook.jupyter_ui import OwnedUI, browser_base, jupyter_server
-from platform_plugin.tracking import compare
-from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.tracking.mlflow_features import detect
+from platform_plugin.comparison.jupyter_ui import OwnedUI, browser_base, jupyter_server
+from platform_plugin.comparison import table as compare
+from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.server.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
-from platform_plugin.tracking.server import HOST
+from platform_plugin.tracking.server.local import HOST
 from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri, sqlite_path
 
 
@@ -37,9 +37,9 @@ def store_uri(explicit: str | None) -> str:
 
 def _check_store(uri: str) -> None:
     """Refuse a store MLflow's server cannot open before it starts: it would die with a
-    traceback in its log and this command would wait for it first (tracking/uri_check.py: an
+    traceback in its log and this command would wait for it first (tracking/job/uri_check.py: an
     unknown scheme, a folder store this MLflow no longer opens, a file that is no database)."""
-    from platform_plugin.tracking.uri_check import scheme_of, uri_problem
+    from platform_plugin.tracking.job.uri_check import scheme_of, uri_problem
     from platform_plugin.util.folders import check_writable_folder
     why = uri_problem(uri)
     if why:

@@ -12,13 +12,13 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 _LAZY = {
     "launch": "platform_plugin.launcher.api",
     "LaunchOptions": "platform_plugin.launcher.options",
-    "build_plan": "platform_plugin.launcher.plan",
-    "Host": "platform_plugin.launcher.plan",
-    "LaunchPlan": "platform_plugin.launcher.plan",
-    "RankSpec": "platform_plugin.launcher.plan",
-    "JobFailed": "platform_plugin.launcher.result",
-    "JobResult": "platform_plugin.launcher.result",
-    "RankFailure": "platform_plugin.launcher.rank_failure",
+    "build_plan": "platform_plugin.launcher.planning.plan",
+    "Host": "platform_plugin.launcher.planning.plan",
+    "LaunchPlan": "platform_plugin.launcher.planning.plan",
+    "RankSpec": "platform_plugin.launcher.planning.plan",
+    "JobFailed": "platform_plugin.launcher.processes.result",
+    "JobResult": "platform_plugin.launcher.processes.result",
+    "RankFailure": "platform_plugin.launcher.processes.rank_failure",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,9 +26,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from platform_plugin.launcher.api import launch
     from platform_plugin.launcher.options import LaunchOptions
-    from platform_plugin.launcher.plan import Host, LaunchPlan, RankSpec, build_plan
-    from platform_plugin.launcher.rank_failure import RankFailure
-    from platform_plugin.launcher.result import JobFailed, JobResult
+    from platform_plugin.launcher.planning.plan import Host, LaunchPlan, RankSpec, build_plan
+    from platform_plugin.launcher.processes.rank_failure import RankFailure
+    from platform_plugin.launcher.processes.result import JobFailed, JobResult
 
 
 def __getattr__(name: str) -> Any:

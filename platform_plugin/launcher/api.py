@@ -12,21 +12,21 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-    from platform_plugin.launcher.result import JobResult
+    from platform_plugin.launcher.processes.result import JobResult
 
 # Imported here: what runs before the ranks start. What watches them (watch.py: the supervisor,
 # the output, job.json, the result) is imported once they were spawned: without .pyc its compile
 # then overlaps the ranks' own start instead of delaying it.
 from platform_plugin import settings as settings_mod
-from platform_plugin.launcher.backends import default_nproc, npus_present
-from platform_plugin.launcher import preflight
-from platform_plugin.launcher.job_key import explicit_job_id, rank_table_job_id
-from platform_plugin.launcher.link import open_link
+from platform_plugin.launcher.planning.backends import default_nproc, npus_present
+from platform_plugin.launcher.planning import preflight
+from platform_plugin.launcher.servers.job_key import explicit_job_id, rank_table_job_id
+from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.show import check_show
-from platform_plugin.launcher.quiet import libraries_to_log
-from platform_plugin.launcher.plan import Host, LaunchPlan, build_plan
-from platform_plugin.launcher.spawn import JobDirLock, start_job
+from platform_plugin.launcher.display.show import check_show
+from platform_plugin.launcher.display.quiet import libraries_to_log
+from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
+from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
@@ -67,7 +67,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
     if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
-        from platform_plugin.tracking.handle import JobTracking
+        from platform_plugin.tracking.job.handle import JobTracking
         JobTracking.check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
         link = open_link(plan, _note(options.write))
@@ -85,7 +85,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
         summary += f"\n[launcher] job.json: {result.job_file_error}"
     _print(options.write, summary)
     if options.check and not result.ok:
-        from platform_plugin.launcher.result import JobFailed
+        from platform_plugin.launcher.processes.result import JobFailed
         raise JobFailed(result)
     return result
 
@@ -123,7 +123,7 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
     becomes a failure when another server failed after it."""
     others = [s for s in failed_servers if s != server_id]
     if result.ok and others:
-        from platform_plugin.launcher.result import JobStatus
+        from platform_plugin.launcher.processes.result import JobStatus
         result.ok, result.status = False, JobStatus.FAILED
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
 
@@ -135,7 +135,7 @@ def _report_lost_servers(result: JobResult, link, write) -> None:
     gone = link.gone()
     spool_dir = getattr(result.tracking, "spool_dir", "")
     if gone and spool_dir:
-        from platform_plugin.tracking.lost_servers import report_lost
+        from platform_plugin.tracking.job.lost_servers import report_lost
         said = report_lost(spool_dir, gone)
         if said:
             _print(write, f"[launcher] {said}")
@@ -148,7 +148,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
     if options.tracking == "none":  # watch() makes the no-op JobTracking once the ranks run
         job_tracking, tracking_env = None, tracking_off()
     else:
-        from platform_plugin.tracking.handle import JobTracking
+        from platform_plugin.tracking.job.handle import JobTracking
         job_tracking = JobTracking.create(options.tracking, plan)
         # before spawning, and without the sink: every rank gets where to spool; the forwarding
         # helper (MLflow, the store, the runs) starts once the ranks run (`started`)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import time
 
-from platform_plugin.launcher.plan import build_plan
+from platform_plugin.launcher.planning.plan import build_plan
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:  # pragma: no cover
     from platform_plugin.launcher.options import LaunchOptions
-    from platform_plugin.launcher.plan import Host, LaunchPlan
+    from platform_plugin.launcher.planning.plan import Host, LaunchPlan
 
 # how often the tracking server is asked whether another server stopped the job (rank-table
 # route only: the --nnodes routes hear it at once over the job link)
@@ -81,7 +81,7 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
 
 def restarting(result, attempt: int, max_restarts: int) -> str:
     """The failed attempt's table and what happens next."""
-    from platform_plugin.launcher.result_table import terminal_width
+    from platform_plugin.launcher.display.result_table import terminal_width
     return (result.render(terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
             f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
 

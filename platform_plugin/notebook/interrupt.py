@@ -11,7 +11,7 @@ kernel's process group: a `%dist_run` in the cell stops its ranks) and lets the 
 own: the cell's KeyboardInterrupt is recorded in the output notebook, the idle kernel shuts
 down cleanly, and `execute()` raises KeyboardInterrupt (exit 130). A cell that does not stop
 within FORCE_AFTER_S, or a second signal, ends the run at once: the kernel is killed (no
-shutdown to race with), its jobs' ranks die with their launcher (launcher/spawn.py).
+shutdown to race with), its jobs' ranks die with their launcher (launcher/processes/spawn.py).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from platform_plugin import settings as settings_module
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureKind,
     escaped_failure_kind, failure_from, record_escaped_failure)
-from platform_plugin.launcher.notebook_display import TERMINAL_ENV
+from platform_plugin.launcher.display.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import (load_params_file, load_profile, merge_parameters,
                                              parameters_json)
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves, outputs_folder

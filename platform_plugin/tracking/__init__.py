@@ -17,20 +17,20 @@ import sys
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 
 _LAZY = {
-    "get_tracker": "platform_plugin.tracking.tracker",
-    "Tracker": "platform_plugin.tracking.tracker",
-    "NullTracker": "platform_plugin.tracking.tracker",
-    "RankIdentity": "platform_plugin.tracking.identity",
-    "JobTracking": "platform_plugin.tracking.handle",
-    "DeliveryReport": "platform_plugin.tracking.handle",
+    "get_tracker": "platform_plugin.tracking.rank.tracker",
+    "Tracker": "platform_plugin.tracking.rank.tracker",
+    "NullTracker": "platform_plugin.tracking.rank.tracker",
+    "RankIdentity": "platform_plugin.tracking.rank.identity",
+    "JobTracking": "platform_plugin.tracking.job.handle",
+    "DeliveryReport": "platform_plugin.tracking.job.handle",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing import Any
 
-    from platform_plugin.tracking.handle import DeliveryReport, JobTracking
-    from platform_plugin.tracking.identity import RankIdentity
-    from platform_plugin.tracking.tracker import NullTracker, Tracker, get_tracker
+    from platform_plugin.tracking.job.handle import DeliveryReport, JobTracking
+    from platform_plugin.tracking.rank.identity import RankIdentity
+    from platform_plugin.tracking.rank.tracker import NullTracker, Tracker, get_tracker
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
-JOB_FILE = "job.json"  # the plan at the start, the result at the end (launcher/jobfile.py)
+JOB_FILE = "job.json"  # the plan at the start, the result at the end (launcher/processes/jobfile.py)
 
 
 def job_log_dir(explicit: str | None = None, *, environ: Mapping[str, str] | None = None,

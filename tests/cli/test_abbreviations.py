@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from platform_plugin import magic, magic_tools
+from platform_plugin.magics import dist_run as magic, tools as magic_tools
 from platform_plugin.cli import COMMANDS, build_parser
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import render_help

@@ -231,7 +231,7 @@ def test_server_flags_are_refused_before_any_cluster_or_folder_exists(cwd, reach
 def test_server_pg_port_in_use_where_postgres_listens_is_refused_before_the_cluster(cwd, reachable):
     import socket
 
-    from platform_plugin.tracking.postgres import HOST
+    from platform_plugin.tracking.server.postgres import HOST
     with socket.socket() as taken:
         taken.bind((HOST, 0))
         taken.listen()

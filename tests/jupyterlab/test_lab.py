@@ -94,7 +94,7 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
     wait_for(lambda: "JobFailed" in output_text(page, 2), timeout=120, what="the failure")
     failed = output_text(page, 2)
     assert "ROOT CAUSE" in failed and "rank 1 about to fail" in failed
-    assert "magic.py" not in failed and "Traceback" not in failed and 'File "' not in failed
+    assert "magics/dist_run.py" not in failed and "Traceback" not in failed and 'File "' not in failed
 
     run_cell(page, 3)
     stopped = wait_for(lambda: [d for d in (lab.root / "platform_logs").glob("stopped-*")],

@@ -143,7 +143,7 @@ def finish_all(procs, timeout: float = 90) -> list[tuple[int, str]]:
 
 def stack_of(proc: subprocess.Popen) -> str:
     """py-spy's dump of a process still running (where a launcher hangs), or why there is none."""
-    from platform_plugin.launcher.stacks import py_spy
+    from platform_plugin.launcher.processes.stacks import py_spy
     tool = py_spy()
     if tool is None:
         return f"pid {proc.pid}: no py-spy here"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from platform_plugin.launcher.screen_tail import LINE_BYTES, ScreenTail
+from platform_plugin.launcher.display.screen_tail import LINE_BYTES, ScreenTail
 
 
 def test_a_redrawn_progress_bar_is_one_line_in_its_last_state():
@@ -40,7 +40,7 @@ def test_only_the_last_lines_of_a_big_chunk_are_kept_and_chatter_stays_hidden():
 def test_a_chunk_ending_in_chatter_keeps_the_ranks_real_last_lines():
     """The chunk was cut to its last lines before the chatter was dropped: a chunk ending in
     MindSpore's networking chatter left the tail (and the failure table's quote) empty."""
-    from platform_plugin.launcher.chatter import CHATTER
+    from platform_plugin.launcher.display.chatter import CHATTER
     chatter = b"".join(b"[WARNING] DISTRIBUTED(7,ff,python):2026-11-30 [mindspore/ccsrc/"
                        b"distributed/cluster/topology/compute_graph_node.cc:%d] retry\n" % i
                        for i in range(30))
@@ -54,7 +54,7 @@ def test_a_chunk_ending_in_chatter_keeps_the_ranks_real_last_lines():
 
 def test_counts_are_english():
     """"rank 0 (1 lines)" under every one-line rank of the board, "last 1 lines of" (seen)."""
-    from platform_plugin.launcher.board_render import BoardView, RankRow, render_html, render_text
+    from platform_plugin.launcher.display.board_render import BoardView, RankRow, render_html, render_text
     view = BoardView("job", [RankRow("0", "ok", 1.0, lines=1, tail=["done"]),
                              RankRow("1", "ok", 1.0, lines=5, tail=["c", "d", "e", "f"]),
                              RankRow("2", "ok", 1.0, lines=9, tail=["f", "g", "h", "i"])])
@@ -67,7 +67,7 @@ def test_counts_are_english():
 
 def test_colours_become_spans_and_nothing_else_leaks():
     """ANSI colours on the board's HTML tails (they were stray "[33m", then plain text)."""
-    from platform_plugin.launcher.board_colours import to_html
+    from platform_plugin.launcher.display.board_colours import to_html
     assert to_html(b"\x1b[31mred\x1b[0m \x1b[1;32mbold green\x1b[0m plain") == (
         "<span style='color:#c62828;'>red</span> <span style='color:#2e7d32;font-weight:bold'>"
         "bold green</span> plain")

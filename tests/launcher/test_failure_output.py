@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from platform_plugin.launcher.jobfile import read
-from platform_plugin.launcher.result import JobResult
+from platform_plugin.launcher.processes.jobfile import read
+from platform_plugin.launcher.processes.result import JobResult
 from tests.cli.helpers import run_subprocess
 from tests.helpers import clean_env
 from tests.launcher.helpers import job_processes, kill_job

@@ -1,7 +1,7 @@
 """The one line a failed job ends its cell with (JobFailed), without stutter."""
 from __future__ import annotations
 
-from platform_plugin.launcher.result import JobFailed, JobResult, JobStatus, RankFailure
+from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus, RankFailure
 
 
 def test_an_interrupted_job_says_interrupted_once():

@@ -1,5 +1,5 @@
 """How a node >= 1 launcher reaches node 0's control port: real sockets on loopback, the Hub and
-the Spoke of launcher/joblink.py in this process (the launchers around them are in
+the Spoke of launcher/servers/joblink.py in this process (the launchers around them are in
 test_multiserver.py)."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
-from platform_plugin.launcher import joblink_dial
-from platform_plugin.launcher.joblink import Hub, Spoke
+from platform_plugin.launcher.servers import joblink_dial
+from platform_plugin.launcher.servers.joblink import Hub, Spoke
 from tests.launcher.helpers import free_port_pair
 
 

@@ -10,7 +10,7 @@ import pytest
 from platform_plugin import launch
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher import options as opts_mod
-from platform_plugin.launcher.backends import BACKENDS
+from platform_plugin.launcher.planning.backends import BACKENDS
 from platform_plugin.launcher.keywords import from_kwargs
 from platform_plugin.launcher.options import (FIELDS, LaunchOptions, add_arguments, from_arguments,
     render_help)

@@ -1,8 +1,8 @@
 """Output without processes: what the display shows for chunks fed to it, and the logs."""
 from __future__ import annotations
 
-from platform_plugin.launcher.output import Output
-from platform_plugin.launcher.chatter import CHATTER
+from platform_plugin.launcher.display.output import Output
+from platform_plugin.launcher.display.chatter import CHATTER
 
 CHATTY = (b"[WARNING] DISTRIBUTED(1,7f,python):2026-11-30 [cluster_context.cc:1] connecting\n"
           b"step 1 [WARNING] DISTRIBUTED(1,7f,python): quoted inside a line\n"
@@ -91,8 +91,8 @@ def test_a_stdout_of_another_encoding_gets_decoded_text(tmp_path, monkeypatch):
 
 def test_the_tail_is_the_last_lines_of_however_many_chunks_hold_them(tmp_path):
     """Short chunks, a chunk of many short lines, lines longer than the window looked at first."""
-    from platform_plugin.launcher.output import TAIL_LINES
-    from platform_plugin.launcher.screen_tail import LINE_BYTES
+    from platform_plugin.launcher.display.output import TAIL_LINES
+    from platform_plugin.launcher.display.screen_tail import LINE_BYTES
     output = Output("none")
     output.open("0", str(tmp_path / "rank_0.log"))
     for i in range(3 * TAIL_LINES):  # one line a chunk: every chunk of the tail is kept
@@ -113,7 +113,7 @@ def test_the_failure_quote_shows_a_progress_bar_once_in_its_last_state(tmp_path,
     """The CLI's quote (Output.tail) is the terminal's last screen (ScreenTail, as the board's):
     a bar the display showed at every flush of a quiet partial line was quoted once per state,
     a colour code was quoted as stray escapes, a 200 KB line as 4 lines (display pieces)."""
-    from platform_plugin.launcher import output as output_module
+    from platform_plugin.launcher.display import output as output_module
     monkeypatch.setattr(output_module, "PARTIAL_FLUSH_S", 0.0)  # every flush shows the partial
     shown: list[str] = []
     output = Output("all", write=shown.append)
@@ -199,7 +199,7 @@ def test_the_rank_logs_are_written_in_batches_in_order_and_at_the_displays_tick(
     """A rank's chunks are held and written together (one writev: half the kernel's CPU of
     64 KiB writes); the launcher's own text (a stack dump) lands after what the rank wrote
     before it; the display's tick writes what was held for LOG_DELAY_S."""
-    from platform_plugin.launcher import output as output_module
+    from platform_plugin.launcher.display import output as output_module
     log = tmp_path / "rank_0.log"
     output = Output("none")
     output.open("0", str(log))
@@ -223,8 +223,8 @@ def test_a_tail_made_from_the_held_chunks_is_the_tail_fed_every_chunk(tmp_path, 
     skips the chunks a later one scrolls out: the same lines as ScreenTail fed chunk by chunk,
     for random chunks of ordinary lines, bars, chatter, long lines, escapes, `\\r\\n`."""
     import random
-    from platform_plugin.launcher import output as output_module
-    from platform_plugin.launcher.screen_tail import ScreenTail
+    from platform_plugin.launcher.display import output as output_module
+    from platform_plugin.launcher.display.screen_tail import ScreenTail
     rng = random.Random(7)
     kinds = [b"line %d", b"\rbar 10%%\rbar %d%%", CHATTY.split(b"\n")[0] + b" %d",
              b"[INFO] ME(1): [mindspore/ccsrc/x/collective/y] %d", b"x" * 5000 + b" %d", b"%d",

@@ -9,11 +9,11 @@ from hypothesis import given, settings as hsettings, strategies as st
 
 from platform_plugin import settings as settings_mod
 from platform_plugin.errors import ConfigError
-from platform_plugin.launcher.auto_backend import program_source
-from platform_plugin.launcher.backends import choose, default_nproc
-from platform_plugin.launcher.output import parse_show
+from platform_plugin.launcher.planning.auto_backend import program_source
+from platform_plugin.launcher.planning.backends import choose, default_nproc
+from platform_plugin.launcher.display.output import parse_show
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.plan import Host, build_plan, default_job_name, normalize_command
+from platform_plugin.launcher.planning.plan import Host, build_plan, default_job_name, normalize_command
 
 NO_TABLE = settings_mod.resolve("debug", environ={}, cwd="/nonexistent-cwd-for-tests")
 
@@ -135,7 +135,7 @@ def test_nproc_defaults_to_two_without_npus_and_to_the_visible_npus():
 
 
 def test_nproc_default_counts_visible_npus(monkeypatch):
-    from platform_plugin.launcher import backends
+    from platform_plugin.launcher.planning import backends
     monkeypatch.setattr(backends, "_listdir", lambda path: [f"davinci{i}" for i in range(8)]
                         + ["davinci_manager", "null"])
     assert default_nproc(Host(npu_present=True))[0] == 8

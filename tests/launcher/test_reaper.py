@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from platform_plugin import launch
-from platform_plugin.launcher import reaper
+from platform_plugin.launcher.processes import reaper
 from platform_plugin.util.procfs import alive
 from tests.launcher.helpers import (BEHAVE, PY, job_folder, job_processes, kill_job, log_text, start_cli,
     wait_for, wait_no_processes)
@@ -136,7 +136,7 @@ def test_launch_returns_with_its_lifeline_reaped(log_dir, exit_code, monkeypatch
     """The supervisor releases the lifeline without waiting for its `sh` (job.json is written
     meanwhile); launch() collects its exit before returning, whether the job succeeded or
     failed: no zombie is left in the caller (a kernel) until some later Popen reaps it."""
-    from platform_plugin.launcher import spawn
+    from platform_plugin.launcher.processes import spawn
 
     made = []
     original = spawn.Lifeline.__init__

@@ -6,7 +6,7 @@ import unicodedata
 
 import pytest
 
-from platform_plugin.launcher.result_table import clip
+from platform_plugin.launcher.display.result_table import clip
 
 
 def columns(text: str) -> int:

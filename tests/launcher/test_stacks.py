@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from platform_plugin.launcher import launch
-from platform_plugin.launcher.stacks import main_thread_frames
+from platform_plugin.launcher.processes.stacks import main_thread_frames
 from tests.tracking.conftest import tracking_env  # noqa: F401 - the tracking tests' fixture
 from tests.tracking.helpers import child_runs, client
 
@@ -70,7 +70,7 @@ def test_py_spy_under_a_kernels_colour_variables_gives_plain_frames(monkeypatch)
     then: every interrupted %dist_run job showed `(no frames)` (seen in JupyterLab)."""
     import subprocess
 
-    from platform_plugin.launcher.stacks import dump_one, py_spy
+    from platform_plugin.launcher.processes.stacks import dump_one, py_spy
     monkeypatch.setenv("CLICOLOR_FORCE", "1")
     sleeper = subprocess.Popen([sys.executable, "-c", "import time\ndef nap():\n    time.sleep(60)"
                                 "\nprint('up', flush=True)\nnap()"], stdout=subprocess.PIPE)
@@ -86,7 +86,7 @@ def test_py_spy_under_a_kernels_colour_variables_gives_plain_frames(monkeypatch)
 
 def test_the_table_skips_importlibs_frozen_frames():
     """A rank interrupted while MindSpore imports (seen in JupyterLab): the frames of files."""
-    from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure
+    from platform_plugin.launcher.processes.result import JobResult, JobStatus, RankFailure
     stack = ["_call_with_frames_removed (<frozen importlib._bootstrap>:241)",
              "ExtensionFileLoader.create_module (<frozen importlib._bootstrap_external>:1233)",
              "<module> (mindspore/graph/api.py:138)", "<module> (ms.py:1)"]
@@ -108,7 +108,7 @@ def test_128_ranks_scattered_over_two_places_keep_their_frames_on_the_line():
     """Every other rank of 128 in one place: its label "ranks 0, 2, 4, ..., 126" was ~250
     columns, and it padded every place's line to that width (at 80 columns each line showed
     the label and 20 characters of frames). Now the count and the first ranks."""
-    from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure
+    from platform_plugin.launcher.processes.result import JobResult, JobStatus, RankFailure
     places = (["allreduce (train.py:10)", "step (train.py:20)"],
               ["load_batch (data.py:5)", "next_batch (train.py:30)"])
     failures = [RankFailure(str(i), i, i % 8, "h", 100 + i, None, "SIGTERM", 3.0,

@@ -63,7 +63,7 @@ def test_each_process_is_labelled_by_what_ended_it(tmp_path):
     (-15, (), False), (None, (15,), False),
 ])
 def test_ended_by_compares_the_end_with_the_signals_sent(returncode, sent, by_launcher):
-    from platform_plugin.launcher.result import ended_by
+    from platform_plugin.launcher.processes.result import ended_by
     assert ended_by(returncode, sent) is by_launcher
 
 

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from platform_plugin import ConfigError, JobFailed, launch
-from platform_plugin.launcher.jobfile import read
+from platform_plugin.launcher.processes.jobfile import read
 from tests.launcher.helpers import BEHAVE, PY, job_processes, kill_job, log_text
 
 
@@ -200,7 +200,7 @@ def test_an_unexpected_error_while_spawning_stops_the_ranks_already_started(tmp_
     already running are stopped before the error reaches the caller (the lifeline ends cleanly)."""
     import signal
 
-    from platform_plugin.launcher import spawn
+    from platform_plugin.launcher.processes import spawn
     real, seen = spawn.spawn, {}
 
     def third_fails(argv, env, cwd):
@@ -225,7 +225,7 @@ def test_a_rank_log_that_cannot_be_opened_stops_the_started_ranks(run, monkeypat
     ENOSPC, faked: the folder was writable a moment before) fails the job and stops every rank."""
     import errno
 
-    from platform_plugin.launcher import output
+    from platform_plugin.launcher.display import output
     real = output.Output.open
 
     def second_fails(self, name, log_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from platform_plugin.launcher.result import JOB_RESULT_MIME
+from platform_plugin.launcher.processes.result import JOB_RESULT_MIME
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

@@ -74,7 +74,7 @@ def test_errors_are_one_block_without_plugin_frames(kernel):
     assert len(cell.error) == 1 and cell.error[0].startswith("JobFailed: job "), cell.error
     assert "ROOT CAUSE" in cell.stream and "rank 1 about to fail" in cell.stream
     text = "\n".join(cell.error) + cell.stream
-    assert "magic.py" not in text and "Traceback" not in text and 'File "' not in text
+    assert "magics/dist_run.py" not in text and "Traceback" not in text and 'File "' not in text
     assert "exit 3" in cell.board  # the board's last state shows the failed rank
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from platform_plugin.launcher.result import JOB_RESULT_MIME, JobResult, JobStatus, RankFailure
+from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobResult, JobStatus, RankFailure
 from platform_plugin.notebook.failure import CellFailure, FailureKind, job_result
 
 CAUSE = RankFailure(name="1", rank_id=1, device_id=1, host="vm", pid=9, exitcode=3,

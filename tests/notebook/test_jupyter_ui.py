@@ -51,7 +51,7 @@ def test_the_ui_a_kernel_started_ends_when_the_kernel_is_sigkilled(tmp_path):
     outputs: list[str] = []
     try:
         reply = kc.execute_interactive(
-            "import os\nfrom platform_plugin.notebook.jupyter_ui import ensure_ui\n"
+            "import os\nfrom platform_plugin.comparison.jupyter_ui import ensure_ui\n"
             f"port = ensure_ui('sqlite:///{tmp_path / 'mlflow.db'}')\nprint(os.getpid(), port)",
             timeout=180, output_hook=lambda msg: outputs.append(msg["content"].get("text", "")))
         assert reply["content"]["status"] == "ok", outputs
@@ -77,7 +77,7 @@ def test_the_ui_platform_run_ui_started_ends_with_the_command(tmp_path):
 
 def test_sigterm_on_platform_run_ui_stops_the_server_gracefully_and_exits_0(tmp_path):
     """Ctrl-C's way (SIGTERM here) with the real MLflow: exit 0 (the `mlflow` CLI process is
-    SIGKILLed once its server has ended, tracking/server.py: that is no failure), uvicorn
+    SIGKILLed once its server has ended, tracking/server/local.py: that is no failure), uvicorn
     finished its own shutdown, and no process of the tree is left."""
     proc, first = _platform_run_ui(tmp_path)
     try:

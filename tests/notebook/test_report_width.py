@@ -9,8 +9,8 @@ import re
 import nbformat
 import pytest
 
-from platform_plugin.launcher.jobfile import read
-from platform_plugin.launcher.result import JobResult
+from platform_plugin.launcher.processes.jobfile import read
+from platform_plugin.launcher.processes.result import JobResult
 from tests.notebook.helpers import clean_env, make_notebook, platform_run
 
 pytestmark = pytest.mark.slow

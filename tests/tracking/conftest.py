@@ -51,8 +51,8 @@ def postgres_mlflow():
     import shutil
     import tempfile
 
-    from platform_plugin.tracking.postgres import LocalPostgres, missing_reason
-    from platform_plugin.tracking.server import start_team_server, stop_server, wait_healthy
+    from platform_plugin.tracking.server.postgres import LocalPostgres, missing_reason
+    from platform_plugin.tracking.server.local import start_team_server, stop_server, wait_healthy
     from platform_plugin.util.ports import free_port
     why = missing_reason()
     if why:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from tests.helpers import ASSETS as ASSETS_ROOT
 from tests.helpers import wait_for  # noqa: F401  (the tests' one wait_for, re-exported)
-from platform_plugin.launcher.plan import LaunchPlan, RankSpec
-from platform_plugin.tracking.server import HOST, start_server, stop_server, wait_healthy
+from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
+from platform_plugin.tracking.server.local import HOST, start_server, stop_server, wait_healthy
 
 ASSETS = ASSETS_ROOT / "tracking"
 STANDIN_PATH = str(ASSETS)  # holds the wflogger STAND-IN package `wf_analyse`
@@ -90,7 +90,7 @@ class BodyLimitProxy(BaseHTTPRequestHandler):
     posts: list = []  # (path, body bytes, status) of every POST
 
     def _relay(self) -> None:
-        from platform_plugin.tracking.bulk_app import MAX_POINTS, VERSION
+        from platform_plugin.tracking.server.bulk_app import MAX_POINTS, VERSION
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if len(body) > self.limit:
             status, data, kind = 413, b"<html><h1>413 Request Entity Too Large</h1></html>", "text/html"
@@ -158,7 +158,7 @@ class MlflowServer:
     def start(self) -> "MlflowServer":
         command, env = None, None
         if self.bulk:
-            from platform_plugin.tracking.server import APP_NAME, app_env, server_command
+            from platform_plugin.tracking.server.local import APP_NAME, app_env, server_command
             command = server_command(self.store, self.port) + ["--app-name", APP_NAME]
             env = app_env(self.log.parent)
         self.proc = start_server(self.store, self.port, log_path=self.log, command=command, env=env)

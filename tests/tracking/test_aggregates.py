@@ -7,10 +7,10 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from platform_plugin.tracking.aggregates import StepAggregator, is_throughput
-from platform_plugin.tracking.identity import RankIdentity
-from platform_plugin.tracking.job_tracking import JobTracking
-from platform_plugin.tracking.tracker import Tracker
+from platform_plugin.tracking.delivery.aggregates import StepAggregator, is_throughput
+from platform_plugin.tracking.rank.identity import RankIdentity
+from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan
 
 
@@ -53,7 +53,7 @@ def test_a_step_counter_reset_every_epoch_aggregates_each_pass_across_ranks():
 def test_a_point_of_a_step_already_emitted_is_left_out_and_counted(monkeypatch):
     """A rank more than MAX_OPEN_STEPS behind: the oldest steps went out with what they had; its
     late points must not re-open them (a second, one-rank "mean" for the same step)."""
-    from platform_plugin.tracking import aggregates
+    from platform_plugin.tracking.delivery import aggregates
     monkeypatch.setattr(aggregates, "MAX_OPEN_STEPS", 2)
     agg = StepAggregator(["0", "1"])
     out = agg.add_batch("0", [["m", "loss", 1.0, s, 1] for s in range(5)])
@@ -120,9 +120,9 @@ def test_streams_advance_together_so_no_step_is_aggregated_before_every_rank_del
     others'). Streams now take turns a batch at a time: every step is aggregated once, whole."""
     import time
 
-    from platform_plugin.tracking import aggregates, delivery
+    from platform_plugin.tracking.delivery import aggregates, helper as delivery
     from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
-    from platform_plugin.tracking.state import JobEnd
+    from platform_plugin.tracking.delivery.state import JobEnd
     monkeypatch.setattr(aggregates, "MAX_OPEN_STEPS", 50)
     monkeypatch.setattr(MlflowSink, "sql_limits", {**MlflowSink.sql_limits, "m": 20, "total": 20})
     monkeypatch.setattr(delivery, "STREAM_WORKERS", 1)
@@ -171,7 +171,7 @@ def test_a_step_outside_int64_is_left_out_and_does_not_shift_the_ranks_passes():
     out += agg.flush()
     assert [(p.step, p.value) for p in out if p.key == "loss/mean"] == [(s, 2.0) for s in range(3)]
     assert agg.outside == 1 and agg.late == 0
-    from platform_plugin.tracking import aggregates
+    from platform_plugin.tracking.delivery import aggregates
     jobs = aggregates.JobAggregates(["0", "1"], sink=None, config=None)
     jobs.aggregator = agg
     assert "1 points with a step outside MLflow's 64-bit range" in jobs.problems()

@@ -1,4 +1,4 @@
-"""The team server's bulk metrics route (tracking/bulk_app.py) against a real `mlflow server`
+"""The team server's bulk metrics route (tracking/server/bulk_app.py) against a real `mlflow server`
 on a real PostgreSQL (the session fixture `postgres_mlflow`, started as `platform-run server`
 starts it): it stores exactly the rows MLflow's log_batch stores, a replay adds nothing, an
 unknown or deleted run is refused with MLflow's error codes; against a plain `mlflow server`
@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import ASSETS, clean_env, wait_for
 from tests.launcher.helpers import PY, finish_all, start_cli
 from tests.tracking.helpers import body_limit_proxy, client, make_plan, mlflow_server
-from platform_plugin.tracking.bulk_app import ROUTE
+from platform_plugin.tracking.server.bulk_app import ROUTE
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 from platform_plugin.util.ports import free_port
@@ -134,12 +134,12 @@ def test_a_batch_too_large_for_a_proxy_passes_in_halves_not_point_by_point(track
                                                                            postgres_mlflow):
     """A 413 is permanent (resending the same body cannot pass): the forwarder halves the batch
     until the pieces pass - a few requests, where one request per point took thousands."""
-    from platform_plugin.tracking.forwarder import Forwarder
-    from platform_plugin.tracking.identity import RankIdentity
-    from platform_plugin.tracking.job_tracking import JobTracking
+    from platform_plugin.tracking.delivery.forwarder import Forwarder
+    from platform_plugin.tracking.rank.identity import RankIdentity
+    from platform_plugin.tracking.job.job_tracking import JobTracking
     from platform_plugin.tracking.sinks import get_sink
-    from platform_plugin.tracking.state import StreamState
-    from platform_plugin.tracking.tracker import Tracker
+    from platform_plugin.tracking.delivery.state import StreamState
+    from platform_plugin.tracking.rank.tracker import Tracker
     with body_limit_proxy(40_000, str(postgres_mlflow)) as (uri, posts):
         tracking_env.setenv("MLFLOW_TRACKING_URI", uri)
         tracking_env.setenv("MLFLOW_EXPERIMENT_NAME", f"limit-{uuid.uuid4().hex[:8]}")

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from platform_plugin.launcher import launch
-from platform_plugin.tracking.identity import RankIdentity
-from platform_plugin.tracking.job_tracking import JobTracking
-from platform_plugin.tracking.replay import sync_spool_dir
+from platform_plugin.tracking.rank.identity import RankIdentity
+from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.delivery.replay import sync_spool_dir
 from platform_plugin.tracking.sinks.mlflow_end import PENDING_TAG
-from platform_plugin.tracking.state import HelperStatus, StreamState
-from platform_plugin.tracking.tracker import Tracker
+from platform_plugin.tracking.delivery.state import HelperStatus, StreamState
+from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan
 
 QUIET = {"write": lambda text: None}
@@ -178,7 +178,7 @@ def test_the_drain_deadline_is_kept_and_sync_delivers_the_rest_exactly_once(trac
 
 
 def test_a_helper_without_the_jobs_sink_config_says_why_in_helper_json(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "platform_plugin.tracking.delivery", str(tmp_path)],
+    done = subprocess.run([sys.executable, "-m", "platform_plugin.tracking.delivery.helper", str(tmp_path)],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
     status = HelperStatus.load(tmp_path)
     assert done.returncode != 0 and status is not None

@@ -8,8 +8,8 @@ import pytest
 
 from platform_plugin.cli import main
 from platform_plugin.launcher import launch
-from platform_plugin.tracking.compare import Point, rank_rows
-from platform_plugin.tracking.diagnosis import CPU, MACHINE_CPU, MACHINE_MEMORY, RSS, straggler_reasons
+from platform_plugin.comparison.table import Point, rank_rows
+from platform_plugin.comparison.diagnosis import CPU, MACHINE_CPU, MACHINE_MEMORY, RSS, straggler_reasons
 
 
 def rows_with_straggler():

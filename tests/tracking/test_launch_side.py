@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from platform_plugin.tracking.handle import DeliveryReport
-from platform_plugin.tracking.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import DeliveryReport
+from platform_plugin.tracking.job.job_tracking import JobTracking
 from tests.test_layout import LAUNCH_PATH, LAUNCH_STDLIB_NOT, loaded_by
 from tests.tracking.helpers import make_plan
 
@@ -19,14 +19,14 @@ from tests.tracking.helpers import make_plan
 TRACKED_SIDE = {f"platform_plugin.tracking.{m}" for m in (
     "handle", "identity", "job_tracking", "state", "offsets", "conventions", "sink_choice",
     "uri_check")} | {  # an MLFLOW_TRACKING_URI that can never work is refused before the job
-    "platform_plugin.launcher.sysmetrics",
+    "platform_plugin.tracking.job.sysmetrics",
     "platform_plugin.launcher.attempts",  # a tracked store may carry another server's stop
     "platform_plugin.util.regular_file"}  # state files are read bounded, never a FIFO
 # what stays out of the launcher: the delivery side, its stdlib, and the sampler's imports
-NOT_LOADED = LAUNCH_STDLIB_NOT + ("mlflow", "psutil", "platform_plugin.tracking.forwarder",
-                                  "platform_plugin.tracking.spool", "platform_plugin.tracking.sinks",
+NOT_LOADED = LAUNCH_STDLIB_NOT + ("mlflow", "psutil", "platform_plugin.tracking.delivery.forwarder",
+                                  "platform_plugin.tracking.rank.spool", "platform_plugin.tracking.sinks",
                                   "platform_plugin.util.npu_smi",
-                                  "platform_plugin.launcher.system_samples")
+                                  "platform_plugin.tracking.job.system_samples")
 
 
 @pytest.mark.slow  # the forwarding helper it starts imports MLflow once the job ended

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from platform_plugin.cli.doctor import mlflow_rows
-from platform_plugin.tracking.mlflow_features import MISSING_TEXT, SYSTEM_METRIC_NAMES, detect
+from platform_plugin.tracking.server.mlflow_features import MISSING_TEXT, SYSTEM_METRIC_NAMES, detect
 
 # what the locks install: constraints/py39.txt and constraints/py311.txt
 KNOWN = {"3.1.4": {"experiment_kinds": False}, "3.17.2": {"experiment_kinds": True}}

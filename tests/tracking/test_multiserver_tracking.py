@@ -198,7 +198,7 @@ def _helper_of(job_folder) -> psutil.Process:
     def found():
         for proc in psutil.process_iter(["cmdline"]):
             cmdline = proc.info["cmdline"] or []
-            if "platform_plugin.tracking.delivery" in cmdline and \
+            if "platform_plugin.tracking.delivery.helper" in cmdline and \
                     any(arg.startswith(str(job_folder)) for arg in cmdline):
                 return proc
         return None

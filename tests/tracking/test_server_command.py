@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def data_dir():
-    from platform_plugin.tracking.postgres import missing_reason
+    from platform_plugin.tracking.server.postgres import missing_reason
     why = missing_reason()
     if why:
         pytest.skip(why)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from platform_plugin.tracking.server import stop_server
+from platform_plugin.tracking.server.local import stop_server
 from platform_plugin.util.procfs import alive
 from tests.helpers import process_tree, wait_for
 

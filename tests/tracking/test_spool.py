@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking import tracker as tracker_mod
-from platform_plugin.tracking.forwarder import batches
-from platform_plugin.tracking.identity import RankIdentity, run_name
-from platform_plugin.tracking.job_folders import find_spool_dirs
-from platform_plugin.tracking.offsets import any_spooled, count_pending
+from platform_plugin.tracking.rank import tracker as tracker_mod
+from platform_plugin.tracking.delivery.forwarder import batches
+from platform_plugin.tracking.rank.identity import RankIdentity, run_name
+from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.delivery.offsets import any_spooled, count_pending
 from platform_plugin.tracking.sinks import choose, choose_layout
-from platform_plugin.tracking.spool import SpoolWriter, encode, encode_metric, read_complete
-from platform_plugin.tracking.tracker import NullTracker, Tracker
+from platform_plugin.tracking.rank.spool import SpoolWriter, encode, encode_metric, read_complete
+from platform_plugin.tracking.rank.tracker import NullTracker, Tracker
 
 
 finite_or_not = st.floats(allow_nan=True, allow_infinity=True)
@@ -94,7 +94,7 @@ def test_writer_reopening_after_a_killed_writer_terminates_the_fragment(tmp_path
 def test_a_full_disk_never_raises_into_the_rank_and_loses_nothing_that_fits(tmp_path, monkeypatch):
     """/dev/full answers every write with ENOSPC (a full disk, no mount needed); once the
     descriptor points at a real file again (dup2) the kept records are written, in order."""
-    from platform_plugin.tracking import spool
+    from platform_plugin.tracking.rank import spool
     writer = SpoolWriter("/dev/full")
     with pytest.warns(UserWarning, match="No space left on device"):
         for step in range(3 * spool.FLUSH_LINES):  # full buffers: writes from append itself
@@ -212,8 +212,8 @@ def test_forked_child_does_not_repeat_the_parents_buffer(tmp_path):
     """A DataLoader-style fork: the child's copy of the unflushed buffer must not be written."""
     script = f"""
 import os
-from platform_plugin.tracking.identity import RankIdentity
-from platform_plugin.tracking.tracker import Tracker
+from platform_plugin.tracking.rank.identity import RankIdentity
+from platform_plugin.tracking.rank.tracker import Tracker
 t = Tracker({str(tmp_path)!r}, RankIdentity("0", None, "j", "n", "s", "h"), flush_interval=60)
 os.register_at_fork(after_in_child=t._after_fork_in_child)
 t.log_metric("parent", 1.0)
@@ -234,8 +234,8 @@ def test_sigkilled_writer_loses_at_most_the_last_flush_interval(tmp_path):
     """A real rank process killed with SIGKILL: everything flushed before is intact and readable."""
     script = f"""
 import os, signal, time
-from platform_plugin.tracking.identity import RankIdentity
-from platform_plugin.tracking.tracker import Tracker
+from platform_plugin.tracking.rank.identity import RankIdentity
+from platform_plugin.tracking.rank.tracker import Tracker
 t = Tracker({str(tmp_path)!r}, RankIdentity("1", None, "j", "n", "s", "h"), flush_interval=0.05)
 for i in range(500):
     t.log_metric("loss", 1.0 / (i + 1))

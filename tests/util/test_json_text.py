@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from platform_plugin.launcher.result import JobStatus
+from platform_plugin.launcher.processes.result import JobStatus
 from platform_plugin.util.json_text import dumps
 
 

@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from platform_plugin.launcher.plan import Host, RankSpec
-from platform_plugin.launcher.result import JobResult, JobStatus, RankFailure
+from platform_plugin.launcher.planning.plan import Host, RankSpec
+from platform_plugin.launcher.processes.result import JobResult, JobStatus, RankFailure
 from platform_plugin.settings import Setting
 
 

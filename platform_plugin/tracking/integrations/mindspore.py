@@ -14,7 +14,7 @@ import time
 import numpy as np
 from mindspore.train import Callback
 
-from platform_plugin.tracking.tracker import get_tracker
+from platform_plugin.tracking.rank.tracker import get_tracker
 
 
 def _scalar(value) -> float | None:

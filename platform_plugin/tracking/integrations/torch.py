@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from platform_plugin.tracking.tracker import get_tracker
+from platform_plugin.tracking.rank.tracker import get_tracker
 
 
 class LoopLogger:

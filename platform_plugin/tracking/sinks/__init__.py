@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Protocol
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking.sink_choice import (CHOICES, LAYOUTS, choose,  # noqa: F401
+from platform_plugin.tracking.job.sink_choice import (CHOICES, LAYOUTS, choose,  # noqa: F401
                                                   choose_layout, wflogger_importable)
-from platform_plugin.tracking.state import SinkConfig, StreamState
+from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 
 
 class Sink(Protocol):

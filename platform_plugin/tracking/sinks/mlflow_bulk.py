@@ -1,7 +1,7 @@
 """Metric points into an MLflow tracking server through its bulk route, when it has one.
 
 `platform-run server` serves MLflow's app plus `POST /platform/api/metrics/bulk`
-(tracking/bulk_app.py): 10,000 points a request, stored by one INSERT, instead of `log_batch`'s
+(tracking/server/bulk_app.py): 10,000 points a request, stored by one INSERT, instead of `log_batch`'s
 1,000 points parsed and written one ORM object at a time. The route is looked up once per
 tracking URI (GET); a server without it (a plain `mlflow server`, another team's server) gets
 `log_batch` as before, and the helper's log says so once. Requests go through MLflow's own
@@ -15,7 +15,7 @@ import sys
 import threading
 from urllib.parse import urlparse
 
-from platform_plugin.tracking.bulk_app import MAX_POINTS, ROUTE, VERSION
+from platform_plugin.tracking.server.bulk_app import MAX_POINTS, ROUTE, VERSION
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 REQUEST_POINTS = 20_000  # per request (the route takes MAX_POINTS): a round is cut in several

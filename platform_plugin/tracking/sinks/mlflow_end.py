@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_plugin.tracking.identity import stream_name
+from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.sinks import mlflow_job
-from platform_plugin.tracking.state import SinkConfig, StreamState
+from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 
 PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
 

@@ -16,14 +16,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.tracking import conventions
-from platform_plugin.tracking.identity import run_name, stream_name
+from platform_plugin.tracking.job import conventions
+from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_end, mlflow_job, mlflow_rest
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
-from platform_plugin.tracking.state import SinkConfig, StreamState, stream_lock
-from platform_plugin.tracking.uri_check import sqlite_file
+from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.job.uri_check import sqlite_file
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table

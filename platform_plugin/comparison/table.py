@@ -1,0 +1,245 @@
+"""Compare the ranks of a job: a per-rank table (final, best, steps, wall time, steps/s), the
+straggler, ranks whose final value deviates, a plot, and the MLflow page overlaying all ranks."""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.tracking.delivery.aggregates import is_throughput
+from platform_plugin.tracking.rank.identity import run_name, stream_name
+from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+
+
+@dataclass(frozen=True)
+class Point:
+    step: int
+    value: float
+    timestamp_ms: int
+
+
+@dataclass
+class RankRow:
+    label: str
+    final: float
+    best: float
+    steps: int  # points logged
+    wall_s: float
+    steps_per_s: float | None  # the metric's step axis per second (a throughput: its mean)
+    flags: list[str] = field(default_factory=list)
+    end: float = 0.0  # mean of the last tenth of the points: what deviation is judged on
+
+
+OUTLIER_Z = 3.5  # modified z-score (Iglewicz & Hoaglin) above which an end value is an outlier
+MAD_TO_SIGMA = 1.4826
+
+
+def check_tolerance(tolerance: float) -> None:
+    """Before any store is opened: nan would never flag a straggler, inf never either."""
+    if not 0 <= tolerance < float("inf"):  # also nan
+        raise ConfigError([Problem("COMPARE_TOLERANCE", f"tolerance {tolerance}: give the "
+                                   "relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
+
+
+def lower_is_better(metric: str) -> bool:
+    return any(word in metric.lower() for word in ("loss", "err", "perplexity", "time", "mse", "mae"))
+
+
+def rate_label(metric: str) -> str:
+    """A throughput metric is its own speed: its mean, not a step rate, is the pace column."""
+    return f"mean {metric}" if is_throughput(metric) else "steps/s"
+
+
+def _row(label: str, points: list[Point], metric: str) -> RankRow:
+    pick = min if lower_is_better(metric) else max
+    points = sorted(points, key=lambda p: (p.step, p.timestamp_ms))
+    wall = (points[-1].timestamp_ms - points[0].timestamp_ms) / 1000
+    rate: float | None
+    if is_throughput(metric):
+        rate = statistics.fmean(p.value for p in points)
+    else:
+        rate = (points[-1].step - points[0].step) / wall if wall > 0 else None
+    tail = points[-max(1, len(points) // 10):]
+    return RankRow(label, points[-1].value, pick(p.value for p in points), len(points), wall,
+                   rate, end=statistics.fmean(p.value for p in tail))
+
+
+def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float = 0.1) -> list[RankRow]:
+    """Pure: one row per rank with points. Flags `straggler` on the slowest rank when it runs
+    more than `tolerance` below the median pace, and `deviates` on an outlier end value (the
+    mean of its last tenth of points: in data parallel each rank's loss is over its own shard,
+    so single points are noisy) — see `deviating`. With three ranks or more: of two ranks that
+    differ neither is the odd one out."""
+    rows = [_row(label, points, metric) for label, points in series.items() if points]
+    rows.sort(key=lambda r: (not r.label.isdigit(), int(r.label) if r.label.isdigit() else 0, r.label))
+    if len(rows) < 2:
+        return rows
+    rated = [(r.steps_per_s, r) for r in rows if r.steps_per_s is not None]
+    if len(rated) >= 2:
+        median_rate = statistics.median(rate for rate, _ in rated)
+        slowest_rate, slowest = min(rated, key=lambda pair: pair[0])
+        if slowest_rate < (1 - tolerance) * median_rate:
+            slowest.flags.append("straggler")
+    if len(rows) >= 3:
+        for row in rows:
+            if deviating(row.end, [r.end for r in rows if r is not row], tolerance):
+                row.flags.append("deviates")
+    return rows
+
+
+def deviating(value: float, others: list[float], tolerance: float) -> bool:
+    """An outlier among the other ranks: more than `tolerance` (relative) from their median AND
+    more than OUTLIER_Z robust standard deviations (MAD) from it. The relative test alone fired
+    on every rank of an 8-rank job: per-shard losses spread by more than 10 % by nature."""
+    reference = statistics.median(others)
+    gap = abs(value - reference)
+    if gap <= tolerance * max(abs(reference), 1e-12):
+        return False
+    mad = statistics.median(abs(x - reference) for x in others)
+    return mad == 0 or gap > OUTLIER_Z * MAD_TO_SIGMA * mad
+
+
+def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = None) -> str:
+    """`servers` (label -> server id): a server column when the ranks ran on several servers."""
+    servers = servers if servers and len(set(servers.values())) > 1 else {}
+    column = max([len(v) for v in servers.values()] + [6]) + 2 if servers else 0
+    pace = rate_label(metric)
+    width = max(9, len(pace) + 2)
+    header = (f"{'rank':<10}" + (f"{'server':<{column}}" if servers else "")
+              + f"{'final ' + metric:>{max(16, len(metric) + 8)}}{'best':>12}{'points':>8}"
+              f"{'wall s':>9}{pace:>{width}}  flags")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        rate = f"{r.steps_per_s:.4g}" if r.steps_per_s is not None else "-"
+        server = f"{servers.get(r.label, '?'):<{column}}" if servers else ""
+        lines.append(f"{run_name(r.label):<10}{server}{r.final:>{max(16, len(metric) + 8)}.6g}"
+                     f"{r.best:>12.6g}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
+                     f"{', '.join(r.flags)}")
+    if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
+        lines.append("no straggler: every rank within tolerance of the median pace")
+    return "\n".join(lines)
+
+
+# --- reading MLflow ---------------------------------------------------------------------------
+@dataclass
+class JobRuns:
+    config: SinkConfig
+    run_ids: dict[str, str]  # label -> run id (all the parent's in layout "flat")
+    servers: dict[str, str] = field(default_factory=dict)  # label -> server id (from the store)
+
+    def key(self, metric: str, label: str) -> str:
+        return f"{metric}-{label}" if self.config.layout == "flat" else metric
+
+
+def job_runs(spool_dir: Path) -> JobRuns:
+    config = SinkConfig.load(spool_dir)
+    if config is None or config.sink != "mlflow":
+        raise ConfigError(f"{spool_dir}: compare needs a job tracked in MLflow", code="TRACKING_JOB")
+    labels = sorted({p.name[len('rank_'):-len('.state.json')] for p in spool_dir.glob("rank_*.state.json")}
+                    | set(config.ranks))
+    runs = {lb: StreamState.load(spool_dir, stream_name(lb)).run_id for lb in labels}
+    return JobRuns(config, {lb: rid for lb, rid in runs.items() if rid})
+
+
+def with_store_ranks(runs: JobRuns, client) -> JobRuns:
+    """Every rank of the job from the tracking store - the ranks of the other servers too -
+    when the job has a parent run there (layout runs); the local spool's view otherwise."""
+    config = runs.config
+    if config.layout != "runs" or not config.parent_run_id or not config.experiment_id:
+        return runs
+    children = mlflow_job.job_children(client, config.experiment_id, config.parent_run_id)
+    if not children:
+        return runs
+    return JobRuns(config, {c.data.tags["rank_id"]: c.info.run_id for c in children},
+                   {c.data.tags["rank_id"]: c.data.tags.get("server_id", "?") for c in children})
+
+
+def job_runs_in_store(job_id: str, client, tracking_uri: str) -> JobRuns | None:
+    """A job with no folder here (started on another server): found by its job_id tag."""
+    parent = mlflow_job.find_job_parent(client, job_id)
+    if parent is None:
+        return None
+    config = SinkConfig(sink="mlflow", tracking_uri=tracking_uri,
+                        experiment_id=parent.info.experiment_id,
+                        parent_run_id=parent.info.run_id, job={"job_id": job_id})
+    return with_store_ranks(JobRuns(config, {}), client)
+
+
+def load_series(runs: JobRuns, metric: str, client) -> dict[str, list[Point]]:
+    return {label: [Point(m.step, m.value, m.timestamp)
+                    for m in client.get_metric_history(run_id, runs.key(metric, label))]
+            for label, run_id in runs.run_ids.items()}
+
+
+def available_metrics(runs: JobRuns, client) -> list[str]:
+    """The metrics the job's ranks logged (the ranks' own first, the launcher's system/ last)."""
+    names: set[str] = set()
+    for label, run_id in runs.run_ids.items():
+        for key in client.get_run(run_id).data.metrics:
+            if runs.config.layout == "flat":
+                if not key.endswith(f"-{label}"):
+                    continue
+                key = key[:-len(label) - 1]
+            names.add(key)
+    return sorted(names, key=lambda k: (k.startswith("system/"), k))
+
+
+def no_such_metric(job_id: str, missing: list[str], runs: JobRuns, client) -> ConfigError:
+    """COMPARE_METRIC for metrics no rank logged, naming the ones there are (the CLI and
+    %dist_compare say it alike)."""
+    known = available_metrics(runs, client)
+    return ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
+                                f"{', '.join(map(repr, missing))}; its metrics: "
+                                f"{', '.join(known) or 'none'}", "--metric")])
+
+
+def metric_url(ui: str, runs: JobRuns, metrics) -> str:
+    """The UI's own metric-page route (MLflow 3.17 `getMetricPageRoute`, hash router):
+    `#/metric?runs=[...]&metric="loss"&experiments=[...]&plot_metric_keys=["loss"]`, plus
+    `x_axis=step` so the ranks line up step by step (the page defaults to relative time).
+    Several metrics: one chart with every key."""
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    run_ids = sorted(set(runs.run_ids.values()))
+    keys = [k for metric in metrics for k in sorted({runs.key(metric, lb) for lb in runs.run_ids})]
+    return (f"{ui.rstrip('/')}/#/metric?runs={json.dumps(run_ids, separators=(',', ':'))}"
+            f"&metric={quote(json.dumps(keys[0]))}"
+            f"&experiments={json.dumps([runs.config.experiment_id], separators=(',', ':'))}"
+            f"&plot_metric_keys={quote(json.dumps(keys, separators=(',', ':')))}"
+            "&x_axis=step")
+
+
+def table_data(rows: list[RankRow], metric: str) -> dict[str, list]:
+    """The table as columns, for `MlflowClient.log_table` (the run's Evaluation/Artifacts view)."""
+    return {"rank": [run_name(r.label) for r in rows], f"final {metric}": [r.final for r in rows],
+            "best": [r.best for r in rows], "points": [r.steps for r in rows],
+            "wall_s": [r.wall_s for r in rows], rate_label(metric): [r.steps_per_s for r in rows],
+            "flags": [", ".join(r.flags) for r in rows]}
+
+
+def figure(series: dict[str, dict[str, list[Point]]], title: str):
+    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid. A
+    matplotlib Figure made without pyplot: a notebook's inline backend is left alone."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(8, 3.2 * len(series) + 1.3))
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(series), 1, squeeze=False)
+    for ax, (metric, per_rank) in zip(axes[:, 0], series.items()):
+        for label in sorted(per_rank, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x)):
+            points = sorted(per_rank[label], key=lambda p: p.step)
+            ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label))
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.legend(loc="best", fontsize="small")
+    axes[0, 0].set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> Path:
+    figure(series, title).savefig(path, dpi=100)
+    return path

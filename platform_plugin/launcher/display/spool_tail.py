@@ -1,0 +1,60 @@
+"""The latest metrics of a rank, read from its tracking spool while the job runs (for the board).
+
+The spool (tracking/rank/spool.py) is an append-only JSON-lines file: each refresh reads only the
+bytes added since the last one, so following a rank costs nothing when it logs nothing.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
+
+READ_LIMIT = 4 << 20  # per refresh: a rank that logged more than this catches up next time
+
+
+@dataclass
+class RankMetrics:
+    values: dict = field(default_factory=dict)  # key -> last value
+    step: int | None = None  # the highest step seen
+    first: tuple | None = None  # (step, timestamp_ms) of the first metric point
+    last: tuple | None = None  # (step, timestamp_ms) of the latest one
+
+    @property
+    def steps_per_s(self) -> float | None:
+        if not self.first or not self.last:
+            return None
+        seconds = (self.last[1] - self.first[1]) / 1000
+        steps = self.last[0] - self.first[0]
+        return steps / seconds if seconds > 0 and steps > 0 else None
+
+    def add(self, key: str, value: float, step: int, timestamp_ms: int) -> None:
+        self.values[key] = value
+        if self.step is None or step >= self.step:
+            self.step = step
+            self.last = (step, timestamp_ms)
+        if self.first is None:
+            self.first = (step, timestamp_ms)
+
+
+class SpoolTail:
+    """Follows `<job_dir>/tracking/rank_<name>.jsonl` of every rank."""
+
+    def __init__(self, job_dir: str):
+        self.folder = os.path.join(job_dir, "tracking")
+        self._offsets: dict[str, int] = {}
+        self.metrics: dict[str, RankMetrics] = {}
+
+    def refresh(self, names) -> None:
+        for name in names:
+            path = os.path.join(self.folder, f"rank_{name}{SPOOL_SUFFIX}")
+            try:
+                chunk = read_complete(path, self._offsets.get(name, 0), READ_LIMIT)
+            except OSError:  # no spool (tracking none, or nothing logged yet)
+                continue
+            self._offsets[name] = chunk.end
+            metrics = self.metrics.setdefault(name, RankMetrics())
+            for record, _ in chunk.records:
+                if record[0] == "m" and isinstance(record[2], (int, float)) \
+                        and not str(record[1]).startswith("system/"):  # the launcher's samples
+                    metrics.add(str(record[1]), record[2], int(record[3]), int(record[4]))

@@ -1,0 +1,191 @@
+"""(command, settings, options) -> LaunchPlan: every process's argv, env, cwd and log file.
+
+Spawns nothing and writes nothing, so it is tested exhaustively. It is not a pure function of
+its arguments, though: with backend `auto` it reads the program's source to see what it
+imports; it binds a socket to pick a free port when the backend needs one and none was given;
+it calls the clock and a random source for a new job id, and os.getcwd() when no cwd is given.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.launcher.planning.backends import (Backend, Layout, backend as backend_named,
+                                                choose, default_nproc)
+from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.settings import Settings
+from platform_plugin.util.jobdirs import job_log_dir, log_name
+from platform_plugin.util.record import FrozenRecord
+from platform_plugin.tracking.rank.job_id import new_job_id
+from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CACHE_DIR, PLATFORM_JOB_DIR,
+    PLATFORM_JOB_NAME, PLATFORM_SERVER_ID)
+
+
+
+class Host(FrozenRecord):
+    """What launch() found on this machine; tests give it explicitly."""
+
+    base_env: dict
+    npu_present: bool
+    __slots__ = tuple(__annotations__)  # the fields, in order
+
+    def __init__(self, base_env: dict | None = None, npu_present: bool = False) -> None:
+        # base_env: the environment every rank inherits
+        self._init({} if base_env is None else base_env, npu_present)
+
+
+class RankSpec(FrozenRecord):
+    """One process of the job: what to run, where, with which variables and log.
+    `name`: "0".."N-1" (global rank) or "sched"; `role`: "worker" | "sched" | "service" (the
+    torch store: stopped after the workers)."""
+
+    name: str
+    rank_id: int | None
+    local_rank: int | None
+    device_id: int | None
+    argv: tuple[str, ...]
+    env: dict
+    cwd: str
+    log_path: str
+    role: str
+    __slots__ = tuple(__annotations__)  # the fields, in order
+
+    def __init__(self, name: str, rank_id: int | None, local_rank: int | None,
+                 device_id: int | None, argv: tuple[str, ...], env: dict, cwd: str,
+                 log_path: str, role: str = "worker") -> None:
+        self._init(name, rank_id, local_rank, device_id, argv, env, cwd, log_path, role)
+
+
+class LaunchPlan(FrozenRecord):
+    """Everything about a job before any process exists (build_plan makes it)."""
+
+    job_id: str
+    job_name: str
+    job_dir: str
+    backend: str
+    backend_reason: str
+    world_size: int
+    node_rank: int
+    nnodes: int
+    ranks: tuple[RankSpec, ...]
+    command: tuple[str, ...]
+    server_id: str
+    cache_dir: str
+    master_addr: str
+    master_port: int | None
+    attempt: int
+    __slots__ = tuple(__annotations__)  # the fields, in order
+
+    def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
+                 backend_reason: str, world_size: int, node_rank: int, nnodes: int,
+                 ranks: tuple[RankSpec, ...], command: tuple[str, ...],
+                 server_id: str = "localhost", cache_dir: str = "",
+                 master_addr: str = "127.0.0.1", master_port: int | None = None,
+                 attempt: int = 0) -> None:
+        self._init(job_id, job_name, job_dir, backend, backend_reason, world_size, node_rank,
+                   nnodes, ranks, command, server_id, cache_dir, master_addr, master_port,
+                   attempt)
+
+    @property
+    def workers(self) -> tuple[RankSpec, ...]:
+        return tuple(r for r in self.ranks if r.role == "worker")
+
+
+def normalize_command(command: list[str] | str) -> tuple[str, ...]:
+    """A bare `python`/`python3` (or a script path) runs with this interpreter, as torchrun
+    does: in a notebook, PATH's python is often not the kernel's."""
+    if isinstance(command, str):
+        import shlex
+        command = shlex.split(command)
+    command = [str(c) for c in command]
+    if not command:
+        raise ConfigError([Problem("LAUNCH_NO_COMMAND", "give the command to run, e.g. "
+                                   "`platform-run launch --nproc 2 -- python train.py`", "command")])
+    if command[0] in ("python", "python3"):
+        command[0] = sys.executable
+    elif command[0].endswith(".py"):
+        command.insert(0, sys.executable)
+    return tuple(command)
+
+
+def default_job_name(command: tuple[str, ...]) -> str:
+    args = list(command[1:]) if os.path.basename(command[0]).startswith("python") else list(command)
+    for i, arg in enumerate(args):
+        if arg == "-m" and i + 1 < len(args):
+            return _safe(args[i + 1].rsplit(".", 1)[-1])
+        if arg == "-c":
+            return "python-c"
+        if not arg.startswith("-"):
+            return _safe(os.path.splitext(os.path.basename(arg))[0])
+    return _safe(os.path.basename(command[0]))
+
+
+def _safe(name: str) -> str:
+    """Letters and digits of any script (`--job-name 中文训练`, `训练.py` keep their name: it was
+    silently "job"), `_.-`; the rest (spaces, slashes, quotes, shell and control characters)
+    becomes `-`."""
+    return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "job"
+
+
+def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
+               host: Host | None = None) -> LaunchPlan:
+    argv = normalize_command(command)
+    host = host or Host()
+    base_env = dict(host.base_env)
+    name, reason = choose(options.backend, list(argv), settings, host.npu_present)
+    backend = backend_named(name)
+    if backend.needs_port and options.master_port is None and options.nnodes == 1:
+        from platform_plugin.util.ports import free_port  # (only the backends with a port)
+        options = options.replace(master_port=free_port("0.0.0.0"))
+    if options.nproc is None and name != "rank-table":
+        options = options.replace(nproc=default_nproc(host)[0])
+    layout = backend.layout(settings, options)
+    job_name = _safe(options.job_name) if options.job_name else default_job_name(argv)
+    job_id = options.job_id or new_job_id(job_name)
+    cwd = os.path.abspath(options.cwd or os.getcwd())
+    job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
+    cache_root = (options.cache_dir or PLATFORM_CACHE_DIR.get(base_env)
+                  or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
+    cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
+    if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
+        base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
+    common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": job_id,
+              PLATFORM_JOB_NAME.name: job_name, PLATFORM_JOB_DIR.name: job_dir,
+              PLATFORM_SERVER_ID.name: layout.server_id,
+              # live output: a print reaches the display at once (costs a write per print)
+              **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
+              PLATFORM_ATTEMPT.name: str(options.attempt),
+              # compile caches and Ascend process logs go to the job's cache, not into CODE/
+              "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
+    if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
+        common["RANK_START"] = str(layout.ranks[0][0])
+    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
+                     cache_dir) for i in range(len(layout.ranks))]
+    helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
+                        argv=h.argv_of(argv) if h.argv_of else argv,
+                        env={**base_env, **common, **h.env,
+                             "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", h.name),
+                             **options.env},
+                        cwd=cwd, log_path=os.path.join(job_dir, log_name(h.name)), role=h.role)
+               for h in backend.helpers(layout)]
+    return LaunchPlan(job_id=job_id, job_name=job_name, job_dir=job_dir, backend=name,
+                      backend_reason=reason, world_size=layout.world_size,
+                      node_rank=layout.node_rank, nnodes=layout.nnodes,
+                      ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
+                      cache_dir=cache_dir, master_addr=layout.master_addr,
+                      master_port=layout.master_port, attempt=options.attempt)
+
+
+def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
+            base_env: dict, common: dict, options: LaunchOptions, cwd: str, job_dir: str,
+            cache_dir: str) -> RankSpec:
+    rank_id, device_id = layout.ranks[local_rank]
+    env = {**base_env, **common, **backend.rank_env(layout, local_rank),
+           "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
+           "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
+           **options.env}
+    return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
+                    device_id=device_id, argv=command, env=env, cwd=cwd,
+                    log_path=os.path.join(job_dir, log_name(str(rank_id))))

@@ -1,0 +1,1 @@
+"""The job's processes: spawn, supervise, stop, reap; the job record and its result."""

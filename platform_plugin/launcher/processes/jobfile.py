@@ -1,0 +1,131 @@
+"""`<job_dir>/job.json`: the plan when the ranks start (with their pids), the result at the end.
+
+`platform-run doctor` and people read it after the fact, so it is rewritten atomically (a
+reader never sees half a file) and holds only the launcher's own variables, never the full env.
+
+A full disk must not cost the result: the first write leaves `RESERVE` bytes of trailing
+blanks (valid JSON) so that when the atomic rewrite finds no space, the result is written
+over the file's own blocks instead (compacted if it must: jobfile_in_place.py, imported only
+then). Writing never raises: a failure is
+kept in `error` and reported by the launcher.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from platform_plugin.util.jobdirs import JOB_FILE
+from platform_plugin.util.json_text import dumps
+from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME,
+                                       PLATFORM_SERVER_ID)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.launcher.planning.plan import LaunchPlan
+
+RESERVE = 64 * 1024  # room for the result when the disk is full by the end of the job
+# Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
+RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
+                  PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
+                  PLATFORM_ATTEMPT.name, "PYTHONUNBUFFERED")
+
+
+def plan_summary(plan: LaunchPlan) -> dict:
+    """What job.json records at the start (the doctor reads it)."""
+    return {
+        "job_id": plan.job_id, "job_name": plan.job_name, "job_dir": plan.job_dir,
+        "backend": plan.backend, "backend_reason": plan.backend_reason,
+        "world_size": plan.world_size, "node_rank": plan.node_rank, "nnodes": plan.nnodes,
+        "server_id": plan.server_id, "cache_dir": plan.cache_dir, "command": list(plan.command),
+        "master_addr": plan.master_addr, "master_port": plan.master_port,
+        "attempt": plan.attempt,
+        "ranks": [{"name": r.name, "role": r.role, "rank_id": r.rank_id,
+                   "local_rank": r.local_rank, "device_id": r.device_id, "argv": list(r.argv),
+                   "cwd": r.cwd, "log_path": r.log_path,
+                   "env": {k: v for k, v in r.env.items()
+                           if k in RANK_VARIABLES or k.startswith(("MS_", "MASTER_", "RANK"))
+                           or k in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                    "MS_COMPILER_CACHE_PATH", "ASCEND_PROCESS_LOG_PATH")}}
+                  for r in plan.ranks],
+    }
+
+
+class JobFile:
+    """A Supervisor observer (`started`, `ended`) plus `record(result)`, the launcher's final
+    write once tracking reported. `early_end`: also write when the ranks ended (a tracked job:
+    the drain may take its deadline before `record`); an untracked job writes twice in all."""
+
+    def __init__(self, plan: LaunchPlan, attempts: list[dict] | None = None, *,
+                 early_end: bool = True):
+        self.plan = plan
+        self.early_end = early_end
+        self.path = os.path.join(plan.job_dir, JOB_FILE)
+        self.error = ""  # why the last write failed, if it did
+        self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
+                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan_summary(plan),
+                     "pids": {}, "result": None,
+                     # --max-restarts: the root-cause table of every earlier failed attempt
+                     "attempt": plan.attempt + 1, "failed_attempts": list(attempts or [])}
+
+    def started(self, supervisor) -> None:
+        self.data["state"] = "running"
+        self.data["pids"] = {p.spec.name: p.popen.pid for p in supervisor.procs}
+        self._write(reserve=True)
+
+    def ended(self, result) -> None:
+        if self.early_end:
+            self.record(result)
+
+    def record(self, result) -> None:
+        self.data["state"] = "ended"
+        self.data["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.data["result"] = result.to_dict()
+        self._write()
+
+    def _write(self, *, reserve: bool = False) -> bool:
+        text = _dumps(self.data)
+        tmp = f"{self.path}.tmp"
+        try:
+            os.makedirs(self.plan.job_dir, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text + (" " * RESERVE + "\n" if reserve else ""))
+            os.replace(tmp, self.path)
+            self.error = ""
+            return True
+        except OSError as exc:
+            self.error = f"{exc.strerror or exc} writing {self.path}"
+        _remove(tmp)  # frees the blocks the failed copy took
+        from platform_plugin.launcher.processes.jobfile_in_place import overwrite_in_place  # a full disk
+        written, note = overwrite_in_place(self.path, self.data)
+        self.error += note
+        return written
+
+
+def _dumps(value, depth: int = 0) -> str:
+    """The document, readable and quick to make: the top two levels one item a line (the
+    plan's and the result's fields, one rank or failure a line), deeper values as compact JSON
+    on that line. `indent=` would run json's pure-Python encoder, several times slower than the
+    C one used here. Written by util/json_text.py (the same text, without importing `json`)."""
+    if depth >= 2 or not value or not isinstance(value, (dict, list)):
+        return dumps(value)
+    pad = "  " * (depth + 1)
+    if isinstance(value, dict):
+        items = [f"{pad}{dumps(str(k))}: {_dumps(v, depth + 1)}" for k, v in value.items()]
+    else:
+        items = [pad + _dumps(v, depth + 1) for v in value]
+    ends = "{}" if isinstance(value, dict) else "[]"
+    text = ends[0] + "\n" + ",\n".join(items) + "\n" + "  " * depth + ends[1]
+    return text + "\n" if depth == 0 else text
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def read(job_dir: str) -> dict:
+    import json
+    with open(os.path.join(job_dir, JOB_FILE), encoding="utf-8") as fh:
+        return json.load(fh)

@@ -1,0 +1,1 @@
+"""One job on several servers: the job link between the launchers and the job's one id."""

@@ -1,0 +1,1 @@
+"""The IPython magics: `%dist_run`, `%dist_compare`, `%platform_clean`."""

@@ -1,0 +1,1 @@
+"""Delivery: the forwarding helper, sync and in-process forwarding, exactly once."""

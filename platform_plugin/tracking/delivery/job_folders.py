@@ -1,0 +1,37 @@
+"""Find a job's spool folders from what a user types: a job id, a job folder, or nothing (the
+latest job in the log folder)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from platform_plugin.errors import ConfigError
+from platform_plugin.util.jobdirs import job_log_dir, latest_job
+from platform_plugin.tracking.delivery.state import SINK_FILE
+
+
+def log_dir(explicit: str | None = None) -> Path:
+    from platform_plugin.util.paths import resolved
+    return resolved(job_log_dir(explicit), "log folder", "TRACKING_JOB", "--log-dir")
+
+
+def spool_dirs_of(job_dir: Path) -> list[Path]:
+    if (job_dir / SINK_FILE).is_file():
+        return [job_dir]
+    return sorted(p for p in job_dir.glob("tracking*") if (p / SINK_FILE).is_file())
+
+
+def find_spool_dirs(job: str | None, explicit_log_dir: str | None = None) -> list[Path]:
+    base = log_dir(explicit_log_dir)
+    if job:
+        candidates = [Path(job), base / job]
+        for job_dir in candidates:
+            if job_dir.is_dir() and spool_dirs_of(job_dir):
+                return spool_dirs_of(job_dir)
+        raise ConfigError(f"no tracked job {job!r}: give a job id from {base} or a job folder "
+                          "(one holding tracking/sink.json)", code="TRACKING_JOB")
+    jobs = [d for d in base.glob("*") if d.is_dir() and spool_dirs_of(d)] if base.is_dir() else []
+    if not jobs:
+        raise ConfigError(f"no tracked jobs in {base}: run a job first, or pass --log-dir / "
+                          "PLATFORM_LOG_DIR", code="TRACKING_JOB")
+    latest = latest_job(base, markers=(SINK_FILE, f"tracking*/{SINK_FILE}"))
+    return spool_dirs_of(latest) if latest is not None else []

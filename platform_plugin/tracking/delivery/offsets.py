@@ -1,0 +1,107 @@
+"""What a job's spools hold that is not delivered yet, read from the offset files alone.
+
+The launcher polls this at the end of a tracked job ("is everything in?") and reports the totals,
+while the forwarding helper delivers; it needs neither the sink nor the forwarder, so it stays
+small: the stdlib (os, json) and tracking/delivery/state.py. The forwarder (forwarder.py) counts the same
+way through these functions.
+"""
+from __future__ import annotations
+
+import os
+
+from platform_plugin.tracking.rank.identity import stream_name
+from platform_plugin.tracking.delivery.state import StreamState
+from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
+
+# = spool.SPOOL_SUFFIX: spool.py is the rank side (the writer), loaded here it would cost the
+# launcher its dataclass and pathlib imports
+SPOOL_SUFFIX = ".jsonl"
+
+
+def drain_timeout(default: float) -> float:
+    """Seconds to wait for delivery at the end: PLATFORM_TRACKING_DRAIN_TIMEOUT, else `default`."""
+    value = PLATFORM_TRACKING_DRAIN_TIMEOUT.get()
+    return default if value is None else value
+
+
+def spool_labels(spool_dir) -> list[str]:
+    """The streams of a spool folder: rank ids and `no-rank` (not the `.quarantine` files)."""
+    try:
+        names = os.listdir(spool_dir)
+    except FileNotFoundError:
+        return []
+    labels = (name[len("rank_"):-len(SPOOL_SUFFIX)] for name in names
+              if name.startswith("rank_") and name.endswith(SPOOL_SUFFIX))
+    return sorted(label for label in labels if "." not in label)
+
+
+def any_spooled(spool_dir, on_error: bool) -> bool:
+    """A rank wrote a record into its spool (a non-empty `rank_*.jsonl`). `on_error` is the
+    answer when the folder (or a file in it) cannot be read: the launcher, waiting for a first
+    record before it starts the helper, says False (not made yet: keep waiting); the helper,
+    idling before it imports its sink, says True (removed meanwhile: stop idling)."""
+    try:
+        with os.scandir(spool_dir) as entries:
+            return any(e.name.startswith("rank_") and e.name.endswith(SPOOL_SUFFIX) and e.stat().st_size
+                       for e in entries)
+    except OSError:
+        return on_error
+
+
+def spool_path(spool_dir, label: str) -> str:
+    return os.path.join(spool_dir, f"{stream_name(label)}{SPOOL_SUFFIX}")
+
+
+def count_pending(path, offset: int) -> tuple[int, bool]:
+    """(complete lines after `offset`, whether a partial line follows them)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return 0, False
+    return data.count(b"\n"), bool(data) and not data.endswith(b"\n")
+
+
+def stream_pending(spool_dir, label: str) -> int:
+    offset = StreamState.load(spool_dir, stream_name(label)).offset
+    return count_pending(spool_path(spool_dir, label), offset)[0]
+
+
+def all_delivered(spool_dir, labels: list[str]) -> bool:
+    """Cheap: every stream's offset is at its last complete line (polled by the launcher)."""
+    for label in labels:
+        offset = StreamState.load(spool_dir, stream_name(label)).offset
+        path = spool_path(spool_dir, label)
+        try:
+            if os.stat(path).st_size > offset and count_pending(path, offset)[0]:
+                return False
+        except FileNotFoundError:
+            continue
+    return True
+
+
+class Counts:
+    """A job's totals over its streams (the delivery report's numbers)."""
+    __slots__ = ("delivered", "pending", "skipped", "rejected", "refused", "quarantined",
+                 "partial_lines", "errors")
+
+    def __init__(self, errors: list[str] | None = None):
+        self.delivered = self.pending = self.skipped = self.rejected = 0
+        self.refused = self.quarantined = self.partial_lines = 0
+        self.errors = [] if errors is None else errors
+
+
+def totals(spool_dir, labels: list[str], errors: list[str] | None = None) -> Counts:
+    total = Counts(errors)
+    for label in labels:
+        state = StreamState.load(spool_dir, stream_name(label))
+        pending, partial = count_pending(spool_path(spool_dir, label), state.offset)
+        total.delivered += state.delivered
+        total.skipped += state.skipped
+        total.rejected += state.rejected
+        total.refused += state.refused
+        total.quarantined += state.quarantined
+        total.pending += pending
+        total.partial_lines += int(partial)
+    return total

@@ -1,0 +1,330 @@
+"""The launcher's single handle on tracking (contract in docs/architecture.md).
+
+    job_tracking = JobTracking.create(choice, plan)
+    env = job_tracking.prepare()      # before spawning: the spool folder and sink.json; no MLflow
+    ...Supervisor(plan, output, [job_tracking]).run()   # started(): the forwarding helper starts
+    report = job_tracking.finish(result)   # end.json, then wait for delivery up to the deadline
+
+This module and what it imports (state.py, offsets.py, conventions.py: the stdlib, no
+dataclasses, no pathlib) are all the launcher loads of tracking: it runs before the ranks
+start. Nothing of the sink runs in the launcher's process: the forwarding helper process
+(`tracking/delivery/helper.py`) imports MLflow, opens the store under its lock, creates the experiment
+and the runs, forwards while the ranks run, and ends the runs after `finish()` returned. A
+tracking failure never stops or delays the job: the points wait in the spool and the report
+says why.
+
+`create(..., "none")` returns the base class (tracking/job/handle.py), whose steps do nothing except
+tell the ranks that tracking is off (so a rank's `get_tracker()` doesn't forward on its own).
+"""
+from __future__ import annotations
+
+import _thread
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from platform_plugin.tracking.job import conventions
+from platform_plugin.tracking.delivery import offsets
+from platform_plugin.tracking.job.handle import DeliveryReport, JobTracking
+from platform_plugin.tracking.job.report import compare_hint
+from platform_plugin.tracking.delivery.state import (STOP_REQUEST_FILE, STOPPING_FILE, HelperStatus,
+                                            JobEnd, SinkConfig, read_json, write_json_atomic)
+from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
+    PLATFORM_TRACKING_HELPER, PLATFORM_TRACKING_LAYOUT, PLATFORM_TRACKING_SPOOL_DIR)
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:  # pragma: no cover
+    from platform_plugin.tracking.job.views import PlanView, RankView, ResultView
+
+PLATFORM_VARIABLES = ("RANK_TABLE_FILE", "RANK_START", "RANK_SIZE", PLATFORM_SERVER_ID.name,
+                      PLATFORM_RUN_MODE.name)
+FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything delivered"
+# The forwarding helper starts as soon as a rank spooled something, else once the ranks ran
+# HELPER_DELAY_S or at their end: a short job with nothing to deliver (a no-op, a cell that fails
+# at once) does not share its cores with the helper's interpreter start, and a job with points
+# does not wait out the delay for them (1 x 8 ranks x 10,000 steps into a server, with and
+# without a fixed delay, differed by less than the noise: 8.4-8.5 s vs 6.7-8.7 s at load ~2.3).
+# The spool folder is looked at every SPOOL_CHECK_S meanwhile (a scandir of a few files).
+HELPER_DELAY_S = 0.5
+SPOOL_CHECK_S = 0.02
+
+
+class SpoolingJobTracking(JobTracking):
+    def __init__(self, sink_name: str, plan: PlanView, layout: str):
+        self.sink = sink_name
+        self.plan = plan
+        attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: new runs per attempt
+        self.spool_dir = os.path.join(plan.job_dir, "tracking" if not attempt
+                                      else f"tracking-attempt{attempt + 1}")
+        self.config = job_sink_config(sink_name, plan, layout)
+        self.notes = local_store_notes(self.config) if not attempt else []
+        self.helper: subprocess.Popen | None = None
+        self.setup_error = ""
+        self._starting = threading.Lock()
+        self._spawn_done: threading.Event | None = None  # set once the helper's spawn is over
+        self._ranks_ended = threading.Event()
+
+    def prepare(self) -> dict[str, str]:
+        """Cheap and sink-free: the ranks only need to know where to spool."""
+        os.makedirs(self.spool_dir, exist_ok=True)
+        self.config.save(self.spool_dir)
+        return {PLATFORM_TRACKING.name: self.sink,
+                PLATFORM_TRACKING_SPOOL_DIR.name: str(self.spool_dir),
+                PLATFORM_TRACKING_LAYOUT.name: self.config.layout}
+
+    def started(self, supervisor=None) -> None:
+        """Supervisor observer: the ranks run; the helper starts when a rank spooled a record,
+        HELPER_DELAY_S later, or at their end, whichever comes first."""
+        _thread.start_new_thread(self._start_after, (HELPER_DELAY_S,))
+
+    def _start_after(self, delay: float) -> None:
+        deadline = time.monotonic() + delay
+        while not self._ranks_ended.wait(SPOOL_CHECK_S):
+            if time.monotonic() >= deadline or offsets.any_spooled(self.spool_dir, on_error=False):
+                break
+        done = self._claim_start()
+        if done is not None:
+            self._spawn(done)
+
+    def start(self) -> None:
+        """Start the forwarding helper (once), from a thread of its own: the spawn waits until
+        the new process has exec'd, which takes a free core, and the launcher's loop need not
+        wait for that (~10-20 ms measured while the ranks start). A failure to start it is
+        reported by `finish`, not raised."""
+        done = self._claim_start()
+        if done is not None:
+            _thread.start_new_thread(self._spawn, (done,))  # threading's start would wait
+
+    def _claim_start(self) -> threading.Event | None:
+        """The event to set once the helper's spawn is over, for the one caller that spawns it."""
+        with self._starting:
+            if self._spawn_done is not None:
+                return None
+            self._spawn_done = threading.Event()
+            return self._spawn_done
+
+    def _spawn(self, done: threading.Event) -> None:
+        """Spawn the helper, then reap it (no zombie in a kernel that runs job after job)."""
+        try:
+            self.helper = start_helper(self.spool_dir, helper_environment(self.plan))
+        except Exception as exc:  # noqa: BLE001 - tracking must not stop the job
+            self.setup_error = f"cannot start the forwarding helper: {type(exc).__name__}: {exc}"
+        finally:
+            done.set()
+        if self.helper is not None:
+            self.helper.wait()
+
+    def finish(self, result: ResultView, last: bool = True, waiting=None,
+               gone=()) -> DeliveryReport:
+        self._ranks_ended.set()
+        self.start()  # the ranks may have failed to start: the runs are still created and ended
+        timeout = offsets.drain_timeout(30)
+        # a restart follows: the parent stays open; else this server reports its end on it
+        JobEnd(final_status(result), time.time() + timeout, reason=end_reason(result),
+               last=last, gone=list(gone)).save(self.spool_dir)
+        if self._spawn_done is not None:
+            self._spawn_done.wait()
+        if self.helper is not None and self.helper.stdin is not None:
+            try:
+                self.helper.stdin.close()  # wakes the helper: the job ended
+            except OSError:
+                pass
+        drained = self._wait_delivered(timeout, waiting)  # offset files only: no sink in this process
+        error = self._helper_error() or ("" if drained else server_down(self.config.tracking_uri))
+        counts = offsets.totals(self.spool_dir, offsets.spool_labels(self.spool_dir))
+        return delivery_report(self.sink, self.spool_dir, counts, self.config, self.plan.job_id,
+                               drained, error)
+
+    def tell_stopping(self, server: str, reason: str) -> None:
+        """The helper puts it on the parent run (rank-table route: no job link)."""
+        if self.config.job.get("poll_stop") and self.config.job.get("servers", 1) > 1:
+            write_json_atomic(os.path.join(self.spool_dir, STOPPING_FILE), {"server": server, "reason": reason})
+
+    def stop_requested(self, server: str) -> str | None:
+        """What the helper read on the parent run: another server stopped the job."""
+        data = read_json(os.path.join(self.spool_dir, STOP_REQUEST_FILE))
+        return str(data["reason"]) if data else None
+
+    def _wait_delivered(self, timeout: float, waiting=None) -> bool:
+        """Poll the offset files (no sink in this process) until every complete line is
+        delivered, the helper is gone, or the deadline. `waiting()`: before the first pause."""
+        deadline = time.monotonic() + timeout
+        pause = FIRST_POLL_S
+        while True:
+            if offsets.all_delivered(self.spool_dir, offsets.spool_labels(self.spool_dir)):
+                return True
+            if self.helper is None or self.helper.poll() is not None or time.monotonic() >= deadline:
+                return False
+            if waiting is not None:
+                waiting()
+                waiting = None
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, MAX_POLL_S)
+
+    def _helper_error(self) -> str:
+        status = HelperStatus.load(self.spool_dir)
+        error = self.setup_error or (status.error if status else "")
+        if not error and self.helper is not None and self.helper.poll() not in (None, 0):
+            error = f"the forwarding helper exited with code {self.helper.returncode} (see {os.path.join(self.spool_dir, 'helper.log')})"
+        return error
+
+
+def server_down(uri: str | None) -> str:
+    """Why points still wait, when the helper could not say (it may sit in MLflow's HTTP
+    retries of a request the dying server never answered): a stdlib probe of an http store."""
+    if not uri or not uri.startswith(("http://", "https://")):
+        return ""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=2):
+            return ""
+    except OSError as exc:
+        return f"MLflow server {uri} unreachable ({type(exc).__name__})"
+
+
+def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: SinkConfig,
+                    job_id: str, drained: bool, error: str = "") -> DeliveryReport:
+    notes = []
+    if counts.pending:
+        why = error or ("drain timed out" if not drained else "not yet forwarded")
+        notes.append(f"{counts.pending} records wait in {spool_dir} ({why}); deliver them with "
+                     f"`platform-run sync {job_id}`")
+    elif error:
+        notes.append(f"tracking: {error}")
+    if counts.partial_lines:
+        notes.append(f"{counts.partial_lines} rank(s) stopped mid-line: that last line is ignored")
+    if counts.skipped:
+        notes.append(f"{counts.skipped} unreadable spool lines skipped")
+    if counts.rejected:
+        notes.append(f"{counts.rejected} records refused by {sink} (see *.state.json last_error)")
+    if counts.refused:
+        notes.append(f"{counts.refused} records refused in the ranks: over MLflow's size limits "
+                     "(see the ranks' warnings)")
+    if counts.quarantined:
+        notes.append(f"{counts.quarantined} spool lines too large to deliver, kept in "
+                     f"{spool_dir}/rank_*.jsonl.quarantine")
+    hint = f"{sink}: {counts.delivered} records delivered" + (f"; {notes[0]}" if notes else "")
+    if sink == "mlflow":
+        hint += f"; compare ranks: {compare_hint(job_id)}"
+    saved = SinkConfig.load(spool_dir) or config
+    return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,
+                          reason="; ".join(notes), parent_run_id=saved.parent_run_id,
+                          ui_hint=hint, skipped=counts.skipped, rejected=counts.rejected,
+                          spool_dir=spool_dir, refused=counts.refused,
+                          quarantined=counts.quarantined)
+
+
+def workers(plan: PlanView) -> list[RankView]:
+    return [r for r in plan.ranks if getattr(r, "role", "worker") == "worker"]
+
+
+def job_environment(plan: PlanView) -> dict:
+    """What the ranks will see (the process env plus .env values the launcher merged in), so
+    MLFLOW_TRACKING_URI or PLATFORM_TRACKING from a .env file count here too."""
+    ranks = workers(plan)
+    return {**os.environ, **(dict(ranks[0].env) if ranks else {})}
+
+
+def local_store_notes(config: SinkConfig) -> list[str]:
+    servers = config.job.get("servers", 1)
+    if servers > 1 and (config.tracking_uri or "").startswith("sqlite:"):
+        return [f"tracking: this job spans {servers} servers but the MLflow store is a local "
+                f"sqlite file ({config.tracking_uri}): each server keeps only its own ranks. Run "
+                "`platform-run server` and set MLFLOW_TRACKING_URI on every server (README, "
+                "multi-server)"]
+    return []
+
+
+def end_reason(result: ResultView) -> str:
+    cause = getattr(result, "root_cause", None)
+    if cause is not None:
+        return f"{cause.label} {cause.how}"
+    return str(getattr(result, "reason", "") or "")
+
+
+def final_status(result: ResultView) -> str:
+    """MLflow RunStatus of a job: an interrupted job was KILLED, it did not fail."""
+    if getattr(result, "ok", False):
+        return "FINISHED"
+    return "KILLED" if getattr(result, "status", "") == "interrupted" else "FAILED"
+
+
+def helper_environment(plan: PlanView) -> dict:
+    """The launcher's environment plus the sink settings the ranks got from a .env file
+    (MLflow credentials and HTTP timeouts, the wflogger call timeout), so the helper talks to the
+    store as the ranks would."""
+    ranks = workers(plan)
+    extra = {k: v for k, v in (dict(ranks[0].env) if ranks else {}).items()
+             if k.startswith(("MLFLOW_", "PLATFORM_WFLOGGER_"))}
+    return {**os.environ, **extra}
+
+
+def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
+    ranks_ = workers(plan)
+    first_env = job_environment(plan)
+    cwd = ranks_[0].cwd if ranks_ else None
+    host = os.uname().nodename  # = socket.gethostname(), without importing socket
+    tags = {
+        "job_id": plan.job_id,
+        "mode": PLATFORM_RUN_MODE.raw(first_env),
+        "command": " ".join(map(str, plan.command)) if not isinstance(plan.command, str) else plan.command,
+        "backend": str(plan.backend),
+        "world_size": str(plan.world_size),
+        "servers": str(getattr(plan, "nnodes", 1)),
+        "rank_table": rank_table_summary(first_env.get("RANK_TABLE_FILE")),
+    }
+    tags.update({f"env.{k}": first_env[k] for k in PLATFORM_VARIABLES if first_env.get(k)})
+    ranks = {
+        str(r.rank_id): {"rank_id": r.rank_id, "device_id": r.device_id,
+                         "server_id": PLATFORM_SERVER_ID.raw(r.env) or host, "host": host,
+                         "log_path": str(r.log_path) if r.log_path else None}
+        for r in ranks_
+    }
+    source, source_type = conventions.source(first_env, plan.command, cwd)
+    return SinkConfig(
+        sink=sink_name, layout=layout,
+        tracking_uri=conventions.default_store(cwd, first_env)[0] if sink_name == "mlflow" else None,
+        experiment_name=conventions.experiment_name(first_env, cwd),
+        job={"job_id": plan.job_id, "job_name": plan.job_name, "run_name": plan.job_id,
+             # one job across servers: one parent for all (sinks/mlflow_job.py)
+             "servers": int(getattr(plan, "nnodes", 1) or 1),
+             "server_id": str(getattr(plan, "server_id", "localhost")),
+             "attempt": int(getattr(plan, "attempt", 0) or 0),
+             "poll_stop": getattr(plan, "backend", "") == "rank-table",
+             "parent": True, "tags": tags, "user": conventions.user(), "source": source,
+             "source_type": source_type, "params": conventions.notebook_parameters(first_env)},
+        ranks=ranks,
+    )
+
+
+def rank_table_summary(path: str | None) -> str:
+    if not path:
+        return "none"
+    try:
+        from platform_plugin.ranktable import load
+        table = load(path)
+        servers = ", ".join(f"{s.server_id}:{len(s.devices)}" for s in table.servers)
+        return f"{os.path.basename(path)}: {table.rank_size} devices on {len(table.servers)} server(s) ({servers})"
+    except Exception:  # noqa: BLE001 - a summary is a tag, not a check (doctor checks)
+        return os.path.basename(path)
+
+
+def start_helper(spool_dir: str, environ: dict | None = None) -> subprocess.Popen:
+    """Start the forwarding helper (tracking/delivery/helper.py) for a spool folder; the caller reaps
+    it (`SpoolingJobTracking._spawn`)."""
+    env = dict(os.environ if environ is None else environ)
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env[PLATFORM_TRACKING_HELPER.name] = str(spool_dir)
+    # One request must not outlive the drain deadline by minutes: the helper retries whole passes
+    # itself (exactly once through the offsets), so MLflow's own chain (7 retries, backoff up to
+    # 2 min) against a dead server only delays giving up. A user's own settings win.
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    env.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    with open(os.path.join(spool_dir, "helper.log"), "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "platform_plugin.tracking.delivery.helper", str(spool_dir)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                env=env, start_new_session=True, close_fds=True)
+    return proc

@@ -1,0 +1,1 @@
+"""The rank side of tracking: the in-rank API, its spool and identity (the stdlib only)."""

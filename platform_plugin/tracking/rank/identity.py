@@ -1,0 +1,65 @@
+"""Who is logging: the rank's identity, read once from the environment the launcher set.
+
+The platform's own docs suffix names with `os.getenv('RANK_ID', 'no-rank')`; a process
+started without a rank id gets the same `no-rank` label so names stay comparable.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections import namedtuple
+
+NO_RANK = "no-rank"
+
+
+class RankIdentity(namedtuple("RankIdentity", "rank_id device_id job_id job_name server_id host")):
+    """Who this process is in its job: rank_id, device_id (str or None), job_id, job_name,
+    server_id, host. An immutable value; a named tuple, not a dataclass: the launcher imports
+    this module's process (a rank), and `dataclasses` costs its start-up ~10 ms."""
+
+    __slots__ = ()
+
+    @property
+    def label(self) -> str:
+        """Suffix used for flat keys and wflogger names (`loss-3`, `loss-no-rank`)."""
+        return self.rank_id if self.rank_id is not None else NO_RANK
+
+    @property
+    def stream(self) -> str:
+        """Spool file stem of this rank (`rank_3`, `rank_no-rank`)."""
+        return stream_name(self.label)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "RankIdentity":
+        env = os.environ if environ is None else environ
+        import socket  # here: only a rank's tracker asks who it is
+        host = socket.gethostname()
+        job_name = env.get("PLATFORM_JOB_NAME") or script_stem()
+        return cls(
+            rank_id=env.get("RANK_ID") or None,
+            device_id=env.get("DEVICE_ID") or None,
+            job_id=env.get("JOB_ID") or _new_job_id(job_name),
+            job_name=job_name,
+            server_id=env.get("PLATFORM_SERVER_ID") or host,
+            host=host,
+        )
+
+
+def stream_name(label: str) -> str:
+    return f"rank_{label}"
+
+
+def run_name(label: str) -> str:
+    """`rank-03` so the MLflow UI sorts ranks numerically; non-numeric labels kept as is."""
+    return f"rank-{int(label):02d}" if label.isdigit() else f"rank-{label}"
+
+
+def script_stem() -> str:
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else "python"
+    return os.path.splitext(os.path.basename(argv0.rstrip("/")))[0] or "python"  # Path.stem
+
+
+def _new_job_id(job_name: str) -> str:
+    """A process run without the launcher names its own job as the launcher would."""
+    from platform_plugin.tracking.rank.job_id import new_job_id  # (a launched rank has its JOB_ID)
+    return new_job_id(job_name)

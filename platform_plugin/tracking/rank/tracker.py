@@ -1,0 +1,205 @@
+"""The in-rank API. Every call appends one line to the rank's spool buffer and returns: no
+network, no sink, no MLflow import in the training thread.
+
+Without a launcher (no PLATFORM_TRACKING_SPOOL_DIR) the process spools under
+`<PLATFORM_LOG_DIR or ./platform_logs>/<job id>/tracking` and forwards from a background thread
+of its own, drained at exit.
+
+What a rank logged reaches its spool: the buffer is written every 0.2 s, when 1,000 lines wait,
+at exit (atexit) and on SIGTERM (the launcher stops the other ranks with it when one fails): a
+handler chained in front of the program's own writes the buffer, then lets the signal do what
+it did before. Only SIGKILL can lose the last 0.2 s.
+
+Values over MLflow's documented limits (param values 6,000 characters, tag values 8,000, names
+250) are refused here, with a warning naming them, and counted in the job's delivery report:
+sent on, they would be refused by the store or stall a server's request.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from platform_plugin.tracking.rank.identity import RankIdentity
+from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter, encode, encode_metric
+
+FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
+# MLflow's limits (mlflow.utils.validation: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
+# MAX_TAG_VAL_LENGTH), kept here so a rank never imports MLflow
+MAX_NAME_CHARS, MAX_PARAM_CHARS, MAX_TAG_CHARS = 250, 6000, 8000
+REFUSED_KEY = ""  # the key cache's mark for a metric name over the limit (a real key is never empty)
+
+
+class Tracker:
+    """Params, metrics, tags and artifacts of one rank. Steps default to a per-key counter
+    (0, 1, 2, ...) so curves of ranks line up without passing `step`."""
+
+    def __init__(self, spool_dir: str | os.PathLike, identity: RankIdentity, *,
+                 flush_interval: float = FLUSH_INTERVAL_S, on_close=None):
+        self.identity = identity
+        self.spool_dir = Path(spool_dir)
+        self.spool_path = self.spool_dir / f"{identity.stream}{SPOOL_SUFFIX}"
+        self._writer = SpoolWriter(self.spool_path)
+        self._keys: dict[str, str] = {}  # name -> its JSON spelling, encoded once
+        self._steps: dict[str, int] = {}
+        self._on_close = on_close
+        self._warned: set[tuple[str, str]] = set()
+        self._closed = False
+        self._stop = threading.Event()
+        self._flush_interval = flush_interval
+        self._flusher = threading.Thread(target=self._flush_loop, name="tracking-flush", daemon=True)
+        self._flusher.start()
+
+    # --- public API ------------------------------------------------------------------------
+    def log_metric(self, name: str, value, step: int | None = None) -> None:
+        key = self._keys.get(name)
+        if key is None:
+            key = self._new_key(name)
+        if not key:  # REFUSED_KEY
+            self._refuse("m", name, f"name of {len(str(name))} characters (MLflow keeps {MAX_NAME_CHARS})")
+            return
+        if step is None:
+            step = self._steps.get(name, 0)
+        self._steps[name] = step + 1
+        self._writer.append(encode_metric(key, float(value), int(step), int(time.time() * 1000)))
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        for name, value in metrics.items():
+            self.log_metric(name, value, step)
+
+    def log_param(self, name: str, value) -> None:
+        name, value = str(name), str(value)
+        if self._fits("p", name, value, MAX_PARAM_CHARS):
+            self._writer.append(encode("p", name, value))
+
+    def log_params(self, params: dict) -> None:
+        for name, value in params.items():
+            self.log_param(name, value)
+
+    def set_tag(self, name: str, value) -> None:
+        name, value = str(name), str(value)
+        if self._fits("t", name, value, MAX_TAG_CHARS):
+            self._writer.append(encode("t", name, value))
+
+    def log_artifact(self, local_path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        """The file is read when the forwarder ships it: don't change it afterwards."""
+        self._writer.append(encode("a", str(Path(local_path).resolve()), artifact_path))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._writer.close()
+        if self._on_close is not None:
+            self._on_close()
+
+    # --- internals -------------------------------------------------------------------------
+    def _new_key(self, name) -> str:
+        text = str(name)
+        key = self._keys[name] = REFUSED_KEY if len(text) > MAX_NAME_CHARS else json.dumps(text)
+        return key
+
+    def _fits(self, kind: str, name: str, value: str, limit: int) -> bool:
+        what = {"p": "param", "t": "tag"}[kind]
+        if len(name) > MAX_NAME_CHARS:
+            self._refuse(kind, name, f"{what} name of {len(name)} characters (MLflow keeps {MAX_NAME_CHARS})")
+            return False
+        if len(value) > limit:
+            self._refuse(kind, name, f"{what} value of {len(value)} characters (MLflow keeps {limit})")
+            return False
+        return True
+
+    def _refuse(self, kind: str, name, why: str) -> None:
+        """Warn (once per name) and leave a countable mark in the spool instead of the record."""
+        shown = str(name)[:80]
+        if (kind, shown) not in self._warned:
+            self._warned.add((kind, shown))
+            warnings.warn(f"platform_plugin.tracking: {shown!r} not logged: {why}", stacklevel=3)
+        self._writer.append(encode("r", kind, shown, why))
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self._flush_interval):
+            self._writer.flush()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (a DataLoader worker) shares the file but not the parent's buffer;
+        its flusher thread did not survive the fork."""
+        self._writer.drop_buffer()
+        self._stop = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, name="tracking-flush", daemon=True)
+        self._flusher.start()
+
+
+class NullTracker:
+    """Tracking switched off (`--tracking none`): same surface, does nothing."""
+
+    identity = None
+
+    def __getattr__(self, name):
+        return _ignore
+
+
+def _ignore(*args, **kwargs) -> None:
+    return None
+
+
+_tracker: Tracker | NullTracker | None = None
+_lock = threading.Lock()
+
+
+def get_tracker() -> Tracker | NullTracker:
+    """The process's tracker, created on first use from the environment."""
+    global _tracker
+    with _lock:
+        if _tracker is None:
+            _tracker = _create()
+            if isinstance(_tracker, Tracker):
+                atexit.register(_tracker.close)
+                os.register_at_fork(after_in_child=_tracker._after_fork_in_child)
+                flush_on_sigterm(_tracker)
+        return _tracker
+
+
+def flush_on_sigterm(tracker: Tracker) -> bool:
+    """Chain a handler in front of the program's SIGTERM handling that writes the buffer first.
+    Only from the main thread (Python's rule) and only over a handler Python knows (a C-level
+    one cannot be chained); a program that installs its own handler later replaces this one,
+    and then atexit still writes the buffer if its handler exits."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None or previous == signal.SIG_IGN:
+        return False
+
+    def on_sigterm(signum, frame):
+        tracker.flush()
+        if callable(previous):
+            previous(signum, frame)
+            return
+        signal.signal(signum, signal.SIG_DFL)  # then die of the signal, as before
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return True
+
+
+def _create() -> Tracker | NullTracker:
+    from platform_plugin.tracking.sinks import choose
+    sink_name = choose(None)
+    if sink_name is None:
+        return NullTracker()
+    identity = RankIdentity.from_env()
+    spool_dir = os.environ.get("PLATFORM_TRACKING_SPOOL_DIR")
+    if spool_dir:  # the launcher's supervisor forwards
+        return Tracker(spool_dir, identity)
+    from platform_plugin.tracking.delivery.inprocess import start_inprocess_forwarding
+    return start_inprocess_forwarding(sink_name, identity, Tracker)

@@ -1,0 +1,1 @@
+"""MLflow servers: the team server (PostgreSQL, bulk route) and the local UI server."""

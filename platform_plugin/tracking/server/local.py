@@ -1,0 +1,154 @@
+"""A local `mlflow server` for the UI and for tests: lean settings, loopback only.
+
+Lean = no job-execution workers and one web worker: a fraction of the memory and start-up
+time of MLflow's defaults (measured: docs/benchmarks.md, structure section).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from platform_plugin.errors import PlatformPluginError
+from platform_plugin.tracking.sinks.mlflow_sink import sqlite_path
+
+HOST = "127.0.0.1"
+
+
+def server_command(store_uri: str, port: int) -> list[str]:
+    mlflow = Path(sys.executable).with_name("mlflow")
+    cmd = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--backend-store-uri", store_uri,
+           "--host", HOST, "--port", str(port), "--workers", "1"]
+    db = sqlite_path(store_uri)
+    if db is not None:  # artifacts of runs created through the server land next to the store
+        cmd += ["--artifacts-destination", str(db.parent / "mlartifacts")]
+    return cmd
+
+
+def team_server_command(host: str, port: int, workers: int, artifacts: str,
+                        allowed_hosts: str | None = None, bulk: bool = True) -> list[str]:
+    """`mlflow server` for every server of a job: the store URI comes in the environment
+    (MLFLOW_BACKEND_STORE_URI: it holds the database password), artifacts are uploaded through
+    the server (--serve-artifacts) into `artifacts`, so ranks on any machine can log them.
+    `bulk`: MLflow's app plus the bulk metrics route (bulk_app.py; needs `app_env()`)."""
+    mlflow = Path(sys.executable).with_name("mlflow")
+    return [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", host,
+            "--port", str(port), "--workers", str(workers), "--serve-artifacts",
+            "--artifacts-destination", artifacts] + (
+                ["--allowed-hosts", allowed_hosts] if allowed_hosts else []) + (
+                ["--app-name", APP_NAME] if bulk else [])
+
+
+APP_NAME = "platform-bulk"  # the `mlflow.app` entry point in pyproject.toml
+APP_ENTRY = "platform_plugin.tracking.server.bulk_app:create_app"
+
+
+def app_env(folder: str | os.PathLike) -> dict[str, str]:
+    """Environment for `mlflow server --app-name platform-bulk`. MLflow looks the name up among
+    installed `mlflow.app` entry points; when this package runs without its metadata (a
+    checkout on PYTHONPATH, an install older than the entry point) a one-entry distribution
+    record is written into `folder` and put on the server's PYTHONPATH, with this package."""
+    from importlib.metadata import entry_points
+    package_root = str(Path(__file__).resolve().parents[3])
+    paths = [package_root]
+    if APP_NAME not in {ep.name for ep in entry_points(group="mlflow.app")}:
+        info = Path(folder) / "mlflow-app" / "platform_plugin_server_app-1.0.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text("Metadata-Version: 2.1\nName: platform-plugin-server-app\n"
+                                       "Version: 1.0\n")
+        (info / "entry_points.txt").write_text(f"[mlflow.app]\n{APP_NAME} = {APP_ENTRY}\n")
+        paths.insert(0, str(info.parent))
+    return {"PYTHONPATH": os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+
+
+def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike,
+                 command: list[str] | None = None, env: dict | None = None) -> subprocess.Popen:
+    """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker)."""
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **(env or {}))
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(command or server_command(store_uri, port), stdout=log,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        log.close()
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, *, timeout: float = 120,
+                 log_path: str | os.PathLike | None = None) -> None:
+    import requests
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            if requests.get(f"{url}/health", timeout=2).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    tail = Path(log_path).read_text(errors="replace")[-2000:] if log_path else ""
+    stop_server(proc)
+    raise PlatformPluginError(f"mlflow server at {url} did not become healthy "
+                              f"(exit code {proc.returncode}).\n{tail}")
+
+
+def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
+    """SIGTERM to the server's session, SIGKILL to what is left after `grace`. `mlflow server`
+    is a CLI process whose web server (uvicorn and its workers) runs as its children: once
+    they have ended, the server has shut down and all the CLI process still does is its own
+    interpreter teardown - the final garbage collection of everything `import mlflow` made,
+    3.6-4.2 s on this machine - which is cut with SIGKILL once the CLI process has reaped them
+    (it is past waiting for its server), so Ctrl-C on `platform-run ui` or `server` ends when
+    the server has. A leader that had no children when it was told to stop (a server that
+    serves in-process) gets all of `grace` for its own shutdown."""
+    if proc.poll() is None:
+        served_by_children = _others_in_group(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace
+        while proc.poll() is None and time.monotonic() < deadline and not (
+                served_by_children and _server_ended(proc.pid)):
+            time.sleep(0.05)
+    try:  # what is left: the CLI's teardown, workers left in the session, a server past `grace`
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def _others_in_group(leader: int) -> bool:
+    """A live process of the leader's session group besides the leader (its server, workers)."""
+    from platform_plugin.util.procfs import group_members
+    return group_members({leader}).get(leader, []) != [leader]
+
+
+def _server_ended(leader: int) -> bool:
+    """The leader's server has shut down and the leader has seen it end: nothing else of its
+    group lives, and the leader has no child left, not even a zombie (it has reaped its
+    server: whatever it does after waiting for it has begun, and for MLflow that is exiting)."""
+    if _others_in_group(leader):
+        return False
+    from platform_plugin.util.procfs import parent
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and parent(int(entry)) == leader:
+                return False
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return True
+
+
+def start_team_server(store_uri: str, host: str, port: int, *, workers: int, artifacts: str,
+                      folder: str | os.PathLike, allowed_hosts: str | None = None,
+                      bulk: bool = True) -> subprocess.Popen:
+    """`platform-run server`'s MLflow (also the tests' and the benchmark's): the store URI in
+    the environment, the bulk route's app found through `app_env`, log in `folder`."""
+    env = {"MLFLOW_BACKEND_STORE_URI": store_uri, **(app_env(folder) if bulk else {})}
+    return start_server("", port, log_path=Path(folder) / "mlflow-server.log", env=env,
+                        command=team_server_command(host, port, workers, artifacts, allowed_hosts,
+                                                    bulk=bulk))
