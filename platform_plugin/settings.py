@@ -9,21 +9,20 @@ Who owns what (see docs/ranktables-and-variables.md for the full matrix):
 - "derived" values come from the rank table, "default" ones from this module.
 A `.env` never overrides the platform. In a full run a user value that differs from a
 platform value is a ConfigError naming both; in debug it is a warning and the platform wins.
+With a rank table, this server's entry, RANK_SIZE and the debug rank's device come from it, each
+checked against what the platform, the flags and the .env say.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from platform_plugin.errors import ConfigError, Problem, errors_only
-from platform_plugin.util.record import FrozenRecord
+from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment,
+                                       load, parse_visible_devices, select_server)
+from platform_plugin.util.envfile import read_env_file
+from platform_plugin.util.numbers import whole_number
 from platform_plugin.variables import PLATFORM_RUN_MODE
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.ranktable import RankTable, Server
-# `platform_plugin.ranktable` (parsing, rules, formats: ~900 lines) and settings_table.py (what a
-# table decides) are imported only where a rank table was found: a launch without one starts
-# without compiling them.
 
 MODES = PLATFORM_RUN_MODE.choices
 # The variables this module resolves itself; every other .env key passes through untouched.
@@ -36,21 +35,23 @@ AUTO_RULE_FULL = "auto: the platform set RANK_START (full runs only) and no RANK
 AUTO_RULE_DEBUG = "auto: the platform set no RANK_START (or set RANK_ID): debug"
 
 
-class Setting(FrozenRecord):
+@dataclasses.dataclass(frozen=True)
+class Setting:
     """One resolved variable and where its value came from (a row of `platform-run env`).
     `source`: "platform" | ".env" | "flag" | "derived" | "default" | "unset"."""
 
     name: str
     value: str | None
     source: str
-    note: str
-    __slots__ = tuple(__annotations__)  # the fields, in order
+    note: str = ""
 
-    def __init__(self, name: str, value: str | None, source: str, note: str = "") -> None:
-        self._init(name, value, source, note)
+    def as_dict(self) -> dict[str, str | None]:
+        """For `platform-run env --json`."""
+        return dataclasses.asdict(self)
 
 
-class Settings(FrozenRecord):
+@dataclasses.dataclass(frozen=True)
+class Settings:
     """The resolved platform settings of this server (mode, rank table, ranks, .env).
 
     mode_source: "flag" | "PLATFORM_RUN_MODE" | "auto: <rule>"; rank_table: parsed, validated;
@@ -70,19 +71,9 @@ class Settings(FrozenRecord):
     device_id: int | None
     user_env: dict[str, str]
     table: tuple[Setting, ...]
-    problems: tuple[Problem, ...]
-    visible_devices: str | None
-    env_file: str | None
-    __slots__ = tuple(__annotations__)  # the fields, in order
-
-    def __init__(self, mode: str, mode_source: str, rank_table_file: str | None,
-                 rank_table: RankTable | None, server: Server | None, rank_start: int,
-                 rank_id: int | None, rank_size: int | None, device_id: int | None,
-                 user_env: dict[str, str], table: tuple[Setting, ...],
-                 problems: tuple[Problem, ...] = (), visible_devices: str | None = None,
-                 env_file: str | None = None) -> None:
-        self._init(mode, mode_source, rank_table_file, rank_table, server, rank_start, rank_id,
-                   rank_size, device_id, user_env, table, problems, visible_devices, env_file)
+    problems: tuple[Problem, ...] = ()
+    visible_devices: str | None = None
+    env_file: str | None = None
 
     def process_env(self) -> dict[str, str]:
         """Variables to add to a child's (kernel's, rank's) environment: .env values
@@ -186,7 +177,6 @@ class _Resolver:
     def integer(self, name: str, chosen: tuple[str, str] | None) -> int | None:
         if chosen is None:
             return None
-        from platform_plugin.util.numbers import whole_number  # (a launch without one: not loaded)
         value = whole_number(chosen[1])
         if value is not None:
             return value
@@ -201,6 +191,13 @@ class _Resolver:
     def row_from(self, name: str, chosen: tuple[str, str] | None, note: str = "") -> None:
         self.row(name, chosen[1] if chosen else None, chosen[0] if chosen else "unset", note)
 
+    def table_problems(self, problems: list[Problem], source: str) -> None:
+        # check_environment says what is wrong; the user also needs to know where it was set
+        for p in problems:
+            label = SOURCE_LABELS.get(source, f"the {source} value")
+            self.problems.append(Problem(p.code, f"{p.message} ({p.path} came from {label}.)",
+                                         p.path, p.severity))
+
 
 def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
             env_file: str | None = None, flags: dict[str, object] | None = None,
@@ -213,7 +210,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     """
     environ = dict(os.environ if environ is None else environ)
     cwd = cwd or os.getcwd()
-    dotenv, env_path = _env_values(env_file, cwd)
+    dotenv, env_path = read_env_file(env_file, cwd)
     mode, mode_source = choose_mode(mode, environ)
     r = _Resolver(mode, environ, dotenv, normalize_flags(flags))
     if "PLATFORM_RUN_MODE" in dotenv:
@@ -231,7 +228,6 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     table_path = os.path.join(cwd, table_file[1]) if table_file else None
     table = None
     if table_path:
-        from platform_plugin.ranktable import RankTableError, load
         try:
             table = load(table_path, wait_timeout=wait_timeout)
         except RankTableError as exc:
@@ -243,8 +239,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     rank_size = _resolve_rank_size(r, table)
     rank_id, device_id = _resolve_rank_and_device(r, table, server, rank_start, visible_value)
     if table is not None:  # without a table (a CPU box) the variable is not used
-        from platform_plugin.settings_table import check_visible_format
-        check_visible_format(r, visible_value)
+        _check_visible_format(r, visible_value)
 
     user_env = _user_env(r, dotenv, environ)
     errors = errors_only(r.problems)
@@ -255,15 +250,6 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     return Settings(mode, mode_source, table_path, table, server, rank_start, rank_id, rank_size,
                     device_id, user_env, tuple(r.rows[n] for n in order), tuple(r.problems),
                     visible_value, env_path)
-
-
-def _env_values(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
-    """The .env's values and path; util/envfile.py loads only when there is a file to read
-    (or --env-file names one): most launches have none."""
-    if not env_file and not os.path.lexists(os.path.join(cwd, ".env")):
-        return {}, None
-    from platform_plugin.util.envfile import read_env_file
-    return read_env_file(env_file, cwd)
 
 
 def _user_env(r: _Resolver, dotenv: dict[str, str], environ: dict[str, str]) -> dict[str, str]:
@@ -281,23 +267,38 @@ def _user_env(r: _Resolver, dotenv: dict[str, str], environ: dict[str, str]) -> 
 
 def _resolve_rank_start(r: _Resolver, table: RankTable | None,
                         local_addresses: set[str] | None) -> tuple[Server | None, int]:
+    """This server's entry (by RANK_START if given, else by this host's addresses)."""
     chosen = r.platform_owned("RANK_START") if r.mode == "full" else r.user_owned("RANK_START")
     value = r.integer("RANK_START", chosen)
     if table is None:
         r.row_from("RANK_START", chosen) if chosen else r.row("RANK_START", 0, "default")
         return None, value or 0
-    from platform_plugin.settings_table import rank_start_from_table
-    return rank_start_from_table(r, table, chosen, value, local_addresses)
+    try:
+        server = select_server(table, rank_start=value, local_addresses=local_addresses)
+    except RankTableError as exc:
+        r.table_problems(exc.problems, chosen[0]) if chosen else r.problems.extend(exc.problems)
+        r.row_from("RANK_START", chosen)
+        return None, value or 0
+    if chosen:
+        r.row_from("RANK_START", chosen, f"server {server.server_id}")
+    else:
+        r.row("RANK_START", server.first_rank, "derived", f"first rank of server "
+              f"{server.server_id}" + (" (this host)" if len(table.servers) > 1 else ""))
+    return server, server.first_rank
 
 
 def _resolve_rank_size(r: _Resolver, table: RankTable | None) -> int | None:
+    """The table's RANK_SIZE; one set anywhere else must agree."""
     cands = r.candidates("RANK_SIZE")
     if table is None:
         chosen = cands[0] if cands else None
         r.row_from("RANK_SIZE", chosen, "no rank table: not checked" if chosen else "")
         return r.integer("RANK_SIZE", chosen)
-    from platform_plugin.settings_table import rank_size_from_table
-    return rank_size_from_table(r, table, cands)
+    for source, value in cands:  # set anywhere and different from the table: an error
+        if r.integer("RANK_SIZE", (source, value)) is not None:
+            r.table_problems(check_environment(table, {"RANK_SIZE": value}), source)
+    r.row("RANK_SIZE", table.rank_size, "derived", f"{len(table.servers)} server(s) in the table")
+    return table.rank_size
 
 
 def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Server | None,
@@ -318,5 +319,53 @@ def _resolve_rank_and_device(r: _Resolver, table: RankTable | None, server: Serv
         r.row_from("RANK_ID", chosen)
         r.row_from("DEVICE_ID", device, "no rank table: not checked" if device else "")
         return rank_id, r.integer("DEVICE_ID", device)
-    from platform_plugin.settings_table import rank_and_device_from_table
-    return rank_and_device_from_table(r, table, server, rank_start, visible, chosen, rank_id)
+    return _rank_and_device_from_table(r, table, server, rank_start, visible, chosen, rank_id)
+
+
+def _rank_and_device_from_table(r: _Resolver, table: RankTable, server: Server | None,
+                                rank_start: int, visible: str | None,
+                                chosen: tuple[str, str] | None,
+                                rank_id: int | None) -> tuple[int | None, int | None]:
+    """Debug: the kernel's rank (RANK_ID, else this server's first) and its device."""
+    if chosen is None and server is not None:
+        rank_id = rank_start
+        r.row("RANK_ID", rank_id, "default", "first rank of this server; set RANK_ID to change")
+    else:
+        r.row_from("RANK_ID", chosen)
+    if rank_id is None:
+        r.row("DEVICE_ID", None, "unset")
+        return None, None
+    env = {"RANK_ID": str(rank_id), "RANK_START": str(rank_start)} if server else \
+        {"RANK_ID": str(rank_id)}
+    rank_problems = check_environment(table, env)
+    r.table_problems(rank_problems, chosen[0] if chosen else "default")
+    if rank_problems:
+        r.row("DEVICE_ID", None, "unset", "no valid RANK_ID")
+        return rank_id, None
+    try:
+        device_id = table.device_id_for_rank(rank_id, visible)
+    except RankTableError as exc:
+        r.problems.extend(exc.problems)
+        r.row("DEVICE_ID", None, "unset")
+        return rank_id, None
+    for source, value in r.candidates("DEVICE_ID"):  # a set DEVICE_ID must agree
+        if r.integer("DEVICE_ID", (source, value)) is not None:
+            r.table_problems(check_environment(table, {
+                "RANK_ID": str(rank_id), "DEVICE_ID": value, VISIBLE_DEVICES: visible or ""}),
+                source)
+    _server, device = table.device_for_rank(rank_id)
+    via = f" via {VISIBLE_DEVICES}" if visible and device.device_id != device_id else ""
+    r.row("DEVICE_ID", device_id, "derived", f"rank {rank_id} is physical device "
+          f"{device.device_id}{via}")
+    return rank_id, device_id
+
+
+def _check_visible_format(r: _Resolver, visible: str | None) -> None:
+    """ASCEND_RT_VISIBLE_DEVICES must be a list of numbers whatever the mode (with a table):
+    `env` and `doctor --mode full` say so rather than the launch refusing it later."""
+    if not visible or any(p.code == "RT_VISIBLE_DEVICES" for p in r.problems):
+        return
+    try:
+        parse_visible_devices(visible)
+    except RankTableError as exc:
+        r.problems.extend(exc.problems)

@@ -7,18 +7,18 @@ import io
 import os
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 
 
 def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
     """The .env values ({} when the default ./.env does not exist, or is a folder: a virtualenv
     made with `python -m venv .env`); None values are dropped. A default ./.env that is there
     but cannot be read as a file (a FIFO, a device, a dangling link, a link loop) is refused:
-    before, it was skipped in silence and every rank ran without the user's settings."""
+    skipping it would run every rank without the user's settings."""
     path = os.path.join(cwd, env_file) if env_file else os.path.join(cwd, ".env")
     if not env_file and (not os.path.lexists(path) or os.path.isdir(path)):
         return {}, None
-    # imported here: a rank's tracker reaches this module (job_log_dir) and must need only
-    # the standard library
+    # python-dotenv imports logging, tempfile and typing: loaded only when there is a file
     from dotenv.parser import parse_stream
     text = _env_file_text(path, bool(env_file))
     try:
@@ -57,7 +57,6 @@ def variable_bytes(name: str, value: str) -> int:
 def _env_file_text(path: str, explicit: bool) -> str:
     """The file's text: a regular file, bounded, opened without blocking (a FIFO waits for a
     writer forever), without NUL bytes (no process variable can hold one)."""
-    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
         text = read_regular_file(path, MAX_ENV_FILE_BYTES).decode("utf-8")
     except FileNotFoundError:
