@@ -21,8 +21,9 @@ from typing import Iterable
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.code_lock import (BUSY_TRIES, BUSY_WAIT_S, LockUnavailable, RootLock,
-                                            held_folders, lock_dir, nobody_holds, open_lock,
-                                            still_at)
+                                            busy, held_folders, lock_dir, nobody_holds,
+                                            open_lock, still_at)
+from platform_plugin.util import lost_locks
 
 GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
 
@@ -105,17 +106,15 @@ def refuse_deleted_holds(locks: list[tuple[RootLock, bool]]) -> None:
     """CLEAN_ROOT_BUSY when a process still holds one of these locks on a file that was
     deleted under it (util/lost_locks.py: a /tmp cleaner, a user's rm): the new file this
     cleanup locked or found free does not show it. (lock, exclusive): as in check_free."""
-    from platform_plugin.util.lost_locks import deleted_holds
     wanted = {lock.path: exclusive for lock, exclusive in locks if lock.path}
-    found = deleted_holds(wanted)
+    found = lost_locks.deleted_holds(wanted)
     for _ in range(BUSY_TRIES):  # a last holder unlinks its file, then closes it: an instant
         if not found:
             return
         time.sleep(BUSY_WAIT_S)
-        found = deleted_holds(wanted)
+        found = lost_locks.deleted_holds(wanted)
     for path, pid, holder in found:
         lock = next(lock for lock, _ in locks if lock.path == path)
-        from platform_plugin.util.lock_refusal import busy
         raise busy(lock.kind, lock.root, lock.what, f"{holder}; its lock file was deleted under "
                    f"it, pid {pid} still holds it", exclusive=wanted[path])
 

@@ -13,7 +13,7 @@ created. A full run turns its exclusive hold shared without a gap (cleanup/lock.
 flock dies with its holder, even by SIGKILL. The files live in one private folder per user,
 /tmp/platform-run-locks-<uid> (`lock_dir`): not in CODE/ (which the platform snapshots), not in
 $TMPDIR (a kernel and a terminal may set it differently). A name is the folder's device and
-inode (a symlink, `..` or a bind mount to it: one lock; no hashlib on the launch path). The
+inode (a symlink, `..` or a bind mount to it: one lock). The
 last holder removes the file. A job that cannot take a lock file goes on; a cleanup refuses
 (CLEAN_LOCK_UNAVAILABLE): it could not see that job.
 """
@@ -23,12 +23,9 @@ import fcntl
 import os
 import stat
 import time
+from typing import Iterable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Iterable
-
-    from platform_plugin.errors import ConfigError
+from platform_plugin.errors import ConfigError
 
 OPEN_TRIES = 5  # a holder may remove the file between our open and flock: open anew
 BUSY_TRIES, BUSY_WAIT_S = 5, 0.01  # while held exclusively for an instant (a release, a check)
@@ -72,8 +69,8 @@ def lock_path(folder: str | os.PathLike, kind: str = "code") -> str:
 def write_holder(fd: int, holder: str) -> None:
     """Who took a lock file last, for a refusal's message. Only a name: a full disk (ENOSPC)
     must not fail the job, nor leave the lock held. Written, then cut to its length: ext4
-    flushes a file truncated to 0 and then written when it is closed (auto_da_alloc), which cost
-    ~1-3 ms per lock file on a disk /tmp; this order costs ~0.05 ms."""
+    flushes a file truncated to 0 and then written when it is closed (auto_da_alloc), a disk
+    write per lock file on a disk /tmp; this order does not trigger it."""
     data = holder.encode()
     try:
         os.pwrite(fd, data, 0)
@@ -181,7 +178,6 @@ class RootLock:
 
     def _require(self) -> None:
         if self.problem:
-            from platform_plugin.util.lock_refusal import unavailable  # only a refusal
             raise unavailable(self.root, self.problem)
 
     def _acquire(self, path: str, exclusive: bool) -> None:
@@ -226,8 +222,7 @@ class RootLock:
             self.fd = -1
 
     def _busy(self, holder: str, exclusive: bool) -> ConfigError:
-        """CLEAN_ROOT_BUSY naming `holder` (its words: util/lock_refusal.py, loaded only then)."""
-        from platform_plugin.util.lock_refusal import busy
+        """CLEAN_ROOT_BUSY naming `holder`."""
         return busy(self.kind, self.root, self.what, holder, exclusive)
 
     def check_free(self, *, exclusive: bool = True, required: bool = False) -> None:
@@ -336,3 +331,44 @@ class JobHold:
 
     def __exit__(self, *exc_info: object) -> None:
         self.release()
+
+
+# ------------------------------------------------------------------ the words of a refusal
+
+def busy(kind: str, root: str | os.PathLike, what: str, holder: str,
+         exclusive: bool) -> ConfigError:
+    """CLEAN_ROOT_BUSY: `what` may not work in `root` while `holder` (the last to write the lock
+    file, maybe "") holds its `kind` lock (`exclusive`: we asked for it alone)."""
+    last = f" (the last to start there: {holder}{_ended(holder)})" if holder else ""
+    if kind == "tree":  # a job works in the folder, our cleanup below it
+        text = (f"{what} would remove files in {root}, the working folder of a running job or "
+                f"notebook run{last}. Wait for them to end (or stop them), then retry")
+    elif kind == "below":  # a cleanup works below the folder, we in all of it
+        text = (f"a folder in {root} is being cleaned by {holder or 'a cleanup'}, and {what} "
+                "would work there too. Retry when that cleanup has ended")
+    elif exclusive:
+        text = (f"{root} is in use by a job, a notebook run or a cleanup{last}: a cleanup there "
+                "would remove files they are writing. Wait for them to end (or stop them), "
+                "then retry")
+    else:
+        text = (f"{root} is being cleaned by {holder or 'a cleanup'}: it would remove the files "
+                f"{what} works on. Retry when the cleanup has ended")
+    return ConfigError(text, code="CLEAN_ROOT_BUSY")
+
+
+def unavailable(root: str | os.PathLike, problem: str) -> ConfigError:
+    """CLEAN_LOCK_UNAVAILABLE: a cleanup that cannot take its lock file could not see a job."""
+    return ConfigError(f"cannot use the lock of {root}: {problem}. Without it a cleanup could "
+                       "remove files a running job writes, so nothing was removed",
+                       code="CLEAN_LOCK_UNAVAILABLE")
+
+
+def _ended(holder: str) -> str:
+    """Shared holders rewrite the name, so the one named may have ended while others go on."""
+    try:
+        os.kill(int(holder.rsplit("(pid ", 1)[1].rstrip(")")), 0)
+    except ProcessLookupError:
+        return ", which has ended since: another one is still there"
+    except (IndexError, ValueError, OSError):
+        pass  # no pid in it; alive (EPERM: another user's)
+    return ""

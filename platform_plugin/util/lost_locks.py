@@ -6,8 +6,7 @@ and a cleanup opening the name makes a new file and gets it exclusively - flock 
 conflict, and the cleanup would remove what the job writes. The kernel still knows the hold:
 /proc/locks lists every flock with its holder's pid and the file's device and inode, and the
 holder's /proc/<pid>/fd names the file it opened, with " (deleted)". A cleanup asks both
-(only this user's processes can be read: the lock folder is per user anyway). Imported only
-by a cleanup: a job's start does not compile it.
+(only this user's processes can be read: the lock folder is per user anyway).
 """
 from __future__ import annotations
 
