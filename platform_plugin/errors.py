@@ -6,52 +6,22 @@ doctor row and a test assertion. Exceptions carry problems when a caller must st
 """
 from __future__ import annotations
 
+import dataclasses
 
 
+@dataclasses.dataclass(frozen=True)
 class Problem:
     """One finding with a stable `code` (tests and docs key on it, never on the message).
-
-    An immutable value (equal and hashable by its fields). A plain class, not a dataclass:
-    every command imports this module, and `dataclasses` would double `platform-run --help`'s
-    import time."""
-
-    __slots__ = ("code", "message", "path", "severity")
+    An immutable value: it crosses process boundaries (multiprocessing) pickled."""
 
     code: str  # e.g. "RT_RANK_GAP", "ENV_CONFLICT"
     message: str  # what is wrong AND what to do about it
-    path: str  # JSON path ("server_list[1].device[3].rank_id") or a variable name
-    severity: str  # "error" | "warning"
-
-    def __init__(self, code: str, message: str, path: str = "", severity: str = "error"):
-        for name, value in zip(self.__slots__, (code, message, path, severity)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Problem is immutable: cannot set {name}")
-
-    def _fields(self) -> tuple[str, str, str, str]:
-        return (self.code, self.message, self.path, self.severity)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Problem):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    def __hash__(self) -> int:
-        return hash(self._fields())
-
-    def __reduce__(self):
-        """Pickled by its fields (the default would set the slots one by one, which
-        `__setattr__` refuses): a Problem crosses process boundaries (multiprocessing)."""
-        return (Problem, self._fields())
+    path: str = ""  # JSON path ("server_list[1].device[3].rank_id") or a variable name
+    severity: str = "error"  # "error" | "warning"
 
     def as_dict(self) -> dict[str, str]:
         """For JSON output (`--json` of env, ranktable and doctor)."""
-        return dict(zip(self.__slots__, self._fields()))
-
-    def __repr__(self) -> str:
-        return (f"Problem(code={self.code!r}, message={self.message!r}, path={self.path!r}, "
-                f"severity={self.severity!r})")
+        return dataclasses.asdict(self)
 
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path else ""

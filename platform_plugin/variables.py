@@ -14,37 +14,30 @@ Stdlib and `errors` only: every layer may import this module.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+from typing import Any, Callable, Mapping
 
 from platform_plugin.errors import ConfigError, Problem
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-
+@dataclasses.dataclass(frozen=True, repr=False)
 class Variable:
-    """One variable. A plain class, not a dataclass: every command imports this module, and
-    `dataclasses` (with `inspect`) would be most of `platform-run launch --help`'s imports."""
+    """One variable."""
 
-    __slots__ = ("name", "type", "default", "doc", "choices", "set_by", "code")
-
-    def __init__(self, name: str, type: Callable[[str], Any], default: Any, doc: str,
-                 choices: Tuple[str, ...] = (), set_by: str = "user",
-                 code: str = "ENV_BAD_VALUE") -> None:
-        self.name = name
-        self.type = type  # str, float, ...
-        self.default = default
-        self.doc = doc
-        self.choices = choices
-        self.set_by = set_by  # "user" | "launcher" (for every rank) | "notebook runner" (kernel)
-        self.code = code  # the Problem code of a value that does not fit
+    name: str
+    type: Callable[[str], Any]  # str, float, ...
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+    set_by: str = "user"  # "user" | "launcher" (for every rank) | "notebook runner" (kernel)
+    code: str = "ENV_BAD_VALUE"  # the Problem code of a value that does not fit
 
     def __repr__(self) -> str:
         return f"Variable({self.name!r})"
 
-    def get(self, environ: Optional[Mapping[str, str]] = None) -> Any:
+    def get(self, environ: Mapping[str, str] | None = None) -> Any:
         """The converted value, or `default` when unset or empty."""
         raw = self.raw(environ)
         if raw == "":
@@ -62,11 +55,11 @@ class Variable:
                                        f"{', '.join(self.choices)}", self.name)])
         return value
 
-    def raw(self, environ: Optional[Mapping[str, str]] = None) -> str:
+    def raw(self, environ: Mapping[str, str] | None = None) -> str:
         """The text as set (stripped), "" when unset: for callers that check it themselves."""
         return ((os.environ if environ is None else environ).get(self.name) or "").strip()
 
-    def is_set(self, environ: Optional[Mapping[str, str]] = None) -> bool:
+    def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
         return bool(self.raw(environ))
 
     def __str__(self) -> str:
@@ -102,8 +95,8 @@ PLATFORM_TRACKING = Variable(
 
 def tracking_off() -> dict[str, str]:
     """The variables of a rank of an untracked job (its tracker spools nothing): what
-    `JobTracking.prepare()` gives, and the launcher's own for `--tracking none`, which does not
-    import tracking's handle before the ranks start (start-up time)."""
+    `JobTracking.prepare()` gives, and the launcher's own for `--tracking none`, which needs
+    nothing else of tracking."""
     return {PLATFORM_TRACKING.name: "none"}
 
 
@@ -147,7 +140,7 @@ PLATFORM_TRACKING_SPOOL_DIR = Variable(
     "PLATFORM_TRACKING_SPOOL_DIR", str, None, "where a rank spools its metrics for the "
     "launcher's forwarder", set_by="launcher")
 
-VARIABLES: Dict[str, Variable] = {v.name: v for v in (
+VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
     PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,

@@ -5,22 +5,15 @@ and the lifeline's reaper, which imports this file without the package: so stdli
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Iterator
-
-
-def process_environ(pid: int) -> dict[str, str]:
-    """The environment `pid` was started with; raises OSError when it is gone or not ours."""
-    return _parse_environ(_raw_environ(pid))
+from typing import Iterator
 
 
 def _raw_environ(pid: int, uid: int | None = None) -> bytes:
     """The raw environ of `pid`; b"" when `uid` is given and the process is not that user's.
     os.open/os.read, not open(): the launcher reads every process's environ at the end of
-    every job, and a buffered file object per process was half of that scan's time."""
+    every job, and a buffered file object per process would double that scan's work."""
     fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
     try:
         if uid is not None and os.fstat(fd).st_uid != uid:  # (the owner of /proc/<pid>)
@@ -52,18 +45,15 @@ def ancestors() -> set[int]:
     return pids
 
 
+@dataclasses.dataclass
 class ProcessInfo:
-    """A live process as /proc shows it (a plain class: no `dataclasses` on the launch path)."""
+    """A live process as /proc shows it."""
 
-    __slots__ = ("pid", "ppid", "env", "cmdline", "pgid")
-
-    def __init__(self, pid: int, ppid: int, env: dict[str, str], cmdline: str,
-                 pgid: int = -1) -> None:
-        self.pid, self.ppid, self.env, self.cmdline, self.pgid = pid, ppid, env, cmdline, pgid
-
-    def __repr__(self) -> str:
-        return (f"ProcessInfo(pid={self.pid}, ppid={self.ppid}, cmdline={self.cmdline!r}, "
-                f"pgid={self.pgid})")
+    pid: int
+    ppid: int
+    env: dict[str, str] = dataclasses.field(repr=False)
+    cmdline: str
+    pgid: int = -1
 
 
 def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
@@ -72,7 +62,7 @@ def user_processes(with_variable: str) -> Iterator[ProcessInfo]:
     empty, so zombies never match.)"""
     uid, skip = os.getuid(), ancestors()
     # a byte search before parsing: the launcher scans every process of the user at every end
-    # of a job, and parsing each environment into a dict was most of that scan's time
+    # of a job, and most environments do not hold the variable
     wanted = b"\0" + with_variable.encode() + b"="
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
