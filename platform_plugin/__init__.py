@@ -10,9 +10,8 @@ a training rank does not pull in the launcher, settings or the notebook runner.
 """
 from __future__ import annotations
 
-import sys
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
@@ -29,8 +28,6 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
     from platform_plugin.errors import ConfigError, PlatformPluginError
     from platform_plugin.launcher.api import launch
     from platform_plugin.launcher.processes.result import JobFailed, JobResult
@@ -43,8 +40,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'platform_plugin' has no attribute {name!r}")
-    __import__(module)  # not importlib.import_module: `importlib` costs start-up time
-    return getattr(sys.modules[module], name)
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:
@@ -52,7 +48,7 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython) -> None:
-    from platform_plugin.magics.dist_run import register
+    from platform_plugin.magics.dist_run import register  # IPython: only inside IPython
     register(ipython)
 
 

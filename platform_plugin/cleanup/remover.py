@@ -20,16 +20,12 @@ report is resolved at the end, children before parents.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from dataclasses import dataclass, field
-from types import ModuleType
-from typing import TYPE_CHECKING
 
 from platform_plugin.cleanup import unlinker
 from platform_plugin.cleanup.unlinker import MAX_MESSAGE, Jobs, job_bytes
-
-if TYPE_CHECKING:
-    from _socket import socket
 
 SEND_BUFFER = 32 * 1024  # the kernel doubles it: ~10-15 folders of 200 files queued at most
 LINK = -1  # in `sizes`: this piece is a symlink (reported as a link of 0 bytes)
@@ -84,7 +80,7 @@ class Remover:
     def __init__(self, errors: list[str]):
         self.errors = errors
         self._outcomes: list[FolderOutcome] = []  # by job number
-        self._sock: socket | None = None  # to the worker, once started
+        self._sock: socket.socket | None = None  # to the worker, once started
         self._pid = 0
         self._here = Jobs()  # the folders the walk removes itself (all, without a worker)
         self._alone = False  # no worker could be started
@@ -124,7 +120,7 @@ class Remover:
         status: int | None = 0
         if self._sock is not None:
             try:
-                self._sock.shutdown(_socket().SHUT_WR)  # the worker's EOF: every job is in
+                self._sock.shutdown(socket.SHUT_WR)  # the worker's EOF: every job is in
                 answers = self._answers()
             except OSError:
                 answers = []  # the worker is gone: reported below
@@ -188,7 +184,6 @@ class Remover:
                            f"{exc.strerror or exc})"))
 
     def _start(self) -> None:
-        socket = _socket()
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except OSError:  # EMFILE, ENFILE, ENOMEM: remove inline
@@ -237,13 +232,6 @@ class Remover:
                 outcome.failed.update(outcome.names)
             self.errors.append(f"./: the remover process ended early ({_status(status)}); "
                                f"what it removed is not listed: run the cleanup again")
-
-
-def _socket() -> ModuleType:
-    # the C module: `socket` (its enums, selectors) would cost every cleanup ~5-10 ms more
-    import _socket
-
-    return _socket
 
 
 def _reap(pid: int) -> int | None:

@@ -20,6 +20,7 @@ from typing import Iterable, Mapping
 
 from platform_plugin.cleanup.tracking_data import store_paths
 from platform_plugin.errors import ConfigError
+from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 from platform_plugin.util.toml import tomllib
 
 KEEP_FILE = ".platformkeep"
@@ -189,9 +190,6 @@ class CleanupRules:
     def is_protected_name(self, name: str) -> bool:
         return name.endswith(PROTECTED_SUFFIXES) or name in PROTECTED_NAMES
 
-    def never_enter(self, name: str) -> bool:
-        return name in NEVER_ENTER
-
 
 def read_keep_file(root: Path) -> list[str]:
     """`.platformkeep` at ROOT: one glob per line (like --keep), `#` starts a comment.
@@ -199,7 +197,6 @@ def read_keep_file(root: Path) -> list[str]:
     It decides what must NOT be deleted, so a keep file that cannot be read as one stops the
     cleanup (exit 2) rather than being ignored: a folder, a fifo or device (a link to
     /dev/zero), more than 1 MiB, or text that is not UTF-8. Read with a bound, never blocking."""
-    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     path = root / KEEP_FILE
     try:
         data = read_regular_file(str(path), KEEP_FILE_MAX_BYTES)

@@ -9,18 +9,24 @@ hold undelivered records.
   `tracking*/` subfolder) a spool with records not yet delivered or runs not yet ended. The
   job folder stays as a whole: `platform-run sync` uploads the rank logs next to the spool.
 
-Pending counts come from the tracking package itself (the forwarder's own `counts()`), loaded
-only when a spool is actually found, so a cleanup without spools never imports it.
+Pending counts come from the tracking package itself (the forwarder's own `counts()`).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Iterable, Mapping
+from urllib.parse import unquote, urlparse
+
+from platform_plugin.tracking.delivery.forwarder import Forwarder
+from platform_plugin.tracking.delivery.state import SINK_FILE, SinkConfig
+from platform_plugin.tracking.job.uri_check import sqlite_file
+from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX
+from platform_plugin.util.envfile import read_env_file
+from platform_plugin.util.regular_file import read_regular_file
 
 URI_VARIABLE = "MLFLOW_TRACKING_URI"
-SINK_FILE = "sink.json"  # = tracking.state.SINK_FILE (not imported: it would load tracking)
-SPOOL_SUFFIX = ".jsonl"  # = tracking.spool.SPOOL_SUFFIX
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal", ".lock")
 ENV_FILE_MAX_BYTES = 1 << 20
 JOB_SINK_GLOBS = ("platform_logs/*/tracking*/" + SINK_FILE,
@@ -40,9 +46,6 @@ def store_paths(root: Path, environ: Mapping[str, str]) -> list[Path]:
 def uri_paths(uri: str, *, bases: Iterable[Path]) -> list[Path]:
     """The files and folders a tracking URI keeps its data in. A relative path is taken
     relative to each of `bases` (the cwd and ROOT: a run may have started in either)."""
-    from urllib.parse import unquote, urlparse  # only when a store is configured
-
-    from platform_plugin.tracking.job.uri_check import sqlite_file
     parsed = urlparse(uri)
     raw = sqlite_file(uri)  # also sqlite+pysqlite:///, and without the query (?timeout=)
     if raw is not None:
@@ -64,17 +67,14 @@ def _anchored(raw: str, bases: Iterable[Path]) -> list[Path]:
 
 
 def _uri_from_env_file(root: Path) -> str | None:
-    """MLFLOW_TRACKING_URI from ROOT/.env, parsed by the settings module (only loaded when the
+    """MLFLOW_TRACKING_URI from ROOT/.env, parsed as the settings parse it (only when the
     file names the variable at all)."""
-    from platform_plugin.util.regular_file import read_regular_file
     try:  # never blocking: open() of a FIFO .env waited for a writer forever (clean hung)
         head = read_regular_file(str(root / ".env"), ENV_FILE_MAX_BYTES)
     except OSError:  # none, not a regular file, too large: the settings report it, not us
         return None
     if URI_VARIABLE.encode() not in head:
         return None
-    from platform_plugin.util.envfile import read_env_file
-
     try:
         values, _ = read_env_file(None, str(root))
     except Exception:  # noqa: BLE001 - a broken .env is the settings' error to report, not ours
@@ -96,9 +96,6 @@ def _job_uris(root: Path) -> list[str]:
 
 
 def _read_sink(path: Path) -> dict:
-    import json  # only when a job folder with a spool exists
-
-    from platform_plugin.util.regular_file import read_regular_file
     try:  # a FIFO named sink.json must not hang the cleanup
         data = json.loads(read_regular_file(str(path), ENV_FILE_MAX_BYTES))
     except (OSError, ValueError):
@@ -124,9 +121,6 @@ def _is_spool_file(name: str) -> bool:
 
 def _undelivered(spool_dir: Path) -> str | None:
     try:
-        from platform_plugin.tracking.delivery.forwarder import Forwarder
-        from platform_plugin.tracking.delivery.state import SinkConfig
-
         config = SinkConfig.load(spool_dir)
         pending = Forwarder(spool_dir, config, None).counts().pending  # type: ignore[arg-type]
     except Exception as exc:  # noqa: BLE001 - unreadable: keep it, that is the safe side

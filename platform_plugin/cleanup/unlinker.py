@@ -1,8 +1,7 @@
 """The cleanup's remover process: it unlinks what the walk decided, on another core.
 
 Run as a script (`python -I -S unlinker.py PARENT_PID SOCKET_FD`) by `remover.Remover`, so
-stdlib only and nothing of the package is imported: it starts in ~15 ms. Why a process and
-not a thread: on tmpfs an unlink is a few microseconds of system call, so a thread that
+stdlib only and nothing of the package is imported. Why a process and not a thread: on tmpfs an unlink is a few microseconds of system call, so a thread that
 unlinks and the walk that decides hand the GIL back and forth all the time and hardly run at
 once (measured: the thread bought nothing over unlinking inline); a process has its own.
 
@@ -30,7 +29,13 @@ only the walk, which stops sending and lets the worker finish the folders alread
 from __future__ import annotations
 
 import os
+import socket
 import sys
+
+try:
+    import ctypes
+except ImportError:  # an interpreter built without it: no PR_SET_PDEATHSIG (see _die_with)
+    ctypes = None  # type: ignore[assignment]
 
 MAX_MESSAGE = 16 * 1024  # well below a unix socket's default send buffer (208 KiB)
 _FD_BYTES = 4
@@ -100,18 +105,14 @@ class Jobs:
 
 def _die_with(parent: int) -> None:
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG = 1, SIGKILL = 9
-    except (ImportError, OSError, AttributeError):
+    except (OSError, AttributeError):  # (AttributeError: no ctypes, or no prctl)
         pass  # no prctl: the socket's end still stops the worker after the folder in hand
     if os.getppid() != parent:
         os._exit(1)  # the walk died before PR_SET_PDEATHSIG was set
 
 
 def serve(parent: int, sock_fd: int) -> None:
-    import _socket as socket  # the C module: `socket` would cost the worker ~10 ms more
-
     _die_with(parent)
     sock = socket.socket(fileno=sock_fd)
     jobs = Jobs()

@@ -17,6 +17,7 @@ from platform_plugin.ranktable.formats import read_document, to_hccl_dict
 from platform_plugin.ranktable.model import (Device, RankTable, RankTableError, Server,
     describe_ranges, parse_visible_devices, runtime_device_id)
 from platform_plugin.ranktable.rules import RULES, check_environment, validate
+from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 
 __all__ = [
     "Device", "Server", "RankTable", "RankTableError", "parse", "load", "validate",
@@ -51,7 +52,6 @@ MAX_TABLE_BYTES = 64 << 20
 def _read_text(path: str) -> str:
     """The file's text. Only a regular file (util/regular_file.py): the table is also read more
     than once (waiting for "completed", then by the launcher), which a pipe cannot be."""
-    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
         return read_regular_file(path, MAX_TABLE_BYTES).decode("utf-8")
     except FileNotFoundError:

@@ -66,9 +66,6 @@ class RankTable:
         _server, device = self.device_for_rank(rank_id)
         return runtime_device_id(device.device_id, visible_devices)
 
-    def server_by_id(self, server_id: str) -> Server | None:
-        return next((s for s in self.servers if s.server_id == server_id), None)
-
 
 def parse_visible_devices(visible_devices: str | None) -> list[int] | None:
     """ASCEND_RT_VISIBLE_DEVICES ("4,5,6,7") as a list of physical ids; None when unset/empty."""

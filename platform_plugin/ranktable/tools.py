@@ -20,7 +20,9 @@ import socket
 from platform_plugin.errors import Problem, errors_only
 from platform_plugin.ranktable import (Device, RankTable, RankTableError, Server, parse_file,
     parse_visible_devices, to_hccl_dict, validate)
-from platform_plugin.ranktable.rules import MAX_DEVICES_PER_SERVER, is_host
+from platform_plugin.ranktable.rules import MAX_DEVICES_PER_SERVER
+from platform_plugin.util.hosts import is_host
+from platform_plugin.util.regular_file import read_regular_file
 
 DEFAULT_HCCN_CONF = "/etc/hccn.conf"
 _ADDRESS = re.compile(r"^\s*address_(\d{1,6})\s*=\s*(\S+)\s*$")
@@ -51,7 +53,6 @@ MAX_HCCN_CONF_BYTES = 1 << 20
 
 
 def read_hccn_conf(path: str = DEFAULT_HCCN_CONF) -> dict[int, str]:
-    from platform_plugin.util.regular_file import read_regular_file
     try:
         text = read_regular_file(path, MAX_HCCN_CONF_BYTES).decode("utf-8", errors="replace")
     except (OSError, ValueError) as exc:  # not found, not a regular file, too large, a NUL

@@ -33,7 +33,7 @@ def _surely_writable(folder: str) -> bool:
     """access(2) said yes, and the file system is a real one with room: mounted read-write,
     with blocks (/proc, /sys and the like have none: access(2) says yes to root there) and
     free blocks and inodes. Otherwise only making an entry tells (`_probe_entry`). The probe is
-    skipped when this holds: on a busy disk its mkdir + rmdir took 1-16 ms before every job."""
+    skipped when this holds: on a busy disk a mkdir + rmdir before every job is a wait."""
     try:
         fs = os.statvfs(folder)
     except OSError:

@@ -2,16 +2,13 @@
 
 The one owner of these names: the launcher writes them, the doctor, `platform-run sync|compare`
 and the notebook runner find them here. (The job id itself is made by
-`tracking.job_id.new_job_id`: a rank run without the launcher names its job the same way.)
+`tracking.rank.job_id.new_job_id`: a rank run without the launcher names its job the same way.)
 """
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from pathlib import Path
-    from typing import Iterable, Mapping
+from pathlib import Path
+from typing import Iterable, Mapping
 
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
@@ -35,7 +32,6 @@ def log_name(process: str) -> str:
 def latest_job(log_dir: str | os.PathLike, markers: Iterable[str] = (JOB_FILE,)) -> Path | None:
     """The job folder in `log_dir` whose newest marker file (a glob relative to the job folder,
     e.g. `job.json` or `tracking*/sink.json`) changed last; None when no folder has one."""
-    from pathlib import Path  # here: the launcher's start does not need pathlib
     base = Path(log_dir)
     newest: tuple[float, Path] | None = None
     for job in (d for d in base.iterdir() if d.is_dir()) if base.is_dir() else ():

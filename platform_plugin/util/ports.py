@@ -2,6 +2,9 @@
 requested one is free."""
 from __future__ import annotations
 
+import os
+import socket
+
 from platform_plugin.errors import ConfigError, Problem
 
 
@@ -17,10 +20,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS says is free now, outside the ephemeral range when there is room for one.
     Another process may take it before the rank binds it; the window is milliseconds, and a
     clash shows up as the scheduler/rank 0 failing to bind."""
-    import socket  # here, as below: a job that needs no port starts without the socket module
     first, end = CHOSEN_PORTS[0], min(CHOSEN_PORTS[1], _ephemeral_low())
     if end - first >= 1000:
-        import os
         for _ in range(64):
             port = first + int.from_bytes(os.urandom(2), "little") % (end - first)
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -45,7 +46,6 @@ def _ephemeral_low() -> int:
 
 def check_free(port: int, host: str = "127.0.0.1", *, what: str = "port") -> None:
     """Raise ConfigError (LAUNCH_PORT_BUSY) when `port` cannot be bound on `host`."""
-    import socket
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:

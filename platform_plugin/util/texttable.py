@@ -1,9 +1,7 @@
 """Plain-text tables for the terminal: `platform-run env`, `ranktable show`, `doctor`."""
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Sequence
+from typing import Sequence
 
 
 def render_rows(headers: Sequence[str], rows: Sequence[Sequence[object]], *,
