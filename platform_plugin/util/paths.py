@@ -2,7 +2,7 @@
 
 `Path.resolve()` raises RuntimeError("Symlink loop ...") on a link that points back at itself
 (Python 3.9-3.12; 3.13 returns the path as it is and the first open fails with ELOOP): a
-notebook, `--cwd`, `--output`, `--data-dir` or `--log-dir` that loops was a traceback. Both
+notebook, `--cwd`, `--output`, `--data-dir` or `--log-dir` that loops would be a traceback. Both
 ways end here as the caller's code, naming the path.
 """
 from __future__ import annotations
