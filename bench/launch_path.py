@@ -1,7 +1,7 @@
 """What `platform-run launch --tracking none` loads, counted from a real run (bench/launch.py's
 "where the CLI's time goes" paragraph): the package modules and their lines before the first
-process of the job is spawned (they delay the first rank by their whole compile without .pyc)
-and after it (their compile shares the cores with the ranks' start)."""
+process of the job is spawned (they delay the first rank) and after it (they share the cores
+with the ranks' start)."""
 from __future__ import annotations
 
 import json

@@ -1,11 +1,9 @@
-"""Copies of the package for start-up benchmarks: one without any .pyc, one compiled.
+"""A compiled copy of the package for start-up benchmarks.
 
-Whether an import reads a .pyc or compiles the source decides most of a CLI's start-up. A
-source tree may or may not hold __pycache__ folders (PYTHONDONTWRITEBYTECODE=1 is set on this
-machine and on the platform's read-only images), so the benchmarks never use it directly:
-`with package_copies() as copies:` gives {"no .pyc": dir, ".pyc": dir}, each a PYTHONPATH
-entry holding `platform_plugin/`; `env_for(kind, copies)` the environment to run it with
-(the stdlib keeps its own .pyc in both: it comes compiled with Python).
+A pip or wheel install compiles the package's .pyc, and so does an image: start-up is measured
+that way. A source tree may or may not hold __pycache__ folders, so the benchmarks never use it
+directly: `with compiled_package() as path:` gives a PYTHONPATH entry holding a freshly compiled
+`platform_plugin/`, and `env_for(path)` the environment to run it with.
 """
 from __future__ import annotations
 
@@ -17,28 +15,22 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-KINDS = ("no .pyc", ".pyc")
 
 
 @contextlib.contextmanager
-def package_copies():
+def compiled_package():
     root = tempfile.mkdtemp(prefix="bench_pkg_")
     try:
-        copies = {}
-        for kind in KINDS:
-            target = Path(root, "pyc" if kind == ".pyc" else "nopyc")
-            shutil.copytree(REPO / "platform_plugin", target / "platform_plugin",
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            if kind == ".pyc":
-                compileall.compile_dir(str(target), quiet=1)
-            copies[kind] = str(target)
-        yield copies
+        shutil.copytree(REPO / "platform_plugin", Path(root, "platform_plugin"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        compileall.compile_dir(root, quiet=1)
+        yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def env_for(kind: str, copies: dict, base: dict | None = None) -> dict:
+def env_for(path: str, base: dict | None = None) -> dict:
     env = dict(os.environ if base is None else base)
-    env["PYTHONPATH"] = copies[kind]
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the no-.pyc copy stays without; the other is compiled
+    env["PYTHONPATH"] = path
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the copy's .pyc are the ones compiled above
     return env
