@@ -9,7 +9,7 @@ import re
 CHATTER_LINE = re.compile(rb"\[(?:WARNING|INFO|DEBUG)\] (?:DISTRIBUTED\(|[A-Z_]+\([^)]*\):\S* "
                           rb"\[mindspore/ccsrc/[^\]]*collective)")
 # every chatter line holds one of these: a chunk without them needs no regex at all
-_CHATTER_MARKS = _MARK_1, _MARK_2 = (b"] DISTRIBUTED(", b"[mindspore/ccsrc/")
+_MARK_1, _MARK_2 = (b"] DISTRIBUTED(", b"[mindspore/ccsrc/")
 
 
 _NAME_END = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ_"  # what stands before the `(` of every chatter line

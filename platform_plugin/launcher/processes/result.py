@@ -39,9 +39,6 @@ class JobStatus(str, Enum):
         return self.value
 
 
-STATUSES = tuple(s.value for s in JobStatus)
-
-
 def name_label(name: str) -> str:
     return name if name in HELPERS else f"rank {name}"
 
