@@ -1,13 +1,19 @@
 """Launching: options -> plan (no processes) -> supervisor (processes) -> output (logs, display).
 See docs/launch.md and docs/architecture.md.
 
-Names load on first use (PEP 562): `platform-run launch --help` imports only the options record.
+Names load on first use (PEP 562): a rank that imports `platform_plugin.tracking` does not load
+the launcher, and `platform-run launch --help` imports only the options record.
 """
 from __future__ import annotations
 
-import sys
+import importlib
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from platform_plugin.launcher.api import launch
+    from platform_plugin.launcher.options import LaunchOptions
+    from platform_plugin.launcher.planning.plan import Host, LaunchPlan, RankSpec, build_plan
+    from platform_plugin.launcher.processes.result import JobFailed, JobResult, RankFailure
 
 _LAZY = {
     "launch": "platform_plugin.launcher.api",
@@ -18,29 +24,17 @@ _LAZY = {
     "RankSpec": "platform_plugin.launcher.planning.plan",
     "JobFailed": "platform_plugin.launcher.processes.result",
     "JobResult": "platform_plugin.launcher.processes.result",
-    "RankFailure": "platform_plugin.launcher.processes.rank_failure",
+    "RankFailure": "platform_plugin.launcher.processes.result",
 }
-
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
-    from platform_plugin.launcher.api import launch
-    from platform_plugin.launcher.options import LaunchOptions
-    from platform_plugin.launcher.planning.plan import Host, LaunchPlan, RankSpec, build_plan
-    from platform_plugin.launcher.processes.rank_failure import RankFailure
-    from platform_plugin.launcher.processes.result import JobFailed, JobResult
+__all__ = list(_LAZY)
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'platform_plugin.launcher' has no attribute {name!r}")
-    __import__(module)  # not importlib.import_module: `importlib` costs start-up time
-    return getattr(sys.modules[module], name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:
     return sorted(list(globals()) + list(_LAZY))
-
-
-__all__ = list(_LAZY)

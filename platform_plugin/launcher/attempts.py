@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from platform_plugin.launcher.display.result_table import render_result, terminal_width
 from platform_plugin.launcher.planning.plan import build_plan
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
@@ -54,7 +55,7 @@ def attempt_record(result, attempt: int) -> dict:
             "root_cause": None if cause is None else {
                 "name": cause.name, "rank_id": cause.rank_id, "device_id": cause.device_id,
                 "host": cause.host, "how": cause.how, "last_lines": cause.last_lines},
-            "table": result.render()}
+            "table": render_result(result)}
 
 
 def keep_attempt_logs(job_dir: str, attempt: int) -> None:
@@ -81,8 +82,7 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
 
 def restarting(result, attempt: int, max_restarts: int) -> str:
     """The failed attempt's table and what happens next."""
-    from platform_plugin.launcher.display.result_table import terminal_width
-    return (result.render(terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
+    return (render_result(result, terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
             f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
 
 

@@ -176,8 +176,8 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
     else:
-        from platform_plugin.launcher.display.result_table import terminal_width
-        text = result.render(terminal_width())
+        from platform_plugin.launcher.display.result_table import render_result, terminal_width
+        text = render_result(result, terminal_width())
     if hidden:
         text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
                  "logs (--verbose shows them)")

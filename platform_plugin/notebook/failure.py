@@ -50,10 +50,10 @@ class CellFailure:
 
     def render(self, *, colors: bool = False, width: int | None = None) -> str:
         """What the CLI prints: where it failed, the cell's first lines, and why (for a failed
-        rank: the launcher's own root-cause table, `JobResult.render()`). `width`: the
+        rank: the launcher's own root-cause table, `render_result`). `width`: the
         terminal's columns; the cell's lines and the rank table fit them as `platform-run
         launch`'s table does (a traceback stays whole: it is what a Python user reads)."""
-        from platform_plugin.launcher.display.result_table import clip
+        from platform_plugin.launcher.display.result_table import clip, render_result
         where = f"cell {self.cell_index + 1}" + (
             f" (In [{self.execution_count}])" if self.execution_count else "")
         headline = {
@@ -67,7 +67,7 @@ class CellFailure:
         if self.kind == FailureKind.ERROR and self.traceback:
             detail = "\n".join(self.traceback)
         elif self.kind == FailureKind.RANK and self.job is not None:  # its logs: in the table
-            detail = clip(detail, width) + "\n" + self.job.render(width)
+            detail = clip(detail, width) + "\n" + render_result(self.job, width)
         if not colors:  # IPython colours tracebacks; keep the colours only on a terminal
             detail = ANSI.sub("", detail)
         return f"[platform-run] {headline}\n{source}\n{detail}"

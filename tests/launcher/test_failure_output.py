@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from platform_plugin.launcher.display.result_table import render_result
 from platform_plugin.launcher.processes.jobfile import read
 from platform_plugin.launcher.processes.result import JobResult
 from tests.cli.helpers import run_subprocess
@@ -89,7 +90,7 @@ def test_an_8_rank_timeout_says_where_the_ranks_were_stuck_in_80_and_200_columns
     assert lines[where + 1].startswith("    ranks 0-1, 3-7: allreduce_of_the_gradients_in_bu")
     assert lines[where + 1].endswith("…") and lines[where + 2].startswith(
         "    rank 2:         load_next_batch_from_the_shared_filesystem (job.py:")
-    wide = JobResult.from_dict(read(job_dir)["result"]).render(200)  # the same job, 200 columns
+    wide = render_result(JobResult.from_dict(read(job_dir)["result"]), 200)  # the same job, 200 columns
     assert ("    ranks 0-1, 3-7: allreduce_of_the_gradients_in_bucket_number_3 (job.py:6) < "
             "<module> (job.py:9)") in wide.splitlines(), wide
     assert _too_wide(wide, 200) == []

@@ -1,11 +1,10 @@
 """job.json on a full disk: the result is written over the blocks the first write reserved
-(launcher/processes/jobfile_in_place.py), compacted when it must, and stays valid JSON."""
+(launcher/processes/jobfile.py), compacted when it must, and stays valid JSON."""
 from __future__ import annotations
 
 import json
 
-from platform_plugin.launcher.processes.jobfile import RESERVE
-from platform_plugin.launcher.processes.jobfile_in_place import overwrite_in_place
+from platform_plugin.launcher.processes.jobfile import RESERVE, overwrite_in_place
 
 
 def test_the_result_is_written_over_the_reserved_blocks(tmp_path):

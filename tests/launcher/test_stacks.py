@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from platform_plugin.launcher import launch
+from platform_plugin.launcher.display.result_table import render_result
 from platform_plugin.launcher.processes.stacks import main_thread_frames
 from tests.tracking.conftest import tracking_env  # noqa: F401 - the tracking tests' fixture
 from tests.tracking.helpers import child_runs, client
@@ -52,7 +53,7 @@ def test_a_hung_job_shows_each_ranks_innermost_frame_and_keeps_the_dumps(trackin
     by_rank = {f.name: f for f in result.failures}
     assert by_rank["0"].stack[0].startswith("fake_allreduce (hung.py:")
     assert by_rank["1"].stack[0].startswith("load_batch (hung.py:")
-    table = result.render()
+    table = render_result(result)
     assert "stuck in (innermost frames; every frame in the job's stacks/):" in table
     row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0: "))
     assert "fake_allreduce (hung.py:" in row0 and "<module> (hung.py:" in row0
@@ -95,8 +96,8 @@ def test_the_table_skips_importlibs_frozen_frames():
                             stack=stack),
                 RankFailure("1", 1, 1, "h", 43, None, "SIGTERM", 3.0, stopped_by_launcher=True,
                             stack=frozen)]
-    table = JobResult("j", "n", "/logs/j", "plain", JobStatus.INTERRUPTED, False, 3.0,
-                      {"0": -15, "1": -15}, failures=failures).render()
+    table = render_result(JobResult("j", "n", "/logs/j", "plain", JobStatus.INTERRUPTED, False,
+                                    3.0, {"0": -15, "1": -15}, failures=failures))
     row0 = next(line for line in table.splitlines() if line.strip().startswith("rank 0: "))
     assert row0.rstrip().endswith("<module> (mindspore/graph/api.py:138) < <module> (ms.py:1)")
     assert "frozen" not in row0
@@ -116,8 +117,8 @@ def test_128_ranks_scattered_over_two_places_keep_their_frames_on_the_line():
     failures.append(RankFailure("sched", None, None, "h", 99, None, "SIGTERM", 3.0,
                                 stopped_by_launcher=True, stack=["wait (sched.py:1)"]))
     codes = {f.name: -15 for f in failures}
-    table = JobResult("j", "n", "/logs/j", "plain", JobStatus.TIMEOUT, False, 3.0, codes,
-                      failures=failures).render(80)
+    table = render_result(JobResult("j", "n", "/logs/j", "plain", JobStatus.TIMEOUT, False, 3.0,
+                                    codes, failures=failures), 80)
     lines = table.splitlines()
     stuck = lines[lines.index("  stuck in (innermost frames; every frame in the job's stacks/):")
                   + 1:][:3]

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from platform_plugin import JobFailed, launch
+from platform_plugin.launcher.display.result_table import render_result
 from tests.launcher.helpers import PY, job_processes, kill_job
 
 # rank 0 fails first; ranks 1-3 hold SIGTERM back until the launcher sends it (so each ends
@@ -42,7 +43,7 @@ def test_each_process_is_labelled_by_what_ended_it(tmp_path):
     result = err.value.result
     try:
         rows = {line.split()[1]: " ".join(line.split()[2:]) for line in
-                result.render().splitlines() if line.startswith("  rank ")}
+                render_result(result).splitlines() if line.startswith("  rank ")}
         assert "exit 1" in rows["0"] and rows["0"].endswith("ROOT CAUSE"), rows
         expected = {"1": "exit 3", "2": "exit 0", "3": "SIGKILL", "4": "SIGTERM"}
         notes = {"1": "ended after SIGTERM", "2": "ok", "3": "failed later",

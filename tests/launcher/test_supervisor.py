@@ -6,6 +6,7 @@ import os
 import pytest
 
 from platform_plugin import ConfigError, JobFailed, launch
+from platform_plugin.launcher.display.result_table import render_result
 from platform_plugin.launcher.processes.jobfile import read
 from tests.launcher.helpers import BEHAVE, PY, job_processes, kill_job, log_text
 
@@ -74,7 +75,7 @@ def test_crash_exit_3_stops_the_others_and_names_the_root_cause(run):
     others = [f for f in result.failures if not f.root_cause]
     assert {f.name for f in others} == {"0", "2"}
     assert all(f.stopped_by_launcher and f.signal_name == "SIGTERM" for f in others), others
-    table = result.render()
+    table = render_result(result)
     assert "ROOT CAUSE" in table and "exit 3" in table and "about to fail" in table
     assert "rank 1 exit 3" in str(err.value)
     assert read(result.job_dir)["result"]["root_cause"]["exitcode"] == 3
@@ -95,7 +96,7 @@ def test_timeout_stops_a_job_that_runs_too_long(run):
     result = err.value.result
     assert result.status == "timeout" and result.root_cause is None and "--timeout" in result.reason
     assert all(f.stopped_by_launcher for f in result.failures) and len(result.failures) == 2
-    assert "TIMEOUT" in result.render()
+    assert "TIMEOUT" in render_result(result)
     assert job_processes(result.job_dir) == []
 
 
@@ -165,7 +166,7 @@ def test_scheduler_failure_fails_the_job(run):
     assert cause.name == "sched" and cause.exitcode == 5 and cause.rank_id is None
     assert "scheduler: cannot bind" in log_text(err.value.result.job_dir, "sched")
     assert "[sched] scheduler: cannot bind" in "".join(run.shown)
-    assert "sched" in err.value.result.render()
+    assert "sched" in render_result(err.value.result)
 
 
 def test_a_daemon_left_by_a_successful_rank_is_removed(run):

@@ -3,8 +3,10 @@
 off the terminal."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from platform_plugin.launcher.display.result_table import render_result
 from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobResult, JobStatus, RankFailure
 from platform_plugin.notebook.failure import CellFailure, FailureKind, job_result
 
@@ -27,13 +29,13 @@ def published(result):
 
 
 def test_the_job_result_travels_as_data_and_round_trips():
-    earlier = RESULT.replace(job_id="train-0", status=JobStatus.SUCCEEDED, ok=True, failures=[],
-                             root_cause=None)
+    earlier = dataclasses.replace(RESULT, job_id="train-0", status=JobStatus.SUCCEEDED, ok=True,
+                                  failures=[], root_cause=None)
     outputs = [published(earlier), stream("stdout", "job train-1 FAILED ... printed text\n"),
                published(RESULT)]
     got = job_result(outputs)
     assert got == RESULT and got.status is JobStatus.FAILED
-    assert job_result([stream("stdout", RESULT.render())]) is None  # text is never parsed
+    assert job_result([stream("stdout", render_result(RESULT))]) is None  # text is never parsed
 
 
 def test_a_rank_failure_renders_the_launchers_table():
@@ -41,7 +43,7 @@ def test_a_rank_failure_renders_the_launchers_table():
                           MESSAGE, (), RESULT)
     text = failure.render()
     assert "a rank failed in cell 3 (In [3])" in text and MESSAGE in text
-    assert RESULT.render() in text and "ROOT CAUSE" in text and "data shard missing" in text
+    assert render_result(RESULT) in text and "ROOT CAUSE" in text and "data shard missing" in text
     without = CellFailure(FailureKind.RANK, 2, 3, "x", "JobFailed", MESSAGE).render()
     assert without.endswith(f"JobFailed: {MESSAGE}")
 

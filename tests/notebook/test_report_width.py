@@ -9,6 +9,7 @@ import re
 import nbformat
 import pytest
 
+from platform_plugin.launcher.display.result_table import render_result
 from platform_plugin.launcher.processes.jobfile import read
 from platform_plugin.launcher.processes.result import JobResult
 from tests.notebook.helpers import clean_env, make_notebook, platform_run
@@ -49,6 +50,6 @@ def test_the_failure_report_and_earlier_attempts_fit_80_columns(tmp_path):
     assert _too_wide(done.stdout, 80) == [], done.stdout
     # nothing is lost: the whole line is in the job's record (and a wide terminal shows it)
     job_dir = re.search(r"logs: (\S+)", report).group(1)
-    wide = JobResult.from_dict(read(job_dir)["result"]).render(200)
+    wide = render_result(JobResult.from_dict(read(job_dir)["result"]), 200)
     assert any(line.endswith("< <module> (ranks.py:6)") for line in wide.splitlines()), wide
     assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[-1].source == CELL

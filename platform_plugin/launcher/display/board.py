@@ -22,7 +22,7 @@ from platform_plugin.launcher.display.board_colours import to_html
 from platform_plugin.launcher.display.board_tail import plain
 from platform_plugin.launcher.display.output import TAIL_LINES as TABLE_LINES, Output
 from platform_plugin.launcher.display.screen_tail import ScreenTail
-from platform_plugin.launcher.processes.rank_failure import describe_exit
+from platform_plugin.launcher.processes.result import describe_exit
 from platform_plugin.launcher.display.spool_tail import SpoolTail
 
 REFRESH_S = 0.5  # at most two redraws a second: each one is a message to the browser

@@ -1,9 +1,8 @@
 """A tail's lines as text without escapes: `ScreenTail.shown()` (screen_tail.py) for the failure
 table's quote and the board's text, `ANSI` for the board's colours (board_colours.py).
 
-Imported only when a tail is shown (a failure, a board): a launch that succeeds never compiles
-the pattern. ANSI escapes (colours, cursor moves) are removed: HTML and a quoted table would show
-them as stray `[33m` text, or leave a terminal's colour on after the quote.
+ANSI escapes (colours, cursor moves) are removed: HTML and a quoted table would show them as
+stray `[33m` text, or leave a terminal's colour on after the quote.
 """
 from __future__ import annotations
 

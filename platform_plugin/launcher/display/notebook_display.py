@@ -1,16 +1,14 @@
 """Which display a job gets: the live board inside a Jupyter kernel, prefixed lines elsewhere.
 
-IPython is imported only when a kernel is running (this module is cheap to import in a CLI).
+IPython is imported only when a kernel is running (a CLI launch does without it).
 """
 from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Callable
-
+from platform_plugin.launcher.display.board import Board
 from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 
 # Set by `platform-run debug|full` for its kernel: the board goes to the notebook and the
@@ -62,7 +60,5 @@ def terminal_writer() -> Callable[[str], None] | None:
     return write
 
 
-def make_board(**output_options):
-    from platform_plugin.launcher.display.board import Board
-
+def make_board(**output_options) -> Board:
     return Board(ipython_publisher(), stream_write=terminal_writer(), **output_options)

@@ -11,15 +11,12 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Callable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-
+from platform_plugin.launcher.display.screen_tail import ScreenTail, last_state
 from platform_plugin.launcher.display.show import parse_show
+from platform_plugin.launcher.processes.result import name_label
 
-if TYPE_CHECKING:
-    from typing import Callable
-
-HELPER_NAMES = ("sched", "store")  # processes of a job that are not ranks
 TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
@@ -28,18 +25,10 @@ LOG_DELAY_S = 0.1  # ... or once the oldest byte held is this old (checked at th
 TAIL_HELD = 1 << 18  # a rank's chunks kept for its tail before they are fed to it (memory)
 
 
-def last_state(line: bytes) -> bytes:
-    """A line redrawn with `\\r` (progress bar): keep what the terminal would finally show."""
-    if b"\r" not in line:
-        return line
-    line = line.rstrip(b"\r")  # "a\r" is "a": a bar's line ended by a bare \r
-    return line[line.rfind(b"\r") + 1:]
-
-
 def redrawn(text: bytes) -> bytes:
     """`text` (whole lines) with each line that holds a `\\r` in its last state; the lines
     between are copied in one piece each (tqdm redraws a line in 50 or so: a call per line of
-    the chunk cost ~1 s of CPU per 1,000,000 lines of such output)."""
+    the chunk would cost far more than the copy)."""
     pieces: list[bytes | memoryview] = []
     view, done = memoryview(text), 0  # text[:done] is in pieces
     cr = text.find(b"\r")
@@ -108,8 +97,7 @@ class _RankStream:
     def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None,
                  hide=None, tail_lines: int = TAIL_LINES):
         self.name = name
-        self.label = name if name in HELPER_NAMES else f"rank {name}"
-        self.prefix = f"[{self.label}] "
+        self.prefix = f"[{name_label(name)}] "
         self.prefix_bytes = self.prefix.encode()
         self.newline_prefix = b"\n" + self.prefix_bytes
         self.log = _RankLog(log_path)
@@ -117,7 +105,7 @@ class _RankStream:
         self.partial = b""
         self.partial_since = 0.0
         self.tail_lines = tail_lines
-        self._screen = None  # screen_tail.ScreenTail, made when first asked for (`screen`)
+        self._screen: ScreenTail | None = None  # made when first asked for (`screen`)
         self._unseen: list[tuple[bytes, bool]] = []  # chunks not yet fed to it, and their marks
         self._unseen_size = 0
         self.rate = max_lines_per_s
@@ -129,18 +117,16 @@ class _RankStream:
         self.hidden = 0
 
     @property
-    def screen(self):
+    def screen(self) -> ScreenTail:
         """The last lines as a terminal shows them (screen_tail.py), brought up to date. The
         chunks are kept until it is asked for (a failure's quote, the board's redraw) or
         TAIL_HELD bytes were read: then only the chunks that can still show are looked at (a
-        chunk of many lines hides all before it). A job that succeeds in a terminal never loads
-        the module when its ranks print little (e.g. a CLI launch of `python -c pass`)."""
+        chunk of many lines hides all before it)."""
         return self._settle_tail()
 
-    def _settle_tail(self):
+    def _settle_tail(self) -> ScreenTail:
         """Feed the chunks kept for the tail to it; they are let go."""
         if self._screen is None:
-            from platform_plugin.launcher.display.screen_tail import ScreenTail
             self._screen = ScreenTail(self.tail_lines, self.hide)
         if self._unseen:
             self._screen.feed_chunks(self._unseen)

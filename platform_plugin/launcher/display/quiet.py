@@ -14,16 +14,10 @@ Two sources, two treatments (`--verbose` turns both off):
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import sys
 import warnings
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Iterator
-
-    import logging
+from typing import Iterator
 
 WARNINGS_LOGGER = "platform_plugin.warnings"
 LIBRARY_LOGGERS = ("mlflow", "alembic", WARNINGS_LOGGER)
@@ -38,8 +32,7 @@ def libraries_to_log(job_dir: str, verbose: bool) -> Iterator[None]:
         return
     os.makedirs(job_dir, exist_ok=True)
     route = _Route(os.path.join(job_dir, LOG_NAME))
-    if "logging" in sys.modules:  # a library that logs (MLflow, alembic) has imported it
-        route.start()  # (else nothing here logs: the launcher starts without `logging`)
+    route.start()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
@@ -60,7 +53,6 @@ class _Route:
     def start(self) -> None:
         if self.handler is not None:
             return
-        import logging
         handler = logging.FileHandler(self.path, encoding="utf-8", delay=True)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         for name in LIBRARY_LOGGERS:
@@ -72,7 +64,6 @@ class _Route:
 
     def warning(self, message, category, filename, lineno, file=None, line=None) -> None:
         self.start()
-        import logging
         logging.getLogger(WARNINGS_LOGGER).warning("%s:%s: %s: %s", filename, lineno,
                                                    category.__name__, message)
 

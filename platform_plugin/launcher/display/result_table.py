@@ -1,19 +1,18 @@
-"""The table a failed job prints (`JobResult.render()`): the headline, the root cause with
-its last lines, one row per process. Its own module: a job that succeeds never renders it, and
-without .pyc every module on the launch path is compiled at each start."""
+"""The table a failed job prints (`render_result`): the headline, the root cause with its last
+lines, one row per process; and how wide the terminal it goes to is."""
 from __future__ import annotations
 
-from platform_plugin.launcher.processes.rank_failure import describe_exit
-from platform_plugin.launcher.processes.result import JobResult, name_label
+import os
+import sys
+from typing import TextIO
+from unicodedata import combining, east_asian_width
+
+from platform_plugin.launcher.processes.result import JobResult, describe_exit, name_label
 from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import TextIO
 
-
-def render(result: JobResult, width: int | None = None) -> str:
+def render_result(result: JobResult, width: int | None = None) -> str:
     """A compact table: one headline, the root cause with its last lines, one row per rank,
     then where the ranks were stuck (a stopped job). `width`: the terminal's columns (the CLI);
     the table fits them, a stack line is clipped (every frame is in the job's stacks/)."""
@@ -136,7 +135,6 @@ def clip(line: str, width: int | None, keep: int = 0) -> str:
         return line
     if line.isascii():
         return line[:max(width - 1, keep)] + "…"
-    from unicodedata import combining, east_asian_width  # (a line that is not ASCII only)
     columns = [0 if combining(c) else 2 if east_asian_width(c) in ("W", "F") else 1
                for c in line]
     if sum(columns) <= width:
@@ -152,8 +150,6 @@ def terminal_width(stream: TextIO | None = None) -> int | None:
     """The columns of the terminal the table goes to (`stream`, default stdout): COLUMNS if
     set, else the stream's terminal; None for a pipe, a file or a notebook (nothing is
     clipped there)."""
-    import os
-    import sys
     stream = sys.stdout if stream is None else stream
     try:
         columns = int(os.environ.get("COLUMNS", "0"))
@@ -165,7 +161,7 @@ def terminal_width(stream: TextIO | None = None) -> int | None:
 
 
 def _own_frames(stack: list[str]) -> list[str]:
-    """A rank stopped during an import (MindSpore's take seconds) was "stuck in" importlib's
+    """A rank stopped during an import (MindSpore's take seconds) is "stuck in" importlib's
     frozen frames, 130 characters of `_call_with_frames_removed (<frozen importlib...>)`: the
     table shows the frames of real files (all frames stay in stacks/ and the log)."""
     own = [frame for frame in stack if "(<frozen " not in frame]

@@ -1,17 +1,22 @@
 """A rank's tail as a terminal would finally show it: the failure table's quote (CLI and notebook
-alike) and the board's tail.
-
-Each rank's output stream (output.py) makes one at its first chunk and feeds it every chunk: a
-job whose processes print nothing never loads this module (start-up time without .pyc).
+alike) and the board's tail. Each rank's output stream (output.py) keeps one.
 """
 from __future__ import annotations
 
 from collections import deque
 
-from platform_plugin.launcher.display.output import last_state
+from platform_plugin.launcher.display.board_tail import plain
 
 TAIL_WINDOW = 4096  # where a chunk's last lines are looked for first
 LINE_BYTES = 4096  # a tail's line: far more than a quote or a board cell shows; bounds a 5 MB line
+
+
+def last_state(line: bytes) -> bytes:
+    """A line redrawn with `\\r` (progress bar): keep what the terminal would finally show."""
+    if b"\r" not in line:
+        return line
+    line = line.rstrip(b"\r")  # "a\r" is "a": a bar's line ended by a bare \r
+    return line[line.rfind(b"\r") + 1:]
 
 
 def last_pieces(chunk: bytes, lines: int) -> list[bytes]:
@@ -118,7 +123,6 @@ class ScreenTail:
 
     def shown(self) -> list[str]:
         """The lines to show (the line being drawn last), escapes removed."""
-        from platform_plugin.launcher.display.board_tail import plain  # a failure or a board needs it
         return [plain(line) for line in self.raw()]
 
     def raw(self) -> list[bytes]:

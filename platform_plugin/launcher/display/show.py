@@ -1,15 +1,8 @@
-"""`--show`: which processes' output the display streams, checked before anything starts.
-
-Its own small module: the check runs before the ranks are spawned, the output (output.py) is
-imported after (start-up time without .pyc, see api.py).
-"""
+"""`--show`: which processes' output the display streams, checked before anything starts."""
 from __future__ import annotations
 
 from platform_plugin.errors import ConfigError, Problem
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.planning.plan import LaunchPlan
 
 
 def parse_show(value: str | None) -> set[str] | None:

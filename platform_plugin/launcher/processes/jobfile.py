@@ -5,23 +5,20 @@ reader never sees half a file) and holds only the launcher's own variables, neve
 
 A full disk must not cost the result: the first write leaves `RESERVE` bytes of trailing
 blanks (valid JSON) so that when the atomic rewrite finds no space, the result is written
-over the file's own blocks instead (compacted if it must: jobfile_in_place.py, imported only
-then). Writing never raises: a failure is
+over the file's own blocks instead (compacted if it must). Writing never raises: a failure is
 kept in `error` and reported by the launcher.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
+from typing import Iterator
 
+from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.util.jobdirs import JOB_FILE
-from platform_plugin.util.json_text import dumps
 from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME,
                                        PLATFORM_SERVER_ID)
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.launcher.planning.plan import LaunchPlan
 
 RESERVE = 64 * 1024  # room for the result when the disk is full by the end of the job
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
@@ -83,7 +80,7 @@ class JobFile:
         self._write()
 
     def _write(self, *, reserve: bool = False) -> bool:
-        text = _dumps(self.data)
+        text = _document(self.data)
         tmp = f"{self.path}.tmp"
         try:
             os.makedirs(self.plan.job_dir, exist_ok=True)
@@ -95,27 +92,59 @@ class JobFile:
         except OSError as exc:
             self.error = f"{exc.strerror or exc} writing {self.path}"
         _remove(tmp)  # frees the blocks the failed copy took
-        from platform_plugin.launcher.processes.jobfile_in_place import overwrite_in_place  # a full disk
         written, note = overwrite_in_place(self.path, self.data)
         self.error += note
         return written
 
 
-def _dumps(value, depth: int = 0) -> str:
+def _document(value, depth: int = 0) -> str:
     """The document, readable and quick to make: the top two levels one item a line (the
     plan's and the result's fields, one rank or failure a line), deeper values as compact JSON
     on that line. `indent=` would run json's pure-Python encoder, several times slower than the
-    C one used here. Written by util/json_text.py (the same text, without importing `json`)."""
+    C one used here."""
     if depth >= 2 or not value or not isinstance(value, (dict, list)):
-        return dumps(value)
+        return json.dumps(value, default=str)
     pad = "  " * (depth + 1)
     if isinstance(value, dict):
-        items = [f"{pad}{dumps(str(k))}: {_dumps(v, depth + 1)}" for k, v in value.items()]
+        items = [f"{pad}{json.dumps(str(k))}: {_document(v, depth + 1)}" for k, v in value.items()]
     else:
-        items = [pad + _dumps(v, depth + 1) for v in value]
+        items = [pad + _document(v, depth + 1) for v in value]
     ends = "{}" if isinstance(value, dict) else "[]"
     text = ends[0] + "\n" + ",\n".join(items) + "\n" + "  " * depth + ends[1]
     return text + "\n" if depth == 0 else text
+
+
+def overwrite_in_place(path: str, data: dict) -> tuple[bool, str]:
+    """A full disk: write over the existing file's blocks (no new space needed while it fits;
+    the first write reserved RESERVE bytes for it): (written, what to add to the error)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return False, ""
+    for text in _smaller_forms(data):
+        if len(text.encode()) > size:
+            continue
+        try:
+            with open(path, "r+b") as fh:
+                raw = text.encode()
+                fh.write(raw + b" " * (size - len(raw)))  # same length: no new blocks
+            return True, " (written in place, over the space reserved at the start)"
+        except OSError:
+            return False, ""
+    return False, ""
+
+
+def _smaller_forms(data: dict) -> Iterator[str]:
+    """The document, then more compact versions of it (the last lines of each failed rank go
+    last: they are also in the rank logs)."""
+    yield _document(data)
+    yield json.dumps(data, separators=(",", ":"), default=str) + "\n"
+    result = data.get("result")
+    if isinstance(result, dict):
+        trimmed = dict(result, failures=[dict(f, last_lines=[]) for f in result.get("failures", [])],
+                       root_cause=(dict(result["root_cause"], last_lines=[])
+                                   if result.get("root_cause") else None))
+        yield json.dumps(dict(data, result=trimmed), separators=(",", ":"), default=str) + "\n"
 
 
 def _remove(path: str) -> None:
@@ -126,6 +155,5 @@ def _remove(path: str) -> None:
 
 
 def read(job_dir: str) -> dict:
-    import json
     with open(os.path.join(job_dir, JOB_FILE), encoding="utf-8") as fh:
         return json.load(fh)

@@ -1,33 +1,29 @@
-"""What a job ended as: per-rank failures, the root cause, and the table users read.
+"""What a job ended as: its status, one record per failed process, the root cause.
 
 torchrun's ChildFailedError is the model: one record per failed process, the first one is the
 root cause. Improvements: every rank is listed (including those the launcher stopped, marked as
-consequences), the device and the last log lines of the root cause are shown, and the log folder
-is named so the next step is obvious.
+consequences), the device and the last log lines of the root cause are kept, and the log folder
+is named so the next step is obvious. The table users read is display/result_table.py.
 """
 from __future__ import annotations
 
+import dataclasses
+import signal
 from enum import Enum
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+from typing import TYPE_CHECKING, Any
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.util.record import Record
 
-HELPERS = ("sched", "store")  # processes that are not ranks (output.HELPER_NAMES)
 if TYPE_CHECKING:
-    from typing import Any
-
-    from platform_plugin.launcher.processes.rank_failure import RankFailure
     from platform_plugin.tracking.job.handle import DeliveryReport
-# A failed process's record (RankFailure, describe_exit, ended_by: launcher/processes/rank_failure.py) is
-# loaded only when a job has failures or a reader asks for it: a job that succeeds never
-# compiles it. The names are still importable from here (module __getattr__ below).
-_FAILURE_NAMES = ("RankFailure", "describe_exit", "ended_by", "LAST_LINE_CHARS")
 
+HELPERS = ("sched", "store")  # processes that are not ranks
 # The MIME type under which `%dist_run` publishes `JobResult.to_dict()` in a cell's outputs: the
 # notebook runner reads a failed rank's root cause from it (data, not the printed table).
 JOB_RESULT_MIME = "application/vnd.platform-plugin.job-result+json"
+# a failed rank's last lines travel in the cell (printed, and as data in the .ipynb), job.json
+# and the run: a 5 MB line without a newline must not (the log keeps it whole)
+LAST_LINE_CHARS = 500
 
 
 class JobStatus(str, Enum):
@@ -43,10 +39,97 @@ class JobStatus(str, Enum):
         return self.value
 
 
-STATUSES = tuple(s.value for s in JobStatus)
+def name_label(name: str) -> str:
+    return name if name in HELPERS else f"rank {name}"
 
 
-class JobResult(Record):
+def describe_exit(exitcode: int | None) -> tuple[int | None, str | None]:
+    """Popen.returncode -> (exit code, signal name); negative codes are signals."""
+    if exitcode is None or exitcode >= 0:
+        return exitcode, None
+    try:
+        return exitcode, signal.Signals(-exitcode).name
+    except ValueError:
+        return exitcode, f"signal {-exitcode}"
+
+
+def how_it_ended(returncode: int) -> str:
+    """The words of a process's end in the supervisor's note: "was killed by SIGKILL"."""
+    code, sig = describe_exit(returncode)
+    return f"was killed by {sig}" if sig else f"exited with code {code}"
+
+
+def ended_by(returncode: int | None, sent: tuple[int, ...]) -> bool:
+    """Did the process die of a signal the launcher had sent before its end was seen (killed
+    by it, or exit 128+N: a shell that was)? Not a process that ended with its own exit code
+    (a traceback a moment after the stop began), nor one killed by a signal the launcher did
+    not send (the kernel's OOM SIGKILL, SIGSEGV, another user's kill -9)."""
+    if not returncode:
+        return False
+    return -returncode in sent or (returncode > 128 and returncode - 128 in sent)
+
+
+@dataclasses.dataclass
+class RankFailure:
+    """One process that failed: how, where, and its last lines. `name`: "0", "1", ... or
+    "sched"; `exitcode`: Popen's convention (-N = killed by signal N; None = still running when
+    stopped); `stopped_by_launcher`: it died of a signal the launcher had sent (`ended_by`);
+    `after_signal`: the launcher's last signal to the job before its end was seen (None: it
+    ended before the launcher sent any); `stack`: its innermost Python frames when stopped."""
+
+    name: str
+    rank_id: int | None
+    device_id: int | None
+    host: str
+    pid: int | None
+    exitcode: int | None
+    signal_name: str | None
+    runtime_s: float
+    last_lines: list[str] = dataclasses.field(default_factory=list)
+    root_cause: bool = False
+    stopped_by_launcher: bool = False
+    stack: list[str] = dataclasses.field(default_factory=list)
+    after_signal: str | None = None
+
+    def __post_init__(self) -> None:
+        self.last_lines = [_clipped(line) for line in self.last_lines]
+
+    @property
+    def how(self) -> str:
+        if self.signal_name:
+            return self.signal_name
+        if self.exitcode is None:
+            return "still running"
+        return f"exit {self.exitcode}"
+
+    @property
+    def label(self) -> str:
+        return name_label(self.name)
+
+    @property
+    def note(self) -> str:
+        """What the table says it was: labelled by what happened, not by when it was seen."""
+        if self.root_cause:
+            return "ROOT CAUSE"
+        if self.stopped_by_launcher:
+            return "stopped by launcher"
+        if self.after_signal and self.signal_name is None:
+            # an exit code of its own after the launcher's SIGTERM: its handler's, or a failure
+            return f"ended after {self.after_signal}"
+        return "failed later"  # its own exit code, or a signal from elsewhere (OOM's SIGKILL)
+
+
+def _clipped(line: str) -> str:
+    """Its start and its end (an error message often ends a line that a progress bar began)."""
+    if len(line) <= LAST_LINE_CHARS:
+        return line
+    half = LAST_LINE_CHARS // 2
+    # no count: the line may have been bounded before (the board keeps ~4 KiB of a 5 MB line)
+    return f"{line[:half]} …(clipped: the whole line is in the log)… {line[-half:]}"
+
+
+@dataclasses.dataclass
+class JobResult:
     """How a job ended: status, exit codes, the root cause, the tracking report.
 
     exitcodes: rank name -> Popen returncode; tracking: set after the ranks ended; reason: why
@@ -55,60 +138,47 @@ class JobResult(Record):
     job.json could not be written completely (a full disk); ended_well: a failed job's processes
     that exited 0, name -> [rank id, device id, pid, runtime s] (the table's "ok" rows)."""
 
-    __slots__ = ("job_id", "job_name", "job_dir", "backend", "status", "ok", "duration_s",
-                 "exitcodes", "failures", "root_cause", "tracking", "reason", "held_back",
-                 "attempts", "server_id", "job_file_error", "ended_well")
-
-    def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
-                 status: JobStatus, ok: bool, duration_s: float,
-                 exitcodes: dict[str, int | None], failures: list[RankFailure] | None = None,
-                 root_cause: RankFailure | None = None, tracking: DeliveryReport | None = None,
-                 reason: str = "", held_back: dict[str, int] | None = None,
-                 attempts: list[dict] | None = None, server_id: str = "localhost",
-                 job_file_error: str = "", ended_well: dict[str, list] | None = None) -> None:
-        self.job_id, self.job_name, self.job_dir, self.backend = job_id, job_name, job_dir, backend
-        self.status, self.ok, self.duration_s, self.exitcodes = status, ok, duration_s, exitcodes
-        self.failures = [] if failures is None else failures
-        self.root_cause, self.tracking, self.reason = root_cause, tracking, reason
-        self.held_back = {} if held_back is None else held_back
-        self.attempts = [] if attempts is None else attempts
-        self.server_id, self.job_file_error = server_id, job_file_error
-        self.ended_well = {} if ended_well is None else ended_well
+    job_id: str
+    job_name: str
+    job_dir: str
+    backend: str
+    status: JobStatus
+    ok: bool
+    duration_s: float
+    exitcodes: dict[str, int | None]
+    failures: list[RankFailure] = dataclasses.field(default_factory=list)
+    root_cause: RankFailure | None = None
+    tracking: DeliveryReport | None = None
+    reason: str = ""
+    held_back: dict[str, int] = dataclasses.field(default_factory=dict)
+    attempts: list[dict] = dataclasses.field(default_factory=list)
+    server_id: str = "localhost"
+    job_file_error: str = ""
+    ended_well: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for JSON (job.json, the notebook's result output), as dataclasses.asdict
-        would (containers copied)."""
-        data = self.as_dict()
+        """Plain data for JSON (job.json, the notebook's result output)."""
+        data = dataclasses.asdict(self)
         data["status"] = self.status.value
-        data["exitcodes"] = dict(self.exitcodes)
-        data["failures"], data["root_cause"] = [], None
-        if self.failures or self.root_cause:
-            from platform_plugin.launcher.processes.rank_failure import failure_dict
-            data["failures"] = [failure_dict(f) for f in self.failures]
-            data["root_cause"] = failure_dict(self.root_cause) if self.root_cause else None
         data["tracking"] = None if self.tracking is None else self.tracking.as_dict()
-        data["held_back"] = dict(self.held_back)
-        data["attempts"] = [dict(a) for a in self.attempts]
-        data["ended_well"] = {k: list(v) for k, v in self.ended_well.items()}
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobResult:
-        """The inverse of `to_dict` for what rendering needs (tracking stays a plain dict)."""
-        values = {k: v for k, v in data.items() if k in cls.__slots__}
+        """The inverse of `to_dict` for what rendering needs (tracking stays out)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in names}
         values["status"] = JobStatus(values["status"])
-        from platform_plugin.launcher.processes.rank_failure import failure_from_dict
-        values["failures"] = [failure_from_dict(f) for f in data.get("failures") or []]
+        values["failures"] = [_failure_from_dict(f) for f in data.get("failures") or []]
         cause = data.get("root_cause")
-        values["root_cause"] = failure_from_dict(cause) if cause else None
+        values["root_cause"] = _failure_from_dict(cause) if cause else None
         values["tracking"] = None
         return cls(**values)
 
-    def render(self, width: int | None = None) -> str:
-        """A compact table: one headline, the root cause with its last lines, one row per rank
-        (launcher/display/result_table.py: only a failed job needs it); `width`: a terminal's columns."""
-        from platform_plugin.launcher.display.result_table import render
-        return render(self, width)
+
+def _failure_from_dict(data: dict[str, Any]) -> RankFailure:
+    names = {f.name for f in dataclasses.fields(RankFailure)}
+    return RankFailure(**{k: v for k, v in data.items() if k in names})
 
 
 class JobFailed(PlatformPluginError):
@@ -124,14 +194,3 @@ class JobFailed(PlatformPluginError):
         # "job x interrupted (Ctrl-C, ...)", not "job x interrupted: interrupted (Ctrl-C, ...)"
         head = f"job {result.job_id} " + (what if what.startswith(status) else f"{status}: {what}")
         super().__init__(f"{head} (logs: {result.job_dir})")
-
-
-def name_label(name: str) -> str:
-    return name if name in HELPERS else f"rank {name}"
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _FAILURE_NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from platform_plugin.launcher.processes import rank_failure
-    return getattr(rank_failure, name)

@@ -11,19 +11,20 @@ paid by every job); Python starts only in the rare case that needs it, the super
 The same watchdog ties a server to the process that started it (`Lifeline.for_groups`: the
 MLflow UI of `%dist_compare` and `platform-run ui`, see comparison/jupyter_ui.py).
 
-`start_job(plan, grace)` starts a job's processes and nothing else: the supervisor, the output,
-the result and job.json are imported (compiled, without .pyc) and set up after it returned, while
-the ranks' interpreters start (on 2 cores that overlaps about half of it; bench/launch.py).
+`start_job(plan, grace)` starts a job's processes and nothing else: the supervisor takes them
+over once it returned (watch.py), while the ranks' interpreters start.
 
 Ranks are spawned without a `preexec_fn` on purpose: any preexec_fn forces CPython into
 fork + wait-for-exec, whose cost grows with the parent's memory (a notebook kernel with MindSpore
 or MLflow imported is hundreds of MiB), while `start_new_session` alone keeps the vfork/
-posix_spawn fast path. A PR_SET_PDEATHSIG set there used to duplicate what the lifeline does;
-bench/launch.py measures the difference.
+posix_spawn fast path. The lifeline, not a PR_SET_PDEATHSIG, stops the ranks when the launcher
+dies (bench/launch.py measures the difference).
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
+import fcntl
 import os
 import signal
 import stat
@@ -31,14 +32,11 @@ import subprocess
 import sys
 import threading
 import time
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import IO, Any
-
-    from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
+from typing import IO, Any
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
+from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
+from platform_plugin.launcher.processes.reaper import JobProcesses
 from platform_plugin.util.code_lock import read_holder, write_holder
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
@@ -60,6 +58,7 @@ _REAPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reaper.py")
 # an enclosing job (a launcher started by a rank) sweeps by these: its sweep must not end this
 # job's lifeline before the lifeline has stopped this job
 _ENCLOSING_JOB_VARIABLES = ("JOB_ID", PLATFORM_JOB_DIR.name)
+PIPE_SIZE = 1 << 20  # a rank's pipe: what it may write between two reads of the supervisor
 
 
 def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
@@ -70,6 +69,7 @@ def spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen:
     )
 
 
+@dataclasses.dataclass(eq=False)
 class Started:
     """A job's processes just after they were spawned, before anything watches them: the
     supervisor takes them over (`Supervisor(plan, started, ...)`). `procs`: (spec, popen, start
@@ -78,22 +78,17 @@ class Started:
     never raised: the supervisor's loop acts on them), if `caught_sigint` (main thread only);
     `previous_sigint`: the handler to put back at the end; `at`: when starting began."""
 
-    __slots__ = ("lifeline", "procs", "error", "interrupts", "caught_sigint", "previous_sigint",
-                 "at")
-
-    def __init__(self, lifeline: Lifeline) -> None:
-        self.lifeline = lifeline
-        self.at = time.monotonic()
-        self.procs: list[tuple[RankSpec, subprocess.Popen, float]] = []
-        self.error: tuple[str, str] | None = None
-        self.interrupts = 0
-        self.caught_sigint = False
-        self.previous_sigint: Any = None
+    lifeline: Lifeline
+    procs: list[tuple[RankSpec, subprocess.Popen, float]] = dataclasses.field(default_factory=list)
+    error: tuple[str, str] | None = None
+    interrupts: int = 0
+    caught_sigint: bool = False
+    previous_sigint: Any = None
+    at: float = dataclasses.field(default_factory=time.monotonic)
 
     def abandon(self) -> None:
         """Setting up the watch failed after the spawn (an interrupt, an import error): stop
         every process of the job at once, then end the lifeline cleanly."""
-        from platform_plugin.launcher.processes.reaper import JobProcesses
         job = JobProcesses(self.lifeline.job_id, self.lifeline.job_dir,
                            {popen.pid for _, popen, _ in self.procs})
         job.stop(grace=0)
@@ -129,8 +124,6 @@ class JobDirLock:
         self.plan, self.fd = plan, -1
 
     def __enter__(self) -> JobDirLock:
-        import fcntl
-
         plan = self.plan
         make_job_dir(plan.job_dir)
         path = os.path.join(plan.job_dir, f".launcher-{plan.server_id}.lock")
@@ -211,6 +204,21 @@ def piped(stream: IO[bytes] | None) -> IO[bytes]:
     if stream is None:  # pragma: no cover - only if the caller did not ask for a pipe
         raise RuntimeError("the process was started without the pipe asked for")
     return stream
+
+
+def pidfd(pid: int) -> int | None:
+    """A descriptor that is readable once the process exited (None: exits are polled)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # an old kernel or Python
+        return None
+
+
+def enlarge_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
+    except OSError:
+        pass  # a smaller pipe only costs speed
 
 
 class Lifeline:

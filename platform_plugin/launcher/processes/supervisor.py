@@ -5,73 +5,71 @@ pidfds (an exit wakes it at once), drains the rank pipes, feeds the output and c
 deadlines. The pipes are read on a schedule and never polled: since Linux 5.16 a pipe that was
 ever given to poll/epoll wakes its waiters on *every* write (`pipe->poll_usage`), which costs a
 rank that prints a line at a time about twice the kernel time of its writes (bench/launch.py,
-output section). The schedule: 5 ms after a pass that read something, backing off to 50 ms
-while the ranks are quiet. Stopping is a phase of the same
-loop, so output written while ranks shut down still reaches the logs and the display.
+output section). The schedule: BATCH_S after a pass that read something, backing off to POLL_S
+while the ranks are quiet. Stopping is a phase of the same loop, so output written while ranks
+shut down still reaches the logs and the display.
 A KeyboardInterrupt (Ctrl-C, kernel interrupt, the CLI's SIGTERM) starts the stop; a second
 one skips the grace period. Every stop, a successful end included, covers the job's process
 groups and the processes that left them but carry the job's JOB_ID (reaper.py).
-The processes are spawned before this module is imported (spawn.start_job): the supervisor takes
-them over, opens their logs and watches them.
+The processes are spawned first (spawn.start_job): the supervisor takes them over, opens their
+logs and watches them.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import selectors
 import signal
 import subprocess
 import time
+from typing import IO
 
-from platform_plugin.launcher.processes.spawn import Started, piped
+from platform_plugin.launcher.display.output import Output
+from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.processes.reaper import JobProcesses, described, signal_pids
-from platform_plugin.launcher.processes.result import JobResult, JobStatus
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import IO
-
-    from platform_plugin.launcher.display.output import Output
-    from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
-    from platform_plugin.launcher.processes.rank_failure import RankFailure
+from platform_plugin.launcher.processes.result import (JobResult, JobStatus, RankFailure,
+                                                       describe_exit, ended_by, how_it_ended)
+from platform_plugin.launcher.processes.spawn import PIPE_SIZE, Started, enlarge_pipe, pidfd, piped
+from platform_plugin.launcher.processes.stacks import dump_live
 
 POLL_S = 0.05  # the longest wait between two passes (quiet ranks: the display lags <= 50 ms)
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
 # Pipes are drained in 64 KiB pieces, each written out before the next read: every object the
-# display makes of a piece then stays below glibc's mmap/trim thresholds and reuses heap memory.
-# With 1 MiB reads every chunk (and its prefixed text) was fresh memory from the kernel, and
-# the page faults of a chatty job cost the launcher about half as much CPU again.
+# display makes of a piece then stays below glibc's mmap/trim thresholds and reuses heap memory
+# (larger reads make every chunk fresh memory from the kernel: page faults).
 READ_SIZE = 1 << 16
-PIPE_SIZE = 1 << 20
 UNKILLABLE_S = 10.0  # after SIGKILL, stop waiting for processes stuck in uninterruptible sleep
 BATCH_S = 0.005  # the wait after a pass that read something: chatty ranks fill the pipes meanwhile
+# stops whose cause is where the ranks are stuck: their stacks are dumped first
+DUMP_STATUSES = (JobStatus.TIMEOUT, JobStatus.HUNG, JobStatus.INTERRUPTED)
 
 
-class _Proc:
-    """A running process of the job, as the supervisor tracks it."""
+@dataclasses.dataclass(eq=False)  # a process, not a value: equal only to itself
+class Proc:
+    """A running process of the job, as the supervisor tracks it. `sent`: the launcher's
+    signals to the job before its end was seen."""
 
-    __slots__ = ("spec", "popen", "started", "ended", "eof", "ended_while_stopping",
-                 "failure_order", "pidfd", "sent")
-
-    def __init__(self, spec: RankSpec, popen: subprocess.Popen, started: float) -> None:
-        self.spec, self.popen, self.started = spec, popen, started
-        self.ended: float | None = None
-        self.eof = False
-        self.ended_while_stopping = False
-        self.failure_order: int | None = None
-        self.pidfd: int | None = None
-        self.sent: tuple[int, ...] = ()  # the launcher's signals to the job before its end
+    spec: RankSpec
+    popen: subprocess.Popen
+    started: float
+    ended: float | None = None
+    eof: bool = False
+    ended_while_stopping: bool = False
+    failure_order: int | None = None
+    pidfd: int | None = None
+    sent: tuple[int, ...] = ()
 
 
+@dataclasses.dataclass
 class _Stop:
     """A stop in progress: why, and when SIGKILL follows. `terminated`: SIGTERM sent (a
     successful end sends it only if something is left)."""
 
-    __slots__ = ("status", "reason", "kill_at", "killed", "terminated")
-
-    def __init__(self, status: JobStatus, reason: str, kill_at: float, killed: bool = False,
-                 terminated: bool = True) -> None:
-        self.status, self.reason, self.kill_at = status, reason, kill_at
-        self.killed, self.terminated = killed, terminated
+    status: JobStatus
+    reason: str
+    kill_at: float
+    killed: bool = False
+    terminated: bool = True
 
     def sent(self) -> tuple[int, ...]:
         return (signal.SIGTERM,) * self.terminated + (signal.SIGKILL,) * self.killed
@@ -86,15 +84,15 @@ class Supervisor:
         # another server's launcher asking this one to stop: () -> reason or None
         self.stop_check = stop_check
         self.timeout, self.silence_timeout, self.grace = timeout, silence_timeout, grace
-        self.host = os.uname().nodename  # = socket.gethostname(), without importing socket
-        self.procs: list[_Proc] = []
+        self.host = os.uname().nodename
+        self.procs: list[Proc] = []
         self._stop: _Stop | None = None
-        self._failures: list[_Proc] = []
+        self._failures: list[Proc] = []
         self._groups_empty_at: float | None = None
         self._read_in_last_pump = 0
         self._interrupts = 0
         self._selector = selectors.DefaultSelector()  # the pidfds only
-        self._pipes: dict[int, tuple[IO[bytes], _Proc]] = {}  # open rank pipes, by fd
+        self._pipes: dict[int, tuple[IO[bytes], Proc]] = {}  # open rank pipes, by fd
         self._job = JobProcesses(plan.job_id, plan.job_dir)
         self._nothing_left = False  # set once the loop saw every process of the job gone
         self._stacks: dict[str, list[str]] = {}  # name -> innermost frames, when dumped
@@ -134,16 +132,16 @@ class Supervisor:
     # -- taking over the started processes --------------------------------------------------
     def _watch_all(self) -> None:
         for spec, popen, at in self._started.procs:  # first: every group is stopped on any error
-            self.procs.append(_Proc(spec, popen, at))
+            self.procs.append(Proc(spec, popen, at))
             self._job.add_group(popen.pid)
         for proc in self.procs:
             self.output.open(proc.spec.name, proc.spec.log_path)
         for proc in self.procs:
             stdout = piped(proc.popen.stdout)
-            _enlarge_pipe(stdout.fileno())
+            enlarge_pipe(stdout.fileno())
             os.set_blocking(stdout.fileno(), False)
             self._pipes[stdout.fileno()] = (stdout, proc)  # read every pass, never polled
-            proc.pidfd = _pidfd(proc.popen.pid)
+            proc.pidfd = pidfd(proc.popen.pid)
             if proc.pidfd is not None:  # readable when the process exits: no polling delay
                 self._selector.register(proc.pidfd, selectors.EVENT_READ, proc)
 
@@ -180,15 +178,12 @@ class Supervisor:
         batches) is written before the result is made: a disk that refuses it makes the job
         fail as any full log disk does, not a success with its logs cut short."""
         self.output.write_logs()
-        if self.output.log_failure and not self._log_failure_seen:
-            self._log_failure_seen = True
-            from platform_plugin.launcher.processes.stopping import log_failed
-            log_failed(self)
+        self._check_logs()
 
     def _take_sigint(self) -> None:
         """Ctrl-C / kernel interrupt become a flag the loop checks, so the KeyboardInterrupt
         never lands between reading a chunk and writing it to the log. start_job counted them
-        until now (main thread only: elsewhere nothing was installed)."""
+        so far (main thread only: elsewhere nothing was installed)."""
         if not self._started.caught_sigint:
             return
 
@@ -213,7 +208,7 @@ class Supervisor:
                 pipe.close()
         return exited
 
-    def _drain(self, fd: int, proc: _Proc) -> bool:
+    def _drain(self, fd: int, proc: Proc) -> bool:
         """Feed what the pipe holds now, a piece at a time; True at EOF."""
         for _ in range(PIPE_SIZE // READ_SIZE):  # bounded: a rank cannot keep the loop here
             try:
@@ -245,8 +240,8 @@ class Supervisor:
                 if self._stop is None:
                     label = {"sched": "the scheduler", "service": "the rendezvous store"}.get(
                         proc.spec.role, f"rank {proc.spec.name}")
-                    from platform_plugin.launcher.processes.rank_failure import how_it_ended as how
-                    self._begin_stop(JobStatus.FAILED, f"{label} {how(proc.popen.returncode)}; "
+                    self._begin_stop(JobStatus.FAILED, f"{label} "
+                                     f"{how_it_ended(proc.popen.returncode)}; "
                                      "stopping the other processes")
         if self._stop is None and self.procs and all(p.ended is not None for p in self.procs
                                                      if p.spec.role != "service"):
@@ -264,10 +259,7 @@ class Supervisor:
 
     def _check_deadlines(self) -> None:
         now = time.monotonic()
-        if self.output.log_failure and not self._log_failure_seen:
-            self._log_failure_seen = True
-            from platform_plugin.launcher.processes.stopping import log_failed  # (a full or failing disk)
-            log_failed(self)
+        self._check_logs()
         if self._stop is None:
             if self.timeout and now - self.started > self.timeout:
                 self._begin_stop(JobStatus.TIMEOUT,
@@ -317,10 +309,34 @@ class Supervisor:
         return time.monotonic() - self._groups_empty_at > 1.0
 
     def _begin_stop(self, status: JobStatus, reason: str, remote: bool = False) -> None:
-        """Stop every process (a failure, a timeout, a hang, an interrupt: stopping.py, loaded
-        only then; a successful end is no stop of this kind, see `_reap`)."""
-        from platform_plugin.launcher.processes.stopping import begin_stop
-        begin_stop(self, status, reason, remote)
+        """Stop every process (a failure, a timeout, a hang, an interrupt; a successful end is no
+        stop of this kind, see `_reap`): SIGTERM to the whole job now, SIGKILL after the grace
+        (the loop sends it); the other servers' launchers are told, unless the stop came from
+        them (`remote`)."""
+        if status in DUMP_STATUSES:  # before SIGTERM: where each rank is stuck, not how it died
+            live = {p.spec.name: p.popen.pid for p in self.procs
+                    if p.ended is None and p.popen.poll() is None}
+            if live:
+                self._stacks.update(dump_live(live, self.output, self.plan.job_dir, reason))
+        self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
+        self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
+        self._job.signal(signal.SIGTERM, only_live_groups=False)
+        if not remote:  # the other servers' launchers stop their ranks too (joblink.py)
+            self._notify("stopping", (status, reason))
+
+    def _check_logs(self) -> None:
+        """The logs are the job's record: a job that cannot keep them (a full or failing disk)
+        stops, or, if every rank already ended well, is not reported as a success."""
+        if not self.output.log_failure or self._log_failure_seen:
+            return
+        self._log_failure_seen = True
+        reason = (f"the log disk is full or failing ({self.output.log_failure}); the job cannot "
+                  "keep its logs. Free space there or give --log-dir on another disk")
+        if self._stop is None:
+            self._begin_stop(JobStatus.FAILED, reason)
+        elif self._stop.status == JobStatus.SUCCEEDED:
+            self._stop.status, self._stop.reason = JobStatus.FAILED, reason
+            self.output.note(reason)
 
     def _kill_everything(self) -> None:
         """Last resort on the way out (an exception escaped the loop): nothing outlives us."""
@@ -335,10 +351,9 @@ class Supervisor:
         stop = self._stop
         status = stop.status if stop else JobStatus.SUCCEEDED
         failed = [p for p in self.procs if p.popen.returncode not in (0, None)]
-        failures: list[RankFailure] = []
-        if failed:  # their records: stopping.py (a successful job does not compile it)
-            from platform_plugin.launcher.processes.stopping import failure_records
-            failures = failure_records(self, failed)
+        # the root cause first, then the failures before those the launcher stopped
+        failures = sorted((self._failure(p) for p in failed),
+                          key=lambda f: (not f.root_cause, f.stopped_by_launcher, f.name))
         root = next((f for f in failures if f.root_cause), None)
         ok = status == JobStatus.SUCCEEDED and not failures
         now = time.monotonic()
@@ -353,23 +368,24 @@ class Supervisor:
                 p.spec.name: [p.spec.rank_id, p.spec.device_id, p.popen.pid,
                               (p.ended or now) - p.started] for p in self.procs if p.popen.returncode == 0})
 
+    def _failure(self, proc: Proc) -> RankFailure:
+        exitcode, sig = describe_exit(proc.popen.returncode)
+        try:
+            last_lines = self.output.tail(proc.spec.name)
+        except KeyError:  # its log could not be opened (the disk refused): nothing was read
+            last_lines = []
+        return RankFailure(
+            name=proc.spec.name, rank_id=proc.spec.rank_id, device_id=proc.spec.device_id,
+            host=self.host, pid=proc.popen.pid, exitcode=exitcode, signal_name=sig,
+            runtime_s=(proc.ended or time.monotonic()) - proc.started, last_lines=last_lines,
+            root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
+            stopped_by_launcher=ended_by(proc.popen.returncode, proc.sent),
+            after_signal=signal.Signals(proc.sent[-1]).name if proc.sent else None,
+            stack=self._stacks.get(proc.spec.name, []))
+
     def _notify(self, event: str, payload) -> None:
         for observer in self.observers:
             handler = getattr(observer, event, None)
             if handler:
                 handler(payload)
 
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # old kernel/Python: exits are found by polling instead
-        return None
-
-
-def _enlarge_pipe(fd: int) -> None:
-    try:
-        import fcntl
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)
-    except OSError:
-        pass  # a smaller pipe only costs speed

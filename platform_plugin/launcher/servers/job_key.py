@@ -13,6 +13,7 @@ rank table (the same file content on every server) and the job's own variables. 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -29,7 +30,6 @@ def explicit_job_id(option: str | None, environ: dict) -> str | None:
 
 def rank_table_job_id(job_name: str, table_path: str, environ: dict) -> str:
     """The same on every server of one job, different for the next job (see the module doc)."""
-    import hashlib  # here: a launch without a multi-server table does not load OpenSSL for it
     with open(table_path, "rb") as fh:
         content = fh.read()
     digest = hashlib.sha256(content)

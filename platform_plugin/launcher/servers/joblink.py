@@ -1,5 +1,6 @@
 """The launchers of one multi-server job talk to each other: one job id, start together, stop
-together, restart together.
+together, restart together. `JobLink` is the interface (and the link of a single-server job:
+nobody to talk to); `Hub` (node 0) and `Spoke` (every other node) implement it.
 
 No new daemon: node 0's launcher listens on `--master-port + 1` of `--master-addr` (the address
 every server already reaches for the rendezvous) for the life of the job; the launchers of the
@@ -33,7 +34,33 @@ from typing import cast
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.servers.joblink_dial import PROTOCOL, WaitNote, dial, join_timeout
-from platform_plugin.launcher.servers.link import JobLink
+
+
+class JobLink:
+    """A single-server job: nobody to talk to. Every multi-server link has the same methods."""
+
+    def agree(self, job_id: str, attempt: int) -> str:
+        """Block until every launcher of the job reached this attempt; returns node 0's job id."""
+        return job_id
+
+    def tell_failed(self, server: str, reason: str, attempt: int) -> None:
+        pass
+
+    def stop_reason(self, attempt: int) -> str | None:
+        """Why another server's launcher asked to stop this attempt, or None."""
+        return None
+
+    def gone(self) -> list[str]:
+        """The servers whose launcher vanished after the job started: they will never report
+        their end on the job's parent run, so this one does it for them."""
+        return []
+
+    def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
+        """Block until every server's ranks of this attempt ended; the servers that failed."""
+        return [] if ok else [server]
+
+    def close(self) -> None:
+        pass
 
 
 class _Peer:

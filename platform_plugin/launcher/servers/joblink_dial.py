@@ -24,8 +24,8 @@ def join_timeout() -> float:
 
 
 class WaitNote:
-    """Says `text()` once, when a wait has lasted NOTE_AFTER_S: a launcher waiting for the
-    others up to PLATFORM_RENDEZVOUS_TIMEOUT (300 s) said nothing meanwhile."""
+    """Says `text()` once, when a wait has lasted NOTE_AFTER_S: a launcher may wait for the
+    others up to PLATFORM_RENDEZVOUS_TIMEOUT (300 s), and its user must know why."""
 
     def __init__(self, note) -> None:
         self.note, self.since = note, time.monotonic()
@@ -85,9 +85,9 @@ def _connect(addr: str, port: int, deadline: float, timeout: float,
 
 def _greeting(sock: socket.socket, addr: str, port: int) -> bytes | None:
     """What node 0 sent after its hello; None when the connection closed before a word.
-    Another program on node 0's port (an HTTP server, a leftover process) took the join and
-    never answered: the launcher waited PLATFORM_RENDEZVOUS_TIMEOUT (300 s) for a "go" that
-    never came."""
+    Another program on node 0's port (an HTTP server, a leftover process) would take the join
+    and never answer: without the greeting the launcher would wait PLATFORM_RENDEZVOUS_TIMEOUT
+    (300 s) for a "go" that never comes."""
     deadline, data = time.monotonic() + HELLO_S, b""
     while b"\n" not in data and time.monotonic() < deadline:
         sock.settimeout(max(0.01, deadline - time.monotonic()))
