@@ -6,6 +6,7 @@ import json
 
 from platform_plugin.doctor import checks as doctor
 from platform_plugin.cli.env import add_settings_options
+from platform_plugin.cli.flags import add_log_dir
 
 
 def register(subparsers) -> None:
@@ -16,9 +17,7 @@ def register(subparsers) -> None:
                     "npu-smi. Prints one row per finding with its fix; exit 1 on any FAIL. "
                     "What cannot be checked on this machine is a SKIP row.")
     add_settings_options(parser)
-    parser.add_argument("--log-dir", metavar="DIR",
-                        help="where jobs are logged (default $PLATFORM_LOG_DIR, else "
-                             "./platform_logs)")
+    add_log_dir(parser)
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.set_defaults(func=run)
 

@@ -6,6 +6,7 @@ import signal
 import tempfile
 
 from platform_plugin.cli import interrupt, skip_the_last_collection
+from platform_plugin.cli.flags import add_log_dir, add_metric
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.comparison.jupyter_ui import OwnedUI, browser_base, jupyter_server
 from platform_plugin.comparison import table as compare
@@ -19,10 +20,10 @@ from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri, sql
 def register(subparsers) -> None:
     p = subparsers.add_parser("ui", help="start a local MLflow UI on the configured store")
     p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (0 = any free port; default 5000)")
-    p.add_argument("--metric", default="loss", help="metric of the printed comparison page (default: loss)")
+    add_metric(p, several=False, help="metric of the printed comparison page")
     p.add_argument("--store", help="backend store URI (default: MLFLOW_TRACKING_URI if it is a "
                                    "database URI, else sqlite:///./mlflow.db)")
-    p.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or ./platform_logs)")
+    add_log_dir(p)
     p.set_defaults(func=run)
 
 
