@@ -33,6 +33,7 @@ from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureK
 from platform_plugin.launcher.display.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import (load_params_file, load_profile, merge_parameters,
                                              parameters_json)
+from platform_plugin.notebook.options import NotebookOptions
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves, outputs_folder
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.paths import resolved
@@ -87,12 +88,11 @@ class NotebookResult:
 
 # ------------------------------------------------------------------ preparing
 
-def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple[str, str]] = (),
-                parameters: dict | None = None, params_file: str | None = None,
-                profile: str | None = None, output: str | None = None, cwd: str | None = None,
-                kernel: str | None = None, timeout: float | None = None,
-                env_file: str | None = None, environ: dict[str, str] | None = None) -> NotebookRun:
+def prepare_run(mode: str, notebook: str | os.PathLike, options: NotebookOptions | None = None,
+                *, environ: dict[str, str] | None = None) -> NotebookRun:
     """Check and resolve a run. Raises ConfigError for anything the user must fix."""
+    options = options or NotebookOptions()
+    cwd, kernel, timeout, output = options.cwd, options.kernel, options.timeout, options.output
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
     project = resolved(cwd or os.getcwd(), "project folder", "NB_CWD", "--cwd")
@@ -106,10 +106,12 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
         raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell, "
                           f"at most {MAX_TIMEOUT_S:,} (leave it out for no limit)",
                           code="NB_TIMEOUT")
-    profile_params, profile_path = load_profile(mode, profile, project)
-    merged, sources = merge_parameters(mode, profile_params, load_params_file(params_file),
-                                       pairs, parameters)
-    settings = settings_module.resolve(mode, environ=environ, env_file=env_file, cwd=str(project))
+    profile_params, profile_path = load_profile(mode, options.profile, project)
+    merged, sources = merge_parameters(mode, profile_params,
+                                       load_params_file(options.params_file), options.pairs,
+                                       options.parameters)
+    settings = settings_module.resolve(mode, environ=environ, env_file=options.env_file,
+                                       cwd=str(project))
     env = {**settings.process_env()}
     env.setdefault(PLATFORM_RUN_MODE.name, mode)
     # for tracking: the job's experiment, source and params (the parent run shows them)
@@ -345,6 +347,14 @@ def _quiet_injected_parameter() -> Iterator[None]:
 
 # ------------------------------------------------------------------ one call
 
+def cleaning_for(run: NotebookRun, options: NotebookOptions
+                 ) -> "cleanup.PreparedCleanup | None":
+    """The cleanup of CODE/ this run asks for (a full run's, unless cleanup=False), checked."""
+    if not options.cleans(run.mode):
+        return None
+    return cleanup_before_run(run, only=options.only, keep=options.keep)
+
+
 def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
                        keep: Iterable[str] = ()) -> "cleanup.PreparedCleanup":
     """Check the full run's cleanup of CODE/ (root, rules) before anything runs; the
@@ -384,13 +394,13 @@ def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
             cleaner.release()
 
 
-def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, cleanup: bool | None = None,
-                 live: bool = True, **options: Any) -> NotebookResult:
+def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, live: bool = True,
+                 **options: Any) -> NotebookResult:
     """Python API: prepare, clean CODE/ first for a full run (unless cleanup=False), run.
 
-    `options` are `prepare_run`'s keywords (parameters={...}, profile=, output=, cwd=, ...)."""
-    run = prepare_run(mode, notebook, **options)
-    cleaning = cleanup_before_run(run) if (cleanup if cleanup is not None else mode == "full") \
-        else None
-    with holding_code(run, cleaning):
-        return execute(run, live=live)
+    `options` are the fields of `NotebookOptions` (notebook/options.py: parameters={...},
+    profile=, output=, cwd=, verbose=, cleanup=, ...), as `platform-run debug|full` has them."""
+    chosen = NotebookOptions(**options)
+    run = prepare_run(mode, notebook, chosen)
+    with holding_code(run, cleaning_for(run, chosen)):
+        return execute(run, live=live, verbose=chosen.verbose)
