@@ -8,9 +8,11 @@ from urllib.parse import urlparse
 from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
 from platform_plugin.comparison import table as compare, diagnosis
+from platform_plugin.comparison.jupyter_ui import browser_base, jupyter_server
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
 from platform_plugin.tracking.job.uri_check import check_tracking_uri
+from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
 DEFAULT_UI = "http://127.0.0.1:5000"
@@ -35,7 +37,6 @@ def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
         return explicit or PLATFORM_MLFLOW_UI.get()
     if urlparse(tracking_uri or "").scheme in ("http", "https"):
         return tracking_uri
-    from platform_plugin.comparison.jupyter_ui import browser_base, jupyter_server
     server = jupyter_server()  # in a JupyterLab terminal: the UI through the Jupyter server
     return browser_base(int(urlparse(DEFAULT_UI).port), server) if server else DEFAULT_UI
 
@@ -74,7 +75,6 @@ def _check(args) -> None:
     plot that cannot be written after all the work."""
     compare.check_tolerance(args.tolerance)
     if args.plot:
-        from platform_plugin.util.folders import check_writable_folder
         folder = os.path.dirname(os.path.abspath(args.plot))
         check_writable_folder(folder, "plot", "COMPARE_PLOT", "--plot")
 

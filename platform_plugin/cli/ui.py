@@ -14,7 +14,9 @@ from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.server.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server.local import HOST
-from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri, sqlite_path
+from platform_plugin.tracking.job.uri_check import scheme_of, uri_problem
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
+from platform_plugin.util.folders import check_writable_folder
 
 
 def register(subparsers) -> None:
@@ -40,8 +42,6 @@ def _check_store(uri: str) -> None:
     """Refuse a store MLflow's server cannot open before it starts: it would die with a
     traceback in its log and this command would wait for it first (tracking/job/uri_check.py: an
     unknown scheme, a folder store this MLflow no longer opens, a file that is no database)."""
-    from platform_plugin.tracking.job.uri_check import scheme_of, uri_problem
-    from platform_plugin.util.folders import check_writable_folder
     why = uri_problem(uri)
     if why:
         raise ConfigError([Problem("UI_STORE", f"--store {uri}: {why}", "--store")])
@@ -74,7 +74,6 @@ def _latest_runs(log_dir: str | None):
     except ConfigError:
         return None
     try:  # every server's ranks, from the store
-        from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
         return compare.with_store_ranks(runs, MlflowSink().client(runs.config.tracking_uri))
     except Exception:  # noqa: BLE001 - the local view is still a useful link
         return runs

@@ -1,13 +1,13 @@
 """Launching: options -> plan (no processes) -> supervisor (processes) -> output (logs, display).
 See docs/launch.md and docs/architecture.md.
 
-Names load on first use (PEP 562): `platform-run launch --help` imports only the options record.
+Names load on first use (PEP 562): `platform-run launch --help` (its options come from
+launcher/options.py, inside this package) does not import the launch itself.
 """
 from __future__ import annotations
 
-import sys
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+import importlib
+from typing import TYPE_CHECKING, Any
 
 _LAZY = {
     "launch": "platform_plugin.launcher.api",
@@ -22,8 +22,6 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
     from platform_plugin.launcher.api import launch
     from platform_plugin.launcher.options import LaunchOptions
     from platform_plugin.launcher.planning.plan import Host, LaunchPlan, RankSpec, build_plan
@@ -35,8 +33,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'platform_plugin.launcher' has no attribute {name!r}")
-    __import__(module)  # not importlib.import_module: `importlib` costs start-up time
-    return getattr(sys.modules[module], name)
+    return getattr(importlib.import_module(module), name)
 
 
 def __dir__() -> list[str]:

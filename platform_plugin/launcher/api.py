@@ -24,6 +24,8 @@ from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
 from platform_plugin.launcher.servers.job_key import rank_table_job_id
 from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.watch import job_summary, watch
+from platform_plugin.tracking.job.handle import JobTracking
+from platform_plugin.tracking.job.lost_servers import report_lost
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
@@ -67,7 +69,6 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
     if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
-        from platform_plugin.tracking.job.handle import JobTracking  # (MLflow's side)
         JobTracking.check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
         link = open_link(plan, _note(options.write))
@@ -131,7 +132,6 @@ def _report_lost_servers(result: JobResult, link, write) -> None:
     gone = link.gone()
     spool_dir = getattr(result.tracking, "spool_dir", "")
     if gone and spool_dir:
-        from platform_plugin.tracking.job.lost_servers import report_lost
         said = report_lost(spool_dir, gone)
         if said:
             _print(write, f"[launcher] {said}")
@@ -144,7 +144,6 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
     if options.tracking == "none":  # watch() makes the no-op JobTracking once the ranks run
         job_tracking, tracking_env = None, tracking_off()
     else:
-        from platform_plugin.tracking.job.handle import JobTracking
         job_tracking = JobTracking.create(options.tracking, plan)
         # before spawning, and without the sink: every rank gets where to spool; the forwarding
         # helper (MLflow, the store, the runs) starts once the ranks run (`started`)

@@ -21,6 +21,7 @@ import os
 import sys
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.display import publish_display_data
 from IPython.utils.text import DollarFormatter
 
 from platform_plugin.errors import ConfigError, Problem
@@ -136,8 +137,6 @@ DistRunMagics.dist_run.__doc__ = (
 
 def _publish(result: JobResult) -> None:
     """The result as data in the cell's outputs (no text/plain: nothing is shown for it)."""
-    from IPython.display import publish_display_data
-
     publish_display_data({JOB_RESULT_MIME: result.to_dict()})
 
 

@@ -21,6 +21,7 @@ from platform_plugin.cleanup import run as cleanup
 from platform_plugin.cleanup.run import human_bytes
 from platform_plugin.cli.clean import add_arguments
 from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
+from platform_plugin.comparison.view import compare
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.util.suggest import with_suggestions
@@ -117,7 +118,6 @@ class PlatformMagics(Magics):
             args = _parsed(_compare_parser(), line, "%dist_compare")
             if args is None:
                 return None
-            from platform_plugin.comparison.view import compare  # (MLflow)
             compared = [compare(args.job, metric, log_dir=args.log_dir, tolerance=args.tolerance,
                                 ui=args.ui) for metric in metrics_of(args.metric)]
             # one metric: its Comparison; several: the list, in the order given

@@ -15,7 +15,6 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
-from platform_plugin import ranktable
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning import torch_store
 from platform_plugin.launcher.planning.auto_backend import by_imports
@@ -209,6 +208,9 @@ class RankTableBackend(Backend):
     name = "rank-table"
 
     def layout(self, settings: Settings, placement: Placement) -> Layout:
+        # here: options.py derives --backend's choices from this module, and `launch --help`
+        # needs no rank table parser
+        from platform_plugin import ranktable
         table = settings.rank_table
         if table is None:
             raise fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "
@@ -264,7 +266,7 @@ def choose(requested: str, command: list[str], settings: Settings,
 
 
 def npus_present() -> bool:
-    """A /dev/davinci<N> exists (string tests: a regex per /dev entry cost every launch ~1 ms)."""
+    """A /dev/davinci<N> exists (string tests: every launch asks, a regex per /dev entry is slow)."""
     return any(n.startswith("davinci") and n[7:].isdigit() for n in _listdir("/dev"))
 
 
