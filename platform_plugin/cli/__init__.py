@@ -3,14 +3,14 @@
 Each command module exposes `register(subparsers)` (adds its parser and sets
 `func=run`) and `run(args) -> int`. The registry below is the only list of commands, so a
 new command is one line here plus its own module. Only the chosen command's module is
-imported (`platform-run --help` imports none of them): start-up stays fast.
+imported (`platform-run --help` imports none of them).
 """
 from __future__ import annotations
 
 import argparse
 import atexit
 import gc
-import os
+import importlib
 import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
@@ -59,34 +59,11 @@ COMMANDS = [
 HELP = {name: help_text for name, _module, help_text in COMMANDS}  # the modules' help= too
 
 
-def _columns() -> int:
-    """The terminal's width as `shutil.get_terminal_size` finds it (COLUMNS, then stdout's
-    terminal, else 80), without importing `shutil` (with bz2, lzma, zlib: start-up time)."""
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
-class _Formatter(argparse.HelpFormatter):
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: int | None = None) -> None:
-        super().__init__(prog, indent_increment, max_help_position,
-                         _columns() - 2 if width is None else width)
-
-
 class _Parser(argparse.ArgumentParser):
     """Usage errors carry a code like every other refusal (exit 2, `[CLI_USAGE]`) and the
     closest flag or command for a typo. Sub-parsers are of the same class."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
 
@@ -120,8 +97,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             if chosen is None:  # a chosen command is parsed alone: no parser for the others
                 sub.add_parser(name, help=help_text, add_help=False)
         elif chosen not in {m for n, m, _h in COMMANDS[:COMMANDS.index((name, module, help_text))]}:
-            __import__(f"platform_plugin.cli.{module}")  # (not importlib: start-up time)
-            sys.modules[f"platform_plugin.cli.{module}"].register(sub)
+            importlib.import_module(f"platform_plugin.cli.{module}").register(sub)
     return parser
 
 

@@ -109,9 +109,8 @@ def default_job_name(command: tuple[str, ...]) -> str:
 
 
 def _safe(name: str) -> str:
-    """Letters and digits of any script (`--job-name 中文训练`, `训练.py` keep their name: it was
-    silently "job"), `_.-`; the rest (spaces, slashes, quotes, shell and control characters)
-    becomes `-`."""
+    """Letters and digits of any script (`--job-name 中文训练`, `训练.py` keep their name), `_.-`;
+    the rest (spaces, slashes, quotes, shell and control characters) becomes `-`."""
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "job"
 
 
