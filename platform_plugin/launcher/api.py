@@ -14,7 +14,7 @@ from platform_plugin import settings as settings_mod
 from platform_plugin.launcher.attempts import attempt_record, restarted, restarting
 from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.launcher.display.show import check_show
-from platform_plugin.launcher.keywords import from_kwargs
+from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
 from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.launcher.planning import preflight
 from platform_plugin.launcher.planning.backends import default_nproc, npus_present
@@ -30,10 +30,8 @@ from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (Unpack is in typing from 3.11; the package runs on 3.9)
     from typing_extensions import Unpack
-
-    from platform_plugin.launcher.keywords import LaunchKeywords
 
 
 def launch(cmd: list[str] | str, **options: Unpack[LaunchKeywords]) -> JobResult:
