@@ -3,15 +3,19 @@
 Each command module exposes `register(subparsers)` (adds its parser and sets
 `func=run`) and `run(args) -> int`. The registry below is the only list of commands, so a
 new command is one line here plus its own module. Only the chosen command's module is
-imported (`platform-run --help` imports none of them): start-up stays fast.
+imported (`platform-run --help` imports none of them).
 """
 from __future__ import annotations
 
 import argparse
-import os
+import atexit
+import gc
+import importlib
 import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
+from platform_plugin.util.folders import check_cwd
+from platform_plugin.util.suggest import with_suggestions
 
 
 def interrupt(signum, frame):
@@ -26,15 +30,13 @@ _exit_fast = False  # gc.freeze registered at exit (once per process)
 def skip_the_last_collection() -> None:
     """At the process's exit, freeze every object before the interpreter's final garbage
     collection, which then has nothing to walk. For a command whose process holds many objects
-    that is seconds: `ui` and `server` import MLflow, and their exit after Ctrl-C took 2.5-3 s of
-    that collection once the server had stopped; `launch` gains ~5 ms (10.8 -> 4.5 ms). Only
+    that is seconds (`ui` and `server` import MLflow, and their exit after Ctrl-C waited for
+    that collection once the server had stopped), and `launch` exits sooner too. Only
     for commands that close and write what they own explicitly (files, pipes, servers, locks):
     cyclic garbage's finalizers do not run. Registered once; in a process that goes on (tests
     calling main()), it changes nothing before its exit."""
     global _exit_fast
     if not _exit_fast:
-        import atexit
-        import gc
         atexit.register(gc.freeze)
         _exit_fast = True
 
@@ -57,39 +59,15 @@ COMMANDS = [
 HELP = {name: help_text for name, _module, help_text in COMMANDS}  # the modules' help= too
 
 
-def _columns() -> int:
-    """The terminal's width as `shutil.get_terminal_size` finds it (COLUMNS, then stdout's
-    terminal, else 80), without importing `shutil` (with bz2, lzma, zlib: start-up time)."""
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
-
-
-class _Formatter(argparse.HelpFormatter):
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
-                 width: int | None = None) -> None:
-        super().__init__(prog, indent_increment, max_help_position,
-                         _columns() - 2 if width is None else width)
-
-
 class _Parser(argparse.ArgumentParser):
     """Usage errors carry a code like every other refusal (exit 2, `[CLI_USAGE]`) and the
     closest flag or command for a typo. Sub-parsers are of the same class."""
 
     def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("formatter_class", _Formatter)
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        from platform_plugin.util.suggest import with_suggestions  # (difflib) only on a mistake
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: [CLI_USAGE] {with_suggestions(self, message)}\n")
 
@@ -119,8 +97,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             if chosen is None:  # a chosen command is parsed alone: no parser for the others
                 sub.add_parser(name, help=help_text, add_help=False)
         elif chosen not in {m for n, m, _h in COMMANDS[:COMMANDS.index((name, module, help_text))]}:
-            __import__(f"platform_plugin.cli.{module}")  # (not importlib: start-up time)
-            sys.modules[f"platform_plugin.cli.{module}"].register(sub)
+            importlib.import_module(f"platform_plugin.cli.{module}").register(sub)
     return parser
 
 
@@ -147,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
-        from platform_plugin.util.folders import check_cwd
         check_cwd("CLI_CWD_GONE")
         return int(args.func(args) or 0)
     except ConfigError as exc:

@@ -5,11 +5,14 @@ import os
 from pathlib import Path
 from urllib.parse import urlparse
 
+from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
 from platform_plugin.comparison import table as compare, diagnosis
+from platform_plugin.comparison.jupyter_ui import browser_base, jupyter_server
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
 from platform_plugin.tracking.job.uri_check import check_tracking_uri
+from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
 DEFAULT_UI = "http://127.0.0.1:5000"
@@ -18,16 +21,14 @@ DEFAULT_UI = "http://127.0.0.1:5000"
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare ranks of a job: per-rank table, straggler, plot, MLflow URL")
     p.add_argument("job", nargs="?", help="job id or job folder (default: the latest job)")
-    p.add_argument("--metric", action="append", metavar="NAME[,NAME]",
-                   help="metric(s) to compare: repeat or comma-separate (default: loss)")
+    add_metric(p)
     p.add_argument("--plot", metavar="PNG", help="write per-rank curves here (the PNG and the "
                    "tables are logged to the job's run under compare/)")
     p.add_argument("--url", action="store_true", help="print the MLflow page overlaying every rank")
     p.add_argument("--ui", help="MLflow UI base URL (default: PLATFORM_MLFLOW_UI, an http tracking "
                                 f"URI, else {DEFAULT_UI} as `platform-run ui` starts it)")
-    p.add_argument("--tolerance", type=float, default=0.1,
-                   help="relative gap that flags a straggler or a deviating final value (default 0.1)")
-    p.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or ./platform_logs)")
+    add_tolerance(p)
+    add_log_dir(p)
     p.set_defaults(func=run)
 
 
@@ -36,14 +37,8 @@ def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
         return explicit or PLATFORM_MLFLOW_UI.get()
     if urlparse(tracking_uri or "").scheme in ("http", "https"):
         return tracking_uri
-    from platform_plugin.comparison.jupyter_ui import browser_base, jupyter_server
     server = jupyter_server()  # in a JupyterLab terminal: the UI through the Jupyter server
     return browser_base(int(urlparse(DEFAULT_UI).port), server) if server else DEFAULT_UI
-
-
-def metrics_of(args) -> list[str]:
-    names = [n.strip() for value in (args.metric or ["loss"]) for n in value.split(",") if n.strip()]
-    return list(dict.fromkeys(names))
 
 
 def find_job(job: str | None, log_dir: str | None):
@@ -80,7 +75,6 @@ def _check(args) -> None:
     plot that cannot be written after all the work."""
     compare.check_tolerance(args.tolerance)
     if args.plot:
-        from platform_plugin.util.folders import check_writable_folder
         folder = os.path.dirname(os.path.abspath(args.plot))
         check_writable_folder(folder, "plot", "COMPARE_PLOT", "--plot")
 
@@ -88,7 +82,7 @@ def _check(args) -> None:
 def run(args) -> int:
     _check(args)
     runs, client, job_id = find_job(args.job, args.log_dir)
-    metrics = metrics_of(args)
+    metrics = metrics_of(args.metric)
     series = {m: compare.load_series(runs, m, client) for m in metrics}
     missing = [m for m in metrics if not any(series[m].values())]
     if missing:

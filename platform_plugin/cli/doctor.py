@@ -4,8 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from platform_plugin.cleanup import run as cleanup
 from platform_plugin.doctor import checks as doctor
 from platform_plugin.cli.env import add_settings_options
+from platform_plugin.cli.flags import add_log_dir
+from platform_plugin.errors import ConfigError
+from platform_plugin.tracking.server.mlflow_features import detect
 
 
 def register(subparsers) -> None:
@@ -16,9 +20,7 @@ def register(subparsers) -> None:
                     "npu-smi. Prints one row per finding with its fix; exit 1 on any FAIL. "
                     "What cannot be checked on this machine is a SKIP row.")
     add_settings_options(parser)
-    parser.add_argument("--log-dir", metavar="DIR",
-                        help="where jobs are logged (default $PLATFORM_LOG_DIR, else "
-                             "./platform_logs)")
+    add_log_dir(parser)
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.set_defaults(func=run)
 
@@ -40,8 +42,6 @@ def cleanup_rows(cwd: str) -> list:
     """WARN when CODE/ holds what a full run would clean: the platform's full run (全量运行)
     snapshots CODE/ as it is, caches and checkpoints included. (Here, not in doctor/: the
     cleanup workflow sits above the doctor's facts.)"""
-    from platform_plugin.cleanup import run as cleanup
-    from platform_plugin.errors import ConfigError
     try:
         root = cleanup.find_root(cwd=cwd)
         report = cleanup.clean(root, dry_run=True, progress=False)
@@ -62,7 +62,6 @@ def cleanup_rows(cwd: str) -> list:
 def mlflow_rows() -> list:
     """What the installed MLflow's UI lacks among what the package uses (MLflow 3.1, the newest
     on Python 3.9, has no experiment kinds): WARN with the workaround, never a failure."""
-    from platform_plugin.tracking.server.mlflow_features import detect
     features = detect()
     if features is None:
         return [doctor.Row("SKIP", "MLflow", "MLflow is not installed in this interpreter: "

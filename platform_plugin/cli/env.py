@@ -7,6 +7,7 @@ import os
 import shlex
 
 from platform_plugin import settings
+from platform_plugin.tracking.job import conventions
 from platform_plugin.util.texttable import render_rows
 
 
@@ -42,7 +43,6 @@ def register(subparsers) -> None:
 
 def tracking_store(resolved) -> dict[str, str]:
     """Where a job started here would track: the store (and why there) and the experiment."""
-    from platform_plugin.tracking.job import conventions
     env = {**os.environ, **resolved.process_env()}
     uri, source = conventions.default_store(None, env)
     return {"uri": uri, "source": source, "experiment": conventions.experiment_name(env, None)}

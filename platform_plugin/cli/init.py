@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from pathlib import Path
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.folders import check_writable_folder
 
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -43,7 +45,6 @@ def project_dir(explicit: str | None, cwd: Path | None = None) -> Path:
 
 def write_templates(target: Path, *, force: bool = False) -> list[tuple[str, str]]:
     """[(file, "written" | "kept")] for every template."""
-    from platform_plugin.util.folders import check_writable_folder
     folder = str(target)  # a file at DIR or on the way, or a read-only place: refused before any write
     check_writable_folder(folder, "project", "INIT_DIR", "DIR")
     _check_destinations(target, force)
@@ -64,7 +65,6 @@ def _check_destinations(target: Path, force: bool) -> None:
     first write: a FIFO, folder or link there was a traceback from shutil after the files
     before it were written, and a link was written through (a dangling `platform.toml ->
     /elsewhere` made /elsewhere). What is kept (it exists, no --force) may be anything."""
-    import stat
     bad = []
     for name in FILES:
         path = target / name

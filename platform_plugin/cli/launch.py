@@ -1,6 +1,8 @@
 """`platform-run launch [options] -- COMMAND ...`: exit 0 ok, 1 job failed/stopped, 2 bad input."""
 from __future__ import annotations
 
+import gc
+import signal
 import sys
 
 from platform_plugin.cli import interrupt, skip_the_last_collection
@@ -16,7 +18,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    import gc
     frozen = _import_uncollected()
     try:
         return _run(args)
@@ -28,10 +29,9 @@ def run(args) -> int:
 def _import_uncollected() -> bool:
     """Import the launch path (before the ranks start) with the collector off, then freeze what
     exists: the imports make modules, classes and functions, which live as long as the process,
-    so the collections they triggered (~1 ms, several under load) freed nothing, and a collector
+    so the collections they triggered freed nothing, and a collector
     switched back on would walk them all at once. True if frozen here (not when the collector was
     off or objects were frozen already: then whoever did that decides)."""
-    import gc
     if not gc.isenabled() or gc.get_freeze_count():
         return False
     gc.disable()
@@ -46,8 +46,7 @@ def _import_uncollected() -> bool:
 
 
 def _run(args) -> int:
-    from platform_plugin.launcher.api import run as run_job
-    import signal
+    from platform_plugin.launcher.api import run as run_job  # (above: with the collector off)
     skip_the_last_collection()  # (its docstring: the launcher closes and writes everything itself)
     options = from_arguments(args, check=False)  # a failed job is exit 1: its table is printed
     command = command_of(args)

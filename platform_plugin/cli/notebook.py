@@ -3,16 +3,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import signal
 import sys
+import time
 
 from platform_plugin.cli import HELP, interrupt
-from platform_plugin.errors import ConfigError
-from platform_plugin.notebook import run as notebook
-from platform_plugin.notebook.params import parse_yaml_parameters
-from platform_plugin.notebook.run import NotebookResult, NotebookRun
 from platform_plugin.cli.clean import add_cleanup_options
+from platform_plugin.errors import ConfigError
+from platform_plugin.launcher.display.result_table import terminal_width
+from platform_plugin.notebook import run as notebook
+from platform_plugin.notebook.live import LiveStream, reopen_closed_std_fds
+from platform_plugin.notebook.options import NotebookOptions, add_arguments, from_arguments
+from platform_plugin.notebook.run import NotebookResult, NotebookRun
+from platform_plugin.notebook.save import outputs_folder
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host
@@ -25,35 +30,12 @@ def register(subparsers) -> None:
         parser.add_argument("output_path", nargs="?", metavar="OUT.ipynb",
                             help="where the executed notebook goes (as papermill's second "
                                  "argument; same as --output)")
-        parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                            metavar=("NAME", "VALUE"),
-                            help="set a parameter (repeatable; typed like papermill's -p)")
-        parser.add_argument("-f", "--parameters-file", metavar="PARAMS.yaml",
-                            help="YAML mapping of parameters (overrides the profile)")
-        parser.add_argument("-y", "--parameters-yaml", action="append", default=[],
-                            metavar="YAML", help="parameters as a YAML mapping, e.g. "
-                            "-y '{epochs: 3}' (as papermill's -y; -p wins over it)")
-        parser.add_argument("--profile", metavar="platform.toml",
-                            help=f"profile with [{mode}.parameters] (default: "
-                                 "platform.toml in --cwd, if present)")
-        parser.add_argument("--output", metavar="OUT.ipynb",
-                            help="executed notebook (default: runs/<timestamp>-<mode>-<name>"
-                                 ".ipynb under --cwd)")
-        parser.add_argument("--cwd", metavar="DIR",
-                            help="project folder: the kernel's working directory (default: .)")
-        parser.add_argument("-k", "--kernel", metavar="NAME",
-                            help="Jupyter kernel (default: the notebook's kernelspec)")
-        parser.add_argument("--timeout", type=float, metavar="S",
-                            help="fail a cell that runs longer than S seconds")
-        parser.add_argument("--env-file", metavar=".env",
-                            help="user settings file (default: .env in --cwd)")
+        add_arguments(parser, mode)
         parser.add_argument("--dry-run", action="store_true",
                             help="show what would run and be cleaned; run nothing")
         parser.add_argument("--log-output", action="store_true",
                             help="accepted for papermill habits: cell output always streams "
                                  "to the terminal")
-        parser.add_argument("--verbose", action="store_true",
-                            help="also show library chatter and the kernel's own warnings")
         if mode == "full":
             parser.add_argument("--no-cleanup", dest="cleanup", action="store_false",
                                 help="do not clean CODE/ before the run")
@@ -71,17 +53,12 @@ def _output(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     # from the start: a SIGTERM while CODE/ is cleaned or the kernel starts ends as Ctrl-C does
     signal.signal(signal.SIGTERM, interrupt)
-    from platform_plugin.notebook.live import LiveStream, reopen_closed_std_fds
     reopen_closed_std_fds()  # started with stdout/stderr closed: the kernel inherits them
     sys.stderr = LiveStream(sys.stderr)  # type: ignore[assignment]  # a reader gone: run on
-    run_spec = notebook.prepare_run(
-        args.mode, args.notebook, pairs=[tuple(p) for p in args.parameter],
-        parameters=parse_yaml_parameters(args.parameters_yaml) or None,
-        params_file=args.parameters_file, profile=args.profile, output=_output(args),
-        cwd=args.cwd, kernel=args.kernel, timeout=args.timeout, env_file=args.env_file)
-    cleaning = None
-    if getattr(args, "cleanup", False):
-        cleaning = notebook.cleanup_before_run(run_spec, only=args.only, keep=args.keep)
+    options = from_arguments(args, output=_output(args), cleanup=getattr(args, "cleanup", False),
+                             only=getattr(args, "only", None), keep=tuple(getattr(args, "keep", ())))
+    run_spec = notebook.prepare_run(args.mode, args.notebook, options)
+    cleaning = notebook.cleaning_for(run_spec, options)
     if args.dry_run:
         print(describe(run_spec))
         if cleaning:
@@ -90,16 +67,16 @@ def run(args: argparse.Namespace) -> int:
     with notebook.holding_code(run_spec, cleaning) as report:
         if report:
             print(report.render(), file=sys.stderr)
-        return _execute(run_spec, args)
+        return _execute(run_spec, options)
 
 
-def _execute(run_spec: NotebookRun, args: argparse.Namespace) -> int:
+def _execute(run_spec: NotebookRun, options: NotebookOptions) -> int:
     claimed = run_spec.output_default
     try:  # the line inside: a Ctrl-C the moment it is shown still names the notebook (none)
         run_spec = notebook.claim_output(run_spec)  # the name printed is the one written
         print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> "
               f"{run_spec.output}", file=sys.stderr, flush=True)
-        result = notebook.execute(run_spec, verbose=args.verbose)
+        result = notebook.execute(run_spec, verbose=options.verbose)
     except KeyboardInterrupt:  # before the first save there is no notebook to point at
         so_far = (f"; the notebook so far: {run_spec.output}"
                   if notebook.output_written(run_spec, claimed)
@@ -138,10 +115,6 @@ def _long_outputs(result: NotebookResult) -> str:
     """Where this run put its cells' whole long outputs (notebook/bounded.py): the notebook's
     notes say it per cell, the terminal's summary says it once (files of an earlier run with
     the same --output are older than this run and not named)."""
-    import os
-    import time
-
-    from platform_plugin.notebook.save import outputs_folder
     folder = outputs_folder(str(result.output))
     since = time.time() - result.duration_s - 1
     try:
@@ -166,6 +139,5 @@ def _summary(result: NotebookResult) -> str:
     if result.ok:
         return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
                 f"output notebook: {result.output}")
-    from platform_plugin.launcher.display.result_table import terminal_width
     return (result.failure.render(colors=sys.stderr.isatty(), width=terminal_width(sys.stderr))
             + f"\noutput notebook: {result.output}")

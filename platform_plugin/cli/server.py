@@ -8,6 +8,7 @@ alone (PostgreSQL puts each of its children in a session of its own), which Post
 a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace."""
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import os
 import signal
@@ -16,6 +17,12 @@ from pathlib import Path
 
 from platform_plugin.cli import interrupt, skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.launcher.processes.spawn import Lifeline
+from platform_plugin.tracking.server.local import start_team_server, stop_server, wait_healthy
+from platform_plugin.tracking.server.postgres import (HOST as PG_HOST, LocalPostgres,
+                                                      missing_reason, unreachable_parent)
+from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.paths import resolved
 from platform_plugin.util.ports import check_free, free_port
 
 
@@ -48,7 +55,6 @@ def register(subparsers) -> None:
 
 
 def _check_data_dir(data: Path) -> None:
-    from platform_plugin.tracking.server.postgres import unreachable_parent
     closed = unreachable_parent(data)
     if closed is not None:
         raise ConfigError([Problem(
@@ -73,7 +79,6 @@ def _check(args) -> None:
                                 "machine", "--host"))
     if problems:
         raise ConfigError(problems)
-    from platform_plugin.tracking.server.postgres import HOST as PG_HOST, missing_reason
     why = missing_reason()
     if why:
         raise ConfigError([Problem("SERVER_POSTGRES", why, "postgres")])
@@ -86,7 +91,6 @@ def _check(args) -> None:
 def _check_folders(data: Path, artifacts: str) -> None:
     """Both folders can be made before initdb runs: a bad --data-dir or --artifacts is a
     refusal with a code, not a traceback after a cluster was half made."""
-    from platform_plugin.util.folders import check_writable_folder
     folder = str(data)
     check_writable_folder(folder, "server data", "SERVER_DATA_DIR", "--data-dir")
     _check_data_dir(data)
@@ -95,9 +99,8 @@ def _check_folders(data: Path, artifacts: str) -> None:
 
 def _hold_data_dir(data: Path) -> int:
     """An exclusive flock on DATA/server.lock, or SERVER_DATA_DIR_BUSY: one PostgreSQL cluster
-    serves one server. Before, a second `platform-run server` on the same --data-dir failed to
-    start the cluster and its clean-up stopped the first server's PostgreSQL. Returns the fd."""
-    import fcntl
+    serves one server: a second `platform-run server` on the same --data-dir would fail to start
+    the cluster, and its clean-up would stop the first server's PostgreSQL. Returns the fd."""
     data.mkdir(parents=True, exist_ok=True)
     fd = os.open(data / "server.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -145,9 +148,6 @@ LIFELINE_GRACE_S = 30.0
 
 def run(args) -> int:
     _check(args)
-    from platform_plugin.tracking.server.postgres import LocalPostgres
-    from platform_plugin.tracking.server.local import start_team_server, stop_server, wait_healthy
-    from platform_plugin.util.paths import resolved
     data = resolved(args.data_dir or default_data_dir(), "server data folder", "SERVER_DATA_DIR",
                     "--data-dir")
     artifacts = str(resolved(args.artifacts, "artifacts folder", "SERVER_ARTIFACTS_NOT_DIR",
@@ -157,7 +157,6 @@ def run(args) -> int:
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
     skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
-    from platform_plugin.launcher.processes.spawn import Lifeline
     pg = LocalPostgres(data, args.pg_port or free_port())
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
     proc = None

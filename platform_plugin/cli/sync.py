@@ -5,6 +5,7 @@ import signal
 import sys
 
 from platform_plugin.cli import interrupt
+from platform_plugin.cli.flags import add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
@@ -17,7 +18,7 @@ def register(subparsers) -> None:
                               description="Replay a job's spool into its sink exactly once: lines "
                               "already delivered (per the offset files) are never sent again.")
     p.add_argument("job", nargs="?", help="job id or job folder (default: the latest job)")
-    p.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or ./platform_logs)")
+    add_log_dir(p)
     p.add_argument("--end", choices=END_STATUSES, metavar="STATUS",
                    help="also end the job's runs with STATUS (FINISHED|FAILED|KILLED), e.g. after "
                         "the launching process itself was killed")

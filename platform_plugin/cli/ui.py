@@ -6,6 +6,7 @@ import signal
 import tempfile
 
 from platform_plugin.cli import interrupt, skip_the_last_collection
+from platform_plugin.cli.flags import add_log_dir, add_metric
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.comparison.jupyter_ui import OwnedUI, browser_base, jupyter_server
 from platform_plugin.comparison import table as compare
@@ -13,16 +14,18 @@ from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.server.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server.local import HOST
-from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri, sqlite_path
+from platform_plugin.tracking.job.uri_check import scheme_of, uri_problem
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
+from platform_plugin.util.folders import check_writable_folder
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("ui", help="start a local MLflow UI on the configured store")
     p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (0 = any free port; default 5000)")
-    p.add_argument("--metric", default="loss", help="metric of the printed comparison page (default: loss)")
+    add_metric(p, several=False, help="metric of the printed comparison page")
     p.add_argument("--store", help="backend store URI (default: MLFLOW_TRACKING_URI if it is a "
                                    "database URI, else sqlite:///./mlflow.db)")
-    p.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or ./platform_logs)")
+    add_log_dir(p)
     p.set_defaults(func=run)
 
 
@@ -39,8 +42,6 @@ def _check_store(uri: str) -> None:
     """Refuse a store MLflow's server cannot open before it starts: it would die with a
     traceback in its log and this command would wait for it first (tracking/job/uri_check.py: an
     unknown scheme, a folder store this MLflow no longer opens, a file that is no database)."""
-    from platform_plugin.tracking.job.uri_check import scheme_of, uri_problem
-    from platform_plugin.util.folders import check_writable_folder
     why = uri_problem(uri)
     if why:
         raise ConfigError([Problem("UI_STORE", f"--store {uri}: {why}", "--store")])
@@ -73,7 +74,6 @@ def _latest_runs(log_dir: str | None):
     except ConfigError:
         return None
     try:  # every server's ranks, from the store
-        from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
         return compare.with_store_ranks(runs, MlflowSink().client(runs.config.tracking_uri))
     except Exception:  # noqa: BLE001 - the local view is still a useful link
         return runs

@@ -5,34 +5,36 @@ Reads top to bottom: settings -> plan -> preflight (ports, stale ranks) -> track
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
-
-    from platform_plugin.launcher.processes.result import JobResult
-
-# Imported here: what runs before the ranks start. What watches them (watch.py: the supervisor,
-# the output, job.json, the result) is imported once they were spawned: without .pyc its compile
-# then overlaps the ranks' own start instead of delaying it.
 from platform_plugin import settings as settings_mod
-from platform_plugin.launcher.planning.backends import default_nproc, npus_present
-from platform_plugin.launcher.planning import preflight
-from platform_plugin.launcher.servers.job_key import explicit_job_id, rank_table_job_id
-from platform_plugin.launcher.servers.link import open_link
-from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.display.show import check_show
+from platform_plugin.launcher.attempts import attempt_record, restarted, restarting
 from platform_plugin.launcher.display.quiet import libraries_to_log
+from platform_plugin.launcher.display.show import check_show
+from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
+from platform_plugin.launcher.options import LaunchOptions, with_environment
+from platform_plugin.launcher.planning import preflight
+from platform_plugin.launcher.planning.backends import default_nproc, npus_present
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
+from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
+from platform_plugin.launcher.servers.job_key import rank_table_job_id
+from platform_plugin.launcher.servers.link import open_link
+from platform_plugin.launcher.watch import job_summary, watch
+from platform_plugin.tracking.job.handle import JobTracking
+from platform_plugin.tracking.job.lost_servers import report_lost
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
+if TYPE_CHECKING:  # (Unpack is in typing from 3.11; the package runs on 3.9)
+    from typing_extensions import Unpack
 
-def launch(cmd: list[str] | str, **options: Any) -> JobResult:
+
+def launch(cmd: list[str] | str, **options: Unpack[LaunchKeywords]) -> JobResult:
     """Run `cmd` once per rank and supervise the ranks (options: `platform-run launch --help`).
 
     `options` are the fields of `LaunchOptions` (launcher/options.py: names, defaults, checks);
@@ -41,8 +43,7 @@ def launch(cmd: list[str] | str, **options: Any) -> JobResult:
     or it was interrupted — unless `check=False`.
     """
     __tracebackhide__ = True  # IPython: the user's cell, not our frames, is the interesting part
-    from platform_plugin.launcher.keywords import from_kwargs  # (the CLI does not need it)
-    return run(cmd, from_kwargs(options))
+    return run(cmd, from_kwargs(dict(options)))
 
 
 def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
@@ -54,38 +55,35 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
                                     cwd=options.cwd)
     host = Host(base_env=_rank_base_env(dict(os.environ), settings.process_env()),  # a copy
                 npu_present=npus_present())
-    options = options.replace(job_id=explicit_job_id(options.job_id, host.base_env))
+    options = with_environment(options, host.base_env)
     plan = build_plan(cmd, settings, options, host)
     if options.job_id is None and plan.backend == "rank-table" and plan.nnodes > 1:
         # the servers of a multi-server table share no rendezvous: they derive one key
-        options = options.replace(job_id=rank_table_job_id(plan.job_name, _table_file(plan),
-                                                           host.base_env))
-        plan = build_plan(cmd, settings, options, host)
+        plan = build_plan(cmd, settings, options, host, job_id=rank_table_job_id(
+            plan.job_name, _table_file(plan), host.base_env))
     if options.nproc is None and plan.backend != "rank-table":
         _print(options.write, f"[launcher] --nproc not given: {default_nproc(host)[1]}")
     shown = check_show(options.show, plan)
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
     if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
-        from platform_plugin.tracking.job.handle import JobTracking
         JobTracking.check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
         link = open_link(plan, _note(options.write))
         try:
             agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
             if agreed != plan.job_id:
-                plan = build_plan(cmd, settings, options.replace(job_id=agreed), host)
+                plan = build_plan(cmd, settings, options, host, job_id=agreed,
+                                  master_port=plan.master_port)
             with JobDirLock(plan), libraries_to_log(plan.job_dir, options.verbose):
                 result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
         finally:
             link.close()
-    from platform_plugin.launcher.watch import job_summary  # (the job imported it already)
     summary = job_summary(result, hidden)
     if result.job_file_error:  # a full disk: say what the record holds, it is still readable
         summary += f"\n[launcher] job.json: {result.job_file_error}"
     _print(options.write, summary)
     if options.check and not result.ok:
-        from platform_plugin.launcher.processes.result import JobFailed
         raise JobFailed(result)
     return result
 
@@ -99,15 +97,13 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     while True:
         attempt = len(attempts)
         if attempt:  # every server reached this attempt (the first one was agreed in run())
-            from platform_plugin.launcher.attempts import restarted
-            options, plan = restarted(cmd, settings, host, options, plan, link, attempt)
+            plan = restarted(cmd, settings, host, options, plan, link, attempt)
         result, hidden = _supervise(plan, options, shown, link, attempts,
                                     last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
         _report_lost_servers(result, link, options.write)
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
-        from platform_plugin.launcher.attempts import attempt_record, restarting
         attempts.append(attempt_record(result, attempt))
         _print(options.write, restarting(result, attempt, options.max_restarts))
 
@@ -123,7 +119,6 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
     becomes a failure when another server failed after it."""
     others = [s for s in failed_servers if s != server_id]
     if result.ok and others:
-        from platform_plugin.launcher.processes.result import JobStatus
         result.ok, result.status = False, JobStatus.FAILED
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
 
@@ -135,7 +130,6 @@ def _report_lost_servers(result: JobResult, link, write) -> None:
     gone = link.gone()
     spool_dir = getattr(result.tracking, "spool_dir", "")
     if gone and spool_dir:
-        from platform_plugin.tracking.job.lost_servers import report_lost
         said = report_lost(spool_dir, gone)
         if said:
             _print(write, f"[launcher] {said}")
@@ -148,7 +142,6 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
     if options.tracking == "none":  # watch() makes the no-op JobTracking once the ranks run
         job_tracking, tracking_env = None, tracking_off()
     else:
-        from platform_plugin.tracking.job.handle import JobTracking
         job_tracking = JobTracking.create(options.tracking, plan)
         # before spawning, and without the sink: every rank gets where to spool; the forwarding
         # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
@@ -156,11 +149,6 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
     plan = _with_env(plan, tracking_env)
     spool_dir = PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env)
     started = start_job(plan, options.grace)  # the ranks run from here
-    try:
-        from platform_plugin.launcher.watch import watch
-    except BaseException:  # nothing watches the ranks: they must not outlive this
-        started.abandon()
-        raise
     return watch(plan, options, shown, link, attempts, started, job_tracking, spool_dir, last)
 
 
@@ -198,8 +186,8 @@ def _rank_base_env(env: dict, configured: dict) -> dict:
 def _with_env(plan: LaunchPlan, extra: dict | None) -> LaunchPlan:
     if not extra:
         return plan
-    ranks = tuple(r.replace(env={**r.env, **extra}) for r in plan.ranks)
-    return plan.replace(ranks=ranks)
+    ranks = tuple(dataclasses.replace(r, env={**r.env, **extra}) for r in plan.ranks)
+    return dataclasses.replace(plan, ranks=ranks)
 
 
 def _print(write, text: str) -> None:

@@ -1,18 +1,14 @@
 """What a multi-server or restarted job adds around one supervised attempt: telling the other
 servers' launchers that this one stops (and hearing them), starting the next attempt and keeping
-every failed one (api.py imports it only for those jobs)."""
+every failed one."""
 from __future__ import annotations
 
 import os
 import time
 
 from platform_plugin.launcher.display.result_table import render_result, terminal_width
-from platform_plugin.launcher.planning.plan import build_plan
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.launcher.options import LaunchOptions
-    from platform_plugin.launcher.planning.plan import Host, LaunchPlan
+from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 
 # how often the tracking server is asked whether another server stopped the job (rank-table
 # route only: the --nnodes routes hear it at once over the job link)
@@ -69,15 +65,14 @@ def keep_attempt_logs(job_dir: str, attempt: int) -> None:
 
 
 def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, link,
-              attempt: int) -> tuple[LaunchOptions, LaunchPlan]:
-    """--max-restarts: attempt `attempt` (>= 1) once every server reached it, same job id;
-    the earlier attempt's logs kept in `attempt-N/`."""
+              attempt: int) -> LaunchPlan:
+    """--max-restarts: the plan of attempt `attempt` (>= 1) once every server reached it, same
+    job id; the earlier attempt's logs kept in `attempt-N/`."""
     link.agree(plan.job_id, attempt)
-    options = options.replace(job_id=plan.job_id, attempt=attempt,
-                              master_port=_port_for(options, plan, attempt))
-    plan = build_plan(cmd, settings, options, host)
+    plan = build_plan(cmd, settings, options, host, job_id=plan.job_id, attempt=attempt,
+                      master_port=_port_for(options, plan, attempt))
     keep_attempt_logs(plan.job_dir, attempt - 1)
-    return options, plan
+    return plan
 
 
 def restarting(result, attempt: int, max_restarts: int) -> str:

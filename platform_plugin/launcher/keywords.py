@@ -1,14 +1,51 @@
-"""`launch(cmd, **options)`'s keywords -> the validated LaunchOptions record (options.py declares
-the options; the CLI parses flags there and never needs this module).
+"""`launch(cmd, **options)`'s keywords: `LaunchKeywords`, the options record as a `TypedDict`
+(so an IDE and a type checker show every option of `launch()`), and `from_kwargs`, which turns
+them into the validated LaunchOptions record (options.py declares the options; the CLI parses
+flags there and never needs this module). tests/launcher/test_options.py checks that both list
+the same names with the same types.
 """
 from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, Dict, Optional, TypedDict
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import FIELDS, LaunchOptions
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Dict
+
+class LaunchKeywords(TypedDict, total=False):
+    """Every option of `launch()` (help: `platform-run launch --help`, docs/launch.md)."""
+
+    nproc: Optional[int]
+    nproc_per_node: Optional[int]  # torchrun's spelling of nproc
+    backend: str
+    rank_table: Optional[str]
+    rank_start: Optional[int]
+    mode: Optional[str]
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: Optional[int]
+    log_dir: Optional[str]
+    cache_dir: Optional[str]
+    job_name: Optional[str]
+    timeout: Optional[float]
+    silence_timeout: Optional[float]
+    grace: float
+    show: Optional[str]
+    max_lines_per_s: Optional[float]
+    buffered: bool
+    kill_stale: bool
+    tracking: str
+    system_metrics_interval: float
+    no_system_metrics: bool
+    verbose: bool
+    job_id: Optional[str]
+    max_restarts: int
+    env: Dict[str, str]
+    cwd: Optional[str]
+    check: bool
+    write: Optional[Callable[[str], Any]]
 
 
 def _keyword(name: str) -> str:
@@ -19,7 +56,6 @@ def _keyword(name: str) -> str:
         if name in f.metadata["aliases"]:
             return f.name
     known = sorted(list(FIELDS) + [a for f in FIELDS.values() for a in f.metadata["aliases"]])
-    import difflib  # only for a typo: `launch --help` does not pay for it
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; the options are {', '.join(known)}"
     raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"launch() has no option {name!r}{hint}",

@@ -1,41 +1,42 @@
 """The launch options: ONE record, the only place an option is declared.
 
-Each field of `LaunchOptions` carries its type, default, help text, choices, CLI flag names and
-its check. Everything else is generated from it:
+Each field of `LaunchOptions` carries its type, default, help text, choices, CLI flag names, its
+check and the environment variable it falls back to (`env=`, as torch's `argparse_util.env`:
+the help says so). Everything else is generated from it:
 - `add_arguments(parser)`: the flags of `platform-run launch` and of `%dist_run`,
 - `from_arguments(namespace)`: parsed flags -> a validated record,
 - `from_kwargs(kwargs)` (keywords.py: only `launch()` needs it): `launch(cmd, **options)` -> a
   validated record (an unknown name is a ConfigError with a "did you mean" suggestion),
+- `with_environment(options, environ)`: the options not given take their variable's value,
 - `render_help(prog)`: the option help shown by `platform-run launch --help` and `%dist_run --help`.
 
 Every refusal is a ConfigError with a code, raised before any folder, run or process exists.
-This module imports only the stdlib, `errors` and `variables`, and not `dataclasses` or `typing`
-(together they were half of `platform-run launch --help`'s imports): the record is a small
-frozen class of its own, below.
+What the launcher works out while it runs (the attempt, the agreed job id, the port and the
+process count it chose) is in the plan (planning/plan.py), not here.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.variables import PLATFORM_RUN_MODE, PLATFORM_TRACKING
+from platform_plugin.launcher.planning.backends import BACKENDS
+from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_JOB_ID, PLATFORM_LOG_DIR,
+                                       PLATFORM_RUN_MODE, PLATFORM_TRACKING, Variable)
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any, Callable, Dict, Optional, Tuple
-
-    _Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
+Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
 
 # Upper bound of --nproc: more processes than any server has cores/devices; a huge value would
 # otherwise allocate per-rank state before failing (MemoryError for 10**11).
 MAX_NPROC = 4096
 MAX_NNODES = 4096
-BACKEND_CHOICES = ("auto", "rank-table", "ms-cluster", "torch", "plain")  # backends.BACKENDS + auto
+BACKEND_CHOICES = ("auto", *BACKENDS)
 TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
-def _at_least(low: float, *, above: bool = False) -> _Check:
+def _at_least(low: float, *, above: bool = False) -> Check:
     def check(value):
         if above and not value > low:
             return f"must be > {low:g}"
@@ -45,7 +46,7 @@ def _at_least(low: float, *, above: bool = False) -> _Check:
     return check
 
 
-def _within(low: int, high: int) -> _Check:
+def _within(low: int, high: int) -> Check:
     def check(value):
         return None if low <= value <= high else f"must be between {low} and {high}"
     return check
@@ -65,50 +66,31 @@ def _name(value: str) -> Optional[str]:
         "must be a non-empty name without '/'"
 
 
-class Option:
-    """One declared option: its name and annotation (filled in by `_record`), its default and
-    `metadata` (help, flags, metavar, choices, check, code, cli, aliases)."""
-
-    __slots__ = ("name", "type", "default", "factory", "metadata")
-
-    def __init__(self, default: Any, factory: Callable[[], Any] | None, metadata: dict):
-        self.name, self.type, self.default, self.factory = "", "", default, factory
-        self.metadata = metadata
-
-    def initial(self) -> Any:
-        return self.factory() if self.factory is not None else self.default
+def env_help(text: str, variable: Variable, otherwise: str) -> str:
+    """The help of an option with an environment fallback: `text (else VAR, else otherwise)`."""
+    return f"{text} (else {variable.name}, else {otherwise})"
 
 
 def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | None = None,
-        choices: Tuple[str, ...] | None = None, check: _Check | None = None,
-        code: str = "LAUNCH_BAD_VALUE", cli: bool = True, aliases: Tuple[str, ...] = ()) -> Any:
+        choices: Tuple[str, ...] | None = None, check: Check | None = None,
+        code: str = "LAUNCH_BAD_VALUE", cli: bool = True, aliases: Tuple[str, ...] = (),
+        env: Variable | None = None, otherwise: str = "") -> Any:
     """Declare one option. `flags`: CLI spellings (default `--field-name`); `aliases`: other
-    keyword names `launch()` accepts (torchrun-style spellings); `cli=False`: keyword only."""
-    meta = dict(help=help, flags=flags, metavar=metavar, choices=choices, check=check, code=code,
-                cli=cli, aliases=aliases)
+    keyword names `launch()` accepts (torchrun-style spellings); `cli=False`: keyword only;
+    `env`: the variable whose value an option not given takes (`otherwise`: what applies when
+    that is unset too, for the help)."""
+    meta = dict(help=env_help(help, env, otherwise) if env is not None else help, flags=flags,
+                metavar=metavar, choices=choices, check=check, code=code, cli=cli,
+                aliases=aliases, env=env)
     if isinstance(default, dict):  # a fresh one per record
-        return Option(None, dict, meta)
-    return Option(default, None, meta)
+        return dataclasses.field(default_factory=dict, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
-def _record(cls: type) -> type:
-    """Collect the class's `Option`s in declaration order into `cls._fields` (name -> Option)
-    and leave each default as the class attribute."""
-    fields: Dict[str, Option] = {}
-    for name, annotation in cls.__dict__["__annotations__"].items():
-        option = cls.__dict__.get(name)
-        if isinstance(option, Option):
-            option.name, option.type = name, annotation
-            fields[name] = option
-            setattr(cls, name, option.default)
-    cls._fields = fields  # type: ignore[attr-defined]
-    return cls
-
-
-@_record
+@dataclasses.dataclass(frozen=True)
 class LaunchOptions:
-    """What the caller asked for. Defaults here are the only defaults. Immutable: `replace()`
-    makes a changed copy, checked again."""
+    """What the caller asked for. Defaults here are the only defaults. Immutable:
+    `dataclasses.replace()` makes a changed copy, checked again."""
 
     nproc: Optional[int] = opt(
         None, "processes on this server (default: this server's devices in the rank table, else "
@@ -132,10 +114,10 @@ class LaunchOptions:
         None, "rendezvous port (default: a free one; required when --nnodes > 1)", metavar="PORT",
         check=_within(1, 65535), code="LAUNCH_MASTER_PORT",
         flags=("--master-port", "--master_port"))
-    log_dir: Optional[str] = opt(None, "job folders go here (else PLATFORM_LOG_DIR, else "
-                                 "./platform_logs)", metavar="DIR")
-    cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs (else PLATFORM_CACHE_DIR, "
-                                   "else ~/.cache/platform_plugin)", metavar="DIR")
+    log_dir: Optional[str] = opt(None, "job folders go here", metavar="DIR", env=PLATFORM_LOG_DIR,
+                                 otherwise="./platform_logs")
+    cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs", metavar="DIR",
+                                   env=PLATFORM_CACHE_DIR, otherwise="~/.cache/platform_plugin")
     job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name)
     timeout: Optional[float] = opt(None, "stop the job after S seconds", metavar="S",
                                    check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
@@ -164,8 +146,8 @@ class LaunchOptions:
     verbose: bool = opt(False, "also show library chatter (MindSpore networking, MLflow INFO, "
                         "warnings) that otherwise goes to the logs only")
     job_id: Optional[str] = opt(
-        None, "the job's id on every server (else PLATFORM_JOB_ID, else agreed by the servers of "
-        "the job, else generated from the job name)", metavar="ID", check=_name)
+        None, "the job's id on every server", metavar="ID", check=_name, env=PLATFORM_JOB_ID,
+        otherwise="agreed by the servers of the job, else generated from the job name")
     max_restarts: int = opt(0, "after a failure stop all, then start the whole job again, up to "
                             "N times (same job id, new attempt)", metavar="N",
                             check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",
@@ -174,52 +156,24 @@ class LaunchOptions:
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",
                              cli=False)
-    attempt: int = opt(0, "which attempt this is (set by --max-restarts; 0 = the first)",
-                       cli=False, check=_at_least(0))
     check: bool = opt(True, "raise JobFailed when the job failed (False: return the result)",
                       cli=False)
     write: Optional[Callable[[str], Any]] = opt(
         None, "a function that replaces sys.stdout for the display", cli=False)
 
-    def __init__(self, **values: Any) -> None:
-        fields = type(self)._fields  # type: ignore[attr-defined]
-        unknown = set(values) - set(fields)
-        if unknown:
-            raise TypeError(f"LaunchOptions got unexpected option(s) {sorted(unknown)}")
-        for name, f in fields.items():
-            object.__setattr__(self, name, values[name] if name in values else f.initial())
-        problems = [p for f in fields.values() if (p := _problem(f, getattr(self, f.name)))]
+    def __post_init__(self) -> None:
+        problems = [p for f in FIELDS.values() if (p := _problem(f, getattr(self, f.name)))]
         if problems:
             raise ConfigError(problems)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"LaunchOptions is immutable: use .replace({name}=...)")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError("LaunchOptions is immutable")
-
-    def _values(self) -> Dict[str, Any]:
-        return {name: getattr(self, name) for name in FIELDS}
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._values() == other._values()
-
     __hash__ = None  # type: ignore[assignment]  # unhashable: holds a dict (env)
 
-    def __repr__(self) -> str:
-        return f"LaunchOptions({', '.join(f'{k}={v!r}' for k, v in self._values().items())})"
 
-    def replace(self, **changes: Any) -> "LaunchOptions":
-        return LaunchOptions(**{**self._values(), **changes})
-
-
-FIELDS: Dict[str, Option] = LaunchOptions._fields  # type: ignore[attr-defined]
+FIELDS: Dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(LaunchOptions)}
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
-def _base_type(f: Option) -> type | None:
+def _base_type(f: dataclasses.Field) -> type | None:
     """`Optional[int]` -> int (annotations are strings under `from __future__ import annotations`)."""
     text = str(f.type).replace("Optional[", "").rstrip("]")
     return _TYPES.get(text)
@@ -230,10 +184,10 @@ def flags_of(name: str) -> Tuple[str, ...]:
     return f.metadata["flags"] or ("--" + name.replace("_", "-"),)
 
 
-def _problem(f: Option, value: Any) -> Problem | None:
+def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
     meta = f.metadata
     where = flags_of(f.name)[0] if meta["cli"] else f.name
-    if value is None and f.default is None and f.factory is None:
+    if value is None and f.default is None:
         return None
     kind = _base_type(f)
     if f.name == "env" and not (isinstance(value, dict)
@@ -256,7 +210,7 @@ def _problem(f: Option, value: Any) -> Problem | None:
 
 # ---- argparse, generated from the record -------------------------------------------------------
 
-def _converter(f: Option) -> Callable[[str], Any]:
+def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
     kind = _base_type(f)
 
     def convert(text: str) -> Any:
@@ -303,6 +257,15 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
               if f.metadata["cli"] and getattr(args, name, None) is not None}
     values.update(overrides)
     return LaunchOptions(**values)
+
+
+def with_environment(options: LaunchOptions, environ: Dict[str, str]) -> LaunchOptions:
+    """The options not given that declare a variable (`env=`) take its value from `environ`: the
+    ranks' environment (the launcher's own, the .env file, the platform's files)."""
+    found = {f.name: f.metadata["env"].get(environ) for f in FIELDS.values()
+             if f.metadata["env"] is not None and getattr(options, f.name) is None
+             and f.metadata["env"].is_set(environ)}
+    return dataclasses.replace(options, **found) if found else options
 
 
 def command_of(args: argparse.Namespace) -> list[str]:

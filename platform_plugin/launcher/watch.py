@@ -1,27 +1,27 @@
 """What watches a job's ranks once they were spawned (api.py starts them): the supervisor, the
 output, job.json, the other servers' notices, tracking's end, and the job's summary line.
-
-Imported only after the spawn (start-up time: without .pyc its compile and that of the modules
-below overlaps the ranks' own start). Whatever fails before the supervisor took the ranks over
-stops them (`Started.abandon`).
+Whatever fails before the supervisor took the ranks over stops them (`Started.abandon`).
 """
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-
-from platform_plugin.launcher.processes.jobfile import JobFile
+from platform_plugin.launcher.attempts import PeerNotice
 from platform_plugin.launcher.display.chatter import hide_pattern
+from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
+from platform_plugin.launcher.display.output import Output
+from platform_plugin.launcher.display.result_table import render_result, terminal_width
+from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.processes.jobfile import JobFile
+from platform_plugin.launcher.processes.result import JobResult
+from platform_plugin.launcher.processes.spawn import Started
 from platform_plugin.launcher.processes.supervisor import Supervisor
-
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.launcher.options import LaunchOptions
-    from platform_plugin.launcher.display.output import Output
-    from platform_plugin.launcher.planning.plan import LaunchPlan
-    from platform_plugin.launcher.processes.result import JobResult
-    from platform_plugin.launcher.processes.spawn import Started
+from platform_plugin.tracking.job.report import Untracked, compare_hint
+from platform_plugin.tracking.job.sysmetrics import SystemMetrics
+from platform_plugin.util.jobdirs import job_log_dir
 
 
 def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
@@ -32,7 +32,6 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
     __tracebackhide__ = True
     try:
         if job_tracking is None:  # --tracking none: the no-op handle, made once the ranks run
-            from platform_plugin.tracking.job.report import Untracked  # (not handle.py's checks)
             job_tracking = Untracked()
         supervisor, job_file = _set_up(plan, options, shown, link, attempts, started,
                                        job_tracking, spool_dir)
@@ -94,20 +93,18 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
 def _peers(plan: LaunchPlan, link, job_tracking) -> list:
     """The other servers' notices (attempts.PeerNotice): for a job of several servers, or a
     tracked one (its store may carry another server's stop). An untracked job of one server has
-    nobody to tell or to hear: neither the notice nor its module (start-up time)."""
+    nobody to tell or to hear."""
     if plan.nnodes <= 1 and job_tracking.sink == "none":
         return []
-    from platform_plugin.launcher.attempts import PeerNotice
     return [PeerNotice(link, job_tracking, plan.server_id, plan.attempt)]
 
 
 def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
     """The sampler of the ranks' system metrics, when there is a spool to write them to
-    (sysmetrics.py and psutil are not loaded for an untracked job)."""
+    (psutil is not loaded for an untracked job)."""
     interval = 0 if options.no_system_metrics else options.system_metrics_interval
     if not spool_dir or interval <= 0:
         return []
-    from platform_plugin.tracking.job.sysmetrics import SystemMetrics
     return [SystemMetrics(spool_dir, interval)]
 
 
@@ -115,11 +112,8 @@ def _display(options: LaunchOptions, shown) -> Output:
     """The live board inside a Jupyter kernel unless --show was given; prefixed lines elsewhere."""
     hide = hide_pattern(options.verbose)
     if options.show is None and options.write is None and "ipykernel" in sys.modules:
-        # only where a kernel may run: a CLI launch does not compile the board's modules
-        from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
         if in_kernel():
             return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
-    from platform_plugin.launcher.display.output import Output
     return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 
@@ -153,19 +147,13 @@ def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone
 def _cell_compare_hint(result: JobResult) -> str:
     """`%dist_compare` of the job: its id when it is in the default log folder (where the magic
     looks), else its folder (a --log-dir of the cell)."""
-    from platform_plugin.tracking.job.report import compare_hint
-    from platform_plugin.util.jobdirs import job_log_dir
     if os.path.dirname(result.job_dir) == job_log_dir():
         return compare_hint(result.job_id, notebook=True)
-    import shlex
     return compare_hint(shlex.quote(result.job_dir), notebook=True)
 
 
 def _in_kernel() -> bool:
-    if "ipykernel" not in sys.modules:  # a CLI launch compiles no notebook module for it
-        return False
-    from platform_plugin.launcher.display.notebook_display import in_kernel
-    return in_kernel()
+    return "ipykernel" in sys.modules and in_kernel()
 
 
 def job_summary(result: JobResult, hidden: int = 0) -> str:
@@ -176,7 +164,6 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
     else:
-        from platform_plugin.launcher.display.result_table import render_result, terminal_width
         text = render_result(result, terminal_width())
     if hidden:
         text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
@@ -184,6 +171,5 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
     # a failed job's metrics matter too (what happened before the crash): say where they went
     hint = getattr(result.tracking, "ui_hint", "")
     if hint and _in_kernel():  # the cell's own way, not a command for a terminal
-        from platform_plugin.tracking.job.report import compare_hint
         hint = hint.replace(compare_hint(result.job_id), _cell_compare_hint(result))
     return text + (f"\n[launcher] tracking: {hint}" if hint else "")

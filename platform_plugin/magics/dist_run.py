@@ -21,26 +21,20 @@ import os
 import sys
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.display import publish_display_data
 from IPython.utils.text import DollarFormatter
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.magics.tools import split_line
+from platform_plugin.magics import tools as magic_tools
+from platform_plugin.magics.tools import MagicParser, split_line
 from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import run as run_job
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
 from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobFailed, JobResult
-from platform_plugin.util.folders import check_cwd
-from platform_plugin.util.suggest import with_suggestions
+from platform_plugin.util.folders import check_cwd, check_writable_folder
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
 NOTEBOOK_MAX_LINES_PER_S = 20.0
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would sys.exit() and kill the cell with SystemExit
-        text = with_suggestions(self, message)
-        raise ConfigError([Problem("LAUNCH_BAD_OPTION", f"%dist_run: {text}\n  (`%dist_run "
-                                   "--help` lists every option)", "%dist_run")])
 
 
 def _magic_only(parser: argparse.ArgumentParser) -> None:
@@ -51,7 +45,7 @@ def _magic_only(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="%dist_run", add_help=False, allow_abbrev=False)  # NO_ABBREVIATIONS
+    parser = MagicParser(prog="%dist_run", add_help=False, code="LAUNCH_BAD_OPTION", named=True)
     add_arguments(parser)
     _magic_only(parser)
     return parser
@@ -88,7 +82,6 @@ def _expanded(line: str, namespace: dict) -> str:
 
 def _cell_script(body: str, log_dir: str | None) -> str:
     """The cell body as a file named by its content: re-running an unchanged cell reuses it."""
-    from platform_plugin.util.folders import check_writable_folder
     logs = job_log_dir(log_dir)  # refused as the launch would, not an OSError from makedirs
     check_writable_folder(logs, "log", "LAUNCH_LOG_DIR", "--log-dir")
     folder = os.path.join(logs, "cells")
@@ -144,12 +137,9 @@ DistRunMagics.dist_run.__doc__ = (
 
 def _publish(result: JobResult) -> None:
     """The result as data in the cell's outputs (no text/plain: nothing is shown for it)."""
-    from IPython.display import publish_display_data
-
     publish_display_data({JOB_RESULT_MIME: result.to_dict()})
 
 
 def register(ipython) -> None:
-    from platform_plugin.magics import tools as magic_tools
     ipython.register_magics(DistRunMagics)
     magic_tools.register(ipython)

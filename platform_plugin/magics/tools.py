@@ -2,7 +2,7 @@
 cell where the user already is.
 
     %dist_compare                 # the latest job: per-rank table, chart, MLflow page (IFrame)
-    %dist_compare JOB --metric acc
+    %dist_compare JOB --metric acc --metric loss   # (or --metric acc,loss) one table each
     %platform_clean --dry-run     # what the full run (全量运行) would remove from CODE/
     %platform_clean               # clean now, before clicking the platform's full-run button
 """
@@ -17,21 +17,30 @@ from stat import S_ISREG
 
 from IPython.core.magic import Magics, line_magic, magics_class
 
+from platform_plugin.cleanup import run as cleanup
+from platform_plugin.cleanup.run import human_bytes
+from platform_plugin.cli.clean import add_arguments
+from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
+from platform_plugin.comparison.view import compare
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.util.suggest import with_suggestions
 
 
 class MagicParser(argparse.ArgumentParser):
-    """argparse would sys.exit() and kill the cell: a bad line is a ConfigError (one block)."""
+    """The parser of every magic. argparse would sys.exit() and kill the cell: a bad line is a
+    ConfigError with `code` (one block); `named`: the message starts with the magic's name."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, code: str = "MAGIC_BAD_OPTION", named: bool = False,
+                 **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
+        self.code, self.named = code, named
 
     def error(self, message):
-        raise ConfigError([Problem("MAGIC_BAD_OPTION", f"{with_suggestions(self, message)}\n  "
-                                   f"(`{self.prog} --help` lists every option)", self.prog)])
+        text = with_suggestions(self, message)
+        raise ConfigError([Problem(self.code, f"{f'{self.prog}: ' if self.named else ''}{text}\n"
+                                   f"  (`{self.prog} --help` lists every option)", self.prog)])
 
     def exit(self, status=0, message=None):  # --help printed its text: end the magic, not the kernel
         if message:
@@ -57,18 +66,15 @@ def _compare_parser() -> MagicParser:
     parser = MagicParser(prog="%dist_compare", description="The ranks of a job side by side: "
                          "per-rank table, a chart of every rank's curve, the MLflow page.")
     parser.add_argument("job", nargs="?", help="job id or folder (default: the latest job)")
-    parser.add_argument("--metric", default="loss", help="metric to compare (default: loss)")
-    parser.add_argument("--tolerance", type=float, default=0.1,
-                        help="relative gap that flags a straggler or a deviating rank")
-    parser.add_argument("--log-dir", help="where jobs live (default: PLATFORM_LOG_DIR or "
-                        "./platform_logs)")
+    add_metric(parser)
+    add_tolerance(parser)
+    add_log_dir(parser)
     parser.add_argument("--no-ui", dest="ui", action="store_false",
                         help="no MLflow UI (table and chart only)")
     return parser
 
 
 def _clean_parser() -> MagicParser:
-    from platform_plugin.cli.clean import add_arguments
     parser = MagicParser(prog="%platform_clean", description="Remove operator caches, logs and "
                          "models from CODE/ by the same rules as `platform-run clean` (and the "
                          "full run). Source, notebooks, .env, platform.toml, .git/ are kept.")
@@ -112,9 +118,10 @@ class PlatformMagics(Magics):
             args = _parsed(_compare_parser(), line, "%dist_compare")
             if args is None:
                 return None
-            from platform_plugin.comparison.view import compare
-            self.shell.user_ns["_dist_compare"] = compare(
-                args.job, args.metric, log_dir=args.log_dir, tolerance=args.tolerance, ui=args.ui)
+            compared = [compare(args.job, metric, log_dir=args.log_dir, tolerance=args.tolerance,
+                                ui=args.ui) for metric in metrics_of(args.metric)]
+            # one metric: its Comparison; several: the list, in the order given
+            self.shell.user_ns["_dist_compare"] = compared[0] if len(compared) == 1 else compared
         return None
 
     @line_magic
@@ -131,8 +138,6 @@ class PlatformMagics(Magics):
         args = _parsed(_clean_parser(), line, "%platform_clean")
         if args is None:
             return None
-        from platform_plugin.cleanup import run as cleanup
-        from platform_plugin.cleanup.run import human_bytes
         root = cleanup.find_root(args.root)
         before = folder_size(root)
         report = cleanup.clean(root, only=args.only, keep=args.keep, dry_run=args.dry_run,

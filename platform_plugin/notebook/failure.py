@@ -16,6 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from platform_plugin.launcher.display.result_table import clip, render_result
 from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobResult
 
 TIMEOUT_ENAME = "CellTimeoutError"  # the error a timed-out cell is recorded with
@@ -53,7 +54,6 @@ class CellFailure:
         rank: the launcher's own root-cause table, `render_result`). `width`: the
         terminal's columns; the cell's lines and the rank table fit them as `platform-run
         launch`'s table does (a traceback stays whole: it is what a Python user reads)."""
-        from platform_plugin.launcher.display.result_table import clip, render_result
         where = f"cell {self.cell_index + 1}" + (
             f" (In [{self.execution_count}])" if self.execution_count else "")
         headline = {

@@ -1,12 +1,12 @@
 """Ctrl-C (or SIGTERM) during `platform-run debug|full`: interrupt the cell, then end quietly.
 
-The kernel runs in its own session, so the terminal's Ctrl-C reaches only the runner. Before,
-the runner's KeyboardInterrupt went through papermill into jupyter_client's shutdown, which
-sends the busy kernel SIGINT and its shutdown request at the same moment: the kernel's cell
-stops, its reply meets a socket the shutdown has just closed, and the kernel printed its own
-ZMQError traceback on the terminal (its stderr is the runner's: a real error still shows).
+The kernel runs in its own session, so the terminal's Ctrl-C reaches only the runner. Letting
+the runner's KeyboardInterrupt go through papermill into jupyter_client's shutdown would send
+the busy kernel SIGINT and its shutdown request at the same moment: the kernel's cell stops,
+its reply meets a socket the shutdown has just closed, and the kernel prints its own ZMQError
+traceback on the terminal (its stderr is the runner's: a real error still shows).
 
-Now the first signal interrupts the cell the way Jupyter's stop button does (SIGINT to the
+So the first signal interrupts the cell the way Jupyter's stop button does (SIGINT to the
 kernel's process group: a `%dist_run` in the cell stops its ranks) and lets the run end on its
 own: the cell's KeyboardInterrupt is recorded in the output notebook, the idle kernel shuts
 down cleanly, and `execute()` raises KeyboardInterrupt (exit 130). A cell that does not stop

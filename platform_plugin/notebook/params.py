@@ -4,11 +4,16 @@
 """
 from __future__ import annotations
 
+import json
 import keyword
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml
+
 from platform_plugin.errors import ConfigError
+from platform_plugin.util.envfile import MAX_VARIABLE_BYTES, variable_bytes
+from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 from platform_plugin.util.toml import tomllib
 
 PROFILE_NAME = "platform.toml"
@@ -55,8 +60,6 @@ def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[
 def load_params_file(path: str | Path | None) -> dict:
     if not path:
         return {}
-    import yaml  # only a run given -f pays for it
-
     text = _read_input(Path(path), "parameters file", "-f", "NB_PARAMS")
     if text is None:
         raise ConfigError(f"parameters file {path} not found (-f)", code="NB_PARAMS")
@@ -80,7 +83,6 @@ def _read_input(path: Path, what: str, flag: str, code: str) -> str | None:
     """The text of a profile or -f file, None when there is none. Opened once (no exists()
     then read: it may change between the two), without blocking (a FIFO waits for a writer)
     and read with a bound (/dev/zero never ends)."""
-    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
         return read_regular_file(str(path), MAX_INPUT_BYTES).decode("utf-8")
     except FileNotFoundError:
@@ -99,8 +101,6 @@ def _read_input(path: Path, what: str, flag: str, code: str) -> str | None:
 
 def parse_yaml_parameters(texts: Iterable[str]) -> dict:
     """papermill's `-y '{epochs: 3, lr: 0.1}'`: each a YAML mapping, later ones win."""
-    import yaml
-
     merged: dict = {}
     for text in texts:
         try:
@@ -145,9 +145,6 @@ def parameters_json(parameters: dict, variable: str) -> str:
     Measured while it is encoded, stopping at the bound: YAML aliases (`b: [*a, *a, ...]`,
     8 levels of 9 took 22 s and 1.8 GB written out whole) and an alias of itself cost no more
     than the bound."""
-    import json
-
-    from platform_plugin.util.envfile import MAX_VARIABLE_BYTES, variable_bytes
     chunks, size = [], variable_bytes(variable, "")
     try:
         for chunk in json.JSONEncoder(default=_unsupported).iterencode(parameters):
@@ -177,8 +174,7 @@ class _Unsupported(TypeError):
 
 
 def _unsupported(value: Any) -> Any:
-    """json's `default`: a TOML/YAML date or time, a YAML set or binary. Before, json's
-    default=str let them through here and papermill failed on them once the run had started
-    ("the notebook could not be run: TypeError: Object of type datetime is not JSON
-    serializable", exit 1)."""
+    """json's `default`: a TOML/YAML date or time, a YAML set or binary is refused here, before
+    the run: papermill would fail on it once the run had started ("TypeError: Object of type
+    datetime is not JSON serializable")."""
     raise _Unsupported(value)

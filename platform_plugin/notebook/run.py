@@ -21,26 +21,28 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from platform_plugin import settings as settings_module
+from platform_plugin.cleanup import run as cleanup
+from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.cleanup.report import CleanupReport
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureKind,
     escaped_failure_kind, failure_from, record_escaped_failure)
 from platform_plugin.launcher.display.notebook_display import TERMINAL_ENV
 from platform_plugin.notebook.params import (load_params_file, load_profile, merge_parameters,
                                              parameters_json)
+from platform_plugin.notebook.interrupt import interruptible
+from platform_plugin.notebook.live import LiveStream
+from platform_plugin.notebook.options import NotebookOptions
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves, outputs_folder
+from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.paths import resolved
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
-
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.cleanup import run as cleanup
-    from platform_plugin.cleanup.report import CleanupReport
 
 MODES = settings_module.MODES
 RUNS_DIR = "runs"
@@ -49,7 +51,7 @@ DEFAULT_KERNEL = "python3"
 MAX_TIMEOUT_S = 10_000_000  # ~115 days
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class NotebookRun:
     """Everything a run needs, resolved and checked. `--dry-run` prints this."""
 
@@ -63,11 +65,11 @@ class NotebookRun:
     env: dict[str, str]  # added to the kernel's environment
     timeout: int | None  # seconds per cell
     profile: Path | None
-    sources: dict[str, str] = field(default_factory=dict)  # parameter -> profile|file|-p|injected
+    sources: dict[str, str] = dataclasses.field(default_factory=dict)  # profile|file|-p|injected
     output_default: bool = False  # output is the default name, not claimed yet (claim_output)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class NotebookResult:
     run: NotebookRun
     ok: bool
@@ -87,12 +89,11 @@ class NotebookResult:
 
 # ------------------------------------------------------------------ preparing
 
-def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple[str, str]] = (),
-                parameters: dict | None = None, params_file: str | None = None,
-                profile: str | None = None, output: str | None = None, cwd: str | None = None,
-                kernel: str | None = None, timeout: float | None = None,
-                env_file: str | None = None, environ: dict[str, str] | None = None) -> NotebookRun:
+def prepare_run(mode: str, notebook: str | os.PathLike,
+                options: NotebookOptions = NotebookOptions(), *,
+                environ: dict[str, str] | None = None) -> NotebookRun:
     """Check and resolve a run. Raises ConfigError for anything the user must fix."""
+    cwd, kernel, timeout, output = options.cwd, options.kernel, options.timeout, options.output
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
     project = resolved(cwd or os.getcwd(), "project folder", "NB_CWD", "--cwd")
@@ -106,10 +107,12 @@ def prepare_run(mode: str, notebook: str | os.PathLike, *, pairs: Iterable[tuple
         raise ConfigError(f"--timeout {timeout}: give a positive number of seconds per cell, "
                           f"at most {MAX_TIMEOUT_S:,} (leave it out for no limit)",
                           code="NB_TIMEOUT")
-    profile_params, profile_path = load_profile(mode, profile, project)
-    merged, sources = merge_parameters(mode, profile_params, load_params_file(params_file),
-                                       pairs, parameters)
-    settings = settings_module.resolve(mode, environ=environ, env_file=env_file, cwd=str(project))
+    profile_params, profile_path = load_profile(mode, options.profile, project)
+    merged, sources = merge_parameters(mode, profile_params,
+                                       load_params_file(options.params_file), options.pairs,
+                                       options.parameters)
+    settings = settings_module.resolve(mode, environ=environ, env_file=options.env_file,
+                                       cwd=str(project))
     env = {**settings.process_env()}
     env.setdefault(PLATFORM_RUN_MODE.name, mode)
     # for tracking: the job's experiment, source and params (the parent run shows them)
@@ -263,12 +266,10 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    from platform_plugin.notebook.bounded import ENGINE
-    from platform_plugin.notebook.interrupt import interruptible
+    from platform_plugin.notebook.bounded import ENGINE  # (papermill)
 
     run = claim_output(run)
     run.output.parent.mkdir(parents=True, exist_ok=True)
-    from platform_plugin.notebook.live import LiveStream
     out, err = LiveStream(sys.stdout), LiveStream(sys.stderr)  # a reader gone is not a failure
     watcher = CellWatcher(run.timeout, err if live else None)
     started = time.monotonic()
@@ -345,12 +346,18 @@ def _quiet_injected_parameter() -> Iterator[None]:
 
 # ------------------------------------------------------------------ one call
 
+def cleaning_for(run: NotebookRun, options: NotebookOptions
+                 ) -> cleanup.PreparedCleanup | None:
+    """The cleanup of CODE/ this run asks for (a full run's, unless cleanup=False), checked."""
+    if not options.cleans(run.mode):
+        return None
+    return cleanup_before_run(run, only=options.only, keep=options.keep)
+
+
 def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
-                       keep: Iterable[str] = ()) -> "cleanup.PreparedCleanup":
+                       keep: Iterable[str] = ()) -> cleanup.PreparedCleanup:
     """Check the full run's cleanup of CODE/ (root, rules) before anything runs; the
     run's output notebook is protected."""
-    from platform_plugin.cleanup import run as cleanup
-
     try:
         root = cleanup.find_root(cwd=run.cwd)
     except ConfigError as exc:
@@ -360,17 +367,14 @@ def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
 
 
 @contextlib.contextmanager
-def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
-                 ) -> Iterator["CleanupReport | None"]:
+def holding_code(run: NotebookRun, cleaning: cleanup.PreparedCleanup | None
+                 ) -> Iterator[CleanupReport | None]:
     """Clean CODE/ first when `cleaning` (a full run), then hold the run's folder until the
     block ends (util/code_lock.py), so no other cleanup removes what the notebook writes. The
     cleanup holds CODE/ exclusively and shares it without letting go: none slips in between;
     the folders around it are held (shared) before it starts. Yields the cleanup's report
     (None without one). Raises ConfigError CLEAN_ROOT_BUSY before anything is removed or
     started."""
-    from platform_plugin.cleanup.lock import CleanupLock
-    from platform_plugin.util.code_lock import JobHold
-
     what = f"a {run.mode} run of {run.notebook.name}"
     cleaner = CleanupLock.take(cleaning.root, what) if cleaning else None
     try:
@@ -384,13 +388,13 @@ def holding_code(run: NotebookRun, cleaning: "cleanup.PreparedCleanup | None"
             cleaner.release()
 
 
-def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, cleanup: bool | None = None,
-                 live: bool = True, **options: Any) -> NotebookResult:
+def run_notebook(notebook: str | os.PathLike, mode: str = "debug", *, live: bool = True,
+                 **options: Any) -> NotebookResult:
     """Python API: prepare, clean CODE/ first for a full run (unless cleanup=False), run.
 
-    `options` are `prepare_run`'s keywords (parameters={...}, profile=, output=, cwd=, ...)."""
-    run = prepare_run(mode, notebook, **options)
-    cleaning = cleanup_before_run(run) if (cleanup if cleanup is not None else mode == "full") \
-        else None
-    with holding_code(run, cleaning):
-        return execute(run, live=live)
+    `options` are the fields of `NotebookOptions` (notebook/options.py: parameters={...},
+    profile=, output=, cwd=, verbose=, cleanup=, ...), as `platform-run debug|full` has them."""
+    chosen = NotebookOptions(**options)
+    run = prepare_run(mode, notebook, chosen)
+    with holding_code(run, cleaning_for(run, chosen)):
+        return execute(run, live=live, verbose=chosen.verbose)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import subprocess
+import typing
 
 import pytest
 
@@ -11,7 +13,7 @@ from platform_plugin import launch
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher import options as opts_mod
 from platform_plugin.launcher.planning.backends import BACKENDS
-from platform_plugin.launcher.keywords import from_kwargs
+from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
 from platform_plugin.launcher.options import (FIELDS, LaunchOptions, add_arguments, from_arguments,
     render_help)
 from tests.helpers import REPO, VENV_BIN, clean_env
@@ -68,13 +70,30 @@ def test_unknown_keyword_suggests_the_closest_name():
 
 def test_aliases_map_to_their_field(monkeypatch):
     original = FIELDS["nproc"]
-    aliased = opts_mod.Option(original.default, None, dict(original.metadata,
-                                                           aliases=("nproc_per_node",)))
+    aliased = dataclasses.field(default=original.default, metadata=dict(
+        original.metadata, aliases=("nproc_per_node",)))
     aliased.name, aliased.type = "nproc", original.type
     monkeypatch.setitem(FIELDS, "nproc", aliased)
     assert from_kwargs({"nproc_per_node": 4}).nproc == 4
     with pytest.raises(ConfigError):
         from_kwargs({"nproc_per_node": 4, "nproc": 2})
+
+
+def test_launch_keywords_list_every_option_with_its_type():
+    """`launch(cmd, **options: Unpack[LaunchKeywords])`: what an IDE shows is the record."""
+    keywords = typing.get_type_hints(LaunchKeywords)
+    record = typing.get_type_hints(LaunchOptions)
+    aliases = {a: f.name for f in FIELDS.values() for a in f.metadata["aliases"]}
+    assert set(keywords) == set(record) | set(aliases)
+    for name, kind in keywords.items():
+        assert kind == record[aliases.get(name, name)], name
+
+
+def test_an_option_not_given_takes_its_variable():
+    given = opts_mod.with_environment(LaunchOptions(log_dir="a"), {"PLATFORM_LOG_DIR": "b",
+                                                                   "PLATFORM_JOB_ID": "j"})
+    assert (given.log_dir, given.job_id, given.cache_dir) == ("a", "j", None)
+    assert "else PLATFORM_LOG_DIR" in FIELDS["log_dir"].metadata["help"]
 
 
 @pytest.mark.parametrize("kw, code", [

@@ -74,3 +74,16 @@ def test_dist_compare_refuses_a_tolerance_that_flags_nothing_or_everything(shell
                                                                            tmp_path, value):
     refused(shell, capsys, tmp_path, f"%dist_compare --log-dir LOGS --tolerance {value}",
             "COMPARE_TOLERANCE")
+
+
+def test_dist_compare_takes_the_cli_compare_flags():
+    """`--metric` repeatable and comma-separated, `--tolerance` and `--log-dir`: the declarations
+    of `platform-run compare` (cli/flags.py)."""
+    from platform_plugin.cli.flags import metrics_of
+    from platform_plugin.magics.tools import _compare_parser
+
+    args = _compare_parser().parse_args(["job", "--metric", "loss,acc", "--metric", "loss",
+                                         "--tolerance", "0.2", "--log-dir", "L", "--no-ui"])
+    assert metrics_of(args.metric) == ["loss", "acc"]
+    assert (args.job, args.tolerance, args.log_dir, args.ui) == ("job", 0.2, "L", False)
+    assert metrics_of(_compare_parser().parse_args([]).metric) == ["loss"]

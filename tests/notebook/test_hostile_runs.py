@@ -62,17 +62,18 @@ def test_two_runs_that_chose_the_same_default_output_write_two_notebooks(tmp_pat
     notebook was lost. The name is now taken (O_EXCL) when the run starts; a dry run takes none."""
     import dataclasses
 
+    from platform_plugin.notebook.options import NotebookOptions
     from platform_plugin.notebook.run import claim_output, output_written, prepare_run
 
     make_notebook(tmp_path / "nb.ipynb", ["print(1)"])
-    first = prepare_run("debug", tmp_path / "nb.ipynb", cwd=str(tmp_path))
+    first = prepare_run("debug", tmp_path / "nb.ipynb", NotebookOptions(cwd=str(tmp_path)))
     second = dataclasses.replace(first)  # the same free name, as two runs in one second see it
     assert first.output_default and not (tmp_path / "runs").exists()  # nothing made yet
     a, b = claim_output(first), claim_output(second)
     assert a.output != b.output and a.output.exists() and b.output.exists()
     assert claim_output(a) == a  # taken once: execute() after the CLI's claim keeps the name
-    explicit = prepare_run("debug", tmp_path / "nb.ipynb", cwd=str(tmp_path),
-                           output=str(tmp_path / "o.ipynb"))
+    explicit = prepare_run("debug", tmp_path / "nb.ipynb", NotebookOptions(
+        cwd=str(tmp_path), output=str(tmp_path / "o.ipynb")))
     assert claim_output(explicit) == explicit and not (tmp_path / "o.ipynb").exists()
     assert not output_written(a, claimed=True) and not a.output.exists()  # never saved: gone
 

@@ -146,13 +146,15 @@ def test_a_full_run_refuses_a_busy_parent_before_its_cleanup_removes_anything(
     CLEAN_ROOT_BUSY with CODE/ untouched (it used to clean CODE/ first, then refuse). Once
     that cleanup ended, the run cleans and holds CODE/ against any other cleanup."""
     from platform_plugin.errors import ConfigError
+    from platform_plugin.notebook.options import NotebookOptions
     from platform_plugin.notebook.run import cleanup_before_run, holding_code, prepare_run
     from platform_plugin.util.code_lock import RootLock
 
     code = tmp_path / "CODE"
     make_notebook(code / "nb.ipynb", ["print(1)"])
     write_tree(code, {"kernel_meta/op.o": "x", "train.py": "print()"})
-    run = prepare_run("full", code / "nb.ipynb", cwd=str(code), output=str(tmp_path / "o.ipynb"))
+    run = prepare_run("full", code / "nb.ipynb", NotebookOptions(cwd=str(code),
+                                                                 output=str(tmp_path / "o.ipynb")))
     cleaning = cleanup_before_run(run)
     parent = RootLock(tmp_path, "a cleanup of the parent").acquire(exclusive=True)
     try:

@@ -3,6 +3,7 @@ unique run names, MLflow's standard tags, a notebook run's parameters, KILLED on
 store outside CODE/, and MLflow's console output kept out of the user's cell."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -21,8 +22,8 @@ class Result:  # what finish() reads of a JobResult
 
 def plan_in(folder: Path, tmp_path: Path, env: dict | None = None, **kwargs):
     plan = make_plan(tmp_path, 2, env=env, **kwargs)
-    ranks = tuple(r.replace(cwd=str(folder)) for r in plan.ranks)
-    return plan.replace(ranks=ranks)
+    ranks = tuple(dataclasses.replace(r, cwd=str(folder)) for r in plan.ranks)
+    return dataclasses.replace(plan, ranks=ranks)
 
 
 def run_job(plan, status="succeeded"):

@@ -3,6 +3,7 @@ ms-cluster, torch -> torch, else plain). Loaded only when auto gets this far (ba
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 
@@ -24,7 +25,6 @@ def program_source(command: list[str]) -> tuple[str, bytes | None]:
         if len(args) >= 2 and args[0] == "-c":
             return "python -c", args[1].encode()
         if len(args) >= 2 and args[0] == "-m":
-            import importlib.util
             try:
                 spec = importlib.util.find_spec(args[1])
             except (ImportError, ValueError):

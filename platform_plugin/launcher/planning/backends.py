@@ -1,7 +1,7 @@
-"""Backends: how ranks find each other. A registry, so a new backend is one class and one line
-(the framework backends are in launcher/planning/framework_backends.py).
+"""Backends: how ranks find each other (plain, MindSpore's dynamic cluster, torch.distributed,
+the HCCL rank table). A registry, so a new backend is one class and one line.
 
-Each backend answers three questions from the settings and options it is given (it starts
+Each backend answers three questions from the settings and the placement it is given (it starts
 nothing; `choose()` for `auto` reads the program's source: auto_backend.py):
 - `layout`: which global ranks (and physical devices) run on this server,
 - `rank_env`: the variables that make one worker a member of the job,
@@ -10,41 +10,53 @@ The variables common to every backend (RANK_ID, DEVICE_ID, ...) are added by pla
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.options import BACKEND_CHOICES, LaunchOptions
-from platform_plugin.util.record import FrozenRecord
+from platform_plugin.launcher.planning import torch_store
+from platform_plugin.launcher.planning.auto_backend import by_imports
 
 if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
-    from typing import Callable
-
     from platform_plugin.settings import Settings
 
-class Layout(FrozenRecord):
+# Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
+# rank that never started into a half-hour wait; the launcher watches the processes anyway.
+MS_TOPO_TIMEOUT_S = 120
+MS_NODE_TIMEOUT_S = 60
+MS_HEARTBEAT_RETRY_TIMEOUT_S = 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """What the layout is asked for: the options of the job, with the process count and the
+    port the plan chose when none was given (`nproc` None: the rank table decides)."""
+
+    nproc: Optional[int]
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: Optional[int] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
     """Who runs where. `ranks` lists (global rank, device id) for this server, in local order."""
 
     world_size: int
     node_rank: int
     nnodes: int
     server_id: str
-    ranks: tuple[tuple[int, int], ...]
+    ranks: Tuple[Tuple[int, int], ...]
     master_addr: str
-    master_port: int | None
-    rank_table_file: str | None
-    __slots__ = tuple(__annotations__)  # the fields, in order
-
-    def __init__(self, world_size: int, node_rank: int, nnodes: int, server_id: str,
-                 ranks: tuple[tuple[int, int], ...], master_addr: str, master_port: int | None,
-                 rank_table_file: str | None = None) -> None:
-        self._init(world_size, node_rank, nnodes, server_id, ranks, master_addr, master_port,
-                   rank_table_file)
+    master_port: Optional[int]
+    rank_table_file: Optional[str] = None
 
 
-class Helper(FrozenRecord):
+@dataclasses.dataclass(frozen=True)
+class Helper:
     """A process of the job that is not a rank (the ms-cluster scheduler, the torch store).
     `name`: "sched" | "store"; `role`: RankSpec.role; `argv_of`: the job's command -> this
     helper's argv (None: the command itself, as the ms-cluster scheduler)."""
@@ -52,12 +64,7 @@ class Helper(FrozenRecord):
     name: str
     role: str
     env: dict
-    argv_of: Callable[[tuple], tuple] | None
-    __slots__ = tuple(__annotations__)  # the fields, in order
-
-    def __init__(self, name: str, role: str, env: dict,
-                 argv_of: Callable[[tuple], tuple] | None = None) -> None:
-        self._init(name, role, env, argv_of)
+    argv_of: Optional[Callable[[tuple], tuple]] = None
 
 
 def fail(code: str, message: str, path: str = "") -> ConfigError:
@@ -85,26 +92,26 @@ def default_nproc(host) -> tuple[int, str]:
     return count, f"no NPUs: default {count} (set --nproc N)"
 
 
-def grid_layout(settings: Settings, options: LaunchOptions) -> Layout:
+def grid_layout(settings: Settings, placement: Placement) -> Layout:
     """nnodes x nproc ranks, devices numbered by local rank (CPU, GPU, or NPUs without a table).
     build_plan has replaced a missing --nproc by `default_nproc`."""
-    nproc = options.nproc
+    nproc = placement.nproc
     if not nproc or nproc < 1:
         raise fail("LAUNCH_NPROC", f"--nproc {nproc}: start at least 1 process (leave --nproc "
                    "out for the default: the rank table's devices, else the visible NPUs, else "
                    f"{CPU_DEFAULT_NPROC})", "--nproc")
-    nnodes, node_rank = options.nnodes, options.node_rank
+    nnodes, node_rank = placement.nnodes, placement.node_rank
     if not 0 <= node_rank < nnodes:
         raise fail("LAUNCH_NODE_RANK", f"--node-rank {node_rank} must be between 0 and "
                    f"--nnodes - 1 = {nnodes - 1}", "--node-rank")
     if nnodes > 1:
-        _check_multi_node_port(options.master_port)
+        _check_multi_node_port(placement.master_port)
     first = node_rank * nproc
     return Layout(world_size=nnodes * nproc, node_rank=node_rank, nnodes=nnodes,
                   server_id=(settings.server.server_id if settings.server
                              else grid_server_id(nnodes, node_rank)),
                   ranks=tuple((first + i, i) for i in range(nproc)),
-                  master_addr=options.master_addr, master_port=options.master_port)
+                  master_addr=placement.master_addr, master_port=placement.master_port)
 
 
 def _check_multi_node_port(port: int | None) -> None:
@@ -131,8 +138,8 @@ class Backend:
     name = ""
     needs_port = False
 
-    def layout(self, settings: Settings, options: LaunchOptions) -> Layout:
-        return grid_layout(settings, options)
+    def layout(self, settings: Settings, placement: Placement) -> Layout:
+        return grid_layout(settings, placement)
 
     def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
         return {}
@@ -147,18 +154,102 @@ class PlainBackend(Backend):
     name = "plain"
 
 
-# The backends' names, as --backend lists them. `plain` is defined here; the framework backends
-# (ms-cluster, torch, rank-table) in launcher/planning/framework_backends.py, loaded by the jobs that
-# use one (a plain launch starts without compiling them).
-BACKENDS = ("rank-table", "ms-cluster", "torch", "plain")
+class TorchBackend(Backend):
+    """torch.distributed env:// rendezvous, the variables torchrun sets."""
+
+    name = "torch"
+    needs_port = True
+
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+        rank, _ = layout.ranks[local_rank]
+        return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
+                "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
+                "GROUP_RANK": str(layout.node_rank), "MASTER_ADDR": layout.master_addr,
+                "MASTER_PORT": str(layout.master_port), **torch_store.AGENT_STORE,
+                # gloo's own listening sockets: on loopback for a single-server job
+                **({"GLOO_SOCKET_IFNAME": "lo"} if layout.nnodes == 1 else {})}
+
+    def helpers(self, layout: Layout) -> list[Helper]:
+        """Node 0 hosts the rendezvous store on MASTER_ADDR only (torch_store.py says why)."""
+        if layout.node_rank != 0:
+            return []
+        env = {"MASTER_ADDR": layout.master_addr, "MASTER_PORT": str(layout.master_port)}
+        return [Helper(torch_store.NAME, torch_store.ROLE, env, argv_of=torch_store.argv)]
+
+
+class MsClusterBackend(Backend):
+    """MindSpore dynamic cluster (CPU/GPU, or Ascend without a table): one scheduler, N workers.
+
+    MS_ENABLE_RECOVERY is never set: with it the scheduler waits for lost workers forever."""
+
+    name = "ms-cluster"
+    needs_port = True
+
+    def _cluster_env(self, layout: Layout) -> dict[str, str]:
+        return {"MS_SCHED_HOST": layout.master_addr, "MS_SCHED_PORT": str(layout.master_port),
+                "MS_WORKER_NUM": str(layout.world_size), "MS_TOPO_TIMEOUT": str(MS_TOPO_TIMEOUT_S),
+                "MS_NODE_TIMEOUT": str(MS_NODE_TIMEOUT_S),
+                "MS_HEARTBEAT_RETRY_TIMEOUT": str(MS_HEARTBEAT_RETRY_TIMEOUT_S)}
+
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+        rank, _ = layout.ranks[local_rank]
+        return {**self._cluster_env(layout), "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(rank)}
+
+    def helpers(self, layout: Layout) -> list[Helper]:
+        if layout.node_rank != 0:  # one scheduler per job, on node 0
+            return []
+        return [Helper("sched", "sched", {**self._cluster_env(layout), "MS_ROLE": "MS_SCHED"})]
+
+
+class RankTableBackend(Backend):
+    """Ascend with an HCCL rank table: this server's devices, DEVICE_ID = the runtime id of the
+    physical device (davincirunsdk wrongly uses the list index)."""
+
+    name = "rank-table"
+
+    def layout(self, settings: Settings, placement: Placement) -> Layout:
+        # here: options.py derives --backend's choices from this module, and `launch --help`
+        # needs no rank table parser
+        from platform_plugin import ranktable
+        table = settings.rank_table
+        if table is None:
+            raise fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "
+                       "--rank-table FILE or set RANK_TABLE_FILE", "RANK_TABLE_FILE")
+        server = settings.server
+        if server is None:
+            server = ranktable.select_server(table, rank_start=settings.rank_start)
+        devices = sorted(server.devices, key=lambda d: d.rank_id)
+        if placement.nproc and placement.nproc != len(devices):
+            raise fail("LAUNCH_NPROC_TABLE", f"the rank table gives server {server.server_id} "
+                       f"{len(devices)} devices but --nproc is {placement.nproc}: leave --nproc out "
+                       "or use a table with the devices you want", "--nproc")
+        node_rank = [s.server_id for s in table.servers].index(server.server_id)
+        # DEVICE_ID is what the runtime calls the card: the physical id, renumbered from 0
+        # when ASCEND_RT_VISIBLE_DEVICES hides some cards (a card outside it is an error).
+        visible = settings.visible_devices
+        return Layout(world_size=table.rank_size, node_rank=node_rank, nnodes=len(table.servers),
+                      server_id=server.server_id,
+                      ranks=tuple((d.rank_id, ranktable.runtime_device_id(d.device_id, visible))
+                                  for d in devices),
+                      master_addr=placement.master_addr, master_port=None,
+                      rank_table_file=table.path or settings.rank_table_file)
+
+    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+        rank, _ = layout.ranks[local_rank]
+        return {"RANK_TABLE_FILE": str(layout.rank_table_file or ""),
+                "RANK_START": str(layout.ranks[0][0])}
+
+
+# The backends by name, as --backend lists them (with `auto`).
+REGISTRY: dict[str, Backend] = {b.name: b for b in (
+    RankTableBackend(), MsClusterBackend(), TorchBackend(), PlainBackend())}
+BACKENDS = tuple(REGISTRY)
 
 
 def backend(name: str) -> Backend:
     """The backend called `name` (one of BACKENDS)."""
-    if name == "plain":
-        return PlainBackend()
-    from platform_plugin.launcher.planning.framework_backends import FRAMEWORK_BACKENDS
-    return FRAMEWORK_BACKENDS[name]
+    return REGISTRY[name]
+
 
 def choose(requested: str, command: list[str], settings: Settings,
            npu_present: bool) -> tuple[str, str]:
@@ -166,17 +257,16 @@ def choose(requested: str, command: list[str], settings: Settings,
     if requested != "auto":
         if requested not in BACKENDS:
             raise fail("LAUNCH_BACKEND", f"unknown backend {requested!r}; choose one of "
-                       f"{', '.join(BACKEND_CHOICES)}", "--backend")
+                       f"{', '.join(('auto',) + BACKENDS)}", "--backend")
         return requested, "requested"
     table = settings.rank_table
     if npu_present and table is not None:
         return "rank-table", f"Ascend NPUs present and rank table {table.path or ''} resolved"
-    from platform_plugin.launcher.planning.auto_backend import by_imports  # (a named backend: not needed)
     return by_imports(command)
 
 
 def npus_present() -> bool:
-    """A /dev/davinci<N> exists (string tests: a regex per /dev entry cost every launch ~1 ms)."""
+    """A /dev/davinci<N> exists (string tests: every launch asks, a regex per /dev entry is slow)."""
     return any(n.startswith("davinci") and n[7:].isdigit() for n in _listdir("/dev"))
 
 

@@ -7,59 +7,57 @@ it calls the clock and a random source for a new job id, and os.getcwd() when no
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import shlex
 import sys
+from typing import Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.planning.backends import (Backend, Layout, backend as backend_named,
-                                                choose, default_nproc)
-from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.planning.backends import (Backend, Layout, Placement,
+                                                        backend as backend_named, choose,
+                                                        default_nproc)
+from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
-from platform_plugin.util.record import FrozenRecord
+from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CACHE_DIR, PLATFORM_JOB_DIR,
-    PLATFORM_JOB_NAME, PLATFORM_SERVER_ID)
+from platform_plugin.variables import PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, \
+    PLATFORM_SERVER_ID
 
 
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """What launch() found on this machine; tests give it explicitly. `base_env`: the
+    environment every rank inherits."""
 
-class Host(FrozenRecord):
-    """What launch() found on this machine; tests give it explicitly."""
-
-    base_env: dict
-    npu_present: bool
-    __slots__ = tuple(__annotations__)  # the fields, in order
-
-    def __init__(self, base_env: dict | None = None, npu_present: bool = False) -> None:
-        # base_env: the environment every rank inherits
-        self._init({} if base_env is None else base_env, npu_present)
+    base_env: dict = dataclasses.field(default_factory=dict)
+    npu_present: bool = False
 
 
-class RankSpec(FrozenRecord):
+@dataclasses.dataclass(frozen=True)
+class RankSpec:
     """One process of the job: what to run, where, with which variables and log.
     `name`: "0".."N-1" (global rank) or "sched"; `role`: "worker" | "sched" | "service" (the
     torch store: stopped after the workers)."""
 
     name: str
-    rank_id: int | None
-    local_rank: int | None
-    device_id: int | None
-    argv: tuple[str, ...]
+    rank_id: Optional[int]
+    local_rank: Optional[int]
+    device_id: Optional[int]
+    argv: Tuple[str, ...]
     env: dict
     cwd: str
     log_path: str
-    role: str
-    __slots__ = tuple(__annotations__)  # the fields, in order
-
-    def __init__(self, name: str, rank_id: int | None, local_rank: int | None,
-                 device_id: int | None, argv: tuple[str, ...], env: dict, cwd: str,
-                 log_path: str, role: str = "worker") -> None:
-        self._init(name, rank_id, local_rank, device_id, argv, env, cwd, log_path, role)
+    role: str = "worker"
 
 
-class LaunchPlan(FrozenRecord):
-    """Everything about a job before any process exists (build_plan makes it)."""
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    """Everything about a job before any process exists (build_plan makes it), with what the
+    launcher decided while it runs: the job id (given, agreed or new), the port and the process
+    count it chose, the attempt (`--max-restarts`)."""
 
     job_id: str
     job_name: str
@@ -69,24 +67,13 @@ class LaunchPlan(FrozenRecord):
     world_size: int
     node_rank: int
     nnodes: int
-    ranks: tuple[RankSpec, ...]
-    command: tuple[str, ...]
-    server_id: str
-    cache_dir: str
-    master_addr: str
-    master_port: int | None
-    attempt: int
-    __slots__ = tuple(__annotations__)  # the fields, in order
-
-    def __init__(self, job_id: str, job_name: str, job_dir: str, backend: str,
-                 backend_reason: str, world_size: int, node_rank: int, nnodes: int,
-                 ranks: tuple[RankSpec, ...], command: tuple[str, ...],
-                 server_id: str = "localhost", cache_dir: str = "",
-                 master_addr: str = "127.0.0.1", master_port: int | None = None,
-                 attempt: int = 0) -> None:
-        self._init(job_id, job_name, job_dir, backend, backend_reason, world_size, node_rank,
-                   nnodes, ranks, command, server_id, cache_dir, master_addr, master_port,
-                   attempt)
+    ranks: Tuple[RankSpec, ...]
+    command: Tuple[str, ...]
+    server_id: str = "localhost"
+    cache_dir: str = ""
+    master_addr: str = "127.0.0.1"
+    master_port: Optional[int] = None
+    attempt: int = 0
 
     @property
     def workers(self) -> tuple[RankSpec, ...]:
@@ -97,7 +84,6 @@ def normalize_command(command: list[str] | str) -> tuple[str, ...]:
     """A bare `python`/`python3` (or a script path) runs with this interpreter, as torchrun
     does: in a notebook, PATH's python is often not the kernel's."""
     if isinstance(command, str):
-        import shlex
         command = shlex.split(command)
     command = [str(c) for c in command]
     if not command:
@@ -123,30 +109,36 @@ def default_job_name(command: tuple[str, ...]) -> str:
 
 
 def _safe(name: str) -> str:
-    """Letters and digits of any script (`--job-name 中文训练`, `训练.py` keep their name: it was
-    silently "job"), `_.-`; the rest (spaces, slashes, quotes, shell and control characters)
-    becomes `-`."""
+    """Letters and digits of any script (`--job-name 中文训练`, `训练.py` keep their name), `_.-`;
+    the rest (spaces, slashes, quotes, shell and control characters) becomes `-`."""
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "job"
 
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
-               host: Host | None = None) -> LaunchPlan:
+               host: Host | None = None, *, job_id: str | None = None,
+               master_port: int | None = None, attempt: int = 0) -> LaunchPlan:
+    """`job_id`: the id agreed with the other servers (default: the option, else a new one);
+    `master_port`: the port of a restarted attempt (default: the option, else a free one when
+    the backend needs one); `attempt`: 0 for the first."""
     argv = normalize_command(command)
     host = host or Host()
     base_env = dict(host.base_env)
+    options = with_environment(options, base_env)
     name, reason = choose(options.backend, list(argv), settings, host.npu_present)
     backend = backend_named(name)
-    if backend.needs_port and options.master_port is None and options.nnodes == 1:
-        from platform_plugin.util.ports import free_port  # (only the backends with a port)
-        options = options.replace(master_port=free_port("0.0.0.0"))
-    if options.nproc is None and name != "rank-table":
-        options = options.replace(nproc=default_nproc(host)[0])
-    layout = backend.layout(settings, options)
+    port = master_port if master_port is not None else options.master_port
+    if backend.needs_port and port is None and options.nnodes == 1:
+        port = free_port("0.0.0.0")
+    nproc = options.nproc
+    if nproc is None and name != "rank-table":
+        nproc = default_nproc(host)[0]
+    layout = backend.layout(settings, Placement(nproc, options.nnodes, options.node_rank,
+                                                options.master_addr, port))
     job_name = _safe(options.job_name) if options.job_name else default_job_name(argv)
-    job_id = options.job_id or new_job_id(job_name)
+    job_id = job_id or options.job_id or new_job_id(job_name)
     cwd = os.path.abspath(options.cwd or os.getcwd())
     job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
-    cache_root = (options.cache_dir or PLATFORM_CACHE_DIR.get(base_env)
+    cache_root = (options.cache_dir
                   or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
     cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
@@ -156,7 +148,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
-              PLATFORM_ATTEMPT.name: str(options.attempt),
+              PLATFORM_ATTEMPT.name: str(attempt),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
@@ -175,7 +167,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       node_rank=layout.node_rank, nnodes=layout.nnodes,
                       ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
-                      master_port=layout.master_port, attempt=options.attempt)
+                      master_port=layout.master_port, attempt=attempt)
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],

@@ -7,12 +7,15 @@ of what the kernel must copy into each rank, a requested port, devices held by a
 from __future__ import annotations
 
 import os
+import shutil
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.planning.stale import refuse_or_kill
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.hosts import is_host
+from platform_plugin.util.ports import check_free
 
 MAX_JOB_NAME = 100  # the job folder is <name>-<date>-<time>-<hex>; file names end at 255 bytes
 MAX_ARG_STRLEN = 128 * 1024  # Linux: one argument or NAME=VALUE, terminator included
@@ -46,7 +49,6 @@ def resolve_program(program: str, env: dict, cwd: str) -> str | None:
     folder, a bare name is searched on the rank's PATH (as execvpe does)."""
     if os.sep in program:
         return os.path.normpath(os.path.join(cwd, program))
-    import shutil  # here: `python` was already made this interpreter's path, so rarely needed
     return shutil.which(program, path=env.get("PATH", os.defpath))
 
 
@@ -132,10 +134,8 @@ def check_ports_and_devices(plan: LaunchPlan, options: LaunchOptions, npu_presen
     if options.master_port and plan.node_rank == 0 and plan.master_port:
         what = "MS_SCHED_PORT" if plan.backend == "ms-cluster" else "MASTER_PORT"
         if plan.backend in ("ms-cluster", "torch"):
-            from platform_plugin.util.ports import check_free  # (only a requested port)
             check_free(plan.master_port, "0.0.0.0", what=what)
     if plan.backend == "rank-table" or npu_present:
-        from platform_plugin.launcher.planning.stale import refuse_or_kill  # only a job with devices
         devices = {r.device_id for r in plan.workers if r.device_id is not None}
         killed = refuse_or_kill(devices, plan.server_id, kill=options.kill_stale)
         if killed:

@@ -1,0 +1,43 @@
+"""The flags several commands and magics share, declared once: `--log-dir` (sync, compare, ui,
+doctor, `%dist_compare`; `launch` and `%dist_run` take it from the options record, with the same
+help), and the comparison's `--metric` and `--tolerance` (compare, ui, `%dist_compare`)."""
+from __future__ import annotations
+
+import argparse
+
+from platform_plugin.launcher.options import env_help
+from platform_plugin.variables import PLATFORM_LOG_DIR
+
+DEFAULT_METRIC = "loss"
+DEFAULT_TOLERANCE = 0.1
+
+
+def add_log_dir(parser: argparse.ArgumentParser) -> None:
+    """`--log-dir DIR`: where jobs live (the variable and the default are the launch option's)."""
+    parser.add_argument("--log-dir", metavar="DIR", help=env_help(
+        "where jobs live", PLATFORM_LOG_DIR, "./platform_logs"))
+
+
+def add_metric(parser: argparse.ArgumentParser, *, several: bool = True,
+               help: str = "metric(s) to compare: repeat or comma-separate") -> None:
+    """`--metric NAME[,NAME]`, repeatable (`metrics_of` reads it); `several=False`: one name."""
+    if several:
+        parser.add_argument("--metric", action="append", metavar="NAME[,NAME]",
+                            help=f"{help} (default: {DEFAULT_METRIC})")
+    else:
+        parser.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
+                            help=f"{help} (default: {DEFAULT_METRIC})")
+
+
+def metrics_of(values: list[str] | None) -> list[str]:
+    """The names of a repeatable `--metric`, comma-separated or not, once each, in order."""
+    names = [n.strip() for value in (values or [DEFAULT_METRIC]) for n in value.split(",")
+             if n.strip()]
+    return list(dict.fromkeys(names))
+
+
+def add_tolerance(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help="relative gap that flags a straggler or a deviating final value "
+                             f"(default {DEFAULT_TOLERANCE:g})")
+
