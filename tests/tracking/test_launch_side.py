@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from platform_plugin.tracking.job.handle import DeliveryReport
-from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import JobTracking
 from tests.test_layout import LAUNCH_PATH, LAUNCH_STDLIB_NOT, loaded_by
 from tests.tracking.helpers import make_plan
 
