@@ -185,7 +185,7 @@ def flush_on_sigterm(tracker: Tracker) -> bool:
         if callable(previous):
             previous(signum, frame)
             return
-        signal.signal(signum, signal.SIG_DFL)  # then die of the signal, as before
+        signal.signal(signum, signal.SIG_DFL)  # then die of the signal, as by default
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, on_sigterm)
