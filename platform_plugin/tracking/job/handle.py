@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -304,7 +305,7 @@ def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
     ranks_ = workers(plan)
     first_env = job_environment(plan)
     cwd = ranks_[0].cwd if ranks_ else None
-    host = os.uname().nodename  # = socket.gethostname(), without importing socket
+    host = socket.gethostname()
     tags = {
         "job_id": plan.job_id,
         "mode": PLATFORM_RUN_MODE.raw(first_env),

@@ -60,7 +60,7 @@ def scheme_of(uri: str) -> str:
     (`+psycopg2`) is dropped."""
     if uri in ("databricks", "databricks-uc", "uc"):
         return uri
-    # urllib.parse.urlsplit's rule, without importing urllib (and ipaddress) on the launch path
+    # urllib.parse.urlsplit's rule for the scheme (urlsplit itself refuses some netlocs)
     scheme, colon, _ = uri.partition(":")
     if not colon or not scheme or not (scheme[0].isascii() and scheme[0].isalpha()) \
             or scheme.strip(SCHEME_CHARS):
