@@ -26,11 +26,8 @@ from __future__ import annotations
 import json
 import threading
 
+from platform_plugin.tracking.sinks.mlflow_bulk import MAX_POINTS, ROUTE, VERSION
 from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
-
-ROUTE = "/platform/api/metrics/bulk"
-VERSION = 1
-MAX_POINTS = 100_000  # per request; the forwarder sends at most 10,000 per stream batch
 
 _writers: dict[int, object] = {}
 _writers_lock = threading.Lock()

@@ -16,9 +16,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-from platform_plugin.tracking.server.bulk_app import MAX_POINTS, ROUTE, VERSION
 from platform_plugin.tracking.sinks.mlflow_rest import error_of
 
+# The route's protocol, shared with the server's app (tracking/server/bulk_app.py)
+ROUTE = "/platform/api/metrics/bulk"
+VERSION = 1
+MAX_POINTS = 100_000  # per request; the forwarder sends at most 10,000 per stream batch
 JSON_HEADERS = {"Content-Type": "application/json"}
 REQUEST_POINTS = 20_000  # per request (the route takes MAX_POINTS): a round is cut in several
 IN_FLIGHT = 4  # requests of one round at once: the server's workers insert them in parallel
