@@ -95,9 +95,6 @@ class _State:
         except TypeError as exc:  # a required field missing
             raise DamagedStateFile(path, str(exc)) from None
 
-    def _json(self) -> dict:
-        return dataclasses.asdict(self)
-
 
 class _SpoolFile(_State):
     """A state file a spool folder has one of, named FILE."""
@@ -111,7 +108,7 @@ class _SpoolFile(_State):
         return None if data is None else cls._from(data, path)
 
     def save(self, spool_dir) -> None:
-        write_json_atomic(os.path.join(spool_dir, self.FILE), self._json())
+        write_json_atomic(os.path.join(spool_dir, self.FILE), dataclasses.asdict(self))
 
 
 @dataclasses.dataclass
@@ -135,7 +132,7 @@ class StreamState(_State):
         return cls._from(read_json(path) or {}, path)
 
     def save(self, spool_dir, stream: str) -> None:
-        write_json_atomic(self.path_for(spool_dir, stream), self._json())
+        write_json_atomic(self.path_for(spool_dir, stream), dataclasses.asdict(self))
 
 
 @dataclasses.dataclass
