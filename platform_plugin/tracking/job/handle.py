@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING
 
 from platform_plugin.errors import ConfigError
+from platform_plugin.ranktable import load as load_rank_table
 from platform_plugin.tracking.delivery import offsets
 from platform_plugin.tracking.delivery.state import (STOP_REQUEST_FILE, STOPPING_FILE,
                                                      HelperStatus, JobEnd, SinkConfig, read_json,
@@ -343,8 +344,7 @@ def rank_table_summary(path: str | None) -> str:
     if not path:
         return "none"
     try:
-        from platform_plugin.ranktable import load  # here: only a job with a rank table needs it
-        table = load(path)
+        table = load_rank_table(path)
         servers = ", ".join(f"{s.server_id}:{len(s.devices)}" for s in table.servers)
         return f"{os.path.basename(path)}: {table.rank_size} devices on {len(table.servers)} server(s) ({servers})"
     except Exception:  # noqa: BLE001 - a summary is a tag, not a check (doctor checks)
