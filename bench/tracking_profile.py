@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 def write_spools(work: Path, ranks: int, steps: int) -> Path:
     """A job's spool folder as the launcher prepares it, with every rank's points already in."""
-    from platform_plugin.tracking.job.job_tracking import JobTracking
+    from platform_plugin.tracking.job.handle import JobTracking
     from platform_plugin.tracking.rank.spool import encode_metric
     from platform_plugin.tracking.delivery.state import JobEnd
     from tests.tracking.helpers import make_plan

@@ -1,9 +1,9 @@
-"""Why a straggler is slow, when the data says it: its pace against the median, and what the
-launcher's system metrics of that rank (system/…, tracking/job/sysmetrics.py) show against the
-other ranks' — CPU starved (its processes got far less CPU than the others' while the machine
-was saturated), memory pressure (the machine's memory nearly full, or its RSS far above the
-others'). Nothing is claimed that the data does not show: without system metrics only the
-pace is given."""
+"""The comparison's diagnosis: why a straggler is slow, when the data says it: its pace against
+the median, and what the launcher's system metrics of that rank (system/…,
+tracking/job/sysmetrics.py) show against the other ranks' — CPU starved (its processes got far
+less CPU than the others' while the machine was saturated), memory pressure (the machine's
+memory nearly full, or its RSS far above the others'). Nothing is claimed that the data does
+not show: without system metrics only the pace is given."""
 from __future__ import annotations
 
 import statistics

@@ -1,6 +1,7 @@
-"""The MLflow UI inside Jupyter: served through the Jupyter server the user's browser already
-reaches (jupyter-server-proxy), so links work on the platform where 127.0.0.1:5000 is the
-server's loopback, not the user's.
+"""The MLflow UI inside Jupyter, for the comparison's views (`platform-run ui`, the notebook's
+view.py): served through the Jupyter server the user's browser already reaches
+(jupyter-server-proxy), so links work on the platform where 127.0.0.1:5000 is the server's
+loopback, not the user's.
 
 jupyter-server-proxy forwards `<base_url>proxy/<port>/...` to `127.0.0.1:<port>/...` with the
 prefix removed; MLflow's UI uses relative URLs for its static files and its ajax API, so it
@@ -15,8 +16,9 @@ import os
 import tempfile
 
 from platform_plugin.launcher.processes.spawn import Lifeline
-from platform_plugin.util.procfs import ancestors
+from platform_plugin.tracking.server.local import HOST, start_server, stop_server, wait_healthy
 from platform_plugin.util.ports import free_port
+from platform_plugin.util.procfs import ancestors
 
 UI_STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a UI whose owner died
 _UI: dict[str, OwnedUI] = {}  # store uri -> its UI: one per store per kernel
@@ -70,8 +72,6 @@ class OwnedUI:
     session of its own)."""
 
     def __init__(self, store_uri: str, port: int, log_path: str) -> None:
-        from platform_plugin.tracking.server.local import start_server
-
         self.port, self.log_path = port, log_path
         self._stopped = False
         self._lifeline = Lifeline.for_groups(UI_STOP_GRACE_S)  # first: no moment without it
@@ -83,7 +83,6 @@ class OwnedUI:
         self._lifeline.add(self.proc.pid)  # pid == pgid: start_new_session
 
     def wait_healthy(self) -> None:
-        from platform_plugin.tracking.server.local import HOST, wait_healthy
         try:
             wait_healthy(f"http://{HOST}:{self.port}", self.proc, log_path=self.log_path)
         except BaseException:
@@ -92,7 +91,6 @@ class OwnedUI:
 
     def stop(self) -> None:
         """Idempotent (atexit, an error path and a `finally` may each call it)."""
-        from platform_plugin.tracking.server.local import stop_server
         if self._stopped:
             return
         self._stopped = True

@@ -1,5 +1,6 @@
-"""Compare the ranks of a job: a per-rank table (final, best, steps, wall time, steps/s), the
-straggler, ranks whose final value deviates, a plot, and the MLflow page overlaying all ranks."""
+"""The comparison's table: the ranks of a job in one table (final, best, steps, wall time,
+steps/s), the straggler, ranks whose final value deviates, a chart, and the MLflow page that
+overlays all ranks. `platform-run compare` prints it; the notebook's view (view.py) shows it."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,9 @@ from urllib.parse import quote
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.aggregates import is_throughput
+from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_job
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 
 
 @dataclass(frozen=True)

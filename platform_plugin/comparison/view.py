@@ -1,17 +1,22 @@
-"""`%dist_compare [JOB]` / `platform_plugin.compare()`: the ranks of a job side by side in the
-cell — the per-rank table, a chart of every rank's curve, and the MLflow page that overlays
-them (in an IFrame when the UI is reachable through the Jupyter server, else as a link)."""
+"""The comparison in a notebook, `%dist_compare [JOB]` / `platform_plugin.compare()`: the ranks
+of a job side by side in the cell — the per-rank table (table.py), a chart of every rank's
+curve, and the MLflow page that overlays them (in an IFrame when the UI is reachable through the
+Jupyter server, jupyter_ui.py, else as a link)."""
 from __future__ import annotations
 
+import html
 import io
+import signal
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.comparison import jupyter_ui
 from platform_plugin.comparison import table as comparing
+from platform_plugin.errors import PlatformPluginError
+from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
 
 @dataclass
@@ -29,8 +34,6 @@ class Comparison:
 def compare(job: str | None = None, metric: str = "loss", *, log_dir: str | None = None,
             tolerance: float = 0.1, ui: bool = True, show: bool = True) -> Comparison:
     """Compare the ranks of `job` (default: the latest tracked job); display it when `show`."""
-    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
-
     comparing.check_tolerance(tolerance)
     spool_dir = find_spool_dirs(job, log_dir)[0]
     runs = comparing.job_runs(spool_dir)
@@ -59,8 +62,6 @@ def _interrupt_held():
     inside an import leaves a half-made module in sys.modules (`module 'sqlalchemy.sql' has no
     attribute 'base'`), and every later %dist_compare of the kernel failed with MLflow's
     traceback until a restart. Main thread only (signal handlers cannot be set elsewhere)."""
-    import signal
-    import threading
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -95,8 +96,6 @@ def _ui_page(result: Comparison, runs) -> None:
 
 
 def _display_table_and_chart(result: Comparison) -> None:
-    import html
-
     from IPython.display import Image, display
 
     # a <pre>, not a table of lines: JupyterLab right-aligns table cells and collapses their
@@ -111,8 +110,6 @@ def _display_table_and_chart(result: Comparison) -> None:
 
 
 def _display_ui(result: Comparison) -> None:
-    import html
-
     from IPython.display import HTML, IFrame, display
 
     for note in result.notes:

@@ -9,7 +9,7 @@ import pytest
 
 from platform_plugin.tracking.delivery.aggregates import StepAggregator, is_throughput
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan
 

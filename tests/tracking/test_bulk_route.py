@@ -136,7 +136,7 @@ def test_a_batch_too_large_for_a_proxy_passes_in_halves_not_point_by_point(track
     until the pieces pass - a few requests, where one request per point took thousands."""
     from platform_plugin.tracking.delivery.forwarder import Forwarder
     from platform_plugin.tracking.rank.identity import RankIdentity
-    from platform_plugin.tracking.job.job_tracking import JobTracking
+    from platform_plugin.tracking.job.handle import JobTracking
     from platform_plugin.tracking.sinks import get_sink
     from platform_plugin.tracking.delivery.state import StreamState
     from platform_plugin.tracking.rank.tracker import Tracker

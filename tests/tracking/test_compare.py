@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from platform_plugin.cli import main
 from platform_plugin.comparison.table import Point, rank_rows
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan
 

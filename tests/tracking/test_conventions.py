@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from platform_plugin.cli import main
-from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import JobTracking
 from tests.tracking.helpers import child_runs, client, make_plan
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from platform_plugin.launcher import launch
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.delivery.replay import sync_spool_dir
 from platform_plugin.tracking.sinks.mlflow_end import PENDING_TAG
 from platform_plugin.tracking.delivery.state import HelperStatus, StreamState

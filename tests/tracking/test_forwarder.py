@@ -11,7 +11,7 @@ import pytest
 
 from platform_plugin.tracking.delivery.forwarder import Forwarder
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.job.job_tracking import JobTracking
+from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.delivery.replay import sync_spool_dir
 from platform_plugin.tracking.sinks import get_sink
 from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig, StreamState

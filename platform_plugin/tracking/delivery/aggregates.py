@@ -11,8 +11,9 @@ for metrics some ranks never log.
 
 A rank whose step goes back (a counter reset every epoch: `step=batch_index`) or comes again
 (`step=epoch` logged every batch) starts a new pass over the steps: the n-th pass of every rank
-is aggregated with the n-th pass of the others, as the children's histories hold them. A point of a step already emitted (a rank more than
-MAX_OPEN_STEPS behind) is counted as `late` and left out: one aggregate per step and pass.
+is aggregated with the n-th pass of the others, as the children's histories hold them. A point
+of a step already emitted (a rank more than MAX_OPEN_STEPS behind) is counted as `late` and left
+out: one aggregate per step and pass.
 
 Not persisted: if the launcher dies mid-job, the parent lacks the aggregates of the steps still
 open then (the children's points are complete either way; `platform-run sync` does not
@@ -21,9 +22,9 @@ recompute aggregates).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import re
-from typing import NamedTuple
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has
@@ -48,8 +49,9 @@ def aggregated(name: str) -> bool:
     return not is_aggregate(name) and not PER_DEVICE.match(name)
 
 
-class AggregatePoint(NamedTuple):
-    """One point of the job run (a tuple: ~0.1 µs to make, against ~1 µs for a dataclass)."""
+@dataclasses.dataclass(frozen=True)
+class AggregatePoint:
+    """One point of the job run."""
     key: str
     value: float
     step: int
@@ -58,7 +60,6 @@ class AggregatePoint(NamedTuple):
 
 class _Metric:
     """One metric's open steps. Per name, once: its aggregate keys and whether it gets a sum."""
-    __slots__ = ("open", "order", "top", "last_key", "base", "emitted", "keys", "throughput")
 
     def __init__(self, name: str):
         self.open: dict[int, dict] = {}  # step key -> {label: (value, timestamp)}

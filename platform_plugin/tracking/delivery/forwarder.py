@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from platform_plugin.tracking.rank.identity import stream_name
-from platform_plugin.tracking.delivery.reading import Passed, Reading, advance, batches, next_batch  # noqa: F401
 from platform_plugin.tracking.delivery import offsets
 from platform_plugin.tracking.delivery.offsets import Counts, drain_timeout, spool_labels  # noqa: F401
-from platform_plugin.tracking.rank.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
+from platform_plugin.tracking.delivery.reading import Passed, Reading, advance, batches, next_batch  # noqa: F401
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.rank.identity import stream_name
+from platform_plugin.tracking.rank.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
 
 # bytes of a stream decoded at a time (kept between turns): more than one line's maximum
 READ_BYTES = 2 * MAX_LINE_BYTES
@@ -93,7 +94,6 @@ class Forwarder:
                 results = self._joint_round(active, blocking, deadline)
             elif self.workers > 1 and len(active) > 1:
                 if self._pool is None:
-                    from concurrent.futures import ThreadPoolExecutor  # a sink without deliver_round
                     self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tracking-stream")
                 results = list(self._pool.map(turn, active))
             else:

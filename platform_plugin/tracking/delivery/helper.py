@@ -1,9 +1,9 @@
 """The forwarding helper: one process per launched job that ships the ranks' spools to the sink.
 
-The launcher starts it once the ranks run (`job_tracking.start_helper`), so MLflow's import (seconds and
-hundreds of MiB: docs/benchmarks.md), the store's first open (under its lock), the experiment
-and the runs never stand in front of a rank, and never live in the launcher's (or a notebook
-kernel's) memory:
+The launcher starts it once the ranks run (`tracking/job/handle.start_helper`), so MLflow's
+import (seconds and hundreds of MiB: docs/benchmarks.md), the store's first open (under its
+lock), the experiment and the runs never stand in front of a rank, and never live in the
+launcher's (or a notebook kernel's) memory:
 
     python -m platform_plugin.tracking.delivery.helper SPOOL_DIR
 
@@ -23,20 +23,20 @@ import sys
 import time
 from pathlib import Path
 
+from platform_plugin.tracking.delivery.aggregates import JobAggregates
+from platform_plugin.tracking.delivery.forwarder import Forwarder
+from platform_plugin.tracking.delivery.observers import make_observers
 from platform_plugin.tracking.delivery.offsets import any_spooled, drain_timeout
-from platform_plugin.tracking.delivery.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
-from platform_plugin.variables import PLATFORM_TRACKING_HELPER
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.tracking.delivery.forwarder import Forwarder
+from platform_plugin.tracking.delivery.state import (SINK_FILE, STOP_REQUEST_FILE, STOPPING_FILE,
+                                                     HelperStatus, JobEnd, SinkConfig, read_json,
+                                                     write_json_atomic)
+from platform_plugin.tracking.sinks import get_sink
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
 IDLE_BEFORE_IMPORT_S = 3.0  # at most, before the helper imports MLflow with nothing to deliver
 MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
 AGGREGATE_BATCHES = 4  # aggregates ship in batches as large as a round of 4 streams' batches
 STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
-HELPER_ENV = PLATFORM_TRACKING_HELPER.name  # marks the helper's process (tests, process sweeps)
 
 
 class ServerPeers:
@@ -56,8 +56,6 @@ class ServerPeers:
     def check(self) -> None:
         if not self.active or not self.config.parent_run_id:
             return
-        from platform_plugin.tracking.delivery.state import (STOP_REQUEST_FILE, STOPPING_FILE, read_json,
-                                                    write_json_atomic)
         server = self.config.job.get("server_id", "?")
         try:
             stopping = read_json(self.spool_dir / STOPPING_FILE)
@@ -75,9 +73,9 @@ class ServerPeers:
 
 
 class Helper:
-    """The helper's work. Made cheaply (the stdlib and the state files): until a rank spooled
-    something or the job ended it only waits, and imports the forwarder and the sink (~0.1 s of
-    CPU without .pyc, then MLflow's seconds) after that, not while the ranks start."""
+    """The helper's work. Until a rank spooled something or the job ended it only waits; then it
+    sets up the forwarder and the sink, which imports MLflow (seconds of CPU), not while the
+    ranks start."""
 
     def __init__(self, spool_dir: Path, control=None):
         self.spool_dir = Path(spool_dir)
@@ -96,9 +94,6 @@ class Helper:
         self.peers: ServerPeers
 
     def _set_up(self) -> None:
-        from platform_plugin.tracking.delivery.forwarder import Forwarder
-        from platform_plugin.tracking.delivery.observers import make_observers
-        from platform_plugin.tracking.sinks import get_sink
         sink = get_sink(self.config.sink)
         self.forwarder = Forwarder(self.spool_dir, self.config, sink, workers=STREAM_WORKERS,
                                    observers=make_observers(self.config, sink, self.spool_dir),
@@ -202,7 +197,6 @@ def job_aggregates(config: SinkConfig, sink):
     """Per-step aggregates across ranks into the job's run (layout runs, a sink that has them)."""
     if not (hasattr(sink, "deliver_aggregates") and config.layout == "runs" and config.job.get("parent")):
         return None
-    from platform_plugin.tracking.delivery.aggregates import JobAggregates
     # batches as large as the points' (a transaction each): aggregates are as many rows as the points
     limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
     return JobAggregates(config.ranks, sink, config, batch=limits["m"] * AGGREGATE_BATCHES)

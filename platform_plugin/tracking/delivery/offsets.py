@@ -1,21 +1,17 @@
 """What a job's spools hold that is not delivered yet, read from the offset files alone.
 
 The launcher polls this at the end of a tracked job ("is everything in?") and reports the totals,
-while the forwarding helper delivers; it needs neither the sink nor the forwarder, so it stays
-small: the stdlib (os, json) and tracking/delivery/state.py. The forwarder (forwarder.py) counts the same
-way through these functions.
+while the forwarding helper delivers; it needs neither the sink nor the forwarder. The forwarder
+(forwarder.py) counts the same way through these functions.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 
-from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.delivery.state import StreamState
+from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name
 from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
-
-# = spool.SPOOL_SUFFIX: spool.py is the rank side (the writer), loaded here it would cost the
-# launcher its dataclass and pathlib imports
-SPOOL_SUFFIX = ".jsonl"
 
 
 def drain_timeout(default: float) -> float:
@@ -81,19 +77,21 @@ def all_delivered(spool_dir, labels: list[str]) -> bool:
     return True
 
 
+@dataclasses.dataclass
 class Counts:
     """A job's totals over its streams (the delivery report's numbers)."""
-    __slots__ = ("delivered", "pending", "skipped", "rejected", "refused", "quarantined",
-                 "partial_lines", "errors")
-
-    def __init__(self, errors: list[str] | None = None):
-        self.delivered = self.pending = self.skipped = self.rejected = 0
-        self.refused = self.quarantined = self.partial_lines = 0
-        self.errors = [] if errors is None else errors
+    delivered: int = 0
+    pending: int = 0
+    skipped: int = 0
+    rejected: int = 0
+    refused: int = 0
+    quarantined: int = 0
+    partial_lines: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
 
 
 def totals(spool_dir, labels: list[str], errors: list[str] | None = None) -> Counts:
-    total = Counts(errors)
+    total = Counts(errors=[] if errors is None else errors)
     for label in labels:
         state = StreamState.load(spool_dir, stream_name(label))
         pending, partial = count_pending(spool_path(spool_dir, label), state.offset)

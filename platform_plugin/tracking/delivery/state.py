@@ -14,23 +14,18 @@ leaves either the old or the new content, never a torn file.
 """
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
 import time
 from contextlib import contextmanager, suppress
+from typing import Any, ClassVar, TypeVar
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.util.record import Record
+from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import TypeVar
-    F = TypeVar("F", bound="_SpoolFile")
-
-# Plain classes (util/record.py), not dataclasses, and str paths, not pathlib: the launcher
-# imports this module for every tracked job before its ranks start (each dataclass costs ~1.5 ms
-# to define, pathlib and its imports ~5 ms). A `spool_dir` argument is a str or a Path.
+# A `spool_dir` argument is a str or a Path.
 SINK_FILE = "sink.json"
 
 
@@ -52,7 +47,7 @@ def write_json_atomic(path, data: dict) -> None:
 class DamagedStateFile(ConfigError, ValueError):
     """A state file that is not what this module writes (edited by hand, truncated by a full
     disk or a copy): `sync`/`compare` refuse with the file's name instead of a traceback. A
-    ValueError too, as json's error was before."""
+    ValueError too, as json's own error is."""
 
     def __init__(self, path, why: str) -> None:
         super().__init__([Problem("TRACKING_STATE_DAMAGED", f"damaged ({why}): this job's "
@@ -67,7 +62,6 @@ MAX_STATE_BYTES = 16 << 20
 def read_json(path) -> dict | None:
     """The file's JSON object; None when there is no file. Opened without blocking and read with
     a bound: a FIFO in its place hung `clean` and `sync` for good."""
-    from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
     try:
         raw = read_regular_file(os.fspath(path), MAX_STATE_BYTES)
     except FileNotFoundError:
@@ -83,23 +77,28 @@ def read_json(path) -> dict | None:
     return data
 
 
-class _State(Record):
-    """A state file's fields (`__slots__`), saved as a JSON object (`as_dict`) and loaded back
+S = TypeVar("S", bound="_State")
+F = TypeVar("F", bound="_SpoolFile")
+
+
+class _State:
+    """The base of a state file's dataclass, saved as a JSON object (its fields) and loaded back
     ignoring names it does not know (a file written by another version)."""
-    __slots__ = ()
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # (each subclass is a dataclass)
 
     @classmethod
-    def _from(cls, data: dict, path=""):
+    def _from(cls: type[S], data: dict, path="") -> S:
+        names = {f.name for f in dataclasses.fields(cls)}
         try:
-            return cls(**{k: v for k, v in data.items() if k in cls.__slots__})
+            return cls(**{k: v for k, v in data.items() if k in names})
         except TypeError as exc:  # a required field missing
             raise DamagedStateFile(path, str(exc)) from None
 
 
 class _SpoolFile(_State):
     """A state file a spool folder has one of, named FILE."""
-    __slots__ = ()
-    FILE = ""
+    FILE: ClassVar[str] = ""
 
     @classmethod
     def load(cls: type[F], spool_dir) -> F | None:
@@ -109,57 +108,47 @@ class _SpoolFile(_State):
         return None if data is None else cls._from(data, path)
 
     def save(self, spool_dir) -> None:
-        write_json_atomic(os.path.join(spool_dir, self.FILE), self.as_dict())
+        write_json_atomic(os.path.join(spool_dir, self.FILE), dataclasses.asdict(self))
 
 
+@dataclasses.dataclass
 class StreamState(_State):
-    __slots__ = ("offset", "delivered", "skipped", "rejected", "refused", "quarantined", "run_id",
-                 "last_error")
-
-    def __init__(self, offset: int = 0, delivered: int = 0, skipped: int = 0, rejected: int = 0,
-                 refused: int = 0, quarantined: int = 0, run_id: str | None = None,
-                 last_error: str = ""):
-        self.offset = offset  # bytes of the spool delivered (or skipped as bad lines)
-        self.delivered = delivered
-        self.skipped = skipped  # complete lines that were not valid records
-        self.rejected = rejected  # valid records the sink refused for good (a param changing value)
-        self.refused = refused  # records the tracker refused in the rank (over MLflow's size limits)
-        self.quarantined = quarantined  # lines too large to deliver, moved to <stream>.jsonl.quarantine
-        self.run_id = run_id  # MLflow run of this stream (layout "runs")
-        self.last_error = last_error
+    offset: int = 0  # bytes of the spool delivered (or skipped as bad lines)
+    delivered: int = 0
+    skipped: int = 0  # complete lines that were not valid records
+    rejected: int = 0  # valid records the sink refused for good (a param changing value)
+    refused: int = 0  # records the tracker refused in the rank (over MLflow's size limits)
+    quarantined: int = 0  # lines too large to deliver, moved to <stream>.jsonl.quarantine
+    run_id: str | None = None  # MLflow run of this stream (layout "runs")
+    last_error: str = ""
 
     @staticmethod
     def path_for(spool_dir, stream: str) -> str:
         return os.path.join(spool_dir, f"{stream}.state.json")
 
     @classmethod
-    def load(cls, spool_dir, stream: str) -> "StreamState":
+    def load(cls, spool_dir, stream: str) -> StreamState:
         path = cls.path_for(spool_dir, stream)
         return cls._from(read_json(path) or {}, path)
 
     def save(self, spool_dir, stream: str) -> None:
-        write_json_atomic(self.path_for(spool_dir, stream), self.as_dict())
+        write_json_atomic(self.path_for(spool_dir, stream), dataclasses.asdict(self))
 
 
+@dataclasses.dataclass
 class SinkConfig(_SpoolFile):
-    FILE = SINK_FILE
-    __slots__ = ("sink", "layout", "tracking_uri", "experiment_name", "experiment_id",
-                 "parent_run_id", "job", "ranks", "final_status", "ended")
+    FILE: ClassVar[str] = SINK_FILE
 
-    def __init__(self, sink: str, layout: str = "runs", tracking_uri: str | None = None,
-                 experiment_name: str | None = None, experiment_id: str | None = None,
-                 parent_run_id: str | None = None, job: dict | None = None,
-                 ranks: dict | None = None, final_status: str | None = None, ended: bool = False):
-        self.sink = sink  # registry key: "mlflow" | "wflogger"
-        self.layout = layout  # "runs" | "flat"
-        self.tracking_uri = tracking_uri
-        self.experiment_name = experiment_name
-        self.experiment_id = experiment_id
-        self.parent_run_id = parent_run_id  # the job's run (None for a rank logging without launcher)
-        self.job = {} if job is None else job  # job_id, job_name, tags for the parent run
-        self.ranks = {} if ranks is None else ranks  # label -> {device_id, server_id, host, log_path}
-        self.final_status = final_status  # set by finish(): "FINISHED" | "FAILED"
-        self.ended = ended  # runs terminated in the sink
+    sink: str  # registry key: "mlflow" | "wflogger"
+    layout: str = "runs"  # "runs" | "flat"
+    tracking_uri: str | None = None
+    experiment_name: str | None = None
+    experiment_id: str | None = None
+    parent_run_id: str | None = None  # the job's run (None for a rank logging without launcher)
+    job: dict = dataclasses.field(default_factory=dict)  # job_id, job_name, tags for the parent run
+    ranks: dict = dataclasses.field(default_factory=dict)  # label -> {device_id, server_id, host, log_path}
+    final_status: str | None = None  # set by finish(): "FINISHED" | "FAILED"
+    ended: bool = False  # runs terminated in the sink
 
 
 END_FILE = "end.json"
@@ -168,22 +157,23 @@ STOPPING_FILE = "stopping.json"  # this server's job stops: the helper tags the 
 STOP_REQUEST_FILE = "stop_request.json"  # the helper saw another server stop the job
 
 
+@dataclasses.dataclass
 class JobEnd(_SpoolFile):
     """The launcher's word that the ranks have ended (end.json)."""
-    FILE = END_FILE
-    __slots__ = ("status", "deadline", "reason", "last", "gone")
+    FILE: ClassVar[str] = END_FILE
 
-    def __init__(self, status: str, deadline: float, reason: str = "", last: bool = True,
-                 gone: list | None = None):
-        self.status = status  # "FINISHED" | "FAILED"
-        self.deadline = deadline  # epoch seconds: deliver until then, leave the rest to `sync`
-        self.reason = reason  # why it failed (recorded on a multi-server job's parent run)
-        self.last = last  # False: --max-restarts starts another attempt, the parent stays open
-        # servers whose launcher vanished (the job link saw it): their end is reported for them
-        self.gone = [str(s) for s in gone or ()]
+    status: str  # "FINISHED" | "FAILED"
+    deadline: float  # epoch seconds: deliver until then, leave the rest to `sync`
+    reason: str = ""  # why it failed (recorded on a multi-server job's parent run)
+    last: bool = True  # False: --max-restarts starts another attempt, the parent stays open
+    # servers whose launcher vanished (the job link saw it): their end is reported for them
+    gone: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.gone = [str(s) for s in self.gone or ()]
 
     @classmethod
-    def _from(cls, data: dict, path=""):
+    def _from(cls, data: dict, path="") -> JobEnd:
         """Typed as the launcher writes it: helpers and `sync` compare the deadline with time."""
         try:
             return cls(str(data["status"]), float(data["deadline"]), str(data.get("reason", "")),
@@ -192,17 +182,15 @@ class JobEnd(_SpoolFile):
             raise DamagedStateFile(path, f"{type(exc).__name__}: {exc}") from None
 
 
+@dataclasses.dataclass
 class HelperStatus(_SpoolFile):
     """The forwarding helper's progress (helper.json), read by the launcher and by tests."""
-    FILE = HELPER_FILE
-    __slots__ = ("pid", "phase", "error", "runs_ended")
+    FILE: ClassVar[str] = HELPER_FILE
 
-    def __init__(self, pid: int = 0, phase: str = "starting", error: str = "",
-                 runs_ended: bool = False):
-        self.pid = pid
-        self.phase = phase  # starting | forwarding | ending | done
-        self.error = error  # why the sink could not be set up or reached, if it could not
-        self.runs_ended = runs_ended
+    pid: int = 0
+    phase: str = "starting"  # starting | forwarding | ending | done
+    error: str = ""  # why the sink could not be set up or reached, if it could not
+    runs_ended: bool = False
 
 
 LOCK_POLL_S = 0.1

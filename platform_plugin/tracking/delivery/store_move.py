@@ -2,7 +2,7 @@
 that sqlite file is gone, or the one `--to URI` names (recorded, so the next sync goes there).
 
 A sqlite store is created by opening it: MLflow (SQLAlchemy) makes a fresh empty database at a
-missing path. For a job whose store was moved or deleted that put the rest of its points into
+missing path. For a job whose store was moved or deleted that would put the rest of its points into
 runs nobody will find, beside a store that no longer exists - silently. A sync refuses that
 (TRACKING_STORE_GONE) and says how to name the store where it is now. `--to` moves the job:
 - into a store that holds the job's runs (the same store at its new path or URL): the run ids
@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
-from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.delivery.offsets import spool_labels
 from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.job.uri_check import check_tracking_uri, sqlite_file, uri_problem
+from platform_plugin.tracking.rank.identity import stream_name
 
 GONE, MOVE = "TRACKING_STORE_GONE", "TRACKING_SYNC_TO"
 

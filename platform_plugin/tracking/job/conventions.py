@@ -14,13 +14,12 @@ The MLflow tag keys these facts become are MLflow's own constants (sinks/mlflow_
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS
 
-# os.path, not pathlib: the launcher reads these facts for every tracked job before its ranks
-# start (pathlib with its urllib/ipaddress imports costs ~5 ms there)
 NOTEBOOK_ENV = PLATFORM_NOTEBOOK.name  # set by the notebook runner: the notebook's path
 NOTEBOOK_PARAMETERS_ENV = PLATFORM_NOTEBOOK_PARAMETERS.name  # its resolved parameters, JSON
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in every kernel it starts
@@ -110,7 +109,6 @@ def notebook_parameters(environ) -> dict[str, str]:
 
 
 def user() -> str:
-    import getpass
     try:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no passwd entry (containers): MLflow's own fallback

@@ -2,12 +2,12 @@
 
 MLflow hands a database URI (`postgresql://`, `mysql+pymysql://`, ...) to SQLAlchemy's
 `create_engine`, which loads the DBAPI module of the URI's `+driver`, or of the dialect's
-default driver when none is named. Without that module every point of a job waited out the
-drain deadline and failed in the forwarding helper ("No module named 'psycopg'") - and the
+default driver when none is named. Without that module every point of a job would wait out the
+drain deadline and fail in the forwarding helper ("No module named 'psycopg'") - and the
 default differs between SQLAlchemy releases (2.0: postgresql -> psycopg2, 2.1: psycopg), so a
 `postgresql://` URI that worked can stop working after an upgrade. The default is read from the
 installed SQLAlchemy's source (`base.dialect = dialect = <driver>.dialect` in the dialect's
-package): importing SQLAlchemy costs a launch ~0.2 s before its ranks start. Only this module's
+package): importing SQLAlchemy would delay every launch before its ranks start. Only this module's
 question is answered here; a database that is down stays the spool's business.
 """
 from __future__ import annotations

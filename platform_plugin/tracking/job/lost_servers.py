@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig
+from platform_plugin.tracking.sinks.mlflow_job import servers_of
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+
 
 def report_lost(spool_dir: str, gone: list[str]) -> str:
     """Report on the job's parent the servers of `gone` that this server's end record did not
     name. Returns what the launcher says about it ("" when there was nothing to report)."""
-    from platform_plugin.tracking.sinks.mlflow_job import servers_of
-    from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig
     end = JobEnd.load(spool_dir)
     late = [server for server in gone if end is None or server not in end.gone]
     config = SinkConfig.load(spool_dir)
     if not late or config is None or config.sink != "mlflow" or not config.parent_run_id or \
             servers_of(config) <= 1:
         return ""  # nothing new, or no parent run shared by servers (wflogger, none made yet)
-    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
     names = ", ".join(late)
     try:
         MlflowSink().report_gone(config, Path(spool_dir), late)

@@ -3,6 +3,7 @@ PLATFORM_TRACKING_LAYOUT): decided by the launcher before its ranks start, so wi
 registry (tracking/sinks/) and its imports."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from platform_plugin.errors import ConfigError
@@ -13,7 +14,6 @@ LAYOUTS = PLATFORM_TRACKING_LAYOUT.choices
 
 
 def wflogger_importable() -> bool:
-    import importlib.util
     try:
         return importlib.util.find_spec("wf_analyse.analyse") is not None
     except ModuleNotFoundError:

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import threading
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from platform_plugin.tracking.rank.spool import SpoolWriter
+from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter
 
 PRIME_S = 1.0  # at most: the CPU baselines are taken this long before the first sample
 
@@ -31,7 +29,7 @@ class SystemMetrics:
     nothing.
 
     The thread first sleeps: a job shorter than (about) one interval - most `%dist_run` cells
-    that fail fast, every no-op - imports nothing (psutil, npu-smi's parser, the spool writer)
+    that fail fast, every no-op - imports nothing (psutil, npu-smi's parser), opens no spool
     and samples nothing. Shortly before the first interval it imports them and takes the CPU
     baselines; the first sample comes at the first interval, then one every interval."""
 
@@ -71,7 +69,7 @@ class SystemMetrics:
         prime = min(PRIME_S, self.interval / 2)
         if self._stop.wait(self.interval - prime) or self._procs is None:
             return  # a short job (or none started): nothing imported, nothing sampled
-        from platform_plugin.tracking.job.system_samples import Sampler
+        from platform_plugin.tracking.job.system_samples import Sampler  # psutil: here, not at the top
         # psutil's import and the baselines outside the lock: `ended` never waits for an import
         sampler = Sampler(self._procs, self.npu_smi)
         with self._sampling:
@@ -88,6 +86,5 @@ class SystemMetrics:
             pause = self.interval  # a fixed pause after each sample: never closer than that
 
     def _open_writers(self) -> None:
-        from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter
         for label, *_ in self._procs or ():
             self._writers[label] = SpoolWriter(f"{self.spool_dir}/rank_{label}{SPOOL_SUFFIX}")

@@ -5,17 +5,13 @@ metric points, step = sample number."""
 from __future__ import annotations
 
 import json
+import psutil
 import shutil
 import time
-
-import psutil
+from typing import Any
 
 from platform_plugin.tracking.rank.spool import encode_metric
 from platform_plugin.util import npu_smi
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
 
 PREFIX = "system/"
 

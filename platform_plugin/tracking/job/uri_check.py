@@ -1,26 +1,29 @@
 """MLFLOW_TRACKING_URI values that can never work, refused before a job starts (exit 2).
 
 A tracking failure never stops a job (the points wait in the spool for `platform-run sync`),
-but a URI that is wrong by its spelling is not a failure that passes: the launcher waited out
-its 30 s drain deadline after every job, and `sync` replays into the URI recorded in the job's
+but a URI that is wrong by its spelling is not a failure that passes: the launcher would wait
+out its 30 s drain deadline after every job, and `sync` replays into the URI recorded in the job's
 sink.json, so the points could never be delivered. Only what the string (and a file's first
 bytes) shows is judged here - no MLflow import, no connection: a server that is down is still
 the spool's business.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import stat
+from importlib.metadata import entry_points
+from typing import Any
+from urllib.parse import unquote
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.tracking.job.db_driver import driver_problem, sqlalchemy_unquotes_database
 
 # MLflow's own tracking-store schemes (a "+driver" suffix allowed: postgresql+psycopg2)
 SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks",
            "databricks-uc", "uc")
 SQLITE_MAGIC = b"SQLite format 3\0"
 SCHEME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-."  # urllib's
-TYPE_CHECKING = False  # without importing typing: a tracked launch loads this module
-if TYPE_CHECKING:  # pragma: no cover
-    from typing import Any
 VARIABLE = "MLFLOW_TRACKING_URI"
 
 
@@ -46,8 +49,7 @@ def uri_problem(uri: str, environ=None) -> str | None:
                 "mlflow.db (or `mlflow migrate-filestore`), or set MLFLOW_ALLOW_FILE_STORE=true")
     if scheme == "sqlite":
         return _sqlite_problem(uri)
-    if scheme in ("postgresql", "mysql", "mssql"):  # only then: no import on sqlite's path
-        from platform_plugin.tracking.job.db_driver import driver_problem
+    if scheme in ("postgresql", "mysql", "mssql"):
         return driver_problem(uri)
     return None
 
@@ -58,7 +60,7 @@ def scheme_of(uri: str) -> str:
     (`+psycopg2`) is dropped."""
     if uri in ("databricks", "databricks-uc", "uc"):
         return uri
-    # urllib.parse.urlsplit's rule, without importing urllib (and ipaddress) on the launch path
+    # urllib.parse.urlsplit's rule for the scheme (urlsplit itself refuses some netlocs)
     scheme, colon, _ = uri.partition(":")
     if not colon or not scheme or not (scheme[0].isascii() and scheme[0].isalpha()) \
             or scheme.strip(SCHEME_CHARS):
@@ -90,10 +92,8 @@ def _sqlite_parts(uri: str) -> tuple[str, dict[str, str]] | None:
     if not sep or scheme_of(head + ":") != "sqlite" or "/" in head:
         return None
     path, _, query = rest.partition("?")
-    if "%" in path:  # rare: only then (this module is on a tracked launch's path)
-        from platform_plugin.tracking.job.db_driver import sqlalchemy_unquotes_database
+    if "%" in path:
         if sqlalchemy_unquotes_database():  # 2.1 does, 2.0 takes the path as written
-            from urllib.parse import unquote
             path = unquote(path)
     options = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
     if options.get("uri", "").strip().lower() not in ("true", "yes", "on", "y", "t", "1"):
@@ -115,7 +115,6 @@ def _sqlite_parts(uri: str) -> tuple[str, dict[str, str]] | None:
         authority, slash, tail = path[2:].partition("/")
         path = slash + tail if authority in ("", "localhost") else path
     if "%" in path:
-        from urllib.parse import unquote
         path = unquote(path)
     memory = options.get("mode") == "memory" or path.startswith(":memory:")
     return (":memory:" if memory else path), options
@@ -128,7 +127,6 @@ def _sqlite_problem(uri: str) -> str | None:
                 "and `sync` are other processes): sqlite:////absolute/path/mlflow.db")
     if options.get("mode") == "ro" or options.get("immutable", "0") not in ("", "0"):
         return "a read-only sqlite store (mode=ro, immutable) cannot take the job's points"
-    import stat
     try:  # never blocking: a FIFO's open() waits for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
@@ -154,7 +152,6 @@ def folder_store_refused(environ) -> bool:
     (read from MLflow's source text: importing MLflow costs seconds)."""
     if environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1"):
         return False
-    import importlib.util
     try:
         spec = importlib.util.find_spec("mlflow")
     except (ImportError, ValueError):
@@ -171,8 +168,7 @@ def folder_store_refused(environ) -> bool:
 
 def _plugin_scheme(scheme: str) -> bool:
     """A scheme an installed MLflow plugin registers (entry point group mlflow.tracking_store)."""
-    from importlib.metadata import entry_points
-    groups: "Any" = entry_points()  # Python 3.9's is a dict; 3.10+ selects
+    groups: Any = entry_points()  # Python 3.9's is a dict; 3.10+ selects
     found = (groups.select(group="mlflow.tracking_store") if hasattr(groups, "select")
              else groups.get("mlflow.tracking_store", []))
     return any(ep.name == scheme for ep in found)

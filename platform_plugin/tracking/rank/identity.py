@@ -1,23 +1,32 @@
-"""Who is logging: the rank's identity, read once from the environment the launcher set.
+"""Who is logging: the rank's identity, read once from the environment the launcher set, and the
+names of its spool file.
 
 The platform's own docs suffix names with `os.getenv('RANK_ID', 'no-rank')`; a process
 started without a rank id gets the same `no-rank` label so names stay comparable.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
 import sys
-from collections import namedtuple
+
+from platform_plugin.tracking.rank.job_id import new_job_id
 
 NO_RANK = "no-rank"
+SPOOL_SUFFIX = ".jsonl"  # a stream's spool is rank_<label>.jsonl (see spool.py)
 
 
-class RankIdentity(namedtuple("RankIdentity", "rank_id device_id job_id job_name server_id host")):
-    """Who this process is in its job: rank_id, device_id (str or None), job_id, job_name,
-    server_id, host. An immutable value; a named tuple, not a dataclass: the launcher imports
-    this module's process (a rank), and `dataclasses` costs its start-up ~10 ms."""
+@dataclasses.dataclass(frozen=True)
+class RankIdentity:
+    """Who this process is in its job (device_id is None when DEVICE_ID is not set)."""
 
-    __slots__ = ()
+    rank_id: str | None
+    device_id: str | None
+    job_id: str
+    job_name: str
+    server_id: str
+    host: str
 
     @property
     def label(self) -> str:
@@ -30,15 +39,14 @@ class RankIdentity(namedtuple("RankIdentity", "rank_id device_id job_id job_name
         return stream_name(self.label)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "RankIdentity":
+    def from_env(cls, environ: dict[str, str] | None = None) -> RankIdentity:
         env = os.environ if environ is None else environ
-        import socket  # here: only a rank's tracker asks who it is
         host = socket.gethostname()
         job_name = env.get("PLATFORM_JOB_NAME") or script_stem()
         return cls(
             rank_id=env.get("RANK_ID") or None,
             device_id=env.get("DEVICE_ID") or None,
-            job_id=env.get("JOB_ID") or _new_job_id(job_name),
+            job_id=env.get("JOB_ID") or new_job_id(job_name),  # a process run without the launcher
             job_name=job_name,
             server_id=env.get("PLATFORM_SERVER_ID") or host,
             host=host,
@@ -57,9 +65,3 @@ def run_name(label: str) -> str:
 def script_stem() -> str:
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c", "-m") else "python"
     return os.path.splitext(os.path.basename(argv0.rstrip("/")))[0] or "python"  # Path.stem
-
-
-def _new_job_id(job_name: str) -> str:
-    """A process run without the launcher names its own job as the launcher would."""
-    from platform_plugin.tracking.rank.job_id import new_job_id  # (a launched rank has its JOB_ID)
-    return new_job_id(job_name)

@@ -11,4 +11,4 @@ import time
 
 def new_job_id(job_name: str, now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return f"{job_name}-{stamp}-{os.urandom(2).hex()}"  # as uuid4().hex[:4], without `uuid`
+    return f"{job_name}-{stamp}-{os.urandom(2).hex()}"

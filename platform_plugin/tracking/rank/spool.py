@@ -20,11 +20,13 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 
-SPOOL_SUFFIX = ".jsonl"
+from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX  # noqa: F401 - the spool's name
+
 FLUSH_LINES = 1000  # a full buffer is written at once; the timer writes the rest
 # What a writer keeps in memory while its file cannot be written (a full disk): retried at every
 # flush; records beyond it are dropped and counted, never raised into the training loop.
@@ -100,7 +102,6 @@ class SpoolWriter:
         except OSError as exc:
             self._unwritten = data + self._unwritten
             if self.error is None:
-                import warnings
                 warnings.warn(f"platform_plugin.tracking: cannot write {self.path}: "
                               f"{exc.strerror or exc}; records are kept in memory (up to "
                               f"{MAX_UNWRITTEN_BYTES >> 20} MiB) and written when it works again",
@@ -120,7 +121,6 @@ class SpoolWriter:
             self._write_locked()
             lost = self._unwritten.count(b"\n") + self.dropped
             if lost and self.error is not None:
-                import warnings
                 warnings.warn(f"platform_plugin.tracking: {lost} record(s) could not be written to "
                               f"{self.path}: {self.error.strerror or self.error}", stacklevel=2)
             if self._fd >= 0:

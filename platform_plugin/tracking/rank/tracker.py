@@ -185,7 +185,7 @@ def flush_on_sigterm(tracker: Tracker) -> bool:
         if callable(previous):
             previous(signum, frame)
             return
-        signal.signal(signum, signal.SIG_DFL)  # then die of the signal, as before
+        signal.signal(signum, signal.SIG_DFL)  # then die of the signal, as by default
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -193,7 +193,9 @@ def flush_on_sigterm(tracker: Tracker) -> bool:
 
 
 def _create() -> Tracker | NullTracker:
-    from platform_plugin.tracking.sinks import choose
+    # Here, not at the top: importing the rank side loads the stdlib only (tests/test_layout.py);
+    # the sink choice reads the package's variables and errors.
+    from platform_plugin.tracking.job.sink_choice import choose
     sink_name = choose(None)
     if sink_name is None:
         return NullTracker()
@@ -201,5 +203,5 @@ def _create() -> Tracker | NullTracker:
     spool_dir = os.environ.get("PLATFORM_TRACKING_SPOOL_DIR")
     if spool_dir:  # the launcher's supervisor forwards
         return Tracker(spool_dir, identity)
-    from platform_plugin.tracking.delivery.inprocess import start_inprocess_forwarding
+    from platform_plugin.tracking.delivery.inprocess import start_inprocess_forwarding  # a sink
     return start_inprocess_forwarding(sink_name, identity, Tracker)

@@ -9,13 +9,12 @@ uvicorn like its default app. Everything MLflow serves stays as it is; one route
                                          step, timestamp_ms], ...]}, ...]}
                                      -> {"stored": n}
 
-Why: MLflow's `log_batch` handler costs ~0.4 ms of protobuf parsing and ORM work per point in
-the server (profiled: docs/benchmarks.md, multiserver), so a 2-core server stores a few
-thousand points a second whatever the client does. The route writes the same rows `log_batch`
-writes (metrics + latest_metrics) through the forwarder's SQL fast path
+Why: MLflow's `log_batch` handler spends protobuf parsing and ORM work on every point in the
+server (profiled: docs/benchmarks.md, multiserver), so a 2-core server stores a few thousand
+points a second whatever the client does. The route writes the same rows `log_batch` writes
+(metrics + latest_metrics) through the forwarder's SQL fast path
 (`sinks/mlflow_sql.SqlMetricWriter`: one INSERT for every run of the request, in one
-transaction), with
-the same rules: an exact repeat of a point adds nothing (so a replayed batch is harmless), NaN
+transaction), with the same rules: an exact repeat of a point adds nothing (so a replayed batch is harmless), NaN
 and infinities stored as MLflow stores them, metric names checked by MLflow's own validation,
 an unknown run refused with RESOURCE_DOES_NOT_EXIST and a deleted one with
 INVALID_PARAMETER_VALUE (MLflow's codes; errors are MLflow's JSON error bodies). A store the
@@ -27,9 +26,8 @@ from __future__ import annotations
 import json
 import threading
 
-ROUTE = "/platform/api/metrics/bulk"
-VERSION = 1
-MAX_POINTS = 100_000  # per request; the forwarder sends at most 10,000 per stream batch
+from platform_plugin.tracking.sinks.mlflow_bulk import MAX_POINTS, ROUTE, VERSION
+from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
 
 _writers: dict[int, object] = {}
 _writers_lock = threading.Lock()
@@ -68,8 +66,8 @@ BODY = "{'runs': [{'run_id': ID, 'metrics': [[key, value, step, timestamp_ms], .
 
 def parse_body(data: bytes) -> list[tuple[str, list]]:
     """[(run_id, [[key, value, step, timestamp_ms], ...]), ...] or INVALID_PARAMETER_VALUE.
-    The points themselves are checked where they are converted, once (`store_points`): a copy
-    converted here too was a third of a request's time in the server (py-spy, 20,000 points)."""
+    The points themselves are checked where they are converted, once (`store_points`), not
+    here as well: converting them is a large part of a request's time in the server."""
     try:
         body = json.loads(data)
         runs = [(str(run["run_id"]), run["metrics"]) for run in body["runs"]]
@@ -110,7 +108,6 @@ def _store():
 def _writer(store):
     with _writers_lock:
         if id(store) not in _writers:
-            from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
             _writers[id(store)] = SqlMetricWriter.for_store(store)
         return _writers[id(store)]
 

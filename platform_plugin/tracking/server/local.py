@@ -10,10 +10,12 @@ import signal
 import subprocess
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.tracking.sinks.mlflow_sink import sqlite_path
+from platform_plugin.util.procfs import group_members, parent
 
 HOST = "127.0.0.1"
 
@@ -51,7 +53,6 @@ def app_env(folder: str | os.PathLike) -> dict[str, str]:
     installed `mlflow.app` entry points; when this package runs without its metadata (a
     checkout on PYTHONPATH, an install older than the entry point) a one-entry distribution
     record is written into `folder` and put on the server's PYTHONPATH, with this package."""
-    from importlib.metadata import entry_points
     package_root = str(Path(__file__).resolve().parents[3])
     paths = [package_root]
     if APP_NAME not in {ep.name for ep in entry_points(group="mlflow.app")}:
@@ -123,7 +124,6 @@ def stop_server(proc: subprocess.Popen, grace: float = 10) -> None:
 
 def _others_in_group(leader: int) -> bool:
     """A live process of the leader's session group besides the leader (its server, workers)."""
-    from platform_plugin.util.procfs import group_members
     return group_members({leader}).get(leader, []) != [leader]
 
 
@@ -133,7 +133,6 @@ def _server_ended(leader: int) -> bool:
     server: whatever it does after waiting for it has begun, and for MLflow that is exiting)."""
     if _others_in_group(leader):
         return False
-    from platform_plugin.util.procfs import parent
     for entry in os.listdir("/proc"):
         try:
             if entry.isdigit() and parent(int(entry)) == leader:

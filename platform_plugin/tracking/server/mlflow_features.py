@@ -100,7 +100,7 @@ def _read(path: Path) -> str:
 
 def _scan(folder: Path, needles: dict[str, bytes]) -> set[str]:
     """Names whose needle occurs in some file of `folder` (memory-mapped: the UI build is
-    20-70 MB of JavaScript; a scan takes tens of milliseconds)."""
+    20-70 MB of JavaScript)."""
     found: set[str] = set()
     try:
         files = sorted(p for p in folder.iterdir() if p.suffix == ".js")

@@ -7,12 +7,14 @@ and `platform-run sync` all call it the same way.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking.job.sink_choice import (CHOICES, LAYOUTS, choose,  # noqa: F401
-                                                  choose_layout, wflogger_importable)
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+from platform_plugin.tracking.job.sink_choice import (CHOICES, LAYOUTS, choose,  # noqa: F401
+                                                      choose_layout, wflogger_importable)
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.tracking.sinks.wflogger_sink import WfloggerSink
 
 
 class Sink(Protocol):
@@ -36,17 +38,7 @@ class Sink(Protocol):
         stay open (marked) for `sync`. True when everything was ended."""
 
 
-def _mlflow():
-    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
-    return MlflowSink()
-
-
-def _wflogger():
-    from platform_plugin.tracking.sinks.wflogger_sink import WfloggerSink
-    return WfloggerSink()
-
-
-SINKS = {"mlflow": _mlflow, "wflogger": _wflogger}
+SINKS: dict[str, Callable[[], Sink]] = {"mlflow": MlflowSink, "wflogger": WfloggerSink}
 
 
 def get_sink(name: str) -> Sink:

@@ -4,7 +4,7 @@
 (tracking/server/bulk_app.py): 10,000 points a request, stored by one INSERT, instead of `log_batch`'s
 1,000 points parsed and written one ORM object at a time. The route is looked up once per
 tracking URI (GET); a server without it (a plain `mlflow server`, another team's server) gets
-`log_batch` as before, and the helper's log says so once. Requests go through MLflow's own
+`log_batch`, and the helper's log says so once. Requests go through MLflow's own
 HTTP helper with the client's credentials (MLFLOW_TRACKING_USERNAME/PASSWORD/TOKEN, TLS
 settings, retries), so whatever auth the server has applies the same to both paths.
 """
@@ -13,10 +13,15 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
-from platform_plugin.tracking.server.bulk_app import MAX_POINTS, ROUTE, VERSION
+from platform_plugin.tracking.sinks.mlflow_rest import error_of
 
+# The route's protocol, shared with the server's app (tracking/server/bulk_app.py)
+ROUTE = "/platform/api/metrics/bulk"
+VERSION = 1
+MAX_POINTS = 100_000  # per request; the forwarder sends at most 10,000 per stream batch
 JSON_HEADERS = {"Content-Type": "application/json"}
 REQUEST_POINTS = 20_000  # per request (the route takes MAX_POINTS): a round is cut in several
 IN_FLIGHT = 4  # requests of one round at once: the server's workers insert them in parallel
@@ -46,7 +51,6 @@ def _request(client, method: str, body: str | None, allowed: tuple, **options) -
     helper with the client's credentials (whatever auth plugin the user configured)."""
     transport = getattr(client, "transport", None)
     if transport is not None:
-        from platform_plugin.tracking.sinks.mlflow_rest import error_of
         status, data = transport.request(
             method, ROUTE, body.encode() if body is not None else None, timeout=options["timeout"],
             retries=options.get("max_retries"), backoff=options.get("backoff_factor"),
@@ -111,7 +115,6 @@ class BulkRoute:
         if len(requests) == 1:
             self._send(client, uri, requests[0])
             return
-        from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(min(IN_FLIGHT, len(requests)), thread_name_prefix="bulk") as pool:
             for done in [pool.submit(self._send, client, uri, request) for request in requests]:
                 done.result()  # the first failure is raised; the round is resent whole

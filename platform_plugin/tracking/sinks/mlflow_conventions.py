@@ -3,11 +3,14 @@ MLflow's console output moved out of the user's cell into the job's log folder."
 from __future__ import annotations
 
 import logging
+import logging.config
 import os
+import subprocess
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit, urlunsplit
 
 SOURCE_TYPES = ("NOTEBOOK", "JOB", "PROJECT", "LOCAL", "UNKNOWN", "RECIPE")  # MLflow's SourceType
 
@@ -53,7 +56,6 @@ def git_tags(source: str) -> dict[str, str]:
 
 def _git(folder: str, *args: str) -> str | None:
     """The command's output, None when it fails (not a repository, no git, nothing matched)."""
-    import subprocess
     try:
         done = subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -62,7 +64,6 @@ def _git(folder: str, *args: str) -> str | None:
 
 
 def _without_credentials(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
     parts = urlsplit(url)
     if not parts.scheme or "@" not in parts.netloc:
         return url
@@ -173,13 +174,11 @@ def _file_config_but_migrations(fname, *args, **kwargs) -> None:
 
 def _skip_migrations_config() -> None:
     global _file_config
-    import logging.config
     _file_config, logging.config.fileConfig = logging.config.fileConfig, _file_config_but_migrations
 
 
 def _restore_file_config() -> None:
     global _file_config
-    import logging.config
     if _file_config is not None:
         logging.config.fileConfig, _file_config = _file_config, None
 

@@ -13,17 +13,24 @@ as basic auth, else MLFLOW_TRACKING_TOKEN as bearer; MLFLOW_TRACKING_INSECURE_TL
 MLFLOW_TRACKING_SERVER_CERT_PATH; MLFLOW_HTTP_REQUEST_TIMEOUT/MAX_RETRIES/BACKOFF_FACTOR (retry
 on a lost connection and on 408/429/5xx). Settings this module does not implement (an auth
 plugin, AWS SigV4, a client certificate, a workspace, request-header plugins) make `usable()`
-False: the sink then uses MLflow's client for everything, as before.
+False: the sink then uses MLflow's client for everything.
 """
 from __future__ import annotations
 
+import base64
+import configparser
+import dataclasses
 import json
+import mimetypes
 import os
 import re
+import ssl
 import sys
 import time
-from collections import namedtuple
+import urllib.error
+import urllib.request
 from functools import lru_cache
+from importlib.metadata import entry_points
 from types import SimpleNamespace
 from urllib.parse import quote, urlparse
 
@@ -32,9 +39,15 @@ ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts/"  # a server's proxied art
 PUT_LIMIT = 100 * 2 ** 20  # larger files go through MLflow's client (its multipart upload)
 TEXT_SUFFIXES = (".txt", ".log", ".json", ".yaml", ".yml", ".py", ".md", ".csv")  # as MLflow's
 RETRY_CODES = (408, 429, 500, 502, 503, 504)  # MLflow's transient failure codes
-KeyValue = namedtuple("KeyValue", "key value")  # a param or a tag, as MLflow's Param/RunTag
 UNSUPPORTED_ENV = ("MLFLOW_TRACKING_AUTH", "MLFLOW_TRACKING_AWS_SIGV4",
                    "MLFLOW_TRACKING_CLIENT_CERT_PATH", "MLFLOW_WORKSPACE")
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyValue:
+    """A param or a tag, as MLflow's Param/RunTag."""
+    key: str
+    value: str
 
 
 class RestError(Exception):
@@ -80,7 +93,6 @@ def usable(uri: str, environ=None) -> bool:
 @lru_cache(maxsize=1)
 def _header_plugins() -> bool:
     """MLflow adds request headers from `mlflow.request_header_provider` plugins."""
-    from importlib.metadata import entry_points
     try:
         return bool(entry_points(group="mlflow.request_header_provider"))
     except TypeError:  # Python 3.9: entry_points() takes no group
@@ -91,7 +103,6 @@ def _credentials(env) -> tuple[str | None, str | None]:
     user, password = env.get("MLFLOW_TRACKING_USERNAME"), env.get("MLFLOW_TRACKING_PASSWORD")
     path = os.path.expanduser("~/.mlflow/credentials")
     if (not user or not password) and os.path.exists(path):
-        import configparser
         config = configparser.ConfigParser()
         config.read(path)
         if "mlflow" in config:
@@ -109,7 +120,6 @@ class Transport:
         self.headers = {"User-Agent": "platform-plugin (mlflow REST)"}
         user, password = _credentials(env)
         if user and password:
-            import base64
             token = base64.standard_b64encode(f"{user}:{password}".encode()).decode()
             self.headers["Authorization"] = "Basic " + token
         elif env.get("MLFLOW_TRACKING_TOKEN"):
@@ -119,7 +129,6 @@ class Transport:
         self.backoff = float(env.get("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR") or 2)
         self.context = None
         if self.base.startswith("https:"):
-            import ssl
             if _flag(env.get("MLFLOW_TRACKING_INSECURE_TLS")):
                 self.context = ssl._create_unverified_context()
             else:
@@ -130,8 +139,6 @@ class Transport:
                 headers: dict | None = None) -> tuple[int, bytes]:
         """(status, body). Retries a lost connection and MLflow's transient codes; raises
         RestError when the server cannot be reached at all."""
-        import urllib.error
-        import urllib.request
         retries = self.retries if retries is None else retries
         backoff = self.backoff if backoff is None else backoff
         for attempt in range(retries + 1):
@@ -185,7 +192,6 @@ def _run(answer: dict) -> SimpleNamespace:
 
 
 def _mime_type(name: str) -> str:
-    import mimetypes
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 

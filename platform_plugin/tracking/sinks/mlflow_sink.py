@@ -11,19 +11,21 @@ from __future__ import annotations
 import fcntl
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.job import conventions
+from platform_plugin.tracking.job.uri_check import sqlite_file
 from platform_plugin.tracking.rank.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_end, mlflow_job, mlflow_rest
+from platform_plugin.tracking.sinks import mlflow_end, mlflow_job, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
-from platform_plugin.tracking.job.uri_check import sqlite_file
+from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
@@ -96,8 +98,6 @@ class MlflowSink:
         if uri not in self._clients:
             from mlflow.tracking import MlflowClient
             from mlflow.version import VERSION
-
-            from platform_plugin.tracking.sinks import sqlite_seed
             # the first open creates/migrates a fresh store: one process at a time, and
             # without MLflow 3.1's migration reconfiguring this process's logging
             with store_lock(uri), migrations_keep_logging():
@@ -128,7 +128,6 @@ class MlflowSink:
         if urlparse(uri).scheme in ("http", "https"):
             return None
         if uri not in self._writers:
-            from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
             store = getattr(getattr(self.client(uri), "_tracking_client", None), "store", None)
             self._writers[uri] = SqlMetricWriter.for_store(store) if store is not None else None
         return self._writers[uri]
@@ -175,7 +174,7 @@ class MlflowSink:
 
     def _rank_runs(self, client, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
         """One run per rank without one. Into a server, several at once (each is a request
-        the server spends ORM work on: 8 one after the other were ~1 s of a job's start)."""
+        the server spends ORM work on: one after the other, they hold up the job's start)."""
         todo = [label for label in labels
                 if StreamState.load(spool_dir, stream_name(label)).run_id is None]
         self._standard_tags(config)  # the git lookup once, before any thread needs it
@@ -186,7 +185,6 @@ class MlflowSink:
                 state.run_id = self._run_for_rank(client, config, label)
                 state.save(spool_dir, stream_name(label))
         if len(todo) > 1 and urlparse(store_uri(config)).scheme in ("http", "https"):
-            from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(min(8, len(todo)), thread_name_prefix="tracking-runs") as pool:
                 list(pool.map(create, todo))
         else:
@@ -334,7 +332,7 @@ class MlflowSink:
             return
         with self._quiet(store_uri(config)):
             metrics = self._log_points(store_uri(config), config.parent_run_id,
-                                       list(points))  # AggregatePoint: (key, value, step, timestamp_ms)
+                                       [(p.key, p.value, p.step, p.timestamp_ms) for p in points])
             step = self.limits["m"]  # aggregates come in batches of sql_limits: log_batch takes fewer
             for start in range(0, len(metrics), step):
                 self._api(store_uri(config)).log_batch(config.parent_run_id,

@@ -13,7 +13,7 @@ with the same semantics as `SqlAlchemyStore._log_metrics`:
 - `latest_metrics` keeps the point with the greatest (step, timestamp, value) per key;
 - only an active run takes points; metric names pass MLflow's own name validation.
 
-Any other store (a file store, an http server) goes through `log_batch` as before.
+Any other store (a file store, an http server) goes through `log_batch`.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ schema every time for one MLflow version, so the first store made with that vers
 a template (without its Default experiment, which holds the creating folder's artifact path:
 MLflow makes it again when it opens the copy) and later fresh stores are copies of it. MLflow
 still opens the copy itself and checks its schema version; a template that cannot be made or
-read only means MLflow creates the store as before.
+read only means MLflow creates the store itself.
 
 Called under the store's lock (sinks/mlflow_sink.store_lock), so one process at a time.
 """

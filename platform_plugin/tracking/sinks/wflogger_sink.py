@@ -27,12 +27,12 @@ class WfloggerHung(Exception):
 
 class _Caller:
     """SDK calls on a thread of their own, one at a time (the SDK's thread safety is unknown;
-    the forwarder delivers streams from several threads). Before, a call that never returned
-    kept the forwarding helper in it for good, past its drain deadline: a process left behind
-    by every job. Now that call fails after PLATFORM_WFLOGGER_CALL_TIMEOUT (30 s; the SDK is
-    private and may make network calls without a timeout), and every later one at once while
-    it still hangs; the helper stops at its deadline and the records wait for `sync`. A call
-    that returns after its timeout may have been delivered: its record is sent again."""
+    the forwarder delivers streams from several threads). The SDK is private and may make
+    network calls without a timeout: a call that never returned would keep the forwarding helper
+    in it for good, past its drain deadline. So a call fails after PLATFORM_WFLOGGER_CALL_TIMEOUT
+    (30 s), and every later one at once while it still hangs; the helper stops at its deadline
+    and the records wait for `sync`. A call that returns after its timeout may have been
+    delivered: its record is sent again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
