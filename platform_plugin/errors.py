@@ -19,10 +19,6 @@ class Problem:
     path: str = ""  # JSON path ("server_list[1].device[3].rank_id") or a variable name
     severity: str = "error"  # "error" | "warning"
 
-    def as_dict(self) -> dict[str, str]:
-        """For JSON output (`--json` of env, ranktable and doctor)."""
-        return dataclasses.asdict(self)
-
     def __str__(self) -> str:
         where = f" at {self.path}" if self.path else ""
         return f"[{self.code}]{where}: {self.message}"

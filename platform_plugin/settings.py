@@ -45,10 +45,6 @@ class Setting:
     source: str
     note: str = ""
 
-    def as_dict(self) -> dict[str, str | None]:
-        """For `platform-run env --json`."""
-        return dataclasses.asdict(self)
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:

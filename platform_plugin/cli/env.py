@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -55,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({
             "mode": resolved.mode, "mode_source": resolved.mode_source,
             "env_file": resolved.env_file,
-            "variables": [row.as_dict() for row in resolved.table],
+            "variables": [dataclasses.asdict(row) for row in resolved.table],
             "process_env": resolved.process_env(), "tracking": store,
-            "problems": [p.as_dict() for p in resolved.problems]}, indent=2))
+            "problems": [dataclasses.asdict(p) for p in resolved.problems]}, indent=2))
         return 0
     if args.export:
         for name, value in sorted(resolved.process_env().items()):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -78,7 +79,7 @@ def run_check(args: argparse.Namespace) -> int:
     errors = errors_only(problems)
     if args.json:
         print(json.dumps({"file": args.file, "valid": not errors and table is not None,
-                          "problems": [p.as_dict() for p in problems]}, indent=2))
+                          "problems": [dataclasses.asdict(p) for p in problems]}, indent=2))
     else:
         print_problems(args.file, table, problems)
     return 2 if errors or table is None else 0

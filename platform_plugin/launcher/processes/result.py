@@ -160,7 +160,6 @@ class JobResult:
         """Plain data for JSON (job.json, the notebook's result output)."""
         data = dataclasses.asdict(self)
         data["status"] = self.status.value
-        data["tracking"] = None if self.tracking is None else self.tracking.as_dict()
         return data
 
     @classmethod

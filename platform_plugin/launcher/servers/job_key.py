@@ -17,15 +17,9 @@ import hashlib
 import os
 import time
 
-from platform_plugin.variables import PLATFORM_JOB_ID
-
 # Variables a scheduler sets once per job and identically on every server of it (ModelArts,
 # Volcano, BytePlus MLP naming). Checked in this order after PLATFORM_JOB_ID.
 PLATFORM_JOB_VARIABLES = ("MA_JOB_ID", "MA_VJ_NAME", "VC_JOB_NAME", "BATCH_JOB_ID", "MLP_TASK_ID")
-
-
-def explicit_job_id(option: str | None, environ: dict) -> str | None:
-    return option or PLATFORM_JOB_ID.get(environ)
 
 
 def rank_table_job_id(job_name: str, table_path: str, environ: dict) -> str:

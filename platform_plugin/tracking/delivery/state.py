@@ -150,6 +150,11 @@ class SinkConfig(_SpoolFile):
     final_status: str | None = None  # set by finish(): "FINISHED" | "FAILED"
     ended: bool = False  # runs terminated in the sink
 
+    @property
+    def servers(self) -> int:
+        """How many servers share the job's parent run (1 for a single-server job)."""
+        return int(self.job.get("servers", 1) or 1)
+
 
 END_FILE = "end.json"
 HELPER_FILE = "helper.json"

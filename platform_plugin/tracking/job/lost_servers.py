@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig
-from platform_plugin.tracking.sinks.mlflow_job import servers_of
-from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
 
 def report_lost(spool_dir: str, gone: list[str]) -> str:
@@ -23,9 +21,11 @@ def report_lost(spool_dir: str, gone: list[str]) -> str:
     late = [server for server in gone if end is None or server not in end.gone]
     config = SinkConfig.load(spool_dir)
     if not late or config is None or config.sink != "mlflow" or not config.parent_run_id or \
-            servers_of(config) <= 1:
+            config.servers <= 1:
         return ""  # nothing new, or no parent run shared by servers (wflogger, none made yet)
     names = ", ".join(late)
+    # the MLflow side loads into the launcher only for such a server
+    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
     try:
         MlflowSink().report_gone(config, Path(spool_dir), late)
     except Exception as exc:  # noqa: BLE001 - the job's result stands; say what is left to do

@@ -40,10 +40,6 @@ class DeliveryReport:
     refused: int = 0
     quarantined: int = 0
 
-    def as_dict(self) -> dict:
-        """The report in job.json (launcher/processes/result.py)."""
-        return dataclasses.asdict(self)
-
     def wait_ended(self, timeout: float = 120.0) -> bool:
         """Wait until the forwarding helper has finished (runs ended, or left open for sync):
         for tests and scripts that read the runs right after `launch()`. Refreshes the report

@@ -59,15 +59,11 @@ def shared_parent(client, config, create) -> str:
     return winner
 
 
-def servers_of(config) -> int:
-    return int(config.job.get("servers", 1) or 1)
-
-
 def end_parent(client, config, status: str, reason: str = "") -> str | None:
     """Record this server's end on the parent; end the parent when every server has.
     Returns the parent's final status when this call ended it."""
     parent = config.parent_run_id
-    if servers_of(config) <= 1:
+    if config.servers <= 1:
         client.set_terminated(parent, status)
         return status
     server = config.job.get("server_id", "?")
@@ -87,7 +83,7 @@ def report_gone(client, config, gone) -> str | None:
             tags[SERVER_TAG + lost] = _end_for_gone(client, config, parent, lost, server)
     ended = {k[len(SERVER_TAG):]: v.split(":", 1)[0] for k, v in tags.items()
              if k.startswith(SERVER_TAG)}
-    if len(ended) < servers_of(config):
+    if len(ended) < config.servers:
         return None  # another server's ranks still run: its launcher ends the parent
     failed = sorted(s for s, v in ended.items() if v != "FINISHED")
     final = ("FINISHED" if not failed else

@@ -214,7 +214,7 @@ class MlflowSink:
             for start in range(0, len(params), self.limits["p"]):
                 client.log_batch(run_id, params=params[start:start + self.limits["p"]])
             return run_id
-        if mlflow_job.servers_of(config) > 1 or job.get("attempt"):
+        if config.servers > 1 or job.get("attempt"):
             return mlflow_job.shared_parent(client, config, create)  # one parent for all servers
         return create()
 
