@@ -223,12 +223,11 @@ def verdict(ok: bool) -> str:
     return "meets" if ok else "misses"
 
 
-# What is left of default tracking's cost on a no-op job (cProfile with perf_counter, -X importtime,
-# 2026-11-30 14:25-14:45 UTC, load 2-3 from other work): said in the doc when the goal is missed
-WALL_COST = ("- What the launcher still pays for default tracking on a no-op job: compiling the "
-             "launcher side of tracking without `.pyc` (job_tracking, state, offsets, conventions, "
-             "sink_choice, sysmetrics: ~960 lines, ~12 ms on a free core), `sink.json` and "
-             "`end.json`, the job's tags (`job_sink_config`, ~2 ms), the forwarding helper's spawn "
+# What is left of default tracking's cost on a no-op job: said in the doc when the goal is missed
+WALL_COST = ("- What the launcher still pays for default tracking on a no-op job: importing the "
+             "launcher side of tracking (tracking/job/: handle, report, conventions, sink_choice, "
+             "sysmetrics; tracking/delivery/: state, offsets), `sink.json` and "
+             "`end.json`, the job's tags (`job_sink_config`), the forwarding helper's spawn "
              "(by a thread, 0.5 s after the ranks started or at their end: for a no-op job at its "
              "end) and its interpreter's start on the same 2 cores (it imports the forwarder and "
              "the sink only once a rank spooled something or the job ended). The system-metrics sampler imports and samples nothing for a job "
