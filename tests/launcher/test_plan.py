@@ -13,7 +13,8 @@ from platform_plugin.launcher.planning.auto_backend import program_source
 from platform_plugin.launcher.planning.backends import choose, default_nproc
 from platform_plugin.launcher.display.output import parse_show
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.planning.plan import Host, build_plan, default_job_name, normalize_command
+from platform_plugin.launcher.planning.plan import (ADAPTER_JOB_ID, Host, ascend_job_id, build_plan,
+                                                    default_job_name, normalize_command)
 
 NO_TABLE = settings_mod.resolve("debug", environ={}, cwd="/nonexistent-cwd-for-tests")
 
@@ -170,6 +171,38 @@ def test_rank_table_device_id_counts_within_ascend_rt_visible_devices(ranktables
     plan = plan_of(["python", "t.py"], s, opts(backend="rank-table"))
     assert [(r.rank_id, r.device_id) for r in plan.ranks] == [(0, 0), (1, 1), (2, 2), (3, 3)]
     assert [r.env["DEVICE_ID"] for r in plan.ranks] == ["0", "1", "2", "3"]
+
+
+def test_rank_table_gives_the_tf_adapter_its_variables(ranktables):
+    """Ascend's TF Adapter reads RANK_TABLE_FILE, RANK_ID, RANK_SIZE, ASCEND_DEVICE_ID (the
+    card's logical id: the runtime id DEVICE_ID holds) and JOB_ID."""
+    s = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json")
+    plan = plan_of(["python", "t.py"], s, opts(backend="rank-table",
+                                               base_env={"ASCEND_DEVICE_ID": "0"}))
+    assert [r.env["ASCEND_DEVICE_ID"] for r in plan.ranks] == ["4", "5", "6", "7"]
+    visible = table_settings(ranktables, "hccl_4p_4567_10.0.0.1.json",
+                             ASCEND_RT_VISIBLE_DEVICES="4,5,6,7")
+    plan = plan_of(["python", "t.py"], visible, opts(backend="rank-table"))
+    assert [(r.env["DEVICE_ID"], r.env["ASCEND_DEVICE_ID"]) for r in plan.ranks] == [
+        (str(i), str(i)) for i in range(4)]
+    assert all(r.env["JOB_ID"] == "job-1" for r in plan.ranks)
+
+
+def test_job_id_variable_is_one_the_tf_adapter_takes():
+    """JOB_ID: letters, digits, '-' and '_', not a number with a leading 0 (the TF Adapter's
+    documented rule). A job id it takes is JOB_ID unchanged; any other gets a spelling of its
+    own, the same for the same id, different for different ids."""
+    for taken in ("job-1", "train-20261203-101010-ab12", "team_run_7", "10087"):
+        assert ascend_job_id(taken) == taken
+    spelled = {i: ascend_job_id(i) for i in ("中文-训练-20261203-101010-ab12", "tf1.v2", "tf1_v2.",
+                                             "a b", "007", "训练")}
+    assert all(ADAPTER_JOB_ID.fullmatch(v) and not v.isdigit() for v in spelled.values())
+    assert len(set(spelled.values())) == len(spelled) and spelled["tf1.v2"].startswith("tf1_v2-")
+    assert ascend_job_id("tf1.v2") == spelled["tf1.v2"]
+    plan = plan_of(["python", "训练.py"], NO_TABLE, opts(backend="plain", nproc=2, job_id=None))
+    assert plan.job_id.startswith("训练-")  # the folder keeps the script's name
+    assert {r.env["JOB_ID"] for r in plan.ranks} == {plan.env_job_id} != {plan.job_id}
+    assert ADAPTER_JOB_ID.fullmatch(plan.env_job_id)
 
 
 def test_rank_table_device_hidden_by_ascend_rt_visible_devices(ranktables):

@@ -149,3 +149,27 @@ def test_launch_returns_with_its_lifeline_reaped(log_dir, exit_code, monkeypatch
            tracking="none", show="none", log_dir=str(log_dir), check=False,
            write=lambda text: None)
     assert len(made) == 1 and made[0]._proc.returncode == 0  # exited cleanly ("done"), reaped
+
+
+def test_a_stray_without_the_job_folder_is_found_by_the_job_id_variable(tmp_path):
+    """A job whose id the TF Adapter would refuse as JOB_ID (a '.' in its name) gives its
+    processes another spelling; a setsid grandchild that dropped PLATFORM_JOB_DIR still carries
+    that JOB_ID, and the end of the job finds it by it."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(
+        "import os, subprocess, sys\n"
+        "env = {k: v for k, v in os.environ.items() if k != 'PLATFORM_JOB_DIR'}\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'],\n"
+        "                         env=env, start_new_session=True)\n"
+        "print('STRAY', child.pid, os.environ['JOB_ID'], flush=True)\n")
+    result = launch([PY, str(rank)], nproc=1, backend="plain", tracking="none",
+                    job_name="tf1.v2", log_dir=str(tmp_path / "logs"), grace=1.0,
+                    write=lambda s: None)
+    [line] = [x for x in log_text(result.job_dir, "0").splitlines() if x.startswith("STRAY")]
+    pid, job_id = int(line.split()[1]), line.split()[2]
+    try:
+        assert result.job_id.startswith("tf1.v2-") and job_id.startswith("tf1_v2-")
+        assert not alive(pid)
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -202,8 +202,9 @@ class MsClusterBackend(Backend):
 
 
 class RankTableBackend(Backend):
-    """Ascend with an HCCL rank table: this server's devices, DEVICE_ID = the runtime id of the
-    physical device (davincirunsdk wrongly uses the list index)."""
+    """Ascend with an HCCL rank table (MindSpore, and TensorFlow through the TF Adapter): this
+    server's devices, DEVICE_ID = the runtime id of the physical device (davincirunsdk wrongly
+    uses the list index)."""
 
     name = "rank-table"
 
@@ -235,9 +236,11 @@ class RankTableBackend(Backend):
                       rank_table_file=table.path or settings.rank_table_file)
 
     def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
-        rank, _ = layout.ranks[local_rank]
+        """HCCL's and MindSpore's variables (plan.py adds RANK_ID, RANK_SIZE, DEVICE_ID, JOB_ID),
+        and ASCEND_DEVICE_ID, the card as Ascend's TF Adapter reads it: the same runtime id."""
+        _, device = layout.ranks[local_rank]
         return {"RANK_TABLE_FILE": str(layout.rank_table_file or ""),
-                "RANK_START": str(layout.ranks[0][0])}
+                "RANK_START": str(layout.ranks[0][0]), "ASCEND_DEVICE_ID": str(device)}
 
 
 # The backends by name, as --backend lists them (with `auto`).

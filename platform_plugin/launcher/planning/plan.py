@@ -8,6 +8,7 @@ it calls the clock and a random source for a new job id, and os.getcwd() when no
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import shlex
@@ -79,6 +80,27 @@ class LaunchPlan:
     def workers(self) -> tuple[RankSpec, ...]:
         return tuple(r for r in self.ranks if r.role == "worker")
 
+    @property
+    def env_job_id(self) -> str:
+        """The job's id as its processes carry it in JOB_ID (the reaper finds strays by it)."""
+        return ascend_job_id(self.job_id)
+
+
+# What Ascend's TF Adapter takes as JOB_ID (the CANN environment variable reference, "JOB_ID"
+# under "TF Adapter"): letters, digits, '-' and '_', and not a number with a leading 0. A job
+# name keeps the letters of any script (`训练.py`) and may hold a '.'; `--job-id` is any name.
+ADAPTER_JOB_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def ascend_job_id(job_id: str) -> str:
+    """JOB_ID of the job's processes: the id itself when the TF Adapter takes it, else the id
+    with every run of other characters as `_`, and 8 hex of its hash so two ids never share
+    one. Derived from the id alone, so the same on every server of a job."""
+    if ADAPTER_JOB_ID.fullmatch(job_id) and not (job_id.isdigit() and job_id.startswith("0")):
+        return job_id
+    spelled = re.sub(r"[^A-Za-z0-9_-]+", "_", job_id)
+    return f"{spelled}-{hashlib.sha256(job_id.encode()).hexdigest()[:8]}"
+
 
 def normalize_command(command: list[str] | str) -> tuple[str, ...]:
     """A bare `python`/`python3` (or a script path) runs with this interpreter, as torchrun
@@ -143,7 +165,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
-    common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": job_id,
+    common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": ascend_job_id(job_id),
               PLATFORM_JOB_NAME.name: job_name, PLATFORM_JOB_DIR.name: job_dir,
               PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)

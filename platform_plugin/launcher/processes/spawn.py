@@ -177,7 +177,7 @@ def start_job(plan: LaunchPlan, grace: float) -> Started:
     registered with the lifeline before the next starts (a launcher killed meanwhile leaves no
     orphan). Ctrl-C is counted from here on (see Started)."""
     make_job_dir(plan.job_dir)  # made under JobDirLock already, unless called on its own
-    started = Started(Lifeline(plan.job_id, plan.job_dir, grace))
+    started = Started(Lifeline(plan.env_job_id, plan.job_dir, grace))
     if threading.current_thread() is threading.main_thread():
         def count(signum, frame):
             started.interrupts += 1

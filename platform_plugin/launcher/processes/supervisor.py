@@ -93,7 +93,7 @@ class Supervisor:
         self._interrupts = 0
         self._selector = selectors.DefaultSelector()  # the pidfds only
         self._pipes: dict[int, tuple[IO[bytes], Proc]] = {}  # open rank pipes, by fd
-        self._job = JobProcesses(plan.job_id, plan.job_dir)
+        self._job = JobProcesses(plan.env_job_id, plan.job_dir)
         self._nothing_left = False  # set once the loop saw every process of the job gone
         self._stacks: dict[str, list[str]] = {}  # name -> innermost frames, when dumped
         self._log_failure_seen = False
