@@ -273,10 +273,17 @@ def test_auto_choice_reads_the_program(tmp_path, ranktables):
     name, reason = choose("auto", ["python", str(other)], NO_TABLE, False)
     assert name == "plain" and "neither" in reason
     assert choose("auto", ["python", "-c", "import mindspore"], NO_TABLE, False)[0] == "ms-cluster"
+    tf1, adapter = tmp_path / "tf1.py", tmp_path / "npu.py"
+    tf1.write_text("import numpy as np\nimport tensorflow.compat.v1 as tf\n")
+    adapter.write_text("from npu_bridge.npu_init import *\n")
+    name, reason = choose("auto", ["python", str(tf1)], NO_TABLE, False)
+    assert name == "plain" and "imports tensorflow" in reason
+    assert choose("auto", ["python", str(adapter)], NO_TABLE, False)[0] == "plain"
     assert choose("auto", ["python", "-m", "json.tool"], NO_TABLE, False)[0] == "plain"
     assert choose("auto", ["./run.sh"], NO_TABLE, False)[0] == "plain"
     s = table_settings(ranktables, "hccl_8p_01234567_10.0.0.1.json")
     assert choose("auto", ["python", str(torch)], s, True)[0] == "rank-table"
+    assert choose("auto", ["python", str(tf1)], s, True)[0] == "rank-table"
     assert choose("auto", ["python", str(ms)], s, False)[0] == "ms-cluster"  # no NPUs here
     assert choose("torch", ["python", str(ms)], s, True) == ("torch", "requested")
 

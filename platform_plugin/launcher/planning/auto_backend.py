@@ -1,5 +1,10 @@
 """`--backend auto` without NPUs and a rank table: the program's imports decide (mindspore ->
-ms-cluster, torch -> torch, else plain). Loaded only when auto gets this far (backends.choose).
+ms-cluster, torch -> torch, tensorflow or Ascend's TF Adapter `npu_bridge` -> plain, else plain).
+Loaded only when auto gets this far (backends.choose).
+
+A TensorFlow 1.15 rank needs no rendezvous from the launcher: on Ascend the TF Adapter joins the
+job through the rank table (NPUs and a table: `choose` picks rank-table before the imports are
+read), elsewhere each rank runs on its own with RANK_ID / RANK_SIZE.
 """
 from __future__ import annotations
 
@@ -7,11 +12,13 @@ import importlib.util
 import os
 import re
 
-# what `auto` looks for in the program's source (compiled by re when `auto` first runs)
-_IMPORTS = {
-    "ms-cluster": rb"^\s*(?:import|from)\s+mindspore\b",
-    "torch": rb"^\s*(?:import|from)\s+torch\b",
-}
+# what `auto` looks for in the program's source (compiled by re when `auto` first runs):
+# (backend, the library named in the reason, its import); the first match wins
+_IMPORTS = (
+    ("ms-cluster", "mindspore", rb"^\s*(?:import|from)\s+mindspore\b"),
+    ("torch", "torch", rb"^\s*(?:import|from)\s+torch\b"),
+    ("plain", "tensorflow", rb"^\s*(?:import|from)\s+(?:tensorflow|npu_bridge)\b"),
+)
 
 
 def program_source(command: list[str]) -> tuple[str, bytes | None]:
@@ -49,10 +56,13 @@ def _read(path: str | None) -> bytes | None:
 def by_imports(command: list[str]) -> tuple[str, str]:
     """(backend name, the reason printed to the user) from what the program imports."""
     what, source = program_source(command)
-    for name, pattern in _IMPORTS.items():
+    for name, library, pattern in _IMPORTS:
         if source is not None and re.search(pattern, source, re.M):
-            library = "mindspore" if name == "ms-cluster" else "torch"
+            if name == "plain":
+                return name, (f"{what} imports {library}: only rank variables set (without NPUs "
+                              "and a rank table each rank runs on its own)")
             return name, f"{what} imports {library}"
     if source is None:
         return "plain", f"cannot read {what} to see what it imports; only rank variables set"
-    return "plain", f"{what} imports neither mindspore nor torch; only rank variables set"
+    return "plain", (f"{what} imports neither mindspore, torch nor tensorflow; only rank "
+                     "variables set")
