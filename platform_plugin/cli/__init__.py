@@ -15,7 +15,6 @@ import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.util.suggest import with_suggestions
 
 
 def interrupt(signum, frame):
@@ -69,6 +68,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.print_usage(sys.stderr)
+        from platform_plugin.util.suggest import with_suggestions  # (difflib: a usage error only)
         self.exit(2, f"{self.prog}: error: [CLI_USAGE] {with_suggestions(self, message)}\n")
 
 

@@ -21,17 +21,16 @@ from platform_plugin.launcher.planning.backends import default_nproc, npus_prese
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
-from platform_plugin.launcher.servers.job_key import rank_table_job_id
 from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.watch import job_summary, watch
-from platform_plugin.tracking.job.handle import JobTracking
-from platform_plugin.tracking.job.lost_servers import report_lost
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
 if TYPE_CHECKING:  # (Unpack is in typing from 3.11; the package runs on 3.9)
     from typing_extensions import Unpack
+
+    from platform_plugin.tracking.job.handle import JobTracking
 
 
 def launch(cmd: list[str] | str, **options: Unpack[LaunchKeywords]) -> JobResult:
@@ -59,6 +58,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     plan = build_plan(cmd, settings, options, host)
     if options.job_id is None and plan.backend == "rank-table" and plan.nnodes > 1:
         # the servers of a multi-server table share no rendezvous: they derive one key
+        from platform_plugin.launcher.servers.job_key import rank_table_job_id
         plan = build_plan(cmd, settings, options, host, job_id=rank_table_job_id(
             plan.job_name, _table_file(plan), host.base_env))
     if options.nproc is None and plan.backend != "rank-table":
@@ -67,7 +67,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     preflight.check_plan(plan)
     preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
     if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
-        JobTracking.check(options.tracking, plan)
+        tracked_side().check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
         link = open_link(plan, _note(options.write))
         try:
@@ -123,6 +123,13 @@ def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> 
         result.reason = f"server(s) {', '.join(others)} failed; this server's ranks succeeded"
 
 
+def tracked_side() -> type[JobTracking]:
+    """The launcher's side of tracking (the sink's choice, the URI checks, the spool folder, the
+    helper's start) is loaded for a tracked job only: `--tracking none` needs none of it."""
+    from platform_plugin.tracking.job.handle import JobTracking
+    return JobTracking
+
+
 def _report_lost_servers(result: JobResult, link, write) -> None:
     """A server whose launcher vanished while it finished its own tracking, after this one had
     finished its own (so its end record did not name it), is reported on the job's parent run
@@ -130,6 +137,7 @@ def _report_lost_servers(result: JobResult, link, write) -> None:
     gone = link.gone()
     spool_dir = getattr(result.tracking, "spool_dir", "")
     if gone and spool_dir:
+        from platform_plugin.tracking.job.lost_servers import report_lost  # (a rare end)
         said = report_lost(spool_dir, gone)
         if said:
             _print(write, f"[launcher] {said}")
@@ -142,7 +150,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
     if options.tracking == "none":  # watch() makes the no-op JobTracking once the ranks run
         job_tracking, tracking_env = None, tracking_off()
     else:
-        job_tracking = JobTracking.create(options.tracking, plan)
+        job_tracking = tracked_side().create(options.tracking, plan)
         # before spawning, and without the sink: every rank gets where to spool; the forwarding
         # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
         tracking_env = job_tracking.prepare()

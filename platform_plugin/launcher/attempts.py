@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import time
 
-from platform_plugin.launcher.display.result_table import render_result, terminal_width
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 
@@ -45,6 +44,7 @@ class PeerNotice:
 
 def attempt_record(result, attempt: int) -> dict:
     """What job.json and the final error keep of a failed attempt: its root-cause table."""
+    from platform_plugin.launcher.display.result_table import render_result  # (failures only)
     cause = result.root_cause
     return {"attempt": attempt + 1, "status": result.status, "reason": result.reason,
             "duration_s": round(result.duration_s, 3),
@@ -77,6 +77,7 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
 
 def restarting(result, attempt: int, max_restarts: int) -> str:
     """The failed attempt's table and what happens next."""
+    from platform_plugin.launcher.display.result_table import render_result, terminal_width
     return (render_result(result, terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
             f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
 

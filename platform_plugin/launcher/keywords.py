@@ -6,7 +6,6 @@ the same names with the same types.
 """
 from __future__ import annotations
 
-import difflib
 from typing import Any, Callable, Dict, Optional, TypedDict
 
 from platform_plugin.errors import ConfigError, Problem
@@ -56,6 +55,7 @@ def _keyword(name: str) -> str:
         if name in f.metadata["aliases"]:
             return f.name
     known = sorted(list(FIELDS) + [a for f in FIELDS.values() for a in f.metadata["aliases"]])
+    import difflib  # (a misspelt keyword only)
     close = difflib.get_close_matches(name, known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; the options are {', '.join(known)}"
     raise ConfigError([Problem("LAUNCH_UNKNOWN_OPTION", f"launch() has no option {name!r}{hint}",

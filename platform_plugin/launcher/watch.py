@@ -12,7 +12,6 @@ from platform_plugin.launcher.attempts import PeerNotice
 from platform_plugin.launcher.display.chatter import hide_pattern
 from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.display.output import Output
-from platform_plugin.launcher.display.result_table import render_result, terminal_width
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.processes.jobfile import JobFile
@@ -20,7 +19,6 @@ from platform_plugin.launcher.processes.result import JobResult
 from platform_plugin.launcher.processes.spawn import Started
 from platform_plugin.launcher.processes.supervisor import Supervisor
 from platform_plugin.tracking.job.report import Untracked, compare_hint
-from platform_plugin.tracking.job.sysmetrics import SystemMetrics
 from platform_plugin.util.jobdirs import job_log_dir
 
 
@@ -105,6 +103,7 @@ def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
     interval = 0 if options.no_system_metrics else options.system_metrics_interval
     if not spool_dir or interval <= 0:
         return []
+    from platform_plugin.tracking.job.sysmetrics import SystemMetrics  # (a tracked job only)
     return [SystemMetrics(spool_dir, interval)]
 
 
@@ -164,7 +163,8 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
     else:
-        text = render_result(result, terminal_width())
+        from platform_plugin.launcher.display.result_table import render_result, terminal_width
+        text = render_result(result, terminal_width())  # (a failed job only)
     if hidden:
         text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
                  "logs (--verbose shows them)")

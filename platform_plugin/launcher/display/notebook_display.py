@@ -1,19 +1,22 @@
 """Which display a job gets: the live board inside a Jupyter kernel, prefixed lines elsewhere.
 
-IPython is imported only when a kernel is running (a CLI launch does without it).
+IPython and the board are imported only when a kernel is running (a CLI launch does without
+them).
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from platform_plugin.launcher.display.board import Board
 from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 
 # Set by `platform-run debug|full` for its kernel: the board goes to the notebook and the
 # prefixed lines to the terminal that runs platform-run.
 TERMINAL_ENV = PLATFORM_STREAM_TO_TERMINAL.name
+
+if TYPE_CHECKING:
+    from platform_plugin.launcher.display.board import Board
 
 
 def in_kernel() -> bool:
@@ -61,4 +64,5 @@ def terminal_writer() -> Callable[[str], None] | None:
 
 
 def make_board(**output_options) -> Board:
+    from platform_plugin.launcher.display.board import Board  # (in a kernel only)
     return Board(ipython_publisher(), stream_write=terminal_writer(), **output_options)

@@ -8,7 +8,6 @@ it calls the clock and a random source for a new job id, and os.getcwd() when no
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import shlex
@@ -98,6 +97,7 @@ def ascend_job_id(job_id: str) -> str:
     one. Derived from the id alone, so the same on every server of a job."""
     if ADAPTER_JOB_ID.fullmatch(job_id) and not (job_id.isdigit() and job_id.startswith("0")):
         return job_id
+    import hashlib  # (OpenSSL's start: only for an id the Adapter would refuse)
     spelled = re.sub(r"[^A-Za-z0-9_-]+", "_", job_id)
     return f"{spelled}-{hashlib.sha256(job_id.encode()).hexdigest()[:8]}"
 

@@ -30,7 +30,6 @@ from platform_plugin.launcher.processes.reaper import JobProcesses, described, s
 from platform_plugin.launcher.processes.result import (JobResult, JobStatus, RankFailure,
                                                        describe_exit, ended_by, how_it_ended)
 from platform_plugin.launcher.processes.spawn import PIPE_SIZE, Started, enlarge_pipe, pidfd, piped
-from platform_plugin.launcher.processes.stacks import dump_live
 
 POLL_S = 0.05  # the longest wait between two passes (quiet ranks: the display lags <= 50 ms)
 CHECK_S = 0.02  # how often exits and deadlines are checked while output flows
@@ -317,6 +316,7 @@ class Supervisor:
             live = {p.spec.name: p.popen.pid for p in self.procs
                     if p.ended is None and p.popen.poll() is None}
             if live:
+                from platform_plugin.launcher.processes.stacks import dump_live  # (a hang only)
                 self._stacks.update(dump_live(live, self.output, self.plan.job_dir, reason))
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
         self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
-from importlib.metadata import entry_points
 from typing import Any
 from urllib.parse import unquote
 
@@ -168,6 +167,7 @@ def folder_store_refused(environ) -> bool:
 
 def _plugin_scheme(scheme: str) -> bool:
     """A scheme an installed MLflow plugin registers (entry point group mlflow.tracking_store)."""
+    from importlib.metadata import entry_points  # (heavy: email, csv, zipfile; rare schemes only)
     groups: Any = entry_points()  # Python 3.9's is a dict; 3.10+ selects
     found = (groups.select(group="mlflow.tracking_store") if hasattr(groups, "select")
              else groups.get("mlflow.tracking_store", []))
