@@ -203,3 +203,31 @@ def test_platform_run_debug_of_a_notebook_on_a_37_kernel(python37, tmp_path):
     assert "kernel on 3.7" in done.stdout and "launch-exit=0" in done.stdout
     assert "tracking: mlflow: 28 records delivered" in done.stdout
     assert done.stdout.count("/rank-side/platform_plugin/__init__.py") == 2
+
+
+@pytest.mark.slow
+def test_a_mindspore_20_job_on_37_tracks_with_the_callback(python37, tmp_path, clean_environ):
+    """MindSpore 2.0.0 (the last cp37 release) on 3.7 ranks, the MetricsCallback from the
+    launcher's copy of the rank side. The plain backend: MindSpore 2.0's dynamic cluster
+    refuses PyNative mode ("not supported in dynamic networking"), which this script uses."""
+    has_mindspore = subprocess.run([python37, "-c", "import mindspore"], capture_output=True)
+    if has_mindspore.returncode != 0:
+        pytest.skip(f"no MindSpore in {python37}: `make test-compat37` installs 2.0.0")
+    from tests.tracking.helpers import ASSETS, child_runs, client
+    (tmp_path / "ms_train.py").write_text((ASSETS / "ms_train.py").read_text())
+    clean_environ.delenv("PYTHONPATH", raising=False)
+    clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "120")
+    result = launch([python37, "ms_train.py"], nproc=2, backend="plain", cwd=str(tmp_path),
+                    log_dir=str(tmp_path / "logs"), no_system_metrics=True,
+                    write=lambda text: None)
+    report = result.tracking
+    per_rank = 4 + 2 * 8 + 2 * 4  # params, a loss per step, 4 metrics per epoch
+    assert result.ok and (report.delivered, report.pending) == (2 * per_rank, 0)
+    assert report.wait_ended()
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    children = child_runs(c, report.parent_run_id)
+    assert [r.info.run_name for r in children] == ["rank-00", "rank-01"]
+    for run in children:
+        assert run.data.params == {"epochs": "2", "steps_per_epoch": "8", "batch_size": "16",
+                                   "optimizer": "SGD"}
+        assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(1, 17))
