@@ -80,7 +80,7 @@ def version_of(python: str) -> str | None:
                               timeout=30, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -77,3 +77,20 @@ def test_the_probe_looks_where_the_rank_will(argv, first):
 
 def test_the_probe_keeps_the_flags_that_change_the_path():
     assert rank_path.interpreter_flags(("python", "-u", "-S", "-I", "train.py", "-s")) == ["-S", "-I"]
+
+
+def test_the_copy_holds_every_module_its_modules_import_at_their_top():
+    """What a copied module imports when it is imported must be copied too (imports inside
+    functions are the routes a rank under the launcher does not take, bar get_tracker's
+    sink choice, which RANK_SIDE lists)."""
+    import ast
+    files = set(rank_path.rank_side_files())
+    missing = []
+    for relative in sorted(files):
+        tree = ast.parse((REPO / "platform_plugin" / relative).read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("platform_plugin."):
+                path = node.module.split(".", 1)[1].replace(".", "/")
+                if f"{path}.py" not in files and f"{path}/__init__.py" not in files:
+                    missing.append(f"{relative} imports {node.module}")
+    assert missing == []
