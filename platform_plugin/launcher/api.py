@@ -148,7 +148,7 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
         # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
         tracking_env = job_tracking.prepare()
     # a rank on another interpreter than this one gets the rank side, unless it imports its own
-    plan = with_rank_side(_with_env(plan, tracking_env))
+    plan = with_rank_side(_with_env(plan, tracking_env), _note(options.write))
     spool_dir = PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env)
     started = start_job(plan, options.grace)  # the ranks run from here
     return watch(plan, options, shown, link, attempts, started, job_tracking, spool_dir, last)

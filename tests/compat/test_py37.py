@@ -98,6 +98,9 @@ def test_a_37_rank_tracks_through_platform_run_launch_without_an_install(python3
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tracking: mlflow: 28 records delivered" in done.stdout
     job_id = done.stdout.split("[launcher] job ", 1)[1].split(":", 1)[0]
+    folder = f"{Path.home()}/.cache/platform_plugin/{job_id}/rank-side"
+    assert f"[launcher] {python37} cannot import platform_plugin: its ranks import the rank " \
+           f"side of tracking from {folder} (appended to their PYTHONPATH)" in done.stdout
     assert f"rank side from {Path.home()}/.cache/platform_plugin/{job_id}/rank-side/" \
            "platform_plugin/__init__.py" in done.stdout
 

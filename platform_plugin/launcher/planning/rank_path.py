@@ -44,9 +44,10 @@ def rank_side_files() -> list[str]:
     return list(RANK_SIDE) + integrations
 
 
-def with_rank_side(plan: LaunchPlan) -> LaunchPlan:
+def with_rank_side(plan: LaunchPlan, note=None) -> LaunchPlan:
     """The plan, its ranks given the copy of the rank side when their interpreter is another
-    one than the launcher's and cannot import the tracker; else the plan itself."""
+    one than the launcher's and cannot import the tracker (`note(text)` says so); else the
+    plan itself."""
     workers = plan.workers
     if not workers:
         return plan
@@ -55,6 +56,9 @@ def with_rank_side(plan: LaunchPlan) -> LaunchPlan:
     if python is None or importable(python, first):
         return plan
     folder = write_rank_side(os.path.join(plan.cache_dir, FOLDER))
+    if note is not None:
+        note(f"{python} cannot import platform_plugin: its ranks import the rank side of "
+             f"tracking from {folder} (appended to their PYTHONPATH)")
     ranks = tuple(dataclasses.replace(r, env={**r.env, "PYTHONPATH": os.pathsep.join(
         p for p in (r.env.get("PYTHONPATH"), folder) if p)}) if r.argv[:1] == first.argv[:1]
         else r for r in plan.ranks)
