@@ -17,7 +17,18 @@ STAMP39  := $(VENV39)/.installed
 EXTRAS39 ?= mindspore,dev
 LOCK39   ?= constraints/py39.txt
 
-.PHONY: demo test test-fast typecheck test-compat install system-deps bench soak clean-venv
+# `make test-compat37`: ranks on Python 3.7, the Python of the platform's Ascend TensorFlow 1.15
+# and MindSpore 1.x images. The plugin runs in .venv (3.11); .venv37 holds what such an image's
+# ranks import (TensorFlow 1.15.5 on CPU, MindSpore 2.0.0: the last release with a cp37 wheel),
+# never the plugin: the launcher gives a 3.7 rank the rank side itself (docs/compat.md).
+PYTHON37 ?= $(shell bash scripts/find-python.sh 3.7)
+VENV37   ?= .venv37
+PY37     := $(VENV37)/bin/python
+STAMP37  := $(VENV37)/.installed
+LOCK37   ?= constraints/py37.txt
+REQS37   ?= tensorflow==1.15.5 mindspore==2.0.0 ipykernel
+
+.PHONY: demo test test-fast typecheck test-compat test-compat37 install system-deps bench soak clean-venv
 
 install: $(STAMP)
 
@@ -32,6 +43,12 @@ $(STAMP39): pyproject.toml $(LOCK39)
 	test -x $(PY39) || $(PYTHON39) -m venv $(VENV39)
 	$(PY39) -m pip install -q --upgrade pip
 	$(PY39) -m pip install -e ".[$(EXTRAS39)]" -c $(LOCK39)
+	touch $@
+
+$(STAMP37): $(LOCK37)
+	test -x $(PY37) || $(PYTHON37) -m venv $(VENV37)
+	$(PY37) -m pip install -q --upgrade pip
+	$(PY37) -m pip install $(REQS37) -c $(LOCK37)
 	touch $@
 
 # Debian's chromium renders the MLflow UI for the browser test (Playwright drives it).
@@ -62,6 +79,11 @@ typecheck: $(STAMP)
 test-compat: $(STAMP39) system-deps
 	$(PY39) -m pytest -ra -m "not slow or compat" $(PYTEST_ARGS)
 
+# The tests marked `py37`, run by .venv's pytest: the launcher on 3.11, the ranks on .venv37's
+# Python 3.7 (PYTHON37_VENV tells the tests where it is).
+test-compat37: $(STAMP) $(STAMP37)
+	PYTHON37_VENV=$(abspath $(VENV37)) $(PY) -m pytest -ra -m py37 $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) bench/ranktable.py
 	$(PY) bench/launch.py --with-msrun
@@ -81,4 +103,4 @@ soak: $(STAMP)
 	$(PY) tests/launcher/soak.py --cycles $(or $(CYCLES),100)
 
 clean-venv:
-	rm -rf $(VENV) $(VENV39)
+	rm -rf $(VENV) $(VENV39) $(VENV37)

@@ -3,6 +3,7 @@
 # `make demo`, `make test` and `make test-compat` install with (`pip install -c FILE`).
 #   bash scripts/constraints.sh .venv   constraints/py311.txt
 #   bash scripts/constraints.sh .venv39 constraints/py39.txt
+#   bash scripts/constraints.sh .venv37 constraints/py37.txt
 # Refresh it after a dependency change, once the suite passes in that venv. The package's own
 # metadata (pyproject.toml) keeps ranges; only this file pins.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Print the path of a working Python X.Y interpreter (for `make test-compat`), or say how to
-# get one and fail. Looks at pythonX.Y on PATH (pyenv's shim answers only when that version
+# Print the path of a working Python X.Y interpreter (for `make test-compat`, `make
+# test-compat37`), or say how to get one and fail. Looks at pythonX.Y on PATH (pyenv's shim answers only when that version
 # is selected), then pyenv's versions folder.
 #   bash scripts/find-python.sh 3.9
 set -euo pipefail
@@ -16,5 +16,5 @@ for py in "${candidates[@]}"; do
   fi
 done
 echo "no Python $WANT found: install one (e.g. 'pyenv install $WANT', or Debian/Ubuntu's" \
-     "python$WANT and python$WANT-venv) or pass PYTHON39=/path/to/python$WANT" >&2
+     "python$WANT and python$WANT-venv) or pass PYTHON${WANT//./}=/path/to/python$WANT" >&2
 exit 1

@@ -18,6 +18,7 @@ from typing import Callable
 
 from platform_plugin import ranktable, settings
 from platform_plugin.doctor.processes import last_job_rows, rank_process_rows
+from platform_plugin.doctor.pythons import python_rows
 from platform_plugin.errors import ConfigError, errors_only
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.jobdirs import job_log_dir
@@ -199,6 +200,10 @@ def check_last_job(ctx: Context) -> list[Row]:
     return [Row(*row) for row in last_job_rows(log_dir)]
 
 
+def check_pythons(ctx: Context) -> list[Row]:
+    return [Row(*row) for row in python_rows(ctx.environ)]
+
+
 def _table_file_filter(ctx: Context) -> str | None:
     # with a table, only ranks of that table are this job's concern (other jobs may share the host)
     return os.path.realpath(ctx.table_file) if ctx.table_file else None
@@ -206,7 +211,7 @@ def _table_file_filter(ctx: Context) -> str | None:
 
 CHECKS: list[Callable[[Context], list[Row]]] = [
     check_settings, check_rank_table, check_environment, check_rank_size,
-    check_rank_processes, check_last_job, check_ulimits, check_npu_smi,
+    check_rank_processes, check_last_job, check_ulimits, check_npu_smi, check_pythons,
 ]
 
 

@@ -19,6 +19,7 @@ from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.launcher.planning import preflight
 from platform_plugin.launcher.planning.backends import default_nproc, npus_present
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
+from platform_plugin.launcher.planning.rank_path import with_rank_side
 from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
 from platform_plugin.launcher.servers.link import open_link
@@ -154,7 +155,8 @@ def _supervise(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: 
         # before spawning, and without the sink: every rank gets where to spool; the forwarding
         # helper (MLflow, the store, the runs) starts once the ranks run (`started`)
         tracking_env = job_tracking.prepare()
-    plan = _with_env(plan, tracking_env)
+    # a rank on another interpreter than this one gets the rank side, unless it imports its own
+    plan = with_rank_side(_with_env(plan, tracking_env), _note(options.write))
     spool_dir = PLATFORM_TRACKING_SPOOL_DIR.get(tracking_env)
     started = start_job(plan, options.grace)  # the ranks run from here
     return watch(plan, options, shown, link, attempts, started, job_tracking, spool_dir, last)

@@ -1,5 +1,6 @@
 """A static check that source stays runnable on Python 3.9, the oldest Python the package
-supports (platform images with MindSpore 2.x ship 3.9-3.11).
+supports (platform images with MindSpore 2.x ship 3.9-3.11), and the rank side on 3.7
+(`floor=RANK_FLOOR`).
 
 `make test` runs on 3.11, where code newer than 3.9 works: this check finds what would break
 on 3.9 without a 3.9 interpreter. It parses with the 3.9 grammar and walks the tree for the
@@ -58,6 +59,32 @@ NEWER_KEYWORDS = {
     ("insort", "key"): "insort(key=) (3.10)",
 }
 NEWER_METHODS = {"bit_count": "int.bit_count() (3.10)", "is_junction": "Path.is_junction (3.12)"}
+# The rank side is Python 3.7 code (docs/compat.md, launcher/planning/rank_path.py): with
+# `floor=(3, 7)` the 3.7 grammar (no `:=`, `/` parameters, f"{x=}") and what 3.8 and 3.9 added
+RANK_FLOOR = (3, 7)
+NEWER_THAN_37_NAMES = {
+    "typing": {"Protocol", "Literal", "TypedDict", "Final", "final", "get_origin", "get_args",
+               "runtime_checkable", "SupportsIndex", "Annotated"},
+    "functools": {"cached_property", "singledispatchmethod", "cache"},
+    "math": {"prod", "isqrt", "dist", "perm", "comb", "lcm", "nextafter", "ulp"},
+    "shlex": {"join"},
+    "threading": {"get_native_id", "excepthook"},
+    "statistics": {"fmean", "geometric_mean", "multimode", "NormalDist"},
+    "os": {"waitstatus_to_exitcode", "pidfd_open"},
+    "random": {"randbytes"},
+    "asyncio": {"to_thread"},
+    "sys": {"unraisablehook", "platlibdir", "audit", "addaudithook", "pycache_prefix"},
+}
+NEWER_THAN_37_MODULES = {"importlib.metadata", "zoneinfo", "graphlib"}
+NEWER_THAN_37_KEYWORDS = {
+    ("accumulate", "initial"): "itertools.accumulate(initial=) (3.8)",
+    ("unlink", "missing_ok"): "Path.unlink(missing_ok=) (3.8)",
+    ("copytree", "dirs_exist_ok"): "shutil.copytree(dirs_exist_ok=) (3.8)",
+}
+NEWER_THAN_37_METHODS = {"removeprefix": "str.removeprefix (3.9)",
+                         "removesuffix": "str.removesuffix (3.9)",
+                         "is_relative_to": "Path.is_relative_to (3.9)",
+                         "with_stem": "Path.with_stem (3.9)"}
 BUILTIN_TYPES = {"str", "int", "float", "bool", "bytes", "list", "dict", "tuple", "set",
                  "frozenset", "type", "object", "complex", "bytearray"}
 
@@ -71,15 +98,17 @@ def source_files(root: Path, folders: tuple[str, ...]) -> Iterator[Path]:
         yield from sorted(p for p in base.rglob("*.py") if ".venv" not in p.parts)
 
 
-def check_file(path: Path, *, require_future: bool = False) -> list[str]:
+def check_file(path: Path, *, require_future: bool = False,
+               floor: tuple[int, int] = FLOOR) -> list[str]:
     """Problems in one file. `require_future`: every module with code must have
-    `from __future__ import annotations` (the package's rule), not only those that need it."""
+    `from __future__ import annotations` (the package's rule), not only those that need it.
+    `floor`: FLOOR, or RANK_FLOOR for the rank side."""
     source = path.read_text(encoding="utf-8")
     try:
-        tree = ast.parse(source, str(path), feature_version=FLOOR)
+        tree = ast.parse(source, str(path), feature_version=floor)
     except SyntaxError as exc:
-        return [f"{path}:{exc.lineno}: not Python {FLOOR[0]}.{FLOOR[1]} syntax: {exc.msg}"]
-    checker = _Checker()
+        return [f"{path}:{exc.lineno}: not Python {floor[0]}.{floor[1]} syntax: {exc.msg}"]
+    checker = _Checker(older=floor < FLOOR)
     checker.visit(tree)
     shim = any(path.as_posix().endswith(name) for name in SHIMS)
     problems = [] if shim else [f"{path}:{line}: {what}" for line, what in checker.problems]
@@ -106,9 +135,16 @@ def _has_future_annotations(tree: ast.Module) -> bool:
 
 
 class _Checker(ast.NodeVisitor):
-    def __init__(self):
+    def __init__(self, older: bool = False):
+        """`older`: also what 3.8 and 3.9 added (the rank side's floor, 3.7)."""
         self.problems: list[tuple[int, str]] = []
         self.union_annotation = 0  # the first line with an `X | Y` annotation
+        self.names = {module: NEWER_NAMES.get(module, set()) | (
+            NEWER_THAN_37_NAMES.get(module, set()) if older else set())
+            for module in set(NEWER_NAMES) | set(NEWER_THAN_37_NAMES)}
+        self.modules = NEWER_THAN_37_MODULES if older else set()
+        self.keywords = {**NEWER_KEYWORDS, **(NEWER_THAN_37_KEYWORDS if older else {})}
+        self.methods = {**NEWER_METHODS, **(NEWER_THAN_37_METHODS if older else {})}
 
     def _annotation(self, node: ast.AST | None) -> None:
         if node is not None and not self.union_annotation and any(
@@ -149,17 +185,22 @@ class _Checker(ast.NodeVisitor):
             self._flag(node, f"module {name} (3.11; use platform_plugin.util.toml)")
         elif top in REMOVED_MODULES:
             self._flag(node, f"module {name} (removed in 3.12)")
+        elif any(name == m or name.startswith(m + ".") for m in self.modules):
+            self._flag(node, f"module {name} (3.8+)")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level == 0:
             self._module(node, node.module or "")
+            for alias in node.names:  # `from importlib import metadata`
+                if f"{node.module}.{alias.name}" in self.modules:
+                    self._flag(node, f"module {node.module}.{alias.name} (3.8+)")
         for alias in node.names:
-            if alias.name in NEWER_NAMES.get(node.module or "", ()):
-                self._flag(node, f"from {node.module} import {alias.name} (newer than 3.9)")
+            if alias.name in self.names.get(node.module or "", ()):
+                self._flag(node, f"from {node.module} import {alias.name} (newer than the floor)")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if isinstance(node.value, ast.Name) and node.attr in NEWER_NAMES.get(node.value.id, ()):
-            self._flag(node, f"{node.value.id}.{node.attr} (newer than 3.9)")
+        if isinstance(node.value, ast.Name) and node.attr in self.names.get(node.value.id, ()):
+            self._flag(node, f"{node.value.id}.{node.attr} (newer than the floor)")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -170,10 +211,10 @@ class _Checker(ast.NodeVisitor):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         for keyword in node.keywords:
-            if (name, keyword.arg) in NEWER_KEYWORDS:
-                self._flag(node, NEWER_KEYWORDS[(name, keyword.arg)])
-        if isinstance(func, ast.Attribute) and func.attr in NEWER_METHODS:
-            self._flag(node, NEWER_METHODS[func.attr])
+            if (name, keyword.arg) in self.keywords:
+                self._flag(node, self.keywords[(name, keyword.arg)])
+        if isinstance(func, ast.Attribute) and func.attr in self.methods:
+            self._flag(node, self.methods[func.attr])
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.compat.floor import check_file, source_files
+from tests.compat.floor import RANK_FLOOR, check_file, source_files
 
 REPO = Path(__file__).resolve().parents[2]
 # everything that runs under the package's supported Pythons: the package, the tests and
@@ -52,3 +52,41 @@ def test_the_check_finds_what_breaks_on_39(tmp_path):
     sample.write_text('"""doc"""\nx = 1\n')
     assert check_file(sample) == []
     assert "no `from __future__ import annotations`" in check_file(sample, require_future=True)[0]
+
+
+def test_the_rank_side_uses_nothing_newer_than_python_37():
+    from platform_plugin.launcher.planning.rank_path import rank_side_files
+    problems = []
+    for relative in rank_side_files():
+        problems += check_file(REPO / "platform_plugin" / relative, require_future=True,
+                               floor=RANK_FLOOR)
+    assert not problems, "\n".join(str(p).replace(str(REPO) + "/", "") for p in problems)
+
+
+BREAKS_ON_37 = '''\
+from __future__ import annotations
+from typing import Protocol
+from importlib import metadata
+import functools
+from itertools import accumulate
+def f(a, /, b: list[int] | None = None):
+    if (n := len(b)) > 1:
+        pass
+    functools.cached_property
+    list(accumulate([1], initial=0))
+    return "x".removeprefix("y")
+'''
+
+
+def test_the_check_finds_what_breaks_on_37(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(BREAKS_ON_37.replace("a, /, b", "a, b").replace("(n := len(b))", "len(b)"))
+    found = {line.split(":", 2)[1] for line in check_file(sample, floor=RANK_FLOOR)}
+    # 2 Protocol, 3 importlib.metadata, 9 cached_property, 10 accumulate(initial=),
+    # 11 removeprefix; 6's annotations are strings; all of it is fine on 3.9
+    assert found == {"2", "3", "9", "10", "11"}
+    assert check_file(sample) == []
+    for line in ("a, /, b", "(n := len(b))"):
+        sample.write_text(BREAKS_ON_37.replace("a, /, b", "a, b").replace("(n := len(b))", "len(b)")
+                          .replace({"a, /, b": "a, b", "(n := len(b))": "len(b)"}[line], line))
+        assert "not Python 3.7 syntax" in check_file(sample, floor=RANK_FLOOR)[0]

@@ -165,7 +165,7 @@ def _decode_lines(complete: bytes, offset: int):
     to hold exactly one valid record per line; any doubt (a bad or oversized line) decodes line
     by line."""
     lines = complete.split(b"\n")[:-1]  # `complete` ends with a newline
-    ends = list(accumulate([len(line) + 1 for line in lines], initial=offset))[1:]
+    ends = [offset + end for end in accumulate(len(line) + 1 for line in lines)]
     if max(map(len, lines), default=0) < MAX_LINE_BYTES:  # no line oversized (newline included)
         try:
             decoded = json.loads(b"[" + b",".join(lines) + b"]")
