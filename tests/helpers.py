@@ -105,16 +105,13 @@ def on_a_full_tmpfs(folder: Path, code: str, *args: str, env: str = ""):
                           env=clean_env(), capture_output=True, text=True, timeout=60)
 
 
-def tensorflow_python() -> str:
-    """The Python 3.7 interpreter with TensorFlow 1.15 the `py37` tests run their ranks on:
-    `$VENV37/bin/python`, else the repository's `.venv37`. Skips the test when there is none."""
-    import subprocess
-    venv = Path(os.environ.get("VENV37") or REPO / ".venv37")
-    python = venv / "bin" / "python"
-    if not python.is_file():
-        pytest.skip(f"no Python 3.7 venv at {venv} (set VENV37 to one with tensorflow 1.15)")
-    probe = subprocess.run([str(python), "-c", "import importlib.util, sys; "
-                            "sys.exit(importlib.util.find_spec('tensorflow') is None)"])
-    if probe.returncode != 0:
-        pytest.skip(f"{python} has no tensorflow (TensorFlow 1.15 on Python 3.7 is wanted)")
+def python37() -> str:
+    """The interpreter of the Python 3.7 venv the `py37` tests run their ranks on (TensorFlow
+    1.15, MindSpore 2.0; no platform_plugin): PYTHON37_VENV, else the repository's `.venv37`
+    (`make test-compat37` creates it). Skips the test, saying why, when there is none."""
+    folder = Path(os.path.abspath(os.environ.get("PYTHON37_VENV") or REPO / ".venv37"))
+    python = folder / "bin" / "python"  # not resolved: the venv's, not the interpreter behind it
+    if not python.exists():
+        pytest.skip(f"no Python 3.7 venv at {folder}: `make test-compat37` creates it "
+                    "(or set PYTHON37_VENV to one)")
     return str(python)

@@ -18,6 +18,7 @@ import pytest
 from platform_plugin.launcher import launch
 from platform_plugin.launcher.planning.rank_path import rank_side_files, write_rank_side
 from tests.compat.test_pythons import interpreter
+from tests import helpers
 from tests.helpers import REPO, clean_env, wait_for
 
 pytestmark = pytest.mark.py37
@@ -25,13 +26,7 @@ pytestmark = pytest.mark.py37
 
 @pytest.fixture(scope="module")
 def python37() -> str:
-    """The 3.7 venv's interpreter (TensorFlow 1.15 there; no platform_plugin)."""
-    folder = Path(os.path.abspath(os.environ.get("PYTHON37_VENV") or REPO / ".venv37"))
-    python = folder / "bin" / "python"  # not resolved: the venv's, not the interpreter behind it
-    if not python.exists():
-        pytest.skip(f"no Python 3.7 venv at {folder}: `make test-compat37` creates it "
-                    "(or set PYTHON37_VENV to one)")
-    return str(python)
+    return helpers.python37()
 
 
 CHECK = """\

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.examples.helpers import example_env, job_dirs, make_project, run_cli
-from tests.helpers import REPO, tensorflow_python
+from tests.helpers import python37
 from tests.launcher.helpers import private_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.py37]
@@ -21,7 +21,7 @@ STEPS = 12
 
 def rank_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The clean example environment; the 3.7 ranks import the package from this checkout."""
-    return example_env(tmp_path) | {"PYTHONPATH": str(REPO), **extra}
+    return example_env(tmp_path) | extra
 
 
 def printed(job_dir: Path, prefix: str) -> dict[int, dict]:
@@ -36,7 +36,7 @@ def printed(job_dir: Path, prefix: str) -> dict[int, dict]:
 
 def test_two_tf1_ranks_train_and_log_their_loss_into_mlflow(tmp_path):
     from mlflow.tracking import MlflowClient
-    python = tensorflow_python()
+    python = python37()
     project = make_project(tmp_path, [SCRIPT])
     done = run_cli(["launch", "--nproc", "2", "--backend", "plain", "--tracking", "mlflow",
                     "--", python, SCRIPT, "--steps", str(STEPS)], project, rank_env(tmp_path))
@@ -67,7 +67,7 @@ def test_tf1_ranks_see_the_tf_adapter_variables_of_a_rank_table(tmp_path, rankta
     """Devices 4-7 of a 910 server: ranks 0-3, ASCEND_DEVICE_ID = DEVICE_ID = the physical
     card (no ASCEND_RT_VISIBLE_DEVICES), RANK_SIZE 4, one JOB_ID the Adapter takes although the
     job's name has a '.'."""
-    python = tensorflow_python()
+    python = python37()
     project = make_project(tmp_path, [SCRIPT])
     table = private_table(ranktables, "hccl_4p_4567_10.0.0.1.json", tmp_path)
     env = rank_env(tmp_path, RANK_TABLE_FILE=str(table), PLATFORM_RUN_MODE="full",

@@ -8,16 +8,15 @@ import shutil
 import pytest
 
 from platform_plugin.launcher import launch
-from tests.helpers import REPO, tensorflow_python
+from tests.helpers import python37
 from tests.tracking.helpers import ASSETS, child_runs, client
 
 pytestmark = [pytest.mark.slow, pytest.mark.py37]
 
 
 def test_keras_callback_logs_batches_and_epochs(tracking_env, tmp_path):
-    python = tensorflow_python()
+    python = python37()
     shutil.copy(ASSETS / "tf_keras_train.py", tmp_path / "tf_keras_train.py")
-    tracking_env.setenv("PYTHONPATH", str(REPO))  # the 3.7 rank imports the package from here
     tracking_env.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     result = launch([python, "tf_keras_train.py"], nproc=1, backend="plain", tracking="mlflow",
                     cwd=str(tmp_path), no_system_metrics=True, write=lambda text: None)
