@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from platform_plugin.tracking.job.report import DeliveryReport
+
 from tests.examples.helpers import example_env, job_dirs, make_project, run_cli
 from tests.helpers import python37
 from tests.launcher.helpers import private_table
@@ -43,6 +45,8 @@ def test_two_tf1_ranks_train_and_log_their_loss_into_mlflow(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert all(f"[rank {r}] rank {r}: {STEPS} steps, loss" in done.stdout for r in (0, 1))
     [job_dir] = job_dirs(project)
+    # the forwarding helper ends the runs after the launcher returned
+    assert DeliveryReport(spool_dir=str(job_dir / "tracking")).wait_ended(300)
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               filter_string=f"tags.job_id = '{job_dir.name}'")
