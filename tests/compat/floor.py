@@ -145,6 +145,7 @@ class _Checker(ast.NodeVisitor):
         self.modules = NEWER_THAN_37_MODULES if older else set()
         self.keywords = {**NEWER_KEYWORDS, **(NEWER_THAN_37_KEYWORDS if older else {})}
         self.methods = {**NEWER_METHODS, **(NEWER_THAN_37_METHODS if older else {})}
+        self.older = older
 
     def _annotation(self, node: ast.AST | None) -> None:
         if node is not None and not self.union_annotation and any(
@@ -171,6 +172,18 @@ class _Checker(ast.NodeVisitor):
         self.visit(node.args)
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+    # the 3.8 syntax, found in the tree: a parser newer than 3.8 does not refuse it for
+    # feature_version=(3, 7) (3.9's does not), so the rank side's check cannot rely on that
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        if self.older:
+            self._flag(node, "not Python 3.7 syntax: an assignment expression `:=` (3.8)")
+        self.generic_visit(node)
+
+    def visit_arguments(self, node: ast.arguments) -> None:
+        if self.older and node.posonlyargs:
+            self._flag(node.posonlyargs[0], "not Python 3.7 syntax: positional-only parameters (3.8)")
+        self.generic_visit(node)
 
     def visit_Match(self, node) -> None:  # pragma: no cover - the 3.9 grammar refuses it first
         self._flag(node, "`match` statement (3.10)")
