@@ -70,9 +70,12 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
         tracked_side().check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
-        link = open_link(plan, _note(options.write))
+        link = open_link(plan, _note(options.write),
+                         job_key=options.job_key, job_id=options.job_id,
+                         silence_s=options.heartbeat_timeout)
         try:
-            agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
+            # node >= 1 learns node 0's job id here
+            agreed = link.agree({"job_id": plan.job_id}, 0)["job_id"]
             if agreed != plan.job_id:
                 plan = build_plan(cmd, settings, options, host, job_id=agreed,
                                   master_port=plan.master_port)
