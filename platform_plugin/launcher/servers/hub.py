@@ -223,11 +223,11 @@ class Hub(Linked):
         """Why a well-formed message is refused from this connection, "" when it is not."""
         op = message["op"]
         if not self.counters.fresh(message):
-            return f"{op}: a message seen before (replayed)"
+            return f"replayed: {op}, a message seen before"
         if op != "hello" and (peer is None or peer.sid != message["sid"]):
-            return f"{op} from a connection that did not greet"
+            return f"not greeted: {op} from a connection that did not greet"
         if op in ("failed", "ended") and (peer is None or peer.node is None):
-            return f"{op} from a connection that did not join"
+            return f"not joined: {op} from a connection that did not join"
         return ""
 
     def _refuse(self, rid: bytes, why: str) -> None:

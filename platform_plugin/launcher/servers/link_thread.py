@@ -84,8 +84,7 @@ class Linked(JobLink):
             return
         self.said.append(kind)
         if self.note is not None:
-            self.note(f"job link on this server refused a message: {text} (that connection is "
-                      "ignored from now on; said once)")
+            self.note(f"the job link refused a message: {text} (said once per kind)")
 
     def alive(self) -> bool:
         """The link's thread still runs (every wait gives up when it does not)."""

@@ -140,7 +140,7 @@ class Spoke(Linked):
         """Why a well-formed message from node 0's connection is refused, "" when it is not."""
         op = message["op"]
         if not self.counters.fresh(message):
-            return f"{op}: a message seen before (replayed)"
+            return f"replayed: {op}, a message seen before"
         if self.hub_sid and message["sid"] != self.hub_sid:
             return f"{op}: from another session than node 0's"
         if not self.hub_sid and op != "welcome":

@@ -135,7 +135,7 @@ class Wire:
         if bad:
             return None, f"{message['op']}: bad {', '.join(bad)}"
         if "to" in message and message["to"] != self.sid:
-            return None, f"{message['op']}: meant for another session (replayed?)"
+            return None, f"replayed: {message['op']} meant for another session"
         return message, ""
 
 
