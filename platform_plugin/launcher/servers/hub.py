@@ -16,6 +16,7 @@ never take the descriptors the job needs nor bring libzmq's accept to the descri
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import time
 from typing import Callable, Dict, List, Optional, Set
@@ -29,6 +30,15 @@ from platform_plugin.launcher.servers.wire import PROTOCOL, TO_NODE_0, Counters,
 
 MAX_GUESTS = 64  # connections that greeted but did not join yet, beyond the job's nodes
 MAX_CONNECTIONS = 256  # beyond the job's nodes: what junk may hold open at once
+
+
+def connection_cap(nnodes: int) -> int:
+    """How many connections node 0 keeps: the job's launchers and MAX_CONNECTIONS more, and
+    never more than a quarter of this process's descriptor limit (the ranks' pipes and the
+    job's files need the rest; libzmq retries a failed accept in a loop at the limit)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    room = soft // 4 if soft != resource.RLIM_INFINITY else MAX_CONNECTIONS + nnodes
+    return max(nnodes + 8, min(MAX_CONNECTIONS + nnodes, room))
 
 
 def shut(fd: int) -> None:
@@ -73,6 +83,7 @@ class Hub(Linked):
         self.vanished: List[str] = []  # servers whose launcher is gone after its "go"
         self.left: Set[int] = set()  # nodes whose launcher ended cleanly after its "go"
         self.connections: Set[int] = set()  # descriptors of the open connections
+        self.cap = connection_cap(nnodes)
         self.rid_of: Dict[int, bytes] = {}  # descriptor -> routing id, once it sent something
         sock = self.context.socket(zmq.ROUTER)
         try:
@@ -189,9 +200,9 @@ class Hub(Linked):
         kind, fd = int.from_bytes(event[:2], "little"), int.from_bytes(event[2:6], "little")
         if kind == zmq.EVENT_ACCEPTED:
             self.connections.add(fd)
-            if len(self.connections) > MAX_CONNECTIONS + self.nnodes:
-                self.refused("too many connections", f"more than {MAX_CONNECTIONS} connections "
-                             "that are not the job's launchers")
+            if len(self.connections) > self.cap:
+                self.refused("too many connections", f"more than {self.cap} connections at "
+                             "once")
                 shut(fd)
             return
         self.connections.discard(fd)
