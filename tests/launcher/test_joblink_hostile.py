@@ -13,11 +13,11 @@ import psutil
 import pytest
 import zmq
 
+from platform_plugin.launcher.servers.wire import Wire
 from tests.helpers import wait_for
 from tests.launcher.helpers import (ASSETS, PY, finish_all, free_port_pair, kill_jobs, log_text,
                                     start_cli)
 from tests.launcher.test_joblink_wire import HOSTILE
-from platform_plugin.launcher.servers.wire import Wire
 
 RANK = str(ASSETS / "server_rank.py")
 pytestmark = pytest.mark.slow

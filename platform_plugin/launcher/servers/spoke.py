@@ -33,7 +33,7 @@ class Spoke(Linked):
         self.refusal = ""
         self.hub_sid = ""  # node 0's session, from its welcome
         self.said_bye = False
-        self.heard = time.monotonic()
+        self.heard = self.last_tick = time.monotonic()
         self.counters = Counters()
         try:
             reach(addr, port, note)
@@ -160,9 +160,13 @@ class Spoke(Linked):
 
     def tick(self, now: float) -> None:
         with self.cond:
+            stalled, self.last_tick = now - self.last_tick, now
             if self.hub_sid and not self.said_bye and now - self.heard > self.silence_s:
-                self.broken = self.broken or (f"server node0: silent for {self.silence_s:g} s "
-                                              "(frozen or cut off)")
+                # a gap this long between two ticks: this launcher was the frozen one
+                self.broken = self.broken or (
+                    f"this launcher was frozen for {stalled:.0f} s (past the heartbeat "
+                    "deadline): node 0 took this server for failed" if stalled > self.silence_s
+                    else f"server node0: silent for {self.silence_s:g} s (frozen or cut off)")
                 self.cond.notify_all()
         if self.hub_sid and not self.broken:
             self._send("ping")
