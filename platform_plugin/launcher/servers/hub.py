@@ -91,13 +91,12 @@ class Hub(Linked):
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone peer fails, not drops
             sock.bind(f"tcp://{bind_address(addr)}:{port}")
             monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
-        except zmq.ZMQError as exc:
+        except (zmq.ZMQError, OSError) as exc:
             sock.close(0)
+            self.finish()  # (no thread yet: closes the wake-up pipe)
             self.context.term()
-            raise OSError(exc.errno, exc.strerror) from None
-        except OSError:
-            sock.close(0)
-            self.context.term()
+            if isinstance(exc, zmq.ZMQError):  # as a socket's bind says it (open_link)
+                raise OSError(exc.errno, exc.strerror) from None
             raise
         self.say_unsigned(self.where)
         self.start(sock, monitor)
@@ -255,7 +254,9 @@ class Hub(Linked):
         if peer is not None or guests >= MAX_GUESTS:
             self._refuse(rid, "hello: a second greeting, or too many connections greeting")
             return
-        peer = self.peers[rid] = Peer(message["sid"], time.monotonic())
+        peer = Peer(message["sid"], time.monotonic())
+        with self.cond:  # (agree, conclude and close read the peers from other threads)
+            self.peers[rid] = peer
         self._send(rid, peer, "welcome", protocol=PROTOCOL)
 
     def _on_join(self, rid: bytes, peer: Peer, message: dict) -> None:

@@ -20,6 +20,7 @@ from platform_plugin.launcher.servers.wire import MAX_MESSAGE, Wire
 
 MAX_SAID = 20  # refusals said on the launcher's output, one per kind, at most this many kinds
 LINGER_MS = 1000  # what close() gives a last "bye" to leave
+ZMTP_MARGIN_S = 5.0  # ZeroMQ's heartbeat closes a silent connection this long after the link
 
 
 def socket_options(sock: zmq.Socket, silence_s: float) -> None:
@@ -29,8 +30,9 @@ def socket_options(sock: zmq.Socket, silence_s: float) -> None:
     bounded linger."""
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
     sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(silence_s * 1000))
-    sock.setsockopt(zmq.HEARTBEAT_TTL, int(silence_s * 1000))
+    # later than the link's own deadline, which names the silent server (tick)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, int((silence_s + ZMTP_MARGIN_S) * 1000))
+    sock.setsockopt(zmq.HEARTBEAT_TTL, int((silence_s + ZMTP_MARGIN_S) * 1000))
     sock.setsockopt(zmq.HANDSHAKE_IVL, 5000)
     sock.setsockopt(zmq.RCVHWM, 1000)
     sock.setsockopt(zmq.LINGER, LINGER_MS)

@@ -38,6 +38,7 @@ class Spoke(Linked):
         try:
             reach(addr, port, note)
         except BaseException:
+            self.finish()  # (no thread yet: closes the wake-up pipe)
             self.context.term()
             raise
         sock = self.context.socket(zmq.DEALER)
