@@ -45,7 +45,12 @@ FLOOD = textwrap.dedent("""
     import resource, socket, sys, time
     resource.setrlimit(resource.RLIMIT_NOFILE, (4096, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     port = int(sys.argv[1])
-    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2000)]
+    held, deadline = [], time.monotonic() + 30
+    while len(held) < 2000 and time.monotonic() < deadline:
+        try:
+            held.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        except OSError:
+            pass  # not taken (node 0's queue is full): a flood all the same
     time.sleep(3)
 """)
 
@@ -57,4 +62,4 @@ def test_two_thousand_idle_connections_at_a_low_descriptor_limit():
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FAILED_OPENS 0 AGREED [{'job_id': 'j'}]" in done.stdout, done.stdout + done.stderr
     assert "too many connections" in done.stdout
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

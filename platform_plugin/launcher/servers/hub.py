@@ -15,6 +15,7 @@ never take the descriptors the job needs nor bring libzmq's accept to the descri
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import socket
@@ -24,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Set
 import zmq
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.servers.joblink_dial import WaitNote, join_timeout
+from platform_plugin.launcher.servers.joblink_dial import WaitNote, ipv4_of, join_timeout
 from platform_plugin.launcher.servers.link_thread import Linked, socket_options
 from platform_plugin.launcher.servers.wire import PROTOCOL, TO_NODE_0, Counters, valid_identity
 
@@ -41,31 +42,27 @@ def connection_cap(nnodes: int) -> int:
     return max(nnodes + 8, min(MAX_CONNECTIONS + nnodes, room))
 
 
-def shut(fd: int) -> None:
-    """Shut a connection libzmq holds down: libzmq then sees its end and closes it."""
+def shut(fd: int, port: int) -> None:
+    """Shut a connection libzmq holds down: libzmq then sees its end and closes it. Only a TCP
+    connection accepted on `port`: an event read late may name a descriptor reused since."""
     try:
         with socket.socket(fileno=os.dup(fd)) as conn:
-            conn.shutdown(socket.SHUT_RDWR)
+            if conn.type == socket.SOCK_STREAM and conn.getsockname()[1] == port:
+                conn.shutdown(socket.SHUT_RDWR)
     except OSError:
-        pass  # closed meanwhile
+        pass  # closed meanwhile, or not a socket
 
 
+@dataclasses.dataclass
 class Peer:
     """A connection that greeted: its session, the node it joined as, what it was told."""
 
-    def __init__(self, sid: str, now: float):
-        self.sid = sid
-        self.node: int | None = None  # set once node 0 accepted its join
-        self.joined = -1  # the attempt it last joined
-        self.went: Set[int] = set()  # the attempts it was told to start
-        self.said_bye = False
-        self.heard = now  # when it last said anything
-
-
-def bind_address(addr: str) -> str:
-    """The IPv4 address to bind for `addr` (a name resolves here: socket.gaierror when it does
-    not, as open_link reports it)."""
-    return str(socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+    sid: str
+    heard: float  # when it last said anything
+    node: Optional[int] = None  # set once node 0 accepted its join
+    joined: int = -1  # the attempt it last joined
+    went: Set[int] = dataclasses.field(default_factory=set)  # the attempts told to start
+    said_bye: bool = False
 
 
 class Hub(Linked):
@@ -74,7 +71,7 @@ class Hub(Linked):
     def __init__(self, addr: str, port: int, nnodes: int, *, key: Optional[bytes],
                  note: Optional[Callable[[str], None]] = None, silence_s: float = 60.0):
         super().__init__(key, note, silence_s)
-        self.nnodes, self.where = nnodes, f"{addr}:{port}"
+        self.nnodes, self.port, self.where = nnodes, port, f"{addr}:{port}"
         self.peers: Dict[bytes, Peer] = {}
         self.ignored: Set[bytes] = set()  # refused connections, until they disconnect
         self.counters = Counters()
@@ -89,7 +86,12 @@ class Hub(Linked):
         try:
             socket_options(sock, silence_s)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone peer fails, not drops
-            sock.bind(f"tcp://{bind_address(addr)}:{port}")
+            # the kernel queues this many connections for libzmq's accept, no more (a flood's
+            # others wait for their SYN to be sent again): what libzmq accepts before the cap
+            # shuts it comes in bursts of at most this (every launcher of the job connects
+            # twice at the start: joblink_dial's check, then ZeroMQ)
+            sock.setsockopt(zmq.BACKLOG, 2 * nnodes + 32)
+            sock.bind(f"tcp://{ipv4_of(addr)}:{port}")
             monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         except (zmq.ZMQError, OSError) as exc:
             sock.close(0)
@@ -120,7 +122,10 @@ class Hub(Linked):
                         f"starting attempt {attempt + 1} (interrupted, its --max-restarts used "
                         "up, or it failed: its output says)")
                 left = deadline - time.monotonic()
-                if left <= 0 or not self.alive():
+                if not self.alive():
+                    raise PlatformPluginError("multi-server start failed: the job link on "
+                                              "this server stopped (its output says why)")
+                if left <= 0:
                     raise PlatformPluginError(
                         f"node(s) {self._missing(attempt)} did not join within "
                         f"{join_timeout():g}s (they connect to --master-addr:--master-port+1 "
@@ -190,20 +195,20 @@ class Hub(Linked):
         with self.cond:
             return max(self.joined, default=0)
 
-    def handle_event(self, monitor: zmq.Socket) -> None:
+    def handle_event(self, monitor: zmq.Socket) -> bool:
         """An accepted connection (capped) or a closed one (what it meant for the job)."""
         try:
             event, _ = monitor.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
-            return
+            return False
         kind, fd = int.from_bytes(event[:2], "little"), int.from_bytes(event[2:6], "little")
         if kind == zmq.EVENT_ACCEPTED:
             self.connections.add(fd)
             if len(self.connections) > self.cap:
                 self.refused("too many connections", f"more than {self.cap} connections at "
                              "once")
-                shut(fd)
-            return
+                shut(fd, self.port)
+            return True
         self.connections.discard(fd)
         # what the connection sent before it closed (a "bye") counts first
         while self.socket is not None and self.receive_one(self.socket):
@@ -212,6 +217,7 @@ class Hub(Linked):
         if rid is not None:
             self.ignored.discard(rid)
             self._lost(rid, "its launcher is gone")
+        return True
 
     def handle(self, frames: List[bytes], fd: int) -> None:
         rid, rest = frames[0], frames[1:]
@@ -245,7 +251,7 @@ class Hub(Linked):
         self.refused(kind, why)
         self.ignored.add(rid)
         for fd in [fd for fd, known in self.rid_of.items() if known == rid]:
-            shut(fd)
+            shut(fd, self.port)
         if rid in self.peers:
             self._lost(rid, "it sent a message the link refused")
 

@@ -36,6 +36,12 @@ class WaitNote:
             note(text())
 
 
+def ipv4_of(addr: str) -> str:
+    """The IPv4 address ZeroMQ binds or connects for `addr` (a name is resolved here:
+    socket.gaierror when it does not resolve, as open_link reports it)."""
+    return str(socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+
+
 def reach(addr: str, port: int, note=None) -> None:
     """Returns once a ZeroMQ socket listens on node 0's control port (checked on a plain TCP
     connection of its own, closed again; the link's own connection is ZeroMQ's)."""
@@ -45,10 +51,10 @@ def reach(addr: str, port: int, note=None) -> None:
     while True:
         sock = _connect(addr, port, deadline, timeout, waiting)
         try:
-            spoke = _greeting(sock, addr, port)
+            zeromq = _greeting(sock, addr, port)
         finally:
             sock.close()
-        if spoke:
+        if zeromq:
             return
         # closed before a word: node 0 ending (or starting again); call again
         if time.monotonic() > deadline:

@@ -114,12 +114,18 @@ class Linked(JobLink):
                 if self.closing:
                     self._send_posted(sock)  # what was posted just before the end (a "bye")
                     return
-                if sock in events:
-                    for _ in range(1000):  # a flood cannot hold the ticks back
-                        if not self.receive_one(sock):
-                            break
-                if extra is not None and extra in events:
-                    self.handle_event(extra)
+                try:
+                    if sock in events:
+                        for _ in range(1000):  # a flood cannot hold the ticks back
+                            if not self.receive_one(sock):
+                                break
+                    if extra is not None and extra in events:
+                        for _ in range(1000):
+                            if not self.handle_event(extra):
+                                break
+                except (zmq.ZMQError, OSError) as exc:  # (EMFILE in a flood): the link goes on
+                    self.refused("socket error", f"{type(exc).__name__}: {exc}")
+                    time.sleep(0.01)
                 if time.monotonic() >= next_tick:
                     self.tick(time.monotonic())
                     next_tick = time.monotonic() + self.ping_s
@@ -166,7 +172,8 @@ class Linked(JobLink):
         """One received message; `fd`: the descriptor of the connection it came on."""
         raise NotImplementedError
 
-    def handle_event(self, monitor: zmq.Socket) -> None:
+    def handle_event(self, monitor: zmq.Socket) -> bool:
+        """One event of the socket's monitor; False when there is none to read."""
         raise NotImplementedError
 
     def tick(self, now: float) -> None:

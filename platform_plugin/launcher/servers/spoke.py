@@ -13,8 +13,7 @@ from typing import Callable, Dict, List, Optional
 import zmq
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.servers.hub import bind_address
-from platform_plugin.launcher.servers.joblink_dial import (HELLO_S, WaitNote, busy,
+from platform_plugin.launcher.servers.joblink_dial import (HELLO_S, WaitNote, busy, ipv4_of,
                                                            join_timeout, reach)
 from platform_plugin.launcher.servers.link_thread import Linked, socket_options
 from platform_plugin.launcher.servers.wire import FROM_NODE_0, PROTOCOL, Counters
@@ -44,7 +43,7 @@ class Spoke(Linked):
         sock = self.context.socket(zmq.DEALER)
         socket_options(sock, silence_s)
         monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        sock.connect(f"tcp://{bind_address(addr)}:{port}")
+        sock.connect(f"tcp://{ipv4_of(addr)}:{port}")
         self.say_unsigned(f"{addr}:{port}")
         self.start(sock, monitor)
         self.post(self.wire.pack("hello", protocol=PROTOCOL))
@@ -77,7 +76,10 @@ class Spoke(Linked):
                         ("the job" if attempt == 0 else f"attempt {attempt + 1}") +
                         " (interrupted, or it failed or decided not to restart: its output says)")
                 left = deadline - time.monotonic()
-                if left <= 0 or not self.alive():
+                if not self.alive():
+                    raise PlatformPluginError("multi-server start failed: the job link on "
+                                              "this server stopped (its output says why)")
+                if left <= 0:
                     raise PlatformPluginError(f"node 0 did not start the job within "
                                               f"{join_timeout():g}s (other nodes missing?)")
                 waiting.check(lambda: "joined node 0; waiting for it to start "
@@ -148,16 +150,17 @@ class Spoke(Linked):
             return f"{op}: before node 0's welcome"
         return ""
 
-    def handle_event(self, monitor: zmq.Socket) -> None:
+    def handle_event(self, monitor: zmq.Socket) -> bool:
         """The connection to node 0 closed: without its "bye", its launcher is gone."""
         try:
             monitor.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
-            return
+            return False
         with self.cond:
             if self.hub_sid and not self.closing and not self.said_bye:
                 self.broken = self.broken or "node 0's launcher is gone"
             self.cond.notify_all()
+        return True
 
     def tick(self, now: float) -> None:
         with self.cond:
