@@ -26,7 +26,7 @@ from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.watch import job_summary, watch
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
+from platform_plugin.variables import PLATFORM_JOB_KEY, PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
 if TYPE_CHECKING:  # (Unpack is in typing from 3.11; the package runs on 3.9)
     from typing_extensions import Unpack
@@ -56,6 +56,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     host = Host(base_env=_rank_base_env(dict(os.environ), settings.process_env()),  # a copy
                 npu_present=npus_present())
     options = with_environment(options, host.base_env)
+    host.base_env.pop(PLATFORM_JOB_KEY.name, None)  # the launchers' secret, not the ranks'
     plan = build_plan(cmd, settings, options, host)
     if options.job_id is None and plan.backend == "rank-table" and plan.nnodes > 1:
         # the servers of a multi-server table share no rendezvous: they derive one key

@@ -24,12 +24,13 @@ RANK = str(ASSETS / "server_rank.py")
 pytestmark = pytest.mark.slow
 
 
-def start(tmp_path, port, node, flag, extra=()):
+def start(tmp_path, port, node, flag, extra=(), env=None):
     log_dir = tmp_path / f"server{node}"
     log_dir.mkdir(exist_ok=True)
     return start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", str(node),
                       "--master-port", str(port), "--backend", "plain", "--show", "none",
-                      *extra, "--", PY, RANK, "until", str(flag)], log_dir, cwd=str(tmp_path))
+                      *extra, "--", PY, RANK, "until", str(flag)], log_dir, cwd=str(tmp_path),
+                     env=env)
 
 
 def listening(proc, port) -> bool:
@@ -117,11 +118,12 @@ def test_hostile_messages_to_node_0_neither_stop_nor_start_the_job(tmp_path, sig
     """Before node 1 joined (a `join` as node 99 must not start the job) and while the ranks
     run (a forged `failed` must not stop it; 2,000 idle connections must not take node 0's
     descriptors). Unsigned: the job has no key, the schema and the join rules refuse; signed:
-    `--job-key` on both, the outsider signs with another key."""
+    PLATFORM_JOB_KEY on both, the outsider signs with another key."""
     port, flag = free_port_pair(), tmp_path / "go-on"
-    extra = ["--job-key", "the-jobs-key"] if signed else []
+    # (the key through the environment, as a team would give it: not on the command line)
+    env = {**os.environ, "PLATFORM_JOB_KEY": "the-jobs-key"} if signed else None
     outsider_key = b"another key" if signed else None
-    node0 = start(tmp_path, port, 0, flag, extra)
+    node0 = start(tmp_path, port, 0, flag, env=env)
     procs = [node0]
     idle: list[socket.socket] = []  # (closed at the end)
     try:
@@ -130,7 +132,7 @@ def test_hostile_messages_to_node_0_neither_stop_nor_start_the_job(tmp_path, sig
         time.sleep(1)
         assert node0.poll() is None
         assert not [d for d in (tmp_path / "server0").iterdir() if not d.name.startswith(".")]
-        procs.append(start(tmp_path, port, 1, flag, extra))
+        procs.append(start(tmp_path, port, 1, flag, env=env))
         wait_for(lambda: ranks_running(tmp_path), 90, what="both servers' ranks run")
         attack(port + 1, outsider_key)
         idle, established = flood(port + 1, 2000, within=60)
@@ -151,3 +153,10 @@ def test_hostile_messages_to_node_0_neither_stop_nor_start_the_job(tmp_path, sig
     assert said and len(said) <= 20, outs[0][1]
     if signed:
         assert any("bad signature" in line for line in said), said
+        # the key is the launchers' alone: never printed, never in a rank's environment
+        assert not any("the-jobs-key" in out for _, out in outs)
+        for node in (0, 1):
+            [job_dir] = [d for d in (tmp_path / f"server{node}").iterdir()
+                         if not d.name.startswith(".")]
+            assert "ENV " in log_text(str(job_dir), str(node))
+            assert "the-jobs-key" not in log_text(str(job_dir), str(node))
