@@ -112,6 +112,13 @@ PLATFORM_WFLOGGER_CALL_TIMEOUT = Variable(
 PLATFORM_JOB_ID = Variable(
     "PLATFORM_JOB_ID", str, None, "the job's id on every server of a multi-server job (else "
     "agreed by the servers)")
+PLATFORM_JOB_KEY = Variable(
+    "PLATFORM_JOB_KEY", str, None, "the key that signs the messages between the launchers of a "
+    "multi-server job (a string, or @FILE of a file only its owner reads); the same on every "
+    "server")
+PLATFORM_HEARTBEAT_TIMEOUT = Variable(
+    "PLATFORM_HEARTBEAT_TIMEOUT", float, None, "seconds of silence after which the other "
+    "launchers of a multi-server job take a server's launcher for failed (frozen or cut off)")
 PLATFORM_RENDEZVOUS_TIMEOUT = Variable(
     "PLATFORM_RENDEZVOUS_TIMEOUT", float, 300.0, "seconds the launchers of a multi-server job "
     "wait for each other at the start")
@@ -144,6 +151,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
     PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
+    PLATFORM_JOB_KEY, PLATFORM_HEARTBEAT_TIMEOUT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_STREAM_TO_TERMINAL,
     PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
     PLATFORM_TRACKING_SPOOL_DIR)}

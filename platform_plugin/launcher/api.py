@@ -26,7 +26,7 @@ from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.watch import job_summary, watch
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.variables import PLATFORM_TRACKING_SPOOL_DIR, tracking_off
+from platform_plugin.variables import PLATFORM_JOB_KEY, PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
 if TYPE_CHECKING:  # (Unpack is in typing from 3.11; the package runs on 3.9)
     from typing_extensions import Unpack
@@ -56,6 +56,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     host = Host(base_env=_rank_base_env(dict(os.environ), settings.process_env()),  # a copy
                 npu_present=npus_present())
     options = with_environment(options, host.base_env)
+    host.base_env.pop(PLATFORM_JOB_KEY.name, None)  # the launchers' secret, not the ranks'
     plan = build_plan(cmd, settings, options, host)
     if options.job_id is None and plan.backend == "rank-table" and plan.nnodes > 1:
         # the servers of a multi-server table share no rendezvous: they derive one key
@@ -70,9 +71,12 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
         tracked_side().check(options.tracking, plan)
     with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
-        link = open_link(plan, _note(options.write))
+        link = open_link(plan, _note(options.write),
+                         job_key=options.job_key, job_id=options.job_id,
+                         silence_s=options.heartbeat_timeout)
         try:
-            agreed = link.agree(plan.job_id, 0)  # node >= 1 learns node 0's job id here
+            # node >= 1 learns node 0's job id here
+            agreed = link.agree({"job_id": plan.job_id}, 0)["job_id"]
             if agreed != plan.job_id:
                 plan = build_plan(cmd, settings, options, host, job_id=agreed,
                                   master_port=plan.master_port)

@@ -68,7 +68,7 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
               attempt: int) -> LaunchPlan:
     """--max-restarts: the plan of attempt `attempt` (>= 1) once every server reached it, same
     job id; the earlier attempt's logs kept in `attempt-N/`."""
-    link.agree(plan.job_id, attempt)
+    link.agree({"job_id": plan.job_id}, attempt)
     plan = build_plan(cmd, settings, options, host, job_id=plan.job_id, attempt=attempt,
                       master_port=_port_for(options, plan, attempt))
     keep_attempt_logs(plan.job_dir, attempt - 1)

@@ -40,6 +40,8 @@ class LaunchKeywords(TypedDict, total=False):
     no_system_metrics: bool
     verbose: bool
     job_id: Optional[str]
+    job_key: Optional[str]
+    heartbeat_timeout: Optional[float]
     max_restarts: int
     env: Dict[str, str]
     cwd: Optional[str]

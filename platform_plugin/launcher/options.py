@@ -23,7 +23,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning.backends import BACKENDS
-from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_JOB_ID, PLATFORM_LOG_DIR,
+from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_HEARTBEAT_TIMEOUT,
+                                       PLATFORM_JOB_ID, PLATFORM_JOB_KEY, PLATFORM_LOG_DIR,
                                        PLATFORM_RUN_MODE, PLATFORM_TRACKING, Variable)
 
 Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
@@ -50,6 +51,16 @@ def _within(low: int, high: int) -> Check:
     def check(value):
         return None if low <= value <= high else f"must be between {low} and {high}"
     return check
+
+
+def _within_float(low: float, high: float) -> Check:
+    def check(value):
+        return None if low < value <= high else f"must be > {low:g} and <= {high:g}"
+    return check
+
+
+def _key(value: str) -> Optional[str]:
+    return None if value.strip() not in ("", "@") else "must be a key, or @FILE of one"
 
 
 def _show(value: str) -> Optional[str]:
@@ -148,6 +159,15 @@ class LaunchOptions:
     job_id: Optional[str] = opt(
         None, "the job's id on every server", metavar="ID", check=_name, env=PLATFORM_JOB_ID,
         otherwise="agreed by the servers of the job, else generated from the job name")
+    job_key: Optional[str] = opt(
+        None, "the key that signs the launchers' messages, the same on every server: a string "
+        "or @FILE (a file only its owner may read)", metavar="KEY|@FILE", check=_key,
+        code="LAUNCH_JOB_KEY", env=PLATFORM_JOB_KEY,
+        otherwise="derived from the job id when one is given, else unsigned")
+    heartbeat_timeout: Optional[float] = opt(
+        None, "a server whose launcher says nothing for S seconds failed (frozen or cut off): "
+        "the others stop", metavar="S", check=_within_float(0, 60), code="LAUNCH_TIMEOUT",
+        env=PLATFORM_HEARTBEAT_TIMEOUT, otherwise="60")
     max_restarts: int = opt(0, "after a failure stop all, then start the whole job again, up to "
                             "N times (same job id, new attempt)", metavar="N",
                             check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",

@@ -10,7 +10,8 @@ import pytest
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.launcher.servers import joblink_dial
-from platform_plugin.launcher.servers.joblink import Hub, Spoke
+from platform_plugin.launcher.servers.hub import Hub
+from platform_plugin.launcher.servers.spoke import Spoke
 from tests.launcher.helpers import free_port_pair
 
 
@@ -26,11 +27,11 @@ def self_connected() -> socket.socket:
 def test_a_spoke_connected_to_itself_retries_until_node_0_answers(monkeypatch):
     """The first connect gives the Spoke a socket connected to itself (STAND-IN for the
     kernel's choice of ephemeral port, which no test can force on the real call). It used to
-    keep it: it sent its join to itself and waited for a "go" until PLATFORM_RENDEZVOUS_TIMEOUT,
-    holding the port node 0 was about to listen on."""
+    would keep it: it would greet itself and wait for a "go" until
+    PLATFORM_RENDEZVOUS_TIMEOUT, holding the port node 0 is about to listen on."""
     monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "20")
     port = free_port_pair()
-    hub = Hub("127.0.0.1", port, 2)
+    hub = Hub("127.0.0.1", port, 2, key=None)
     real, calls = socket.create_connection, []
 
     def create_connection(address, *args, **kwargs):
@@ -38,16 +39,17 @@ def test_a_spoke_connected_to_itself_retries_until_node_0_answers(monkeypatch):
         return self_connected() if len(calls) == 1 else real(address, *args, **kwargs)
 
     monkeypatch.setattr(socket, "create_connection", create_connection)
-    spoke = Spoke("127.0.0.1", port, 1, 2, "node1")
+    spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=None)
     try:
         assert len(calls) == 2, calls  # the self-connection was dropped, node 0 called again
-        assert spoke.peer.sock.getpeername() == ("127.0.0.1", port)
         hub_said = []
-        agreeing = threading.Thread(target=lambda: hub_said.append(hub.agree("job-7", 0)))
+        agreeing = threading.Thread(
+            target=lambda: hub_said.append(hub.agree({"job_id": "job-7"}, 0)))
         agreeing.start()
-        assert spoke.agree("job-0", 0) == "job-7"  # node 0's job id, through the real link
+        # node 0's identity, through the real link
+        assert spoke.agree({"job_id": "job-0"}, 0) == {"job_id": "job-7"}
         agreeing.join(20)
-        assert hub_said == ["job-7"]
+        assert hub_said == [{"job_id": "job-7"}]
     finally:
         spoke.close()
         hub.close()
@@ -87,15 +89,16 @@ class Squatter:
     (b'{"jsonrpc": "2.0"}\n', "it said '{\"jsonrpc\": \"2.0\"}'"),
 ])
 def test_another_program_on_the_control_port_is_named_at_once(monkeypatch, banner, said):
-    """It took the join and never answered: the launcher waited PLATFORM_RENDEZVOUS_TIMEOUT
-    (300 s) for a "go". Now node 0's greeting is missing within HELLO_S (1 s here)."""
+    """It would take the join and never answer: the launcher would wait
+    PLATFORM_RENDEZVOUS_TIMEOUT (300 s) for a "go". ZeroMQ's greeting is missing within HELLO_S
+    (1 s here): named."""
     monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "60")
     monkeypatch.setattr(joblink_dial, "HELLO_S", 1.0)
     port = free_port_pair()
     squatter = Squatter(port, banner)
     try:
         with pytest.raises(ConfigError) as refused:
-            Spoke("127.0.0.1", port, 1, 2, "node1").close()
+            Spoke("127.0.0.1", port, 1, 2, "node1", key=None).close()
     finally:
         squatter.stop()
     [problem] = refused.value.problems
@@ -112,6 +115,6 @@ def test_a_port_that_closes_every_connection_is_retried_until_the_rendezvous_tim
     squatter = Squatter(port, close=True)
     try:
         with pytest.raises(PlatformPluginError, match="closed every connection without a word"):
-            Spoke("127.0.0.1", port, 1, 2, "node1").close()
+            Spoke("127.0.0.1", port, 1, 2, "node1", key=None).close()
     finally:
         squatter.stop()

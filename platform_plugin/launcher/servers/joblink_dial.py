@@ -1,19 +1,19 @@
 """How a launcher of node >= 1 reaches node 0's control port (`--master-port + 1`): it retries
 until node 0 listens (the start order does not matter), never keeps a connection to itself,
-and insists on node 0's greeting, so another program on that port is named at once.
+and insists on ZeroMQ's greeting (then, in spoke.py, on node 0's welcome), so another program
+on that port is named at once.
 """
 from __future__ import annotations
 
 import errno
-import json
 import socket
 import time
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
 
-PROTOCOL = 1  # in node 0's greeting, its first line: {"op": "hello", "protocol": PROTOCOL}
-HELLO_S = 15.0  # node 0's reader thread greets at once; this only allows for a loaded machine
+ZMTP_SIGNATURE = b"\xff" + bytes(8) + b"\x7f"  # how every ZeroMQ peer (ZMTP 3) begins
+HELLO_S = 15.0  # libzmq greets at once, node 0's link welcomes at once: for a loaded machine
 NOTE_AFTER_S = 2.0  # a wait this long is said once (the launchers of a normal start meet sooner)
 
 
@@ -36,21 +36,27 @@ class WaitNote:
             note(text())
 
 
-def dial(addr: str, port: int, note=None) -> tuple[socket.socket, bytes]:
-    """A connection to node 0's launcher, greeted; and what it sent after the greeting."""
+def ipv4_of(addr: str) -> str:
+    """The IPv4 address ZeroMQ binds or connects for `addr` (a name is resolved here:
+    socket.gaierror when it does not resolve, as open_link reports it)."""
+    return str(socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
+
+
+def reach(addr: str, port: int, note=None) -> None:
+    """Returns once a ZeroMQ socket listens on node 0's control port (checked on a plain TCP
+    connection of its own, closed again; the link's own connection is ZeroMQ's)."""
     timeout = join_timeout()
     deadline = time.monotonic() + timeout
     waiting = WaitNote(note)
     while True:
         sock = _connect(addr, port, deadline, timeout, waiting)
         try:
-            rest = _greeting(sock, addr, port)
-        except BaseException:
+            zeromq = _greeting(sock, addr, port)
+        finally:
             sock.close()
-            raise
-        if rest is not None:
-            return sock, rest
-        sock.close()  # closed before a word: node 0 ending (or starting again); call again
+        if zeromq:
+            return
+        # closed before a word: node 0 ending (or starting again); call again
         if time.monotonic() > deadline:
             raise PlatformPluginError(
                 f"what listens on {addr}:{port} (--master-port + 1) closed every connection "
@@ -83,37 +89,40 @@ def _connect(addr: str, port: int, deadline: float, timeout: float,
             time.sleep(0.2)
 
 
-def _greeting(sock: socket.socket, addr: str, port: int) -> bytes | None:
-    """What node 0 sent after its hello; None when the connection closed before a word.
-    Another program on node 0's port (an HTTP server, a leftover process) would take the join
-    and never answer: without the greeting the launcher would wait PLATFORM_RENDEZVOUS_TIMEOUT
-    (300 s) for a "go" that never comes."""
+def _greeting(sock: socket.socket, addr: str, port: int) -> bool:
+    """True when the peer greets as ZeroMQ does (ZMTP 3: a 10-byte signature, 0xFF ... 0x7F,
+    sent at once on accept); False when it closed before a word. Another program on node 0's
+    port (an HTTP server, a leftover process) would never finish ZeroMQ's handshake: without
+    this the launcher would wait PLATFORM_RENDEZVOUS_TIMEOUT (300 s) for node 0's welcome."""
     deadline, data = time.monotonic() + HELLO_S, b""
-    while b"\n" not in data and time.monotonic() < deadline:
+    sock.sendall(ZMTP_SIGNATURE)
+    while len(data) < len(ZMTP_SIGNATURE) and time.monotonic() < deadline:
         sock.settimeout(max(0.01, deadline - time.monotonic()))
         try:
-            chunk = sock.recv(4096)
+            chunk = sock.recv(len(ZMTP_SIGNATURE) - len(data))
         except socket.timeout:
             break
         except OSError:
             chunk = b""
         if not chunk:
             if not data:
-                return None
+                return False
             break
         data += chunk
-    said = "nothing"
-    line, _, rest = data.partition(b"\n")
-    if line:
-        try:
-            first = json.loads(line)
-        except ValueError:  # not JSON lines (binary, a banner): not a launcher
-            first = None
-        if isinstance(first, dict) and first.get("op") == "hello":
-            return rest  # ("protocol" is there for a later version to tell versions apart)
-        said = repr(line[:80].decode(errors="replace"))
-    raise ConfigError([Problem(
+    if data[:1] == b"\xff" and data[9:10] == b"\x7f":
+        return True
+    try:  # the rest of its first line, to name it
+        sock.settimeout(0.5)
+        data += sock.recv(80)
+    except OSError:
+        pass
+    said = repr(data.split(b"\n")[0][:80].decode(errors="replace")) if data else "nothing"
+    raise busy(addr, port, f"it said {said} within {HELLO_S:g}s")
+
+
+def busy(addr: str, port: int, what: str) -> ConfigError:
+    """LAUNCH_PORT_BUSY: what answers on node 0's control port is not node 0's launcher."""
+    return ConfigError([Problem(
         "LAUNCH_PORT_BUSY", f"what listens on {addr}:{port} (--master-port + 1, the launchers' "
-        f"control port) is not node 0's launcher: it said {said} within {HELLO_S:g}s. Another "
-        "program holds that port on node 0: stop it, or choose another --master-port on every "
-        "server", "--master-port")])
+        f"control port) is not node 0's launcher: {what}. Another program holds that port on "
+        "node 0: stop it, or choose another --master-port on every server", "--master-port")])

@@ -1,0 +1,337 @@
+"""Node 0's end of the job link: a ZeroMQ ROUTER on `--master-addr:--master-port + 1` that takes
+the other launchers' joins, hands out the job's identity with "go", fans out stop requests and
+collects every server's end of an attempt.
+
+A connection is known by the routing id the ROUTER gives it. It must greet ("hello") before
+anything else and join as one node in 1..nnodes-1, one connection per node. A message that
+fails the checks of wire.py, or comes from a connection that did not greet or join, is refused
+and its connection dropped. libzmq has no call to drop one peer of a ROUTER (it closes a
+connection itself on junk bytes, a failed handshake, an oversized message or a missed
+heartbeat), so the hub shuts the connection's descriptor down (a message names it: ZMQ_SRCFD;
+the socket's monitor reports every accept and disconnect with it) and libzmq closes it. The
+same caps the connections: past MAX_CONNECTIONS a new one is shut at once, so junk connections
+never take the descriptors the job needs nor bring libzmq's accept to the descriptor limit
+(where it would retry the accept in a loop).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import socket
+import time
+from typing import Callable, Dict, List, Optional, Set
+
+import zmq
+
+from platform_plugin.errors import PlatformPluginError
+from platform_plugin.launcher.servers.joblink_dial import WaitNote, ipv4_of, join_timeout
+from platform_plugin.launcher.servers.link_thread import Linked, socket_options
+from platform_plugin.launcher.servers.wire import PROTOCOL, TO_NODE_0, Counters, valid_identity
+
+MAX_GUESTS = 64  # connections that greeted but did not join yet, beyond the job's nodes
+MAX_CONNECTIONS = 256  # beyond the job's nodes: what junk may hold open at once
+
+
+def connection_cap(nnodes: int) -> int:
+    """How many connections node 0 keeps: the job's launchers and MAX_CONNECTIONS more, and
+    never more than a quarter of this process's descriptor limit (the ranks' pipes and the
+    job's files need the rest; libzmq retries a failed accept in a loop at the limit)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    room = soft // 4 if soft != resource.RLIM_INFINITY else MAX_CONNECTIONS + nnodes
+    return max(nnodes + 8, min(MAX_CONNECTIONS + nnodes, room))
+
+
+def shut(fd: int, port: int) -> None:
+    """Shut a connection libzmq holds down: libzmq then sees its end and closes it. Only a TCP
+    connection accepted on `port`: an event read late may name a descriptor reused since."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as conn:
+            if conn.type == socket.SOCK_STREAM and conn.getsockname()[1] == port:
+                conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile, or not a socket
+
+
+@dataclasses.dataclass
+class Peer:
+    """A connection that greeted: its session, the node it joined as, what it was told."""
+
+    sid: str
+    heard: float  # when it last said anything
+    node: Optional[int] = None  # set once node 0 accepted its join
+    joined: int = -1  # the attempt it last joined
+    went: Set[int] = dataclasses.field(default_factory=set)  # the attempts told to start
+    said_bye: bool = False
+
+
+class Hub(Linked):
+    """Node 0: accepts the other launchers, hands out the job identity, fans out stops."""
+
+    def __init__(self, addr: str, port: int, nnodes: int, *, key: Optional[bytes],
+                 note: Optional[Callable[[str], None]] = None, silence_s: float = 60.0):
+        super().__init__(key, note, silence_s)
+        self.nnodes, self.port, self.where = nnodes, port, f"{addr}:{port}"
+        self.peers: Dict[bytes, Peer] = {}
+        self.ignored: Set[bytes] = set()  # refused connections, until they disconnect
+        self.counters = Counters()
+        self.outcomes: Dict[int, Dict[int, str]] = {}  # attempt -> {node: failed server or ""}
+        self.joined: Dict[int, Set[int]] = {}
+        self.vanished: List[str] = []  # servers whose launcher is gone after its "go"
+        self.left: Set[int] = set()  # nodes whose launcher ended cleanly after its "go"
+        self.connections: Set[int] = set()  # descriptors of the open connections
+        self.cap = connection_cap(nnodes)
+        self.rid_of: Dict[int, bytes] = {}  # descriptor -> routing id, once it sent something
+        sock = self.context.socket(zmq.ROUTER)
+        try:
+            socket_options(sock, silence_s)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a gone peer fails, not drops
+            # the kernel queues this many connections for libzmq's accept, no more (a flood's
+            # others wait for their SYN to be sent again): what libzmq accepts before the cap
+            # shuts it comes in bursts of at most this (every launcher of the job connects
+            # twice at the start: joblink_dial's check, then ZeroMQ)
+            sock.setsockopt(zmq.BACKLOG, 2 * nnodes + 32)
+            sock.bind(f"tcp://{ipv4_of(addr)}:{port}")
+            monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        except (zmq.ZMQError, OSError) as exc:
+            sock.close(0)
+            self.finish()  # (no thread yet: closes the wake-up pipe)
+            self.context.term()
+            if isinstance(exc, zmq.ZMQError):  # as a socket's bind says it (open_link)
+                raise OSError(exc.errno, exc.strerror) from None
+            raise
+        self.say_unsigned(self.where)
+        self.start(sock, monitor)
+
+    # -- what the launcher calls ---------------------------------------------------------
+
+    def agree(self, identity: Dict[str, str], attempt: int) -> Dict[str, str]:
+        if not valid_identity(identity):
+            raise ValueError(f"not a job identity the link can send: {identity!r}")
+        deadline, waiting = time.monotonic() + join_timeout(), WaitNote(self.note)
+        with self.cond:
+            while len(self.joined.get(attempt, ())) < self.nnodes - 1:
+                if self.broken:
+                    raise PlatformPluginError(f"multi-server start failed: {self.broken}")
+                # ended after an earlier attempt (Ctrl-C there never restarts; its own
+                # --max-restarts used up): it will not join this one
+                ended = sorted(self.left - self.joined.get(attempt, set()))
+                if ended:
+                    raise PlatformPluginError(
+                        f"the launcher of {', '.join(f'node{n}' for n in ended)} ended without "
+                        f"starting attempt {attempt + 1} (interrupted, its --max-restarts used "
+                        "up, or it failed: its output says)")
+                left = deadline - time.monotonic()
+                if not self.alive():
+                    raise PlatformPluginError("multi-server start failed: the job link on "
+                                              "this server stopped (its output says why)")
+                if left <= 0:
+                    raise PlatformPluginError(
+                        f"node(s) {self._missing(attempt)} did not join within "
+                        f"{join_timeout():g}s (they connect to --master-addr:--master-port+1 "
+                        "before starting their ranks); PLATFORM_RENDEZVOUS_TIMEOUT sets the wait")
+                waiting.check(lambda: f"waiting for node(s) {self._missing(attempt)} to join "
+                                      + (f"attempt {attempt + 1} " if attempt else "")
+                                      + f"on {self.where} (up to {join_timeout():g}s, "
+                                      "PLATFORM_RENDEZVOUS_TIMEOUT)")
+                self.cond.wait(min(left, 0.5))
+            # only those that joined this attempt (not one refused, nor one still connecting)
+            peers = [(rid, p) for rid, p in self.peers.items()
+                     if p.node is not None and p.joined == attempt]
+            for _, peer in peers:
+                peer.went.add(attempt)
+        for rid, peer in peers:
+            self._send(rid, peer, "go", attempt=attempt, identity=dict(identity))
+        return dict(identity)
+
+    def _missing(self, attempt: int) -> list[int]:
+        return sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
+
+    def tell_failed(self, server: str, reason: str, attempt: int) -> None:
+        self._stop_all(server, reason, attempt, source=None)
+
+    def gone(self) -> list[str]:
+        with self.cond:
+            return list(self.vanished)
+
+    def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
+        with self.cond:
+            ended = self.outcomes.setdefault(attempt, {})
+            ended[0] = "" if ok else server
+            # a server that falls silent is entered by the link's thread (tick): no endless wait
+            while len(ended) < self.nnodes and self.alive():
+                self.cond.wait(0.5)
+            for node in range(self.nnodes):
+                ended.setdefault(node, f"node{node}")
+            failed = sorted({f for f in ended.values() if f})
+            peers = list(self.peers.items())
+        for rid, peer in peers:
+            self._send(rid, peer, "outcome", attempt=attempt, failed=failed)
+        return failed
+
+    def close(self) -> None:
+        with self.cond:
+            peers = list(self.peers.items())
+        for rid, peer in peers:
+            self._send(rid, peer, "bye")
+        self.finish()
+
+    # -- the link's thread -----------------------------------------------------------------
+
+    def _send(self, rid: bytes, peer: Peer, op: str, **fields) -> None:
+        self.post([rid, *self.wire.pack(op, to=peer.sid, **fields)])
+
+    def _stop_all(self, server: str, reason: str, attempt: int, source: Optional[bytes]) -> None:
+        with self.cond:
+            if attempt in self.stops:
+                return
+            self.stops[attempt] = f"server {server}: {reason}"
+            self.cond.notify_all()
+            peers = [(rid, p) for rid, p in self.peers.items() if rid != source]
+        for rid, peer in peers:
+            self._send(rid, peer, "stop", server=server, reason=reason, attempt=attempt)
+
+    def _current(self) -> int:
+        with self.cond:
+            return max(self.joined, default=0)
+
+    def handle_event(self, monitor: zmq.Socket) -> bool:
+        """An accepted connection (capped) or a closed one (what it meant for the job)."""
+        try:
+            event, _ = monitor.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return False
+        kind, fd = int.from_bytes(event[:2], "little"), int.from_bytes(event[2:6], "little")
+        if kind == zmq.EVENT_ACCEPTED:
+            self.connections.add(fd)
+            if len(self.connections) > self.cap:
+                self.refused("too many connections", f"more than {self.cap} connections at "
+                             "once")
+                shut(fd, self.port)
+            return True
+        self.connections.discard(fd)
+        # what the connection sent before it closed (a "bye") counts first
+        while self.socket is not None and self.receive_one(self.socket):
+            pass
+        rid = self.rid_of.pop(fd, None)
+        if rid is not None:
+            self.ignored.discard(rid)
+            self._lost(rid, "its launcher is gone")
+        return True
+
+    def handle(self, frames: List[bytes], fd: int) -> None:
+        rid, rest = frames[0], frames[1:]
+        if rid in self.ignored:
+            return
+        self.rid_of[fd] = rid
+        message, why = self.wire.unpack(rest, TO_NODE_0)
+        peer = self.peers.get(rid)
+        if message is not None:
+            why = self._unwelcome(message, peer)
+        if message is None or why:
+            self._refuse(rid, why)
+            return
+        if peer is not None:
+            peer.heard = time.monotonic()
+        getattr(self, f"_on_{message['op']}")(rid, peer, message)
+
+    def _unwelcome(self, message: dict, peer: Optional[Peer]) -> str:
+        """Why a well-formed message is refused from this connection, "" when it is not."""
+        op = message["op"]
+        if not self.counters.fresh(message):
+            return f"replayed: {op}, a message seen before"
+        if op != "hello" and (peer is None or peer.sid != message["sid"]):
+            return f"not greeted: {op} from a connection that did not greet"
+        if op in ("failed", "ended") and (peer is None or peer.node is None):
+            return f"not joined: {op} from a connection that did not join"
+        return ""
+
+    def _refuse(self, rid: bytes, why: str) -> None:
+        kind = why.split(":")[0].split(" (")[0]
+        self.refused(kind, why)
+        self.ignored.add(rid)
+        for fd in [fd for fd, known in self.rid_of.items() if known == rid]:
+            shut(fd, self.port)
+        if rid in self.peers:
+            self._lost(rid, "it sent a message the link refused")
+
+    def _on_hello(self, rid: bytes, peer: Optional[Peer], message: dict) -> None:
+        guests = sum(1 for p in self.peers.values() if p.node is None)
+        if peer is not None or guests >= MAX_GUESTS:
+            self._refuse(rid, "hello: a second greeting, or too many connections greeting")
+            return
+        peer = Peer(message["sid"], time.monotonic())
+        with self.cond:  # (agree, conclude and close read the peers from other threads)
+            self.peers[rid] = peer
+        self._send(rid, peer, "welcome", protocol=PROTOCOL)
+
+    def _on_join(self, rid: bytes, peer: Peer, message: dict) -> None:
+        node, attempt = message["node"], message["attempt"]
+        if not 1 <= node < self.nnodes or peer.node not in (None, node):
+            self._refuse(rid, f"join: node {node} is not one of 1..{self.nnodes - 1}"
+                         if peer.node is None else "join: another node on one connection")
+            return
+        if message["nnodes"] != self.nnodes:
+            self._send(rid, peer, "refused", reason=f"node 0 runs --nnodes {self.nnodes}, this "
+                       f"launcher {message['nnodes']}")
+            return
+        with self.cond:
+            # a second launcher of one --node-rank would start the same ranks again
+            if any(p.node == node for r, p in self.peers.items() if r != rid):
+                refused = (f"another launcher already joined as --node-rank {node}: every "
+                           f"server needs its own --node-rank (1..{self.nnodes - 1} besides "
+                           "node 0)")
+            else:
+                refused = ""
+                peer.node, peer.joined = node, attempt
+                self.joined.setdefault(attempt, set()).add(node)
+                self.cond.notify_all()
+        if refused:
+            self._send(rid, peer, "refused", reason=refused)
+
+    def _on_failed(self, rid: bytes, peer: Peer, message: dict) -> None:
+        self._stop_all(message["server"], message["reason"], message["attempt"], rid)
+
+    def _on_ended(self, rid: bytes, peer: Peer, message: dict) -> None:
+        with self.cond:
+            self.outcomes.setdefault(message["attempt"], {})[peer.node or 0] = (
+                "" if message["ok"] else message["server"])
+            self.cond.notify_all()
+
+    def _on_ping(self, rid: bytes, peer: Peer, message: dict) -> None:
+        pass  # heard: that is all a ping says
+
+    def _on_bye(self, rid: bytes, peer: Peer, message: dict) -> None:
+        peer.said_bye = True
+
+    def _lost(self, rid: bytes, why: str) -> None:
+        """A connection closed, fell silent or was refused: what it means for the job."""
+        with self.cond:
+            peer = self.peers.pop(rid, None)
+            if peer is None or peer.node is None or self.closing:
+                return
+            if not peer.went:  # gone (Ctrl-C, killed) while it waited: it started nothing
+                self.joined.get(peer.joined, set()).discard(peer.node)
+                return
+            if peer.said_bye:  # ended cleanly after an attempt: it joins no later one
+                self.left.add(peer.node)
+                self.cond.notify_all()
+                return
+            server = f"node{peer.node}"
+            # no later attempt can start without it (agree() would wait for it in vain)
+            self.broken = self.broken or f"server {server}: {why}"
+            self.vanished.append(server)
+        attempt = self._current()
+        self._stop_all(server, why, attempt, rid)
+        with self.cond:  # it will never report: its part of the job failed
+            self.outcomes.setdefault(attempt, {}).setdefault(peer.node, server)
+            self.cond.notify_all()
+
+    def tick(self, now: float) -> None:
+        """Ping every connection that greeted; one silent past the deadline is lost."""
+        for rid, peer in list(self.peers.items()):
+            if now - peer.heard > self.silence_s:
+                self.ignored.add(rid)
+                self._lost(rid, f"silent for {self.silence_s:g} s (frozen or cut off)")
+            else:
+                self._send(rid, peer, "ping")

@@ -1,0 +1,56 @@
+"""The key that signs the job link's messages on the `--nnodes` route (wire.py): whoever holds
+it is one of the job's launchers. The rank-table route derives its own from the table's bytes
+(link.py) and passes it through `link_key` as `derived`.
+
+1. `--job-key` / `PLATFORM_JOB_KEY`: the key itself, or `@FILE`: a file only its owner may
+   read (0600, as ssh and Jupyter's connection files), the same on every server;
+2. else the job id when one is given (`--job-id` / `PLATFORM_JOB_ID`): it keeps another job's
+   launchers (or a stray one) out, but anyone who knows the id can sign;
+3. else None: the channel is unauthenticated, as torchrun's TCP store is (docs/launch.md says
+   who can then stop or start the job).
+The key is never printed nor written anywhere.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+
+from platform_plugin.errors import ConfigError, Problem
+
+DEFAULT_SILENCE_S = 60.0  # --heartbeat-timeout / PLATFORM_HEARTBEAT_TIMEOUT when unset
+
+
+def link_key(job_key: str | None, job_id: str | None, derived: bytes | None = None
+             ) -> bytes | None:
+    """The HMAC key of a job's link (see the module doc), None when the job has none."""
+    if job_key:
+        secret = _read(job_key[1:]) if job_key.startswith("@") else job_key.encode()
+    elif derived is not None:
+        return derived
+    elif job_id:
+        secret = b"job-id\0" + job_id.encode()
+    else:
+        return None
+    return hashlib.sha256(b"platform-plugin job link\0" + secret).digest()
+
+
+def _read(path: str) -> bytes:
+    def refuse(why: str) -> ConfigError:
+        return ConfigError([Problem("LAUNCH_JOB_KEY", f"--job-key @{path[:200]}: {why}",
+                                    "--job-key")])
+    try:
+        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise refuse(f"cannot be read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse("is not a regular file")
+        if info.st_mode & 0o077:
+            raise refuse(f"other users may read it (mode {stat.S_IMODE(info.st_mode):o}): "
+                         "chmod 600 it, a key others can read signs for them too")
+        secret = fh.read(4096).strip()
+    if not secret:
+        raise refuse("is empty")
+    return secret
