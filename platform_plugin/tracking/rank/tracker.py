@@ -11,8 +11,9 @@ handler chained in front of the program's own writes the buffer, then lets the s
 it did before. Only SIGKILL can lose the last 0.2 s.
 
 Values over MLflow's documented limits (param values 6,000 characters, tag values 8,000, names
-250) are refused here, with a warning naming them, and counted in the job's delivery report:
-sent on, they would be refused by the store or stall a server's request.
+250, a step outside its 64-bit range, a metric value that is no number) are refused here, with a
+warning naming them, and counted in the job's delivery report: sent on, they would be refused
+by the store or stall a server's request.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 # MLflow's limits (mlflow.utils.validation: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
 # MAX_TAG_VAL_LENGTH), kept here so a rank never imports MLflow
 MAX_NAME_CHARS, MAX_PARAM_CHARS, MAX_TAG_CHARS = 250, 6000, 8000
+# a step is MLflow's long (64-bit); a value any float: NaN and +/-inf are stored as MLflow
+# stores them. The timestamp is this process's clock, always in range.
+MIN_STEP, MAX_STEP = -(1 << 63), (1 << 63) - 1
 REFUSED_KEY = ""  # the key cache's mark for a metric name over the limit (a real key is never empty)
 
 
@@ -65,8 +69,16 @@ class Tracker:
             return
         if step is None:
             step = self._steps.get(name, 0)
+        try:
+            number, step = float(value), int(step)
+        except (TypeError, ValueError, OverflowError) as exc:  # a value MLflow takes is a float
+            self._refuse("m", name, f"value {str(value)[:40]!r} or step {str(step)[:40]!r}: {exc}")
+            return
+        if not MIN_STEP <= step <= MAX_STEP:
+            self._refuse("m", name, f"step {step} outside MLflow's 64-bit range")
+            return
         self._steps[name] = step + 1
-        self._writer.append(encode_metric(key, float(value), int(step), int(time.time() * 1000)))
+        self._writer.append(encode_metric(key, number, step, int(time.time() * 1000)))
 
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
         for name, value in metrics.items():
