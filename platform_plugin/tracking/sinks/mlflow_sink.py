@@ -69,17 +69,6 @@ def store_lock(uri: str):
         os.close(fd)
 
 
-PERMANENT_CODES = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST")
-# the DBAPI modules whose DataError means "this value never fits" (out of range, too long)
-DATA_ERROR_MODULES = ("sqlalchemy.exc", "psycopg2", "sqlite3")
-
-
-def _data_errors() -> tuple:
-    """The DataError classes of the database modules loaded (none can be raised before)."""
-    found = (sys.modules.get(name) for name in DATA_ERROR_MODULES)
-    return tuple(module.DataError for module in found if module is not None and hasattr(module, "DataError"))
-
-
 class MlflowSink:
     name = "mlflow"
     limits = {"m": 1000, "p": 100, "t": 100, "a": 1, "total": 1000}  # MLflow's log_batch limits
@@ -347,26 +336,10 @@ class MlflowSink:
                                                          metrics=metrics[start:start + step])
 
     def is_permanent(self, exc: BaseException) -> bool:
-        """The store will refuse these records whatever the retry: MLflow's refusal of a value
-        or a run (HTTP 400 INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST), a request too
-        large for the server (413), a number the database cannot hold (sqlite's OverflowError,
-        a DataError of the driver or SQLAlchemy). Anything else (a refused connection, a 5xx,
-        a locked database, a timeout) may pass: the batch waits for the next pass."""
-        if isinstance(exc, (FileNotFoundError, IsADirectoryError, OverflowError)):
-            return True
-        if isinstance(exc, _data_errors()):
-            return True
-        if mlflow_rest.http_status(exc) == 413:  # a request too large for the server: resending cannot help
-            return True
-        return isinstance(exc, mlflow_rest.errors(None)) and getattr(exc, "error_code", None) in PERMANENT_CODES
+        return mlflow_rest.permanent(exc)
 
     def refuses_run(self, exc: BaseException) -> bool:
-        """The refusal is the run's (unknown, deleted): every record of the batch shares it."""
-        if not isinstance(exc, mlflow_rest.errors(None)):
-            return False
-        code = getattr(exc, "error_code", None)
-        return code == "RESOURCE_DOES_NOT_EXIST" or (
-            code == "INVALID_PARAMETER_VALUE" and "must be in the 'active' state" in str(exc))
+        return mlflow_rest.refused_run(exc)
 
     # --- end of job -------------------------------------------------------------------------
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
