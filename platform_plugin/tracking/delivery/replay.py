@@ -21,7 +21,7 @@ from platform_plugin.tracking.delivery.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import READ_BYTES, Counts, Forwarder
 from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
 from platform_plugin.tracking.sinks import get_sink
-from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig, StreamState, read_json, stream_lock
+from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
