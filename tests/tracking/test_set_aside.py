@@ -153,3 +153,60 @@ def test_two_syncs_at_once_send_each_batch_once(tracking_env, tmp_path, store, r
     # the parent's aggregates of the steps the syncs delivered: each step once, over every rank
     means = sorted((m.step, m.value) for m in c.get_metric_history(parent, "loss/mean"))
     assert means == [(step, 1.5 * 20_000 + step) for step in range(20_000)]
+
+
+def test_what_is_permanent_and_what_may_pass(tmp_path):
+    """Real errors of the stores and the network: a number sqlite cannot hold and MLflow's
+    refusals are permanent; a locked database, a refused connection and a 5xx may pass."""
+    import socket
+    import sqlite3
+
+    from platform_plugin.tracking.sinks.mlflow_rest import error_of, permanent
+    from tests.tracking.helpers import hold_port
+
+    db = tmp_path / "x.db"
+    holder, other = sqlite3.connect(db), sqlite3.connect(db, timeout=0)
+    holder.execute("CREATE TABLE t (n INTEGER)")
+    holder.commit()
+    holder.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(sqlite3.OperationalError, match="locked") as locked:
+        other.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(OverflowError) as overflow:
+        holder.execute("INSERT INTO t VALUES (?)", (BAD_STEP,))
+    holder.close()
+    other.close()
+    closed = hold_port()  # bound, not listening: a connection to it is refused
+    with pytest.raises(ConnectionRefusedError) as refused:
+        socket.create_connection(closed.getsockname()[:2], timeout=5)
+    closed.close()
+    refusal = b'{"error_code": "INVALID_PARAMETER_VALUE", "message": "step"}'
+    assert permanent(overflow.value)
+    assert permanent(error_of("POST", "/x", 400, refusal))
+    assert permanent(error_of("POST", "/x", 404, b'{"error_code": "RESOURCE_DOES_NOT_EXIST"}'))
+    assert not permanent(locked.value)
+    assert not permanent(refused.value)
+    assert not permanent(error_of("POST", "/x", 500, b"Internal Server Error"))
+    assert not permanent(error_of("POST", "/x", 503, b"{}"))
+
+
+@pytest.mark.slow
+def test_into_postgresql_opened_directly_an_out_of_range_step_is_set_aside(tracking_env, tmp_path,
+                                                                          postgres_mlflow):
+    """The forwarder's own SQL path into PostgreSQL: psycopg2's NumericValueOutOfRange (a
+    DataError) is permanent."""
+    tracking_env.setenv("MLFLOW_TRACKING_URI", postgres_mlflow.pg_uri)
+    jt, tracker = _spool_job(tmp_path, 1, 100)
+    spool = Path(jt.spool_dir)
+    with open(spool / "rank_0.jsonl", "a") as f:
+        f.write(json.dumps(["m", "loss", 7.0, BAD_STEP, 1]) + "\n")
+    t = tracker(0)
+    for step in range(100, 200):
+        t.log_metric("loss", float(step), step=step)
+    t.close()
+    forwarder = Forwarder(jt.spool_dir, jt.config, get_sink(jt.sink))
+    assert forwarder.pump()
+    state = StreamState.load(spool, "rank_0")
+    assert (state.delivered, state.rejected) == (200, 1), state.last_error
+    (kept,) = [json.loads(line) for line in (spool / "rank_0.jsonl.rejected").read_text().splitlines()]
+    assert "NumericValueOutOfRange" in kept["reason"] or "out of range" in kept["reason"]
+    assert len(client(postgres_mlflow.pg_uri).get_metric_history(state.run_id, "loss")) == 200
