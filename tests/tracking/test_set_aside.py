@@ -210,3 +210,23 @@ def test_into_postgresql_opened_directly_an_out_of_range_step_is_set_aside(track
     (kept,) = [json.loads(line) for line in (spool / "rank_0.jsonl.rejected").read_text().splitlines()]
     assert "NumericValueOutOfRange" in kept["reason"] or "out of range" in kept["reason"]
     assert len(client(postgres_mlflow.pg_uri).get_metric_history(state.run_id, "loss")) == 200
+
+
+@pytest.mark.parametrize("name", ["acc(top1)", "a/../b", "/abs", "..", "", "x\ny", "n" * 251])
+def test_the_rank_refuses_a_name_mlflow_refuses(tracking_env, tmp_path, name):
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_metric
+
+    with pytest.raises(MlflowException):  # MLflow's own verdict on the name
+        _validate_metric(name, 1.0, 1, 0)
+    jt, tracker = _spool_job(tmp_path, 1, 0)
+    t = tracker(0)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        t.log_metric(name, 1.0)
+        t.log_param(name, 1)
+        t.set_tag(name, "x")
+        t.log_metric("loss/mean-0 top:1", 1.0)  # what MLflow takes passes
+    t.close()
+    lines = [json.loads(line) for line in (Path(jt.spool_dir) / "rank_0.jsonl").read_text().splitlines()]
+    assert [line[:2] for line in lines] == [["r", "m"], ["r", "p"], ["r", "t"], ["m", "loss/mean-0 top:1"]]
