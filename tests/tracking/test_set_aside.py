@@ -92,7 +92,11 @@ def _spool_job(tmp_path: Path, ranks: int, points: int):
     return jt, tracker
 
 
-def test_a_run_deleted_mid_job_sets_its_points_aside_and_sync_ends_0(tracking_env, tmp_path):
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("team server", marks=pytest.mark.slow)])
+def test_a_run_deleted_mid_job_sets_its_points_aside_and_sync_ends_0(tracking_env, tmp_path, store,
+                                                                     request):
+    if store == "team server":
+        tracking_env.setenv("MLFLOW_TRACKING_URI", request.getfixturevalue("postgres_mlflow"))
     jt, tracker = _spool_job(tmp_path, 2, 100)
     spool = Path(jt.spool_dir)
     forwarder = Forwarder(jt.spool_dir, jt.config, get_sink(jt.sink))
