@@ -38,8 +38,10 @@ def wflogger_standin(tracking_env, tmp_path, monkeypatch):
 
 
 class ServerUri(str):
-    """The tracking URI, carrying the database URI behind the server (`pg_uri`)."""
+    """The tracking URI, carrying the database URI behind the server (`pg_uri`) and the
+    server's log (`log_path`)."""
     pg_uri = ""
+    log_path = ""
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +70,7 @@ def postgres_mlflow():
                                  artifacts=os.path.join(root, "artifacts"), folder=root)
         uri = ServerUri(f"http://127.0.0.1:{port}")
         uri.pg_uri = pg.uri  # the bulk route's tests compare rows in the database
+        uri.log_path = os.path.join(root, "mlflow-server.log")  # ... and look for tracebacks
         wait_healthy(uri, proc, log_path=os.path.join(root, "mlflow-server.log"), timeout=180)
         yield uri
     finally:

@@ -175,3 +175,31 @@ def test_a_step_outside_int64_is_left_out_and_does_not_shift_the_ranks_passes():
     jobs = aggregates.JobAggregates(["0", "1"], sink=None, config=None)
     jobs.aggregator = agg
     assert "1 points with a step outside MLflow's 64-bit range" in jobs.problems()
+
+
+class Recording:
+    """A sink's `deliver_aggregates` that keeps what it was given."""
+
+    def __init__(self):
+        self.points: list = []
+
+    def deliver_aggregates(self, config, points) -> None:
+        self.points += [(p.key, p.step, p.value) for p in points]
+
+
+def test_what_was_sent_is_recorded_so_a_later_pass_over_the_same_points_sends_only_the_rest(tmp_path):
+    """The helper sends the aggregates of steps 0-1 and dies; `sync` feeds the same points back
+    (read from the spools) plus the rest: it sends steps 2-3 only, the last one a pass of its
+    own after the step counter went back."""
+    from platform_plugin.tracking.delivery.aggregates import SENT_FILE, JobAggregates
+    first, later = Recording(), Recording()
+    helper = JobAggregates(["0", "1"], first, None, spool_dir=str(tmp_path))
+    for label, value in (("0", 1.0), ("1", 3.0)):
+        helper.delivered(label, [["m", "loss", value, s, 1] for s in range(2)])
+    assert helper.send() and (tmp_path / SENT_FILE).exists()
+    assert sorted(step for key, step, _ in first.points if key == "loss/mean") == [0, 1]
+    sync = JobAggregates(["0", "1"], later, None, spool_dir=str(tmp_path))
+    for label, value in (("0", 1.0), ("1", 3.0)):
+        sync.delivered(label, [["m", "loss", value, s, 1] for s in (0, 1, 2, 0)])
+    assert sync.finish()
+    assert [(step, v) for key, step, v in later.points if key == "loss/mean"] == [(2, 2.0), (0, 2.0)]

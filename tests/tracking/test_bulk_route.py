@@ -7,6 +7,7 @@ every point once."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 
 import pytest
@@ -84,6 +85,55 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
                                extra_headers={"Content-Type": "application/json"})
         assert refused.status_code == 400 and "INVALID_PARAMETER_VALUE" in refused.text, point
     assert rows(postgres_mlflow.pg_uri, active) == ([], [])  # nothing of a refused request stored
+
+
+# a valid point first: a refused request stores nothing of it either
+REFUSED = {
+    "step 1e23": ["loss", 1.0, 1e23, 1],
+    "step 2**63": ["loss", 1.0, 2 ** 63, 1],
+    "step below int64": ["loss", 1.0, -2 ** 63 - 1, 1],
+    "step 1.5": ["loss", 1.0, 1.5, 1],
+    "timestamp 1e30": ["loss", 1.0, 0, 1e30],
+    "timestamp 2**63": ["loss", 1.0, 0, 2 ** 63],
+    "negative timestamp": ["loss", 1.0, 0, -1],
+    "300-character name": ["n" * 300, 1.0, 0, 1],
+    "100,000-character name": ["n" * 100_000, 1.0, 0, 1],
+    "name with a NUL": ["lo\x00ss", 1.0, 0, 1],
+    "name no string": [5, 1.0, 0, 1],
+    "value a string": ["loss", "x", 0, 1],
+    "value null": ["loss", None, 0, 1],
+    "value a bool": ["loss", True, 0, 1],
+    "three fields": ["loss", 1.0, 0],
+    "no list": {"k": 1},
+}
+
+
+@pytest.mark.parametrize("point", list(REFUSED.values()), ids=list(REFUSED))
+def test_bulk_route_refuses_what_mlflow_refuses_with_its_400_before_the_database(postgres_mlflow, point):
+    from mlflow.utils.rest_utils import http_request
+    c = client(postgres_mlflow)
+    run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
+    body = json.dumps({"runs": [{"run_id": run, "metrics": [["ok", 1.0, 0, 1], point]}]})
+    logged = os.path.getsize(postgres_mlflow.log_path)
+    answer = http_request(c._tracking_client.store.get_host_creds(), ROUTE, "POST", data=body,
+                          extra_headers={"Content-Type": "application/json"}, max_retries=0)
+    assert answer.status_code == 400, answer.text[:500]
+    error = answer.json()  # MLflow's error body
+    assert error["error_code"] == "INVALID_PARAMETER_VALUE" and error["message"]
+    assert len(answer.text) < 2000  # a 100,000-character name is not echoed back
+    assert rows(postgres_mlflow.pg_uri, run) == ([], [])
+    with open(postgres_mlflow.log_path, "rb") as log:
+        log.seek(logged)  # what the server logged of this request
+        assert b"Traceback" not in log.read()
+
+
+def test_bulk_route_refuses_a_run_id_mlflow_could_not_have_made(postgres_mlflow):
+    from mlflow.utils.rest_utils import http_request
+    c = client(postgres_mlflow)
+    body = json.dumps({"runs": [{"run_id": "x" * 300 + "\x00", "metrics": [["ok", 1.0, 0, 1]]}]})
+    answer = http_request(c._tracking_client.store.get_host_creds(), ROUTE, "POST", data=body,
+                          extra_headers={"Content-Type": "application/json"}, max_retries=0)
+    assert answer.status_code == 400 and answer.json()["error_code"] == "INVALID_PARAMETER_VALUE"
 
 
 def test_plain_mlflow_server_falls_back_to_log_batch_and_says_so_once(tmp_path, capfd):

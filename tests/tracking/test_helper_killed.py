@@ -2,7 +2,8 @@
 `platform-run server`-style server with the bulk route, MLflow never imported by the helper)
 and on its sqlite path, then `platform-run sync`: every point stored exactly once. A real server, a real launch, a real
 kill -9: batches the server committed before the helper could record them are sent again by
-sync and must not be stored twice."""
+sync and must not be stored twice, and the parent's per-step aggregates end complete (sync
+recomputes those of the steps it delivers, with the points the helper delivered before)."""
 from __future__ import annotations
 
 import contextlib
@@ -72,10 +73,20 @@ def test_helper_sigkilled_mid_delivery_then_sync_stores_every_point_once(trackin
         assert sync.returncode == 0, sync.stdout + sync.stderr
         assert f"delivered {2 * STEPS}, pending 0" in sync.stdout, sync.stdout
         assert _stored(database) == [(STEPS, STEPS)] * 2
+        # the parent's aggregates: every step once, the helper's and sync's together
+        assert _aggregated(database) == (STEPS, STEPS, 0)
         again = subprocess.run([cli, "sync", result.job_id], capture_output=True, text=True,
                                timeout=300)
         assert again.returncode == 0 and "sent 0 now" in again.stdout, again.stdout
         assert _stored(database) == [(STEPS, STEPS)] * 2
+
+
+def _aggregated(store: Path) -> tuple[int, int, int]:
+    """(points, distinct steps, points whose value is not their step) of the parent's
+    `loss/mean` (both ranks log `float(step)` at every step)."""
+    with sqlite3.connect(store) as db:
+        return db.execute("SELECT COUNT(*), COUNT(DISTINCT step), SUM(value != step) FROM metrics "
+                          "WHERE key = 'loss/mean'").fetchone()
 
 
 def _kill_the_helper_mid_delivery(tmp_path: Path):

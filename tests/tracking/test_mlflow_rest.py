@@ -116,7 +116,10 @@ def test_rest_errors_keep_mlflows_codes_and_the_sink_judges_them_alike(postgres_
     with pytest.raises(mlflow_rest.RestError) as deleted:
         sink._bulk.post(rest, postgres_mlflow, run, [("loss", 1.0, 0, 1)])
     assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"
-    assert sink.is_permanent(deleted.value) and not sink.is_permanent(unknown.value)
+    # both refusals are the run's, for good: its records are set aside, a batch at a time
+    assert sink.is_permanent(deleted.value) and sink.is_permanent(unknown.value)
+    assert sink.refuses_run(deleted.value) and sink.refuses_run(unknown.value)
+    assert not sink.refuses_run(twice.value)
 
 
 class _Recorder(BaseHTTPRequestHandler):

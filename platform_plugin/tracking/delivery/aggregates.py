@@ -15,16 +15,22 @@ is aggregated with the n-th pass of the others, as the children's histories hold
 of a step already emitted (a rank more than MAX_OPEN_STEPS behind) is counted as `late` and left
 out: one aggregate per step and pass.
 
-Not persisted: if the launcher dies mid-job, the parent lacks the aggregates of the steps still
-open then (the children's points are complete either way; `platform-run sync` does not
-recompute aggregates).
+What was sent is recorded in `aggregates.json` beside the spools (per aggregate key, the
+highest step key sent), so `platform-run sync` recomputes the rest: it feeds the aggregator the
+points delivered before it (read back from the spools, not sent again), then the points it
+delivers, and sends every aggregate beyond that record - the steps open when a forwarding
+helper died and every step after them. An aggregate the helper sent just before dying, before
+its record was written, is sent again identically: the store ignores an exact repeat.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
 import math
+import os
 import re
+
+from platform_plugin.tracking.delivery.state import read_json, write_json_atomic
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has
@@ -33,6 +39,7 @@ OFFSET = 1 << 63
 PASS = 1 << 64
 # one device's metric (the launcher's system/npu_4_*, system/gpu_0_*): only its rank logs it
 PER_DEVICE = re.compile(r"^system/(npu|gpu)_\d+_")
+SENT_FILE = "aggregates.json"  # {"sent": {aggregate key: the highest step key sent}}
 
 
 def is_throughput(name: str) -> bool:
@@ -56,6 +63,7 @@ class AggregatePoint:
     value: float
     step: int
     timestamp_ms: int
+    order: int = 0  # the step's key in its metric (pass and step): emitted in increasing order
 
 
 class _Metric:
@@ -85,16 +93,16 @@ class _Metric:
 STATS = ("mean", "min", "max")
 
 
-def _summary(keys: tuple, step: int, values: list[float], timestamp_ms: int) -> list[AggregatePoint]:
+def _summary(keys: tuple, step: int, values: list[float], timestamp_ms: int, order: int) -> list[AggregatePoint]:
     finite = [v for v in values if v == v]  # NaN is the one value unequal to itself
     if not finite:
         return []
     total = math.fsum(finite)
-    out = [AggregatePoint(keys[0], total / len(finite), step, timestamp_ms),
-           AggregatePoint(keys[1], min(finite), step, timestamp_ms),
-           AggregatePoint(keys[2], max(finite), step, timestamp_ms)]
+    out = [AggregatePoint(keys[0], total / len(finite), step, timestamp_ms, order),
+           AggregatePoint(keys[1], min(finite), step, timestamp_ms, order),
+           AggregatePoint(keys[2], max(finite), step, timestamp_ms, order)]
     if len(keys) > 3:
-        out.append(AggregatePoint(keys[3], total, step, timestamp_ms))
+        out.append(AggregatePoint(keys[3], total, step, timestamp_ms, order))
     return out
 
 
@@ -171,7 +179,7 @@ class StepAggregator:
         for key in metric.order[:count]:
             values = open_.pop(key).values()
             step = (key & (PASS - 1)) - OFFSET
-            out.extend(_summary(keys, step, [v for v, _ in values], max(t for _, t in values)))
+            out.extend(_summary(keys, step, [v for v, _ in values], max(t for _, t in values), key))
         metric.emitted = max(metric.emitted, metric.order[count - 1])
         del metric.order[:count]
 
@@ -190,15 +198,24 @@ class JobAggregates:
     """Feeds the aggregator with what the forwarder delivered and ships the finished steps to
     the sink's job run. A failed send keeps them for the next pass; never raises."""
 
-    def __init__(self, labels, sink, config, batch: int = 1000):
+    def __init__(self, labels, sink, config, batch: int = 1000, spool_dir=None):
         self.aggregator = StepAggregator(labels)
         self.sink, self.config, self.batch = sink, config, batch
         self.ready: list[AggregatePoint] = []
         self.sent = 0
         self.last_error = ""
+        self.record = None if spool_dir is None else os.path.join(spool_dir, SENT_FILE)
+        saved = read_json(self.record) if self.record else None
+        # aggregate key -> the highest step key sent (by this process or an earlier one)
+        self.sent_up_to: dict[str, int] = dict((saved or {}).get("sent", {}))
 
     def delivered(self, label: str, records: list[list]) -> None:
-        self.ready.extend(self.aggregator.add_batch(label, records))
+        """Points the store has (delivered now, or before: a sync reading them back)."""
+        done = self.sent_up_to
+        points = self.aggregator.add_batch(label, records)
+        if done:
+            points = [p for p in points if p.order > done.get(p.key, -OFFSET - 1)]
+        self.ready.extend(points)
 
     def send(self, full_only: bool = False) -> bool:
         """Ship what is ready, `batch` points a call; `full_only`: only whole batches (while the
@@ -212,7 +229,20 @@ class JobAggregates:
                 return False
             del self.ready[:len(chunk)]
             self.sent += len(chunk)
+            self._sent(chunk)
         return True
+
+    def _sent(self, chunk: list[AggregatePoint]) -> None:
+        """Record the highest step key sent per aggregate key (a small file, once a chunk)."""
+        done = self.sent_up_to
+        for point in chunk:
+            if point.order > done.get(point.key, -OFFSET - 1):
+                done[point.key] = point.order
+        if self.record is not None:
+            try:
+                write_json_atomic(self.record, {"sent": done})
+            except OSError as exc:  # a full disk: a later sync sends these again (repeats: ignored)
+                self.last_error = f"aggregates: cannot record what was sent: {exc}"[:500]
 
     def finish(self) -> bool:
         self.ready.extend(self.aggregator.flush())
@@ -229,3 +259,13 @@ class JobAggregates:
             said.append(f"aggregates: {self.aggregator.outside} points with a step outside "
                         "MLflow's 64-bit range were left out")
         return "\n".join(said)
+
+
+def job_aggregates(config, sink, spool_dir, batches: int = 4):
+    """Per-step aggregates across ranks into the job's run (layout runs, a sink that has them),
+    shipped in batches as large as `batches` of the points' (a transaction each: aggregates are
+    as many rows as the points)."""
+    if not (hasattr(sink, "deliver_aggregates") and config.layout == "runs" and config.job.get("parent")):
+        return None
+    limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
+    return JobAggregates(config.ranks, sink, config, batch=limits["m"] * batches, spool_dir=spool_dir)

@@ -12,8 +12,11 @@ timestamp is taken in the rank and kept in the spool) and of a param, so the rep
 there. `sync` and a live forwarder cannot overlap on a stream (the flock).
 
 Nothing blocks a stream for good: a line too large to deliver is copied to
-`<stream>.jsonl.quarantine` and passed; a record the sink refuses for good is counted as
-rejected and passed; `["r", ...]` lines (refused by the tracker in the rank) are counted only.
+`<stream>.jsonl.quarantine` and passed; a record the sink refuses for good (`is_permanent`: an
+out-of-range number, a name MLflow refuses, a deleted run) is found by sending the refused batch
+in halves, set aside in `<stream>.jsonl.rejected` with the store's reason, counted as rejected
+and passed; a failure that may pass (a server down, a locked database, a timeout) keeps the
+batch for the next pass. `["r", ...]` lines (refused by the tracker in the rank) are counted only.
 A round's turns run in parallel (`workers` threads, one stream per thread at a time, so each
 stream keeps its order). Observers (`delivered(label, records)`) see every accepted batch.
 """
@@ -28,7 +31,8 @@ from typing import Any
 
 from platform_plugin.tracking.delivery import offsets
 from platform_plugin.tracking.delivery.offsets import Counts, drain_timeout, spool_labels  # noqa: F401
-from platform_plugin.tracking.delivery.reading import Passed, Reading, advance, batches, next_batch  # noqa: F401
+from platform_plugin.tracking.delivery.reading import (Passed, Reading, advance, batches,  # noqa: F401
+                                                       next_batch, set_records_aside)
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
@@ -217,57 +221,61 @@ class Forwarder:
         refused = sum(1 for record, _ in batch if record[0] == "r")
         records = [record for record, _ in batch if record[0] != "r"]
         if records:
-            # counted once the whole batch is through: after a transient failure midway it is
-            # resent whole, and its delivered part must not count (or be aggregated) twice
+            # counted (and set aside) once the whole batch is through: after a transient failure
+            # midway it is resent whole, and its delivered part must not count (or be
+            # aggregated) twice, nor its refused part be set aside twice
             accepted: list = []
-            rejected = self._send_records(label, state, records, accepted)
-            if rejected < 0:
+            set_aside: list = []
+            if not self._send_records(label, state, records, accepted, set_aside):
                 return False
-            state.rejected += rejected
+            if set_aside:
+                set_records_aside(self.spool_dir, stream_name(label), set_aside)
+                state.rejected += len(set_aside)
+                state.last_error = f"set aside {_shown(set_aside[-1][0])}: {set_aside[-1][1]}"[:500]
             state.delivered += len(accepted)
             if accepted:
                 self._observe(label, accepted)
         state.refused += refused
         return True
 
-    def _send_records(self, label: str, state: StreamState, records: list,
-                      accepted: list) -> int:
-        """Deliver `records`, adding what was accepted to `accepted`: the number rejected for
-        good, or -1 for a transient failure (the batch is resent later; the sink ignores what
-        it already has)."""
+    def _send_records(self, label: str, state: StreamState, records: list, accepted: list,
+                      set_aside: list) -> bool:
+        """Deliver `records`: what the store took goes to `accepted`, what it refuses for good
+        to `set_aside` as (record, reason). False on a transient failure (the batch is resent
+        later; the sink ignores what it already has)."""
         try:
             self.sink.deliver(self.config, label, state, records)
         except Exception as exc:  # noqa: BLE001
             if not self.sink.is_permanent(exc):
                 self.last_error = state.last_error = f"{type(exc).__name__}: {exc}"[:500]
-                return -1
-            if len(records) == 1:
-                state.last_error = f"rejected {str(records[0][:2])[:200]}: {exc}"[:500]
-                return 1
-            return self._in_halves(label, state, records, accepted)
+                return False
+            reason = f"{type(exc).__name__}: {exc}"[:500]
+            if len(records) == 1 or self._refuses_run(exc):  # the run refuses every record alike
+                set_aside += [(record, reason) for record in records]
+                return True
+            return self._in_halves(label, state, records, accepted, set_aside)
         accepted += records
-        return 0
+        return True
 
-    def _in_halves(self, label: str, state: StreamState, records: list, accepted: list) -> int:
+    def _refuses_run(self, exc: BaseException) -> bool:
+        refuses_run = getattr(self.sink, "refuses_run", None)
+        return bool(refuses_run and refuses_run(exc))
+
+    def _in_halves(self, label: str, state: StreamState, records: list, accepted: list,
+                   set_aside: list) -> bool:
         """Refused for good: in halves until what is refused is alone, so the rest still go (a
         request too large for the server, HTTP 413, passes in halves; one bad record costs ~2
-        log2(n) requests, not n). A first half refused whole hints that all are bad (a deleted
-        run refuses each record): the second half then goes one by one - n + log2(n) requests
-        when every record is refused, not 2n - 1."""
+        log2(n) requests, not n). A first half refused whole hints that all are bad: the
+        second half then goes one by one - n + log2(n) requests when every record is refused,
+        not 2n - 1 (a refusal of the run itself sets the whole batch aside at once)."""
         half = len(records) // 2
-        first = self._send_records(label, state, records[:half], accepted)
-        if first < 0:
-            return -1
-        if first < half:
-            second = self._send_records(label, state, records[half:], accepted)
-            return -1 if second < 0 else first + second
-        rejected = first
-        for record in records[half:]:
-            one = self._send_records(label, state, [record], accepted)
-            if one < 0:
-                return -1
-            rejected += one
-        return rejected
+        before = len(set_aside)
+        if not self._send_records(label, state, records[:half], accepted, set_aside):
+            return False
+        if len(set_aside) - before < half:
+            return self._send_records(label, state, records[half:], accepted, set_aside)
+        return all(self._send_records(label, state, [record], accepted, set_aside)
+                   for record in records[half:])
 
     def _observe(self, label: str, records: list) -> None:
         """Observers (e.g. per-step aggregates) see each accepted batch; one failing must not
@@ -321,3 +329,8 @@ class Forwarder:
                 return True
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         return self.all_delivered()
+
+
+def _shown(record: list) -> str:
+    """A record in a message: its kind and name, not a 6,000-character value."""
+    return str(record[:2])[:200]

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from platform_plugin.tracking.delivery.aggregates import JobAggregates
+from platform_plugin.tracking.delivery.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import Forwarder
 from platform_plugin.tracking.delivery.observers import make_observers
 from platform_plugin.tracking.delivery.offsets import any_spooled, drain_timeout
@@ -97,7 +97,8 @@ class Helper:
         sink = get_sink(self.config.sink)
         self.forwarder = Forwarder(self.spool_dir, self.config, sink, workers=STREAM_WORKERS,
                                    observers=make_observers(self.config, sink, self.spool_dir),
-                                   aggregates=job_aggregates(self.config, sink))
+                                   aggregates=job_aggregates(self.config, sink, self.spool_dir,
+                                                             AGGREGATE_BATCHES))
         self.forwarder.stop_at = self.orphan_stop
         self.peers = ServerPeers(self.spool_dir, self.config, sink)
 
@@ -191,15 +192,6 @@ class Helper:
                 self.status.save(self.spool_dir)
             except OSError:  # a full disk: the status is a courtesy, the spool is what counts
                 pass
-
-
-def job_aggregates(config: SinkConfig, sink):
-    """Per-step aggregates across ranks into the job's run (layout runs, a sink that has them)."""
-    if not (hasattr(sink, "deliver_aggregates") and config.layout == "runs" and config.job.get("parent")):
-        return None
-    # batches as large as the points' (a transaction each): aggregates are as many rows as the points
-    limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
-    return JobAggregates(config.ranks, sink, config, batch=limits["m"] * AGGREGATE_BATCHES)
 
 
 def main(argv: list[str] | None = None) -> int:

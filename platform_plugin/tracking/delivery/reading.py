@@ -3,6 +3,8 @@ batches within a sink's limits, and the bad/oversized lines passed (counted, qua
 stream's offset moves past them."""
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -12,6 +14,16 @@ from platform_plugin.tracking.rank.spool import Chunk
 from platform_plugin.tracking.delivery.state import StreamState
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
+# beside a stream's spool: the records its store refused for good, one JSON object a line
+# {"record": [...], "reason": "..."} (a stream's spool keeps them too, at their place)
+REJECTED_SUFFIX = ".jsonl.rejected"
+
+
+def set_records_aside(spool_dir, stream: str, refused: list) -> None:
+    """Append (record, reason) pairs to the stream's rejected file, in one write."""
+    lines = "".join(json.dumps({"record": record, "reason": reason}) + "\n" for record, reason in refused)
+    with open(os.path.join(spool_dir, stream + REJECTED_SUFFIX), "a", encoding="utf-8") as f:
+        f.write(lines)
 
 
 def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]):

@@ -1,17 +1,29 @@
 """`platform-run sync`: deliver what a job's spool still holds, exactly once (see forwarder),
-then end the job's runs if the job has ended and they were left open (with the status the
-launcher recorded in end.json, or `--end`)."""
+recompute the parent run's per-step aggregates of what it delivers (aggregates.py), then end
+the job's runs if the job has ended and they were left open (with the status the launcher
+recorded in end.json, or `--end`).
+
+One sync of a job at a time (the spool folder's `sync.lock`): a second one waits for the first
+(within its `--wait`), then finds nothing left to send - the two reports' "sent" add up to what
+was pending, and no batch goes twice. The live forwarding helper and a sync share the streams'
+own locks."""
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from platform_plugin.errors import ConfigError
+from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.tracking.delivery import store_move
-from platform_plugin.tracking.delivery.forwarder import Counts, Forwarder
+from platform_plugin.tracking.delivery.aggregates import job_aggregates
+from platform_plugin.tracking.delivery.forwarder import READ_BYTES, Counts, Forwarder
+from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
 from platform_plugin.tracking.sinks import get_sink
-from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig
+from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.rank.identity import stream_name
+from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
 
 # A sink that has just (re)started, or a loaded machine, can refuse or time out for a while
 # (MLflow's first request on a restarted server opens its store; the health probe allows 2 s).
@@ -19,6 +31,10 @@ from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig
 # offset files make every retry resume exactly where the last accepted batch ended.
 DEFAULT_WAIT_S = 30.0
 FIRST_PAUSE_S, MAX_PAUSE_S = 0.5, 5.0
+SYNC_LOCK = "sync"  # <spool>/sync.lock: one sync of a job at a time
+# points per stream and turn fed back to the aggregates: the streams advance together, as
+# the forwarder's rounds do (a rank far ahead would fill the aggregator's open steps)
+PRIME_SLICE = 1000
 
 
 @dataclass
@@ -29,6 +45,7 @@ class SyncResult:
     ended: bool
     error: str
     attempts: int = 1
+    set_aside: str = ""  # what the store refused for good, and where it is kept
 
 
 def deliver_all(forwarder: Forwarder, wait: float) -> int:
@@ -58,15 +75,31 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
     if config is None:
         raise ConfigError(f"{spool_dir} has no sink.json: not a tracking spool folder",
                           code="TRACKING_JOB")
+    with stream_lock(spool_dir, SYNC_LOCK, blocking=True, timeout=wait) as held:
+        if not held:
+            raise PlatformPluginError(f"{spool_dir}: another `platform-run sync` of this job is still "
+                                      f"running after {wait:g} s; it delivers what is pending")
+        return _sync(Path(spool_dir), config, end_status, wait, to, from_start, job)
+
+
+def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: float, to: str | None,
+          from_start: bool, job: str) -> SyncResult:
     sink = None if to is None else get_sink(config.sink)
     if to is not None and store_move.move_to(spool_dir, config, to, sink, from_start):
         config = SinkConfig.load(spool_dir) or config
     store_move.check_store_there(spool_dir, config, job)  # before any MLflow import
     sink = sink or get_sink(config.sink)
     forwarder = Forwarder(spool_dir, config, sink)
-    if forwarder.counts().pending or not config.ended:  # something to send into it
+    counts = forwarder.counts()
+    if counts.pending or not config.ended:  # something to send into it
         store_move.check_runs_there(spool_dir, config, sink, job)
-    before = forwarder.counts().delivered
+    before, rejected_before = counts.delivered, counts.rejected
+    # runs not ended: the helper did not finish the job's aggregates (killed, or out of time);
+    # a helper still forwarding aggregates what it delivers itself
+    if (counts.pending or not config.ended) and not store_move.live_helper(spool_dir):
+        forwarder.aggregates = job_aggregates(config, sink, spool_dir)
+        if forwarder.aggregates is not None:
+            feed_delivered(forwarder, spool_dir)
     attempts = deliver_all(forwarder, wait)
     counts = forwarder.counts()
     config = SinkConfig.load(spool_dir) or config  # run ids a live helper may have added
@@ -74,6 +107,7 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
     end = JobEnd.load(spool_dir)
     config.final_status = end_status or config.final_status or (end.status if end else None)
     ended = config.ended
+    _finish_aggregates(forwarder, bool(config.final_status) and counts.pending == 0)
     if config.final_status and not config.ended and counts.pending == 0 and not forwarder.last_error:
         try:
             forwarder.sink.end_job(config, spool_dir, {})
@@ -81,4 +115,67 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
             config.save(spool_dir)
         except Exception as exc:  # noqa: BLE001 - reported, the next sync retries
             forwarder.last_error = f"cannot end runs: {type(exc).__name__}: {exc}"
-    return SyncResult(spool_dir, counts.delivered - before, counts, ended, forwarder.last_error, attempts)
+    return SyncResult(spool_dir, counts.delivered - before, counts, ended, forwarder.last_error, attempts,
+                      set_aside(spool_dir, forwarder.labels(), counts.rejected - rejected_before))
+
+
+def feed_delivered(forwarder: Forwarder, spool_dir: Path) -> None:
+    """The points the store took before this sync, back into the aggregates (nothing sent):
+    a step some ranks' points of which went before and others' go now is aggregated whole.
+    The records set aside as refused are left out, as when they were delivered."""
+    aggregates = forwarder.aggregates
+    streams = {label: _delivered_slices(spool_dir, label) for label in forwarder.labels()}
+    while streams:
+        for label in list(streams):
+            part = next(streams[label], None)
+            if part is None:
+                del streams[label]
+            else:
+                aggregates.delivered(label, part)
+
+
+def _delivered_slices(spool_dir: Path, label: str):
+    """A stream's delivered metric records, PRIME_SLICE at a time, read from its spool."""
+    stream = stream_name(label)
+    upto = StreamState.load(spool_dir, stream).offset
+    refused = _set_aside_records(spool_dir, stream)
+    path, offset = spool_dir / f"{stream}{SPOOL_SUFFIX}", 0
+    while offset < upto:
+        chunk = read_complete(path, offset, READ_BYTES)
+        if chunk.end == offset:
+            return
+        records = [record for record, end in chunk.records if end <= upto and record[0] == "m"]
+        if refused:
+            records = [r for r in records if json.dumps(r) not in refused]
+        for start in range(0, len(records), PRIME_SLICE):
+            yield records[start:start + PRIME_SLICE]
+        offset = chunk.end
+
+
+def _set_aside_records(spool_dir: Path, stream: str) -> set[str]:
+    try:
+        with open(spool_dir / f"{stream}{REJECTED_SUFFIX}", encoding="utf-8") as f:
+            return {json.dumps(json.loads(line)["record"]) for line in f if line.strip()}
+    except FileNotFoundError:
+        return set()
+
+
+def _finish_aggregates(forwarder: Forwarder, job_over: bool) -> None:
+    """Send what is ready; once the job is over and everything delivered, also the steps some
+    rank never reached (as the helper does at the job's end)."""
+    aggregates = forwarder.aggregates
+    if aggregates is None:
+        return
+    if not (aggregates.finish() if job_over else aggregates.send()) and not forwarder.last_error:
+        forwarder.last_error = aggregates.last_error
+
+
+def set_aside(spool_dir: Path, labels: list[str], now: int) -> str:
+    """What the job's store refused for good (set aside, never sent again), for sync's report."""
+    total = sum(StreamState.load(spool_dir, stream_name(label)).rejected for label in labels)
+    if not total:
+        return ""
+    files = sorted(f"{stream_name(label)}{REJECTED_SUFFIX}" for label in labels
+                   if os.path.exists(spool_dir / f"{stream_name(label)}{REJECTED_SUFFIX}"))
+    return (f"{total} record(s) refused for good by the store ({now} by this sync), set aside "
+            f"with the reason in {spool_dir}/{', '.join(files) or 'rank_*' + REJECTED_SUFFIX}")

@@ -10,7 +10,10 @@ leaves either the old or the new content, never a torn file.
   `platform-run sync` ends the runs with this status once everything is delivered.
 - `helper.json`: what the forwarding helper process is doing (pid, phase, last error).
 - `<stream>.lock`: an flock held while a stream is being forwarded, so a `sync` and a live
-  forwarder never send the same lines twice.
+  forwarder never send the same lines twice; `sync.lock`: one `sync` of a job at a time.
+- `aggregates.json`: the per-step aggregates sent to the job's run (aggregates.py).
+Beside them (appended, not replaced): `<stream>.jsonl.quarantine` (lines too large to deliver)
+and `<stream>.jsonl.rejected` (records the store refused for good, with its reason).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ runs nobody will find, beside a store that no longer exists - silently. A sync r
 - else refused (TRACKING_SYNC_TO): part of the job is in the old store, the rest would start a
   second copy of the job with only the tail of its points - unless `--from-start`: the whole
   job is sent again from its spool (which keeps every line), e.g. into a store made anew after
-  the old one was lost (the parent run's per-step aggregates are not recomputed, as by any sync).
+  the old one was lost (the parent run's per-step aggregates are recomputed, as by any sync).
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import os
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.tracking.delivery.offsets import spool_labels
+from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
 from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.job.uri_check import check_tracking_uri, sqlite_file, uri_problem
 from platform_plugin.tracking.rank.identity import stream_name
@@ -137,7 +138,8 @@ def _holds(sink, uri: str, ids: list[str]) -> bool:
 def _forget_runs(spool_dir, config: SinkConfig, from_start: bool = False) -> None:
     """The job's run ids (made anew in the new store); `from_start`: also what was delivered,
     so every line of the spool is sent again (the rank's own refusals are kept: not in the
-    spool). A quarantine file is emptied: the same lines are moved there again on the way."""
+    spool). The quarantine and rejected files are emptied: the same lines go there again on
+    the way."""
     config.experiment_id = config.parent_run_id = None
     config.ended = False
     for label in spool_labels(spool_dir):
@@ -145,21 +147,30 @@ def _forget_runs(spool_dir, config: SinkConfig, from_start: bool = False) -> Non
         state = StreamState.load(spool_dir, stream)
         if from_start:
             state = StreamState(refused=state.refused)
-            try:
-                os.truncate(os.path.join(spool_dir, f"{stream}.jsonl.quarantine"), 0)
-            except FileNotFoundError:
-                pass
+            for kept in (f"{stream}.jsonl.quarantine", f"{stream}{REJECTED_SUFFIX}"):
+                try:
+                    os.truncate(os.path.join(spool_dir, kept), 0)
+                except FileNotFoundError:
+                    pass
         if state.run_id or from_start:
             state.run_id = None
             state.save(spool_dir, stream)
 
 
+def live_helper(spool_dir) -> int | None:
+    """The pid of the job's forwarding helper while it is still at work, else None."""
+    helper = HelperStatus.load(spool_dir)
+    if helper is not None and helper.phase != "done" and helper.pid and _forwarding(helper.pid):
+        return helper.pid
+    return None
+
+
 def _check_no_live_helper(spool_dir, config: SinkConfig) -> None:
     """The job's own forwarding helper keeps its store in memory: moving under it would split
     the job between the two stores."""
-    helper = HelperStatus.load(spool_dir)
-    if helper is not None and helper.phase != "done" and helper.pid and _forwarding(helper.pid):
-        raise _refuse(MOVE, f"the job's forwarding helper (pid {helper.pid}) is still sending to "
+    pid = live_helper(spool_dir)
+    if pid is not None:
+        raise _refuse(MOVE, f"the job's forwarding helper (pid {pid}) is still sending to "
                       f"{config.tracking_uri}: run sync --to after it has ended", "--to")
 
 

@@ -239,7 +239,8 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
     if counts.skipped:
         notes.append(f"{counts.skipped} unreadable spool lines skipped")
     if counts.rejected:
-        notes.append(f"{counts.rejected} records refused by {sink} (see *.state.json last_error)")
+        notes.append(f"{counts.rejected} records refused by {sink} for good, set aside with the "
+                     f"reason in {spool_dir}/rank_*.jsonl.rejected")
     if counts.refused:
         notes.append(f"{counts.refused} records refused in the ranks: over MLflow's size limits "
                      "(see the ranks' warnings)")

@@ -11,14 +11,17 @@ handler chained in front of the program's own writes the buffer, then lets the s
 it did before. Only SIGKILL can lose the last 0.2 s.
 
 Values over MLflow's documented limits (param values 6,000 characters, tag values 8,000, names
-250) are refused here, with a warning naming them, and counted in the job's delivery report:
-sent on, they would be refused by the store or stall a server's request.
+250 or with characters MLflow refuses, a step outside its 64-bit range, a metric value that is
+no number) are refused here, with a warning naming them, and counted in the job's delivery report: sent on, they would be refused
+by the store or stall a server's request.
 """
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import posixpath
+import re
 import signal
 import threading
 import time
@@ -32,7 +35,26 @@ FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 # MLflow's limits (mlflow.utils.validation: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
 # MAX_TAG_VAL_LENGTH), kept here so a rank never imports MLflow
 MAX_NAME_CHARS, MAX_PARAM_CHARS, MAX_TAG_CHARS = 250, 6000, 8000
-REFUSED_KEY = ""  # the key cache's mark for a metric name over the limit (a real key is never empty)
+# a step is MLflow's long (64-bit); a value any float: NaN and +/-inf are stored as MLflow
+# stores them. The timestamp is this process's clock, always in range.
+MIN_STEP, MAX_STEP = -(1 << 63), (1 << 63) - 1
+REFUSED_KEY = ""  # the key cache's mark for a metric name MLflow refuses (a real key is never empty)
+# mlflow.utils.validation's names (metrics, params, tags): these characters, and a path that
+# names itself (no "a/../b", no leading "/", "." or "..")
+NAME_CHARACTERS = re.compile(r"^[/\w.\- :]*$")
+
+
+def name_problem(name: str, what: str) -> str:
+    """Why MLflow refuses `name` ("" when it takes it), checked as mlflow.utils.validation does."""
+    if len(name) > MAX_NAME_CHARS:
+        return f"{what} name of {len(name)} characters (MLflow keeps {MAX_NAME_CHARS})"
+    if not NAME_CHARACTERS.match(name):
+        return (f"{what} name with characters MLflow refuses (alphanumerics, _ - . : space "
+                "and / only)")
+    normal = posixpath.normpath(name)
+    if normal != name or normal == "." or normal.startswith(("..", "/")):
+        return f"{what} name that is not a plain path (MLflow refuses it)"
+    return ""
 
 
 class Tracker:
@@ -46,6 +68,7 @@ class Tracker:
         self.spool_path = self.spool_dir / f"{identity.stream}{SPOOL_SUFFIX}"
         self._writer = SpoolWriter(self.spool_path)
         self._keys: dict[str, str] = {}  # name -> its JSON spelling, encoded once
+        self._refused_names: dict[str, str] = {}  # metric name -> why MLflow refuses it
         self._steps: dict[str, int] = {}
         self._on_close = on_close
         self._warned: set[tuple[str, str]] = set()
@@ -61,12 +84,20 @@ class Tracker:
         if key is None:
             key = self._new_key(name)
         if not key:  # REFUSED_KEY
-            self._refuse("m", name, f"name of {len(str(name))} characters (MLflow keeps {MAX_NAME_CHARS})")
+            self._refuse("m", name, self._refused_names[name])
             return
         if step is None:
             step = self._steps.get(name, 0)
+        try:
+            number, step = float(value), int(step)
+        except (TypeError, ValueError, OverflowError) as exc:  # a value MLflow takes is a float
+            self._refuse("m", name, f"value {str(value)[:40]!r} or step {str(step)[:40]!r}: {exc}")
+            return
+        if not MIN_STEP <= step <= MAX_STEP:
+            self._refuse("m", name, f"step {step} outside MLflow's 64-bit range")
+            return
         self._steps[name] = step + 1
-        self._writer.append(encode_metric(key, float(value), int(step), int(time.time() * 1000)))
+        self._writer.append(encode_metric(key, number, step, int(time.time() * 1000)))
 
     def log_metrics(self, metrics: dict, step: int | None = None) -> None:
         for name, value in metrics.items():
@@ -104,14 +135,19 @@ class Tracker:
 
     # --- internals -------------------------------------------------------------------------
     def _new_key(self, name) -> str:
+        """A metric name's JSON spelling, or REFUSED_KEY: checked once per name."""
         text = str(name)
-        key = self._keys[name] = REFUSED_KEY if len(text) > MAX_NAME_CHARS else json.dumps(text)
+        why = name_problem(text, "metric")
+        if why:
+            self._refused_names[name] = why
+        key = self._keys[name] = REFUSED_KEY if why else json.dumps(text)
         return key
 
     def _fits(self, kind: str, name: str, value: str, limit: int) -> bool:
         what = {"p": "param", "t": "tag"}[kind]
-        if len(name) > MAX_NAME_CHARS:
-            self._refuse(kind, name, f"{what} name of {len(name)} characters (MLflow keeps {MAX_NAME_CHARS})")
+        why = name_problem(name, what)
+        if why:
+            self._refuse(kind, name, why)
             return False
         if len(value) > limit:
             self._refuse(kind, name, f"{what} value of {len(value)} characters (MLflow keeps {limit})")

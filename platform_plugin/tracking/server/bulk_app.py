@@ -15,9 +15,10 @@ points a second whatever the client does. The route writes the same rows `log_ba
 (metrics + latest_metrics) through the forwarder's SQL fast path
 (`sinks/mlflow_sql.SqlMetricWriter`: one INSERT for every run of the request, in one
 transaction), with the same rules: an exact repeat of a point adds nothing (so a replayed batch is harmless), NaN
-and infinities stored as MLflow stores them, metric names checked by MLflow's own validation,
-an unknown run refused with RESOURCE_DOES_NOT_EXIST and a deleted one with
-INVALID_PARAMETER_VALUE (MLflow's codes; errors are MLflow's JSON error bodies). A store the
+and infinities stored as MLflow stores them, every point checked against MLflow's limits before
+the database is touched (`check_points`: names, numbers, int64 steps and timestamps), an
+unknown run refused with RESOURCE_DOES_NOT_EXIST and a deleted one with
+INVALID_PARAMETER_VALUE (MLflow's codes; errors are MLflow's JSON error bodies, HTTP 400). A store the
 fast path does not know (a file store) gets the points through the store's own `log_batch`.
 Security middleware, host checks and any auth MLflow applies to its Flask app apply here too.
 """
@@ -57,6 +58,7 @@ def _handle():
     if request.method == "GET":
         return {"version": VERSION, "max_points": MAX_POINTS}
     runs = [(run_id, points) for run_id, points in parse_body(request.get_data()) if points]
+    check_points(runs)  # MLflow's rules, before the database sees a value it would refuse
     store_points(_store(), runs)
     return {"stored": sum(len(points) for _, points in runs)}
 
@@ -79,6 +81,65 @@ def parse_body(data: bytes) -> list[tuple[str, list]]:
     if total > MAX_POINTS:
         raise _invalid(f"bulk metrics body holds {total} points; at most {MAX_POINTS} per request")
     return runs
+
+
+MIN_LONG, MAX_LONG = -(1 << 63), (1 << 63) - 1  # a step and a timestamp are MLflow's int64
+
+
+def check_points(runs: list[tuple[str, list]]) -> None:
+    """MLflow's rules for `log_batch`'s metrics, with its limits and its error code
+    (INVALID_PARAMETER_VALUE: HTTP 400 with MLflow's JSON body): a run id MLflow could have
+    made; a name of at most 250 characters that `_validate_metric_name` takes; a value that is a
+    number (JSON's NaN and Infinity included: stored as MLflow stores them); a step in int64 and
+    a timestamp in 0..int64 (integral floats as protobuf takes them). Without it the database
+    refuses the value mid-transaction and the client gets a 500 and the server log a traceback."""
+    from mlflow.utils.validation import _validate_run_id
+    names: set[str] = set()
+    for r, (run_id, points) in enumerate(runs):
+        _validate_run_id(run_id, f"runs[{r}].run_id")
+        for i, point in enumerate(points):
+            if type(point) is not list or len(point) != 4:
+                raise _invalid(f"runs[{r}].metrics[{i}]: expected [key, value, step, timestamp_ms]")
+            key, value, step, timestamp = point
+            if type(key) is not str or key not in names:
+                _check_name(key, f"runs[{r}].metrics[{i}].key")
+                names.add(key)
+            if type(value) is not float and type(value) is not int:  # a bool is no number here
+                raise _invalid(_invalid_value(f"runs[{r}].metrics[{i}].value", value, "Please "
+                               "specify value as a valid double (64-bit floating point)"))
+            if type(step) is not int or not MIN_LONG <= step <= MAX_LONG:
+                _check_long(step, f"runs[{r}].metrics[{i}].step", MIN_LONG,
+                            "Step must be a valid long (64-bit integer).")
+            if type(timestamp) is not int or not 0 <= timestamp <= MAX_LONG:
+                _check_long(timestamp, f"runs[{r}].metrics[{i}].timestamp", 0,
+                            "Timestamp must be a nonnegative long (64-bit integer)")
+
+
+def _check_name(key, path: str) -> None:
+    """MLflow's checks of a metric name; its length first, so a 100,000-character name is not
+    echoed back whole."""
+    from mlflow.utils.validation import (MAX_ENTITY_KEY_LENGTH, _validate_metric_name,
+                                         exceeds_maximum_length)
+    if type(key) is not str:
+        raise _invalid(_invalid_value(path, key, "a metric name is a string"))
+    if len(key) > MAX_ENTITY_KEY_LENGTH:
+        raise _invalid(exceeds_maximum_length(path, MAX_ENTITY_KEY_LENGTH))
+    _validate_metric_name(key, path)
+
+
+def _check_long(number, path: str, lowest: int, rule: str) -> None:
+    """An integer, or an integral float as protobuf's JSON parser takes it, within
+    lowest..MAX_LONG; else INVALID_PARAMETER_VALUE."""
+    integral = type(number) is int or (type(number) is float and number.is_integer())
+    if not integral or not lowest <= int(number) <= MAX_LONG:
+        raise _invalid(_invalid_value(path, number, rule))
+
+
+def _invalid_value(path: str, value, rule: str) -> str:
+    from mlflow.utils.validation import invalid_value
+    # the value came as JSON: it can be spelled again, shortened when it is a long string
+    shown = value if not isinstance(value, str) or len(value) <= 100 else value[:100] + "..."
+    return invalid_value(path, shown, rule)
 
 
 def store_points(store, runs: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:

@@ -31,7 +31,9 @@ class Sink(Protocol):
         """All records or an exception; a partial success must be safe to resend."""
 
     def is_permanent(self, exc: BaseException) -> bool:
-        """True when resending the same records can never succeed."""
+        """True when resending the same records can never succeed: the forwarder sets them
+        aside. A sink may also answer `refuses_run(exc)`: the refusal is the run's, shared by
+        every record of the batch (set aside whole, without halving it)."""
 
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
         """End the job's runs with config.final_status; runs of streams with `pending` records

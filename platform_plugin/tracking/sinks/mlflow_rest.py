@@ -333,3 +333,31 @@ def http_status(exc: BaseException) -> int | None:
         found = _MLFLOW_STATUS.search(str(exc))
         status = int(found.group(1)) if found else None
     return status
+
+
+PERMANENT_CODES = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST", "RESOURCE_DOES_NOT_EXIST")
+# the DBAPI modules whose DataError means "this value never fits" (out of range, too long)
+DATA_ERROR_MODULES = ("sqlalchemy.exc", "psycopg2", "sqlite3")
+
+
+def permanent(exc: BaseException) -> bool:
+    """The store will refuse these records whatever the retry: MLflow's refusal of a value or
+    a run (HTTP 400 INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST), a request too large for
+    the server (413), a number the database cannot hold (sqlite's OverflowError, a DataError
+    of the driver or SQLAlchemy), an artifact file gone. Anything else (a refused connection,
+    a 5xx, a locked database, a timeout) may pass: the batch waits for the next pass."""
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, OverflowError)):
+        return True
+    loaded = (sys.modules.get(name) for name in DATA_ERROR_MODULES)  # none raised before its import
+    if isinstance(exc, tuple(m.DataError for m in loaded if m is not None and hasattr(m, "DataError"))):
+        return True
+    if http_status(exc) == 413:
+        return True
+    return isinstance(exc, errors(None)) and getattr(exc, "error_code", None) in PERMANENT_CODES
+
+
+def refused_run(exc: BaseException) -> bool:
+    """The refusal is the run's (unknown, deleted): every record of its batch shares it."""
+    code = getattr(exc, "error_code", None) if isinstance(exc, errors(None)) else None
+    return code == "RESOURCE_DOES_NOT_EXIST" or (
+        code == "INVALID_PARAMETER_VALUE" and "must be in the 'active' state" in str(exc))

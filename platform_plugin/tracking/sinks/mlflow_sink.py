@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -67,9 +66,6 @@ def store_lock(uri: str):
         yield
     finally:
         os.close(fd)
-
-
-PERMANENT_CODES = ("INVALID_PARAMETER_VALUE", "BAD_REQUEST")
 
 
 class MlflowSink:
@@ -339,11 +335,10 @@ class MlflowSink:
                                                          metrics=metrics[start:start + step])
 
     def is_permanent(self, exc: BaseException) -> bool:
-        if isinstance(exc, (FileNotFoundError, IsADirectoryError)):
-            return True
-        if mlflow_rest.http_status(exc) == 413:  # a request too large for the server: resending cannot help
-            return True
-        return isinstance(exc, mlflow_rest.errors(None)) and getattr(exc, "error_code", None) in PERMANENT_CODES
+        return mlflow_rest.permanent(exc)
+
+    def refuses_run(self, exc: BaseException) -> bool:
+        return mlflow_rest.refused_run(exc)
 
     # --- end of job -------------------------------------------------------------------------
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
