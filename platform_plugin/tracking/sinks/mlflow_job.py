@@ -16,9 +16,6 @@ server of the job has reported, ends the parent FINISHED only when all are FINIS
 two launchers ending at the same instant at least the later writer sees both tags; ending the
 run twice with the same status is harmless. A server whose launcher vanished is reported (and
 its RUNNING runs ended) by the launchers that saw it go over the job link.
-
-Stopping across servers without a job link (the rank-table route): a launcher whose job stops
-tags the parent `platform.stop.<attempt>` = "<server>: <reason>"; the others poll that tag.
 """
 from __future__ import annotations
 
@@ -29,7 +26,6 @@ ROLE_TAG = "platform.role"
 ROLE_JOB = "job"
 SERVER_TAG = "platform.server."  # + server id: that server's final status
 FAILED_SERVERS_TAG = "platform.failed_servers"
-STOP_TAG = "platform.stop."  # + attempt
 ATTEMPT_TAG = "attempt"
 SETTLE_S = 3.0  # longer than a create_run takes on a loaded server
 
@@ -107,22 +103,6 @@ def _end_for_gone(client, config, parent: str, gone: str, by: str) -> str:
                           f"'{gone}' and attributes.status = 'RUNNING'"):
         client.set_terminated(run.info.run_id, "FAILED")
     return value
-
-
-def request_stop(client, config, server: str, reason: str) -> None:
-    if config.parent_run_id:
-        client.set_tag(config.parent_run_id, STOP_TAG + str(config.job.get("attempt", 0)),
-                       f"{server}: {reason}"[:500])
-
-
-def stop_requested(client, config, server: str) -> str | None:
-    if not config.parent_run_id:
-        return None
-    value = client.get_run(config.parent_run_id).data.tags.get(
-        STOP_TAG + str(config.job.get("attempt", 0)))
-    if not value or value.startswith(f"{server}: "):
-        return None
-    return "server " + value
 
 
 def job_children(client, experiment_id: str, parent_run_id: str) -> list:

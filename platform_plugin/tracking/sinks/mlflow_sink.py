@@ -354,12 +354,6 @@ class MlflowSink:
             return mlflow_end.end_job(self._api(store_uri(config)), config, spool_dir, pending)
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
-    def request_stop(self, config: SinkConfig, server: str, reason: str) -> None:
-        mlflow_job.request_stop(self._api(store_uri(config)), config, server, reason)
-
-    def stop_requested(self, config: SinkConfig, server: str) -> str | None:
-        return mlflow_job.stop_requested(self._api(store_uri(config)), config, server)
-
     def report_gone(self, config: SinkConfig, spool_dir: Path, gone: list[str]) -> None:
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
             mlflow_job.report_gone(self._api(store_uri(config)), config, gone)
