@@ -112,6 +112,11 @@ PLATFORM_WFLOGGER_CALL_TIMEOUT = Variable(
 PLATFORM_JOB_ID = Variable(
     "PLATFORM_JOB_ID", str, None, "the job's id on every server of a multi-server job (else "
     "agreed by the servers)")
+# the launchers' control port on the rank-table route (the table has no rendezvous port)
+RANK_TABLE_CONTROL_PORT = 29600
+PLATFORM_CONTROL_PORT = Variable(
+    "PLATFORM_CONTROL_PORT", int, RANK_TABLE_CONTROL_PORT, "the port on which the rank table's "
+    "first server's launcher listens for the other servers' launchers (rank-table route)")
 PLATFORM_RENDEZVOUS_TIMEOUT = Variable(
     "PLATFORM_RENDEZVOUS_TIMEOUT", float, 300.0, "seconds the launchers of a multi-server job "
     "wait for each other at the start")
@@ -144,6 +149,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
     PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
+    PLATFORM_CONTROL_PORT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_STREAM_TO_TERMINAL,
     PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
     PLATFORM_TRACKING_SPOOL_DIR)}

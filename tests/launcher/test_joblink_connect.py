@@ -30,7 +30,7 @@ def test_a_spoke_connected_to_itself_retries_until_node_0_answers(monkeypatch):
     holding the port node 0 was about to listen on."""
     monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "20")
     port = free_port_pair()
-    hub = Hub("127.0.0.1", port, 2)
+    hub = Hub("127.0.0.1", port, 2, key=None)
     real, calls = socket.create_connection, []
 
     def create_connection(address, *args, **kwargs):
@@ -38,16 +38,18 @@ def test_a_spoke_connected_to_itself_retries_until_node_0_answers(monkeypatch):
         return self_connected() if len(calls) == 1 else real(address, *args, **kwargs)
 
     monkeypatch.setattr(socket, "create_connection", create_connection)
-    spoke = Spoke("127.0.0.1", port, 1, 2, "node1")
+    spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=None)
     try:
         assert len(calls) == 2, calls  # the self-connection was dropped, node 0 called again
         assert spoke.peer.sock.getpeername() == ("127.0.0.1", port)
         hub_said = []
-        agreeing = threading.Thread(target=lambda: hub_said.append(hub.agree("job-7", 0)))
+        agreeing = threading.Thread(
+            target=lambda: hub_said.append(hub.agree({"job_id": "job-7"}, 0)))
         agreeing.start()
-        assert spoke.agree("job-0", 0) == "job-7"  # node 0's job id, through the real link
+        # node 0's identity, through the real link
+        assert spoke.agree({"job_id": "job-0"}, 0) == {"job_id": "job-7"}
         agreeing.join(20)
-        assert hub_said == ["job-7"]
+        assert hub_said == [{"job_id": "job-7"}]
     finally:
         spoke.close()
         hub.close()
@@ -95,7 +97,7 @@ def test_another_program_on_the_control_port_is_named_at_once(monkeypatch, banne
     squatter = Squatter(port, banner)
     try:
         with pytest.raises(ConfigError) as refused:
-            Spoke("127.0.0.1", port, 1, 2, "node1").close()
+            Spoke("127.0.0.1", port, 1, 2, "node1", key=None).close()
     finally:
         squatter.stop()
     [problem] = refused.value.problems
@@ -112,6 +114,6 @@ def test_a_port_that_closes_every_connection_is_retried_until_the_rendezvous_tim
     squatter = Squatter(port, close=True)
     try:
         with pytest.raises(PlatformPluginError, match="closed every connection without a word"):
-            Spoke("127.0.0.1", port, 1, 2, "node1").close()
+            Spoke("127.0.0.1", port, 1, 2, "node1", key=None).close()
     finally:
         squatter.stop()

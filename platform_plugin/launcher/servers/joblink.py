@@ -9,7 +9,7 @@ other nodes connect to it before starting their ranks and keep the connection op
 Protocol (one JSON object per line):
     node 0  -> node>=1  {"op": "hello", "protocol": 1}          on accept, before anything else
     node>=1 -> node 0   {"op": "join", "node": I, "server": ID, "attempt": A, "nnodes": N}
-    node 0  -> node>=1  {"op": "go", "job_id": ..., "attempt": A}      once all N-1 joined
+    node 0  -> node>=1  {"op": "go", "identity": {...}, "attempt": A}  once all N-1 joined
     any     -> node 0   {"op": "failed", "server": ID, "reason": ..., "attempt": A}
     node 0  -> node>=1  {"op": "stop", "server": ID, "reason": ..., "attempt": A}
     node>=1 -> node 0   {"op": "ended", "attempt": A, "ok": B, "server": ID}   its ranks ended
@@ -39,9 +39,9 @@ from platform_plugin.launcher.servers.joblink_dial import PROTOCOL, WaitNote, di
 class JobLink:
     """A single-server job: nobody to talk to. Every multi-server link has the same methods."""
 
-    def agree(self, job_id: str, attempt: int) -> str:
-        """Block until every launcher of the job reached this attempt; returns node 0's job id."""
-        return job_id
+    def agree(self, identity: dict[str, str], attempt: int) -> dict[str, str]:
+        """Block until every launcher of the job reached this attempt; node 0's identity."""
+        return identity
 
     def tell_failed(self, server: str, reason: str, attempt: int) -> None:
         pass
@@ -120,7 +120,8 @@ class _Linked(JobLink):
 class Hub(_Linked):
     """Node 0: accepts the other launchers, hands out the job id, fans out stop requests."""
 
-    def __init__(self, addr: str, port: int, nnodes: int, note=None):
+    def __init__(self, addr: str, port: int, nnodes: int, *, key: bytes | None, note=None,
+                 silence_s: float = 60.0):
         super().__init__()
         self.nnodes, self.where, self.note = nnodes, f"{addr}:{port}", note
         self.peers: list[_Peer] = []
@@ -136,7 +137,7 @@ class Hub(_Linked):
         self.selector.register(self.listener, selectors.EVENT_READ, None)
         self._start_reader(self._loop)
 
-    def agree(self, job_id: str, attempt: int) -> str:
+    def agree(self, identity: dict[str, str], attempt: int) -> dict[str, str]:
         deadline, waiting = time.monotonic() + join_timeout(), WaitNote(self.note)
         with self.cond:
             while len(self.joined.get(attempt, ())) < self.nnodes - 1:
@@ -166,8 +167,8 @@ class Hub(_Linked):
             for peer in peers:
                 peer.went.add(attempt)
         for peer in peers:
-            peer.send({"op": "go", "job_id": job_id, "attempt": attempt})
-        return job_id
+            peer.send({"op": "go", "identity": identity, "attempt": attempt})
+        return identity
 
     def _missing(self, attempt: int) -> list[int]:
         return sorted(set(range(1, self.nnodes)) - self.joined.get(attempt, set()))
@@ -305,17 +306,18 @@ class Hub(_Linked):
 class Spoke(_Linked):
     """Node >= 1: joins node 0 and learns the job id from it; hears stop requests."""
 
-    def __init__(self, addr: str, port: int, node: int, nnodes: int, server: str, note=None):
+    def __init__(self, addr: str, port: int, node: int, nnodes: int, server: str, *,
+                 key: bytes | None, note=None, silence_s: float = 60.0):
         super().__init__()
         self.node, self.nnodes, self.server, self.note = node, nnodes, server, note
-        self.goes: dict[int, str] = {}
+        self.goes: dict[int, dict[str, str]] = {}
         self.refused = ""
         sock, rest = dial(addr, port, note)
         self.peer = _Peer(sock)
         self.peer.buffer = rest  # what node 0 sent after its greeting (nothing, so far)
         self._start_reader(self._loop)
 
-    def agree(self, job_id: str, attempt: int) -> str:
+    def agree(self, identity: dict[str, str], attempt: int) -> dict[str, str]:
         self.peer.send({"op": "join", "node": self.node, "server": self.server,
                         "attempt": attempt, "nnodes": self.nnodes})
         deadline, waiting = time.monotonic() + join_timeout(), WaitNote(self.note)
@@ -376,7 +378,7 @@ class Spoke(_Linked):
                 for message in messages:
                     op = message.get("op")
                     if op == "go":
-                        self.goes[int(message["attempt"])] = str(message["job_id"])
+                        self.goes[int(message["attempt"])] = dict(message["identity"])
                     elif op == "stop":
                         self.stops.setdefault(int(message["attempt"]),
                                               f"server {message.get('server')}: "
