@@ -60,6 +60,8 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
                 npu_present=npus_present())
     options = with_environment(options, host.base_env)
     place = job_place(cmd, settings, options, host)
+    # refused before meeting the others: they would be told to start, then to stop
+    preflight.check_place(place, {**host.base_env, **options.env})
     link = open_link(place, options, _note(options.write))  # the others of a multi-server job
     try:
         # node 0 decides the job's identity, every server uses it: one plan per attempt
@@ -84,8 +86,9 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
 def _checked_plan(cmd, settings, host: Host, options: LaunchOptions, job_id: str, link,
                   server_id: str) -> tuple[LaunchPlan, object]:
     """The first attempt's plan and what it shows, refused before anything exists. The other
-    servers already agreed to start: a refusal here stops them too (they would wait for this
-    server's ranks in vain)."""
+    servers already agreed to start: a refusal here (what needs the plan: `--show`, the
+    tracking URI, argv sizes, stale ranks) stops them too, else they would wait for this
+    server's ranks in vain."""
     try:
         plan = build_plan(cmd, settings, options, host, job_id=job_id)
         if options.nproc is None and plan.backend != "rank-table":

@@ -175,24 +175,33 @@ def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
 
 
 def test_a_server_that_refuses_its_part_after_the_start_stops_the_others(tmp_path):
-    """Node 1's script does not exist: its refusal needs the plan, which exists only once node 0
-    sent the job's identity. Node 1 exits 2 naming the problem; node 0's ranks, which would
-    sleep 120 s, stop at once and node 0 names node 1 (it waited for node 1 in vain)."""
+    """Node 1's `--show 0` names a rank of another server: a refusal that needs the plan, which
+    exists only once node 0 sent the job's identity. Node 1 exits 2 naming the problem; node 0's
+    ranks, which would sleep 120 s, stop at once and node 0 names node 1 (it would otherwise
+    wait for node 1's ranks in vain)."""
     port = free_port_pair()
     node0 = start_node(tmp_path, "server0", port, 2, 0, ["fail-on", "99"])
-    log_dir = tmp_path / "server1"
-    log_dir.mkdir()
-    node1 = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master-port",
-                       str(port), "--backend", "plain", "--show", "none", "--", PY,
-                       str(tmp_path / "no_such_script.py")], log_dir, cwd=str(tmp_path))
+    node1 = start_node(tmp_path, "server1", port, 2, 1, ["fail-on", "99"], extra=("--show", "0"))
     outs = finish_all([node0, node1], timeout=90)
     try:
         assert [code for code, _ in outs] == [1, 2], outs
     finally:
         kill_jobs_of(tmp_path, 1)
-    assert "LAUNCH_SCRIPT_MISSING" in outs[1][1], outs[1][1]
-    assert "stopped because server node1: its launcher refused the job (LAUNCH_SCRIPT_MISSING)" \
-        in outs[0][1], outs[0][1]
+    assert "LAUNCH_BAD_SHOW" in outs[1][1], outs[1][1]
+    assert "stopped because server node1: its launcher refused the job (LAUNCH_BAD_SHOW)" in \
+        outs[0][1], outs[0][1]
+
+
+def test_a_missing_program_is_refused_before_the_others_are_met(tmp_path):
+    """A refusal that needs no plan comes before the job link: node 1 exits 2 at once, without
+    waiting for node 0 (which is not even started)."""
+    log_dir = tmp_path / "server1"
+    proc = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master-port",
+                      str(free_port_pair()), "--backend", "plain", "--show", "none", "--", PY,
+                      str(tmp_path / "no_such_script.py")], log_dir, cwd=str(tmp_path))
+    [(code, out)] = finish_all([proc], timeout=60)  # far below the 300 s wait for node 0
+    assert code == 2 and "LAUNCH_SCRIPT_MISSING" in out, out
+    assert "waiting for node 0" not in out
 
 
 def start_table_server(tmp_path, table, node, control_port, folder, args=(STANDIN,), *,

@@ -149,6 +149,10 @@ class JobPlace:
     server_id: str
     master_addr: str
     master_port: Optional[int]
+    command: Tuple[str, ...]
+    cwd: str
+    log_root: str  # the folder the job's folder goes in
+    cache_root: str
     first_server: str = ""
     rank_table_file: str = ""
 
@@ -162,11 +166,21 @@ def job_place(command: list[str] | str, settings: Settings, options: LaunchOptio
     name, _ = choose(options.backend, list(argv), settings, host.npu_present)
     layout = _layout(name, settings, options, host, options.master_port)
     table = settings.rank_table if name == "rank-table" else None
+    cwd = os.path.abspath(options.cwd or os.getcwd())
+    log_root, cache_root = _roots(options, dict(host.base_env), cwd)
     return JobPlace(job_name=_job_name(argv, options), backend=name, nnodes=layout.nnodes,
                     node_rank=layout.node_rank, server_id=layout.server_id,
                     master_addr=layout.master_addr, master_port=layout.master_port,
+                    command=argv, cwd=cwd, log_root=log_root, cache_root=cache_root,
                     first_server=table.servers[0].server_id if table else "",
                     rank_table_file=str(layout.rank_table_file or ""))
+
+
+def _roots(options: LaunchOptions, base_env: dict, cwd: str) -> tuple[str, str]:
+    """(the folder job folders go in, the folder job caches go in)."""
+    cache_root = (options.cache_dir
+                  or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
+    return job_log_dir(options.log_dir, environ=base_env, cwd=cwd), os.path.abspath(cache_root)
 
 
 def _job_name(argv: tuple[str, ...], options: LaunchOptions) -> str:
@@ -202,10 +216,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     job_name = _job_name(argv, options)
     job_id = job_id or options.job_id or new_job_id(job_name)
     cwd = os.path.abspath(options.cwd or os.getcwd())
-    job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
-    cache_root = (options.cache_dir
-                  or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
-    cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
+    log_root, cache_root = _roots(options, base_env, cwd)
+    job_dir, cache_dir = os.path.join(log_root, job_id), os.path.join(cache_root, job_id)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
     common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": ascend_job_id(job_id),
