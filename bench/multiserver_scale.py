@@ -88,7 +88,10 @@ def run_case(launchers: int, ranks: int, uri: str, root: Path) -> dict:
     terms = [stamp(p) for p in marks.glob("term-*")]
     job_ids = {d.name for n in range(launchers) for d in (work / f"server{n}").iterdir()}
     parents, children, status = job_runs(uri, experiment)
-    shutil.rmtree(work, ignore_errors=True)
+    if (parents, children, status) == (1, launchers * ranks, "FAILED"):
+        shutil.rmtree(work, ignore_errors=True)
+    else:  # kept, to see why (its helper.json / helper.log in every server's spool)
+        print(f"kept {work}: {parents} parent(s), {children} children, {status}", flush=True)
     return {"stopped": max(terms) - failed if terms else None, "told": len(terms),
             "returned": returned - failed, "codes": sorted(set(codes)), "job_ids": len(job_ids),
             "parents": parents, "children": children, "status": status}
@@ -155,7 +158,6 @@ def main() -> None:
                 result = run_case(launchers, ranks, server.uri, root)
                 results.setdefault((launchers, ranks), []).append(result)
                 print(f"{launchers}x{ranks}", result, f"load {os.getloadavg()[0]:.1f}", flush=True)
-        shutil.rmtree(root, ignore_errors=True)
     write(results, args, load_start, load_text())
 
 

@@ -320,6 +320,8 @@ def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
              # one job across servers: one parent for all (sinks/mlflow_job.py)
              "servers": int(getattr(plan, "nnodes", 1) or 1),
              "server_id": str(getattr(plan, "server_id", "localhost")),
+             # node 0 creates the parent, the other servers find it (sinks/mlflow_job.py)
+             "node_rank": int(getattr(plan, "node_rank", 0) or 0),
              "attempt": int(getattr(plan, "attempt", 0) or 0),
              "parent": True, "tags": tags, "user": conventions.user(), "source": source,
              "source_type": source_type, "params": conventions.notebook_parameters(first_env)},

@@ -214,8 +214,14 @@ class MlflowSink:
             for start in range(0, len(params), self.limits["p"]):
                 client.log_batch(run_id, params=params[start:start + self.limits["p"]])
             return run_id
+        if config.servers > 1 and job.get("node_rank", 0) == 0:
+            return mlflow_job.node_0_parent(client, config, create)  # the one creator
+        if config.servers > 1:
+            awaited = mlflow_job.awaited_parent(client, config)
+            if awaited:
+                return awaited
         if config.servers > 1 or job.get("attempt"):
-            return mlflow_job.shared_parent(client, config, create)  # one parent for all servers
+            return mlflow_job.shared_parent(client, config, create)  # no node 0 parent: race
         return create()
 
     def _experiment(self, client, config: SinkConfig) -> str:
