@@ -166,6 +166,21 @@ def spread(values: list[float]) -> str:
     return f"{med:.2f} ({min(values):.2f}-{max(values):.2f})" if len(values) > 1 else f"{med:.2f}"
 
 
+NOTES = [
+    "- Earlier runs on this machine, same command: 2026-12-03 20:30 UTC at load 22-37, 32 x 1 "
+    "stopped 1.26 s median (1.22-2.06), 8 x 8 0.72 s (0.66-0.86): the slowest, 2.06 s at load "
+    "36.6, missed the 2 s goal; the stop is a message relayed by node 0 to every launcher, "
+    "each then signals its ranks, so on 2 cores shared by ~30 runnable processes the last "
+    "launcher to be scheduled sets the figure.",
+    "- That run and an 8 x 8-only one also showed the parent run split in 2 of 6 cases: one or "
+    "two servers' rank runs (8 or 16 of 64) under another parent than the others' (each server's "
+    "helper then found or created "
+    "the parent itself and the oldest start time won). Since then node 0's helper is the one "
+    "creator and the others wait for it (docs/tracking.md); every run since: 1 parent, every "
+    "rank a child.",
+]
+
+
 def write(results, args, load_start: str, load_end: str) -> None:
     lines = ["## multiserver scale", "",
              f"Command: `.venv/bin/python bench/multiserver_scale.py --rounds {args.rounds} "
@@ -193,7 +208,7 @@ def write(results, args, load_start: str, load_end: str) -> None:
                f"slowest of every round {max(worst):.2f} s — "
                f"**{'meets' if max(worst) <= GOAL_S else 'misses'}**." if worst else
                "- Nothing measured.")
-    lines += ["", verdict]
+    lines += ["", verdict, *NOTES]
     print(verdict)
     write_section("multiserver scale", "\n".join(lines))
 
