@@ -158,6 +158,8 @@ def main() -> None:
                 result = run_case(launchers, ranks, server.uri, root)
                 results.setdefault((launchers, ranks), []).append(result)
                 print(f"{launchers}x{ranks}", result, f"load {os.getloadavg()[0]:.1f}", flush=True)
+        if not any(root.iterdir()):  # else it holds a kept case
+            root.rmdir()
     write(results, args, load_start, load_text())
 
 
