@@ -119,6 +119,11 @@ PLATFORM_JOB_KEY = Variable(
 PLATFORM_HEARTBEAT_TIMEOUT = Variable(
     "PLATFORM_HEARTBEAT_TIMEOUT", float, None, "seconds of silence after which the other "
     "launchers of a multi-server job take a server's launcher for failed (frozen or cut off)")
+# the launchers' control port on the rank-table route (the table has no rendezvous port)
+RANK_TABLE_CONTROL_PORT = 29600
+PLATFORM_CONTROL_PORT = Variable(
+    "PLATFORM_CONTROL_PORT", int, RANK_TABLE_CONTROL_PORT, "the port on which the rank table's "
+    "first server's launcher listens for the other servers' launchers (rank-table route)")
 PLATFORM_RENDEZVOUS_TIMEOUT = Variable(
     "PLATFORM_RENDEZVOUS_TIMEOUT", float, 300.0, "seconds the launchers of a multi-server job "
     "wait for each other at the start")
@@ -152,6 +157,7 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
     PLATFORM_JOB_KEY, PLATFORM_HEARTBEAT_TIMEOUT,
+    PLATFORM_CONTROL_PORT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_STREAM_TO_TERMINAL,
     PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
     PLATFORM_TRACKING_SPOOL_DIR)}

@@ -1,7 +1,8 @@
 """`launch()`: the one function behind the CLI, `%dist_run` and the notebook runner.
 
-Reads top to bottom: settings -> plan -> preflight (ports, stale ranks) -> tracking -> supervise
--> tracking report -> job.json -> result (raise JobFailed when it failed).
+Reads top to bottom: settings -> this server's place in the job -> the job link and the job's
+identity (node 0's) -> plan -> preflight (ports, stale ranks) -> tracking -> supervise ->
+tracking report -> job.json -> result (raise JobFailed when it failed).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from platform_plugin import settings as settings_mod
+from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.attempts import attempt_record, restarted, restarting
 from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.launcher.display.show import check_show
@@ -18,10 +20,11 @@ from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
 from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.launcher.planning import preflight
 from platform_plugin.launcher.planning.backends import default_nproc, npus_present
-from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
+from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan, job_place
 from platform_plugin.launcher.planning.rank_path import with_rank_side
 from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
+from platform_plugin.launcher.servers import identity as identity_mod
 from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.watch import job_summary, watch
 from platform_plugin.util.code_lock import JobHold
@@ -57,33 +60,21 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
                 npu_present=npus_present())
     options = with_environment(options, host.base_env)
     host.base_env.pop(PLATFORM_JOB_KEY.name, None)  # the launchers' secret, not the ranks'
-    plan = build_plan(cmd, settings, options, host)
-    if options.job_id is None and plan.backend == "rank-table" and plan.nnodes > 1:
-        # the servers of a multi-server table share no rendezvous: they derive one key
-        from platform_plugin.launcher.servers.job_key import rank_table_job_id
-        plan = build_plan(cmd, settings, options, host, job_id=rank_table_job_id(
-            plan.job_name, _table_file(plan), host.base_env))
-    if options.nproc is None and plan.backend != "rank-table":
-        _print(options.write, f"[launcher] --nproc not given: {default_nproc(host)[1]}")
-    shown = check_show(options.show, plan)
-    preflight.check_plan(plan)
-    preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
-    if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
-        tracked_side().check(options.tracking, plan)
-    with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
-        link = open_link(plan, _note(options.write),
-                         job_key=options.job_key, job_id=options.job_id,
-                         silence_s=options.heartbeat_timeout)
-        try:
-            # node >= 1 learns node 0's job id here
-            agreed = link.agree({"job_id": plan.job_id}, 0)["job_id"]
-            if agreed != plan.job_id:
-                plan = build_plan(cmd, settings, options, host, job_id=agreed,
-                                  master_port=plan.master_port)
+    place = job_place(cmd, settings, options, host)
+    # refused before meeting the others: they would be told to start, then to stop
+    preflight.check_place(place, {**host.base_env, **options.env})
+    link = open_link(place, options, _note(options.write))  # the others of a multi-server job
+    try:
+        # node 0 decides the job's identity, every server uses it: one plan per attempt
+        identity = link.agree(identity_mod.proposed(place, options, host.base_env), 0)
+        options = identity_mod.adopted(identity, options, host.base_env, _note(options.write))
+        plan, shown = _checked_plan(cmd, settings, host, options, identity["job_id"], link,
+                                    place.server_id)
+        with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
             with JobDirLock(plan), libraries_to_log(plan.job_dir, options.verbose):
                 result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
-        finally:
-            link.close()
+    finally:
+        link.close()
     summary = job_summary(result, hidden)
     if result.job_file_error:  # a full disk: say what the record holds, it is still readable
         summary += f"\n[launcher] job.json: {result.job_file_error}"
@@ -91,6 +82,28 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     if options.check and not result.ok:
         raise JobFailed(result)
     return result
+
+
+def _checked_plan(cmd, settings, host: Host, options: LaunchOptions, job_id: str, link,
+                  server_id: str) -> tuple[LaunchPlan, object]:
+    """The first attempt's plan and what it shows, refused before anything exists. The other
+    servers already agreed to start: a refusal here (what needs the plan: `--show`, the
+    tracking URI, argv sizes, stale ranks) stops them too, else they would wait for this
+    server's ranks in vain."""
+    try:
+        plan = build_plan(cmd, settings, options, host, job_id=job_id)
+        if options.nproc is None and plan.backend != "rank-table":
+            _print(options.write, f"[launcher] --nproc not given: {default_nproc(host)[1]}")
+        shown = check_show(options.show, plan)
+        preflight.check_plan(plan)
+        preflight.check_ports_and_devices(plan, options, host.npu_present, _note(options.write))
+        if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
+            tracked_side().check(options.tracking, plan)
+    except ConfigError as exc:
+        link.tell_failed(server_id, f"its launcher refused the job ({exc.problems[0].code})", 0)
+        link.conclude(0, False, server_id)
+        raise
+    return plan, shown
 
 
 def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, shown,
@@ -170,10 +183,6 @@ def _note(write):
     def note(text: str) -> None:
         _print(write, f"[launcher] {text}")
     return note
-
-
-def _table_file(plan: LaunchPlan) -> str:
-    return next(r.env["RANK_TABLE_FILE"] for r in plan.workers)
 
 
 # ipykernel sets these to "1" in every kernel (zmqshell.init_environment) so that a cell's own

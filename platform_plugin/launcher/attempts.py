@@ -4,42 +4,24 @@ every failed one."""
 from __future__ import annotations
 
 import os
-import time
 
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 
-# how often the tracking server is asked whether another server stopped the job (rank-table
-# route only: the --nnodes routes hear it at once over the job link)
-TRACKING_POLL_S = 1.0
-
-
 class PeerNotice:
-    """A supervisor observer and its stop check. When this server's job stops for a reason of
-    its own (a rank failed, a timeout, Ctrl-C), the other servers hear it through the job link
-    and, for jobs tracked in a shared MLflow store, through a tag on the job's parent run."""
+    """A supervisor observer and its stop check: when this server's job stops for a reason of
+    its own (a rank failed, a timeout, Ctrl-C) the other servers hear it through the job link,
+    and this server hears theirs."""
 
-    def __init__(self, link, job_tracking, server_id: str, attempt: int):
-        self.link, self.job_tracking = link, job_tracking
-        self.server_id, self.attempt = server_id, attempt
-        self._next_poll = 0.0
+    def __init__(self, link, server_id: str, attempt: int):
+        self.link, self.server_id, self.attempt = link, server_id, attempt
 
     def stopping(self, payload) -> None:
         status, reason = payload
         self.link.tell_failed(self.server_id, reason, self.attempt)
-        tell = getattr(self.job_tracking, "tell_stopping", None)
-        if tell is not None:
-            tell(self.server_id, reason)
 
     def stop_reason(self) -> str | None:
-        reason = self.link.stop_reason(self.attempt)
-        if reason:
-            return reason
-        poll = getattr(self.job_tracking, "stop_requested", None)
-        if poll is None or time.monotonic() < self._next_poll:
-            return None
-        self._next_poll = time.monotonic() + TRACKING_POLL_S
-        return poll(self.server_id)
+        return self.link.stop_reason(self.attempt)
 
 
 def attempt_record(result, attempt: int) -> dict:

@@ -25,6 +25,7 @@ class LaunchKeywords(TypedDict, total=False):
     node_rank: int
     master_addr: str
     master_port: Optional[int]
+    control_port: Optional[int]
     log_dir: Optional[str]
     cache_dir: Optional[str]
     job_name: Optional[str]

@@ -23,9 +23,10 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning.backends import BACKENDS
-from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_HEARTBEAT_TIMEOUT,
-                                       PLATFORM_JOB_ID, PLATFORM_JOB_KEY, PLATFORM_LOG_DIR,
-                                       PLATFORM_RUN_MODE, PLATFORM_TRACKING, Variable)
+from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_CONTROL_PORT,
+                                       PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_JOB_ID,
+                                       PLATFORM_JOB_KEY, PLATFORM_LOG_DIR, PLATFORM_RUN_MODE,
+                                       PLATFORM_TRACKING, RANK_TABLE_CONTROL_PORT, Variable)
 
 Check = Callable[[Any], Optional[str]]  # value -> what is wrong with it, or None
 
@@ -125,6 +126,11 @@ class LaunchOptions:
         None, "rendezvous port (default: a free one; required when --nnodes > 1)", metavar="PORT",
         check=_within(1, 65535), code="LAUNCH_MASTER_PORT",
         flags=("--master-port", "--master_port"))
+    control_port: Optional[int] = opt(
+        None, "rank-table route, several servers: the port the table's first server's launcher "
+        "listens on for the others'", metavar="PORT", check=_within(1, 65535),
+        code="LAUNCH_MASTER_PORT", env=PLATFORM_CONTROL_PORT,
+        otherwise=str(RANK_TABLE_CONTROL_PORT))
     log_dir: Optional[str] = opt(None, "job folders go here", metavar="DIR", env=PLATFORM_LOG_DIR,
                                  otherwise="./platform_logs")
     cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs", metavar="DIR",

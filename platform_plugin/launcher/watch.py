@@ -79,22 +79,14 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
     # must be waited for also records the ranks' end before that wait (`waiting`)
     job_file = JobFile(plan, attempts, early_end=False)
     # the output observes the supervisor too: the board shows each process's status
-    peers = _peers(plan, link, job_tracking)
+    # the other servers' notices: a job of one server has nobody to tell or to hear
+    peers = [PeerNotice(link, plan.server_id, plan.attempt)] if plan.nnodes > 1 else []
     supervisor = Supervisor(plan, started, output,
                             [job_file, output, *system_metrics, *peers, job_tracking],
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
                             grace=options.grace,
                             stop_check=peers[0].stop_reason if peers else None)
     return supervisor, job_file
-
-
-def _peers(plan: LaunchPlan, link, job_tracking) -> list:
-    """The other servers' notices (attempts.PeerNotice): for a job of several servers, or a
-    tracked one (its store may carry another server's stop). An untracked job of one server has
-    nobody to tell or to hear."""
-    if plan.nnodes <= 1 and job_tracking.sink == "none":
-        return []
-    return [PeerNotice(link, job_tracking, plan.server_id, plan.attempt)]
 
 
 def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:

@@ -72,6 +72,23 @@ def private_table(ranktables: Path, name: str, tmp_path: Path) -> Path:
     return path
 
 
+def loopback_table(tmp_path: Path, servers: int, devices: int) -> Path:
+    """A rank table (v1.0) of `servers` servers with `devices` devices each whose server ids are
+    loopback addresses unique to this test (127.x.y.N: all of 127/8 is this machine), so that the
+    table's first server hosts the launchers' job link here and the stale-rank check never sees
+    another test's ranks. Server I's first rank is I * devices (its RANK_START)."""
+    tag = f"{os.getpid() % 250}.{abs(hash(str(tmp_path))) % 250}"
+    table = {"version": "1.0", "server_count": str(servers), "status": "completed",
+             "server_list": [
+                 {"server_id": f"127.{tag}.{s + 1}", "host_nic_ip": "reserve",
+                  "device": [{"device_id": str(d), "device_ip": f"192.168.{d}.{s + 1}",
+                              "rank_id": str(s * devices + d)} for d in range(devices)]}
+                 for s in range(servers)]}
+    path = tmp_path / f"hccl_{servers}s_{servers * devices}p.json"
+    path.write_text(json.dumps(table, indent=1))
+    return path
+
+
 def job_folder(log_dir: Path, timeout: float = 60) -> str:
     """The folder of the job a running launcher writes into `log_dir` (waits for it).
 

@@ -6,14 +6,16 @@ import os
 import signal
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from platform_plugin import launch
 from platform_plugin.errors import ConfigError
 from platform_plugin.util import folders
-from tests.launcher.helpers import (ASSETS, BEHAVE, PY, job_folder, log_text, private_table,
-                                   read_job, start_cli, wait_for, wait_no_processes)
+from tests.launcher.helpers import (ASSETS, BEHAVE, PY, free_port_pair, job_folder, log_text,
+                                   private_table, read_job, start_cli, wait_for,
+                                   wait_no_processes)
 
 STANDIN = str(ASSETS / "hccl_standin.py")
 
@@ -105,10 +107,16 @@ def test_rank_table_job_runs_the_ranks_with_hccl_ready_env(log_dir, ranktables, 
     assert code == 0, out + err
     for rank, device in zip(range(4), range(4, 8)):
         assert f"[rank {rank}] HCCL-OK rank {rank} device {device} size 4" in out
-    code, out, err = finish(start_cli(["--backend", "rank-table", "--", PY, STANDIN], log_dir,
-                                      env=_table_env(ranktables, "hccl_2s_16p.json", tmp_path,
-                                                     RANK_START="8")))
-    assert code == 0, out + err
+    # a table of two servers is one job of two launchers: the table's first server hosts their
+    # job link, so its server_id is made a loopback address here
+    env = _table_env(ranktables, "hccl_2s_16p.json", tmp_path,
+                     PLATFORM_CONTROL_PORT=str(free_port_pair()))
+    table = Path(env["RANK_TABLE_FILE"])
+    table.write_text(table.read_text().replace('"server_id": "10.', '"server_id": "127.'))
+    procs = [start_cli(["--backend", "rank-table", "--", PY, STANDIN], log_dir / f"server{n}",
+                       env={**env, "RANK_START": str(8 * n)}) for n in (0, 1)]
+    (code0, out0, err0), (code, out, err) = [finish(proc, timeout=120) for proc in procs]
+    assert code0 == 0 and code == 0, out0 + err0 + out + err
     assert all(f"HCCL-OK rank {8 + i} device {i} size 16" in out for i in range(8))
 
 

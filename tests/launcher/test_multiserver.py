@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from tests.helpers import wait_for
-from tests.launcher.helpers import (ASSETS, PY, finish_all, free_port_pair, kill_job, log_text,
-                                    private_table, read_job, stack_of, start_cli)
+from tests.launcher.helpers import (ASSETS, PY, finish_all, free_port_pair, kill_job, kill_jobs,
+                                    log_text, loopback_table, read_job, stack_of, start_cli)
 
 RANK = str(ASSETS / "server_rank.py")
 STANDIN = str(ASSETS / "hccl_standin.py")
@@ -174,30 +174,164 @@ def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
     assert len(read_job(job_dir)["failed_attempts"]) == 1
 
 
-def _table_servers(tmp_path, table, tag):
-    procs = []
-    for node, start in enumerate((0, 8)):
-        log_dir = tmp_path / tag / f"server{node}"
-        log_dir.mkdir(parents=True)
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_"))}
-        env.update(RANK_TABLE_FILE=str(table), RANK_START=str(start), PLATFORM_RUN_MODE="full")
-        procs.append(start_cli(["--backend", "rank-table", "--show", "none", "--", PY, STANDIN],
-                               log_dir, env=env, cwd=str(tmp_path)))
-    outs = finish_all(procs)
-    assert all(code == 0 for code, _ in outs), outs
+def test_a_server_that_refuses_its_part_after_the_start_stops_the_others(tmp_path):
+    """Node 1's `--show 0` names a rank of another server: a refusal that needs the plan, which
+    exists only once node 0 sent the job's identity. Node 1 exits 2 naming the problem; node 0's
+    ranks, which would sleep 120 s, stop at once and node 0 names node 1 (it would otherwise
+    wait for node 1's ranks in vain)."""
+    port = free_port_pair()
+    node0 = start_node(tmp_path, "server0", port, 2, 0, ["fail-on", "99"])
+    node1 = start_node(tmp_path, "server1", port, 2, 1, ["fail-on", "99"], extra=("--show", "0"))
+    outs = finish_all([node0, node1], timeout=90)
+    try:
+        assert [code for code, _ in outs] == [1, 2], outs
+    finally:
+        kill_jobs_of(tmp_path, 1)
+    assert "LAUNCH_BAD_SHOW" in outs[1][1], outs[1][1]
+    assert "stopped because server node1: its launcher refused the job (LAUNCH_BAD_SHOW)" in \
+        outs[0][1], outs[0][1]
+
+
+def test_a_missing_program_is_refused_before_the_others_are_met(tmp_path):
+    """A refusal that needs no plan comes before the job link: node 1 exits 2 at once, without
+    waiting for node 0 (which is not even started)."""
+    log_dir = tmp_path / "server1"
+    proc = start_cli(["--nproc", "1", "--nnodes", "2", "--node-rank", "1", "--master-port",
+                      str(free_port_pair()), "--backend", "plain", "--show", "none", "--", PY,
+                      str(tmp_path / "no_such_script.py")], log_dir, cwd=str(tmp_path))
+    [(code, out)] = finish_all([proc], timeout=60)  # far below the 300 s wait for node 0
+    assert code == 2 and "LAUNCH_SCRIPT_MISSING" in out, out
+    assert "waiting for node 0" not in out
+
+
+def start_table_server(tmp_path, table, node, control_port, folder, args=(STANDIN,), *,
+                       devices=2, extra=()):
+    """One launcher of a rank-table job: it sees only the shared table, its RANK_START and the
+    control port (PLATFORM_CONTROL_PORT: tests run side by side, the default would clash)."""
+    log_dir = tmp_path / folder
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK_", "DEVICE_", "PLATFORM_", "MS_"))}
+    env.update(RANK_TABLE_FILE=str(table), RANK_START=str(devices * node),
+               PLATFORM_RUN_MODE="full", PLATFORM_CONTROL_PORT=str(control_port))
+    return start_cli(["--backend", "rank-table", "--show", "none", *extra, "--", PY, *args],
+                     log_dir, env=env, cwd=str(tmp_path))
+
+
+def _table_job(tmp_path, table, tag, args=(STANDIN,), extra=()):
+    port = free_port_pair()
+    return finish_all([start_table_server(tmp_path, table, node, port, f"{tag}/server{node}",
+                                          args, extra=extra) for node in (0, 1)])
+
+
+def _job_ids(tmp_path, tag):
     return [os.path.basename(str(next((tmp_path / tag / f"server{n}").iterdir())))
             for n in (0, 1)]
 
 
-def test_rank_table_servers_derive_one_job_id_and_the_next_job_another(tmp_path, ranktables):
-    """HCCL stand-in ranks; each launcher sees only the shared table and its RANK_START."""
-    table = private_table(ranktables, "hccl_2s_16p.json", tmp_path)
-    first = _table_servers(tmp_path, table, "job1")
+def test_rank_table_servers_share_one_job_id_and_the_next_job_another(tmp_path):
+    """HCCL stand-in ranks; each launcher sees only the shared table and its RANK_START; the
+    table's first server hosts the job link and sends the id (job_key.py's rule) to the other."""
+    table = loopback_table(tmp_path, 2, 2)
+    outs = _table_job(tmp_path, table, "job1")
+    assert [code for code, _ in outs] == [0, 0], outs
+    first = _job_ids(tmp_path, "job1")
     assert first[0] == first[1]
     os.utime(table, (time.time() + 5, time.time() + 5))  # the platform writes a new table per job
-    second = _table_servers(tmp_path, table, "job2")
+    outs = _table_job(tmp_path, table, "job2")
+    assert [code for code, _ in outs] == [0, 0], outs
+    second = _job_ids(tmp_path, "job2")
     assert second[0] == second[1] != first[0]
+
+
+def test_rank_table_servers_stop_each_other_without_any_tracking_store(tmp_path):
+    """Untracked: the stop travels over the job link the table's first server hosts, not through
+    a tracking store. Rank 3 (the second server) fails after 1 s; the others would sleep 120 s."""
+    table = loopback_table(tmp_path, 2, 2)
+    outs = _table_job(tmp_path, table, "job", args=(RANK, "fail-on", "3"))
+    try:
+        assert [code for code, _ in outs] == [1, 1], outs
+    finally:
+        kill_jobs_of_tag(tmp_path, "job")
+    servers = [s["server_id"] for s in json.loads(table.read_text())["server_list"]]
+    assert f"stopped because server {servers[1]}: rank 3" in outs[0][1], outs[0][1]
+
+
+def test_rank_table_servers_restart_together(tmp_path):
+    """--max-restarts 1 on both servers: rank 0 fails the first attempt; both start attempt 2."""
+    table = loopback_table(tmp_path, 2, 2)
+    outs = _table_job(tmp_path, table, "job", args=(RANK, "fail-once"),
+                      extra=("--max-restarts", "1"))
+    assert [code for code, _ in outs] == [0, 0], outs
+    for node in (0, 1):
+        [job_dir] = list((tmp_path / "job" / f"server{node}").iterdir())
+        assert (job_dir / "attempt-1").is_dir()
+        assert rank_env(str(job_dir), 2 * node)["PLATFORM_ATTEMPT"] == "1"
+
+
+def test_rank_table_the_same_server_twice_is_refused(tmp_path):
+    """A second launcher with the second server's RANK_START is refused by the first server's
+    launcher; the job runs once."""
+    table = loopback_table(tmp_path, 3, 1)
+    port = free_port_pair()
+    procs = [start_table_server(tmp_path, table, 0, port, "server0", devices=1),
+             start_table_server(tmp_path, table, 1, port, "server1", devices=1)]
+    wait_for(lambda: any(c.status == "ESTABLISHED" and c.raddr and c.raddr.port == port
+                         for c in psutil.Process(procs[1].pid).net_connections("tcp")),
+             timeout=60, what="the second server joined")
+    twin = start_table_server(tmp_path, table, 1, port, "twin", devices=1)
+    [(code, out)] = finish_all([twin], timeout=90)
+    assert code == 1 and "refused" in out, out
+    procs.append(start_table_server(tmp_path, table, 2, port, "server2", devices=1))
+    outs = finish_all(procs, timeout=90)
+    assert [code for code, _ in outs] == [0, 0, 0], outs
+    assert not list((tmp_path / "twin").iterdir())
+
+
+def test_rank_table_another_program_on_the_control_port_is_refused(tmp_path):
+    """A web server on the first server's control port: the first server's launcher cannot
+    listen there, the second one is told it is not a launcher; both exit 2, nothing started."""
+    table = loopback_table(tmp_path, 2, 2)
+    first = json.loads(table.read_text())["server_list"][0]["server_id"]
+    port = free_port_pair()
+    web = subprocess.Popen([PY, "-m", "http.server", str(port), "--bind", first],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: any(c.laddr.port == port and c.status == "LISTEN"
+                             for c in psutil.Process(web.pid).net_connections("tcp")),
+                 timeout=60, what="the web server listens")
+        outs = finish_all([start_table_server(tmp_path, table, node, port, f"server{node}")
+                           for node in (0, 1)], timeout=90)
+    finally:
+        web.kill()
+        web.wait()
+    assert [code for code, _ in outs] == [2, 2], outs
+    assert "LAUNCH_PORT_BUSY" in outs[0][1] and "--control-port" in outs[0][1], outs[0][1]
+    assert "LAUNCH_PORT_BUSY" in outs[1][1] and "not node 0's launcher" in outs[1][1], outs[1][1]
+
+
+def test_rank_table_a_killed_server_is_named_by_the_other(tmp_path):
+    """The second server's launcher is SIGKILLed while its ranks run: the first stops its own
+    ranks (they would sleep 120 s) and names it."""
+    table = loopback_table(tmp_path, 2, 2)
+    port = free_port_pair()
+    procs = [start_table_server(tmp_path, table, node, port, f"server{node}",
+                                (RANK, "fail-on", "99")) for node in (0, 1)]
+    try:
+        wait_for(lambda: all(any((tmp_path / f"server{n}").iterdir()) for n in (0, 1)),
+                 timeout=60, what="both job folders")
+        time.sleep(1)
+        procs[1].kill()
+        outs = finish_all(procs[:1], timeout=90)
+    finally:
+        kill_jobs_of_tag(tmp_path, "")
+    # (the link names a server by its index in the table: node1)
+    assert outs[0][0] == 1 and "server node1: its launcher is gone" in outs[0][1], outs
+
+
+def kill_jobs_of_tag(tmp_path, tag) -> None:
+    """What a failed assertion left running under tmp_path/tag/server*."""
+    kill_jobs(p for p in (tmp_path / tag).glob("server*"))
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from tests.helpers import ASSETS, clean_env, wait_for
-from tests.launcher.helpers import (PY, finish_all, free_port_pair, kill_jobs, private_table,
-                                    start_cli)
+from tests.launcher.helpers import (PY, finish_all, free_port_pair, job_processes, kill_jobs,
+                                    loopback_table, start_cli)
 from tests.tracking.helpers import client
 from platform_plugin.tracking.sinks import mlflow_job
 
@@ -120,51 +120,94 @@ def test_a_failed_server_fails_the_parent_and_names_the_server(tmp_path, postgre
     assert len(_children(c, exp, parent)) == 4
 
 
-def test_rank_table_servers_started_together_share_one_parent(tmp_path, ranktables,
-                                                              postgres_mlflow):
-    """No job link on this route: the parent is found by its job-id tag (mlflow_job.py)."""
+def _table_servers(tmp_path, uri, table, args, experiment, devices=2):
+    """One tracked launcher per server of a loopback rank table, all at the same instant."""
+    port = free_port_pair()
+    servers = len(json.loads(table.read_text())["server_list"])
+    return [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
+                       "--", PY, *args], tmp_path / f"server{n}", cwd=str(tmp_path),
+                      env=_env(uri, experiment, RANK_TABLE_FILE=str(table),
+                               RANK_START=str(devices * n), PLATFORM_RUN_MODE="full",
+                               PLATFORM_CONTROL_PORT=str(port)))
+            for n in range(servers)]
+
+
+def test_rank_table_servers_share_one_parent(tmp_path, postgres_mlflow):
+    """The table's first server sends the job id and the experiment over the job link: one
+    parent, found by its job-id tag (mlflow_job.py), every rank a child."""
     experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    table = private_table(ranktables, "hccl_2s_16p.json", tmp_path)
-    procs = [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
-                        "--", PY, STANDIN], tmp_path / f"server{n}", cwd=str(tmp_path),
-                       env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
-                                RANK_START=str(8 * n), PLATFORM_RUN_MODE="full"))
-             for n in (0, 1)]
-    outs = finish_all(procs, timeout=150)
+    table = loopback_table(tmp_path, 2, 2)
+    outs = finish_all(_table_servers(tmp_path, postgres_mlflow, table, [STANDIN], experiment),
+                      timeout=150)
     assert all(code == 0 for code, _ in outs), outs
     c = client(postgres_mlflow)
     [parent], exp = _parents(c, experiment)
     assert parent.info.status == "FINISHED"
     children = _children(c, exp, parent)
-    assert sorted(int(r.data.tags["rank_id"]) for r in children) == list(range(16))
+    assert sorted(int(r.data.tags["rank_id"]) for r in children) == list(range(4))
     servers = {s["server_id"] for s in json.loads(table.read_text())["server_list"]}
     assert {r.data.tags["server_id"] for r in children} == servers and len(servers) == 2
 
 
-def test_rank_table_server_failure_stops_the_other_server_through_the_parent_run(
-        tmp_path, ranktables, postgres_mlflow):
-    """No job link on this route: the failing server tags the parent, the other server's
-    forwarding helper sees the tag and its launcher stops ranks that would sleep 120 s.
-    (server_rank.py instead of the HCCL stand-in: what fails here is the script, not HCCL.)"""
+def test_rank_table_server_failure_stops_the_other_server_over_the_job_link(
+        tmp_path, postgres_mlflow):
+    """The failing server tells the table's first server over the job link (the tracking store
+    carries no stop): the other server's ranks, which would sleep 120 s, stop; the parent run
+    ends FAILED naming both. (server_rank.py instead of the HCCL stand-in: what fails here is
+    the script, not HCCL.)"""
     experiment = f"ms-{uuid.uuid4().hex[:8]}"
-    table = private_table(ranktables, "hccl_2s_16p.json", tmp_path)
-    procs = [start_cli(["--tracking", "mlflow", "--backend", "rank-table", "--show", "none",
-                        "--", PY, RANK, "fail-on", "9"], tmp_path / f"server{n}",
-                       cwd=str(tmp_path),
-                       env=_env(postgres_mlflow, experiment, RANK_TABLE_FILE=str(table),
-                                RANK_START=str(8 * n), PLATFORM_RUN_MODE="full"))
-             for n in (0, 1)]
-    outs = finish_all(procs, timeout=90)  # the healthy ranks would sleep 120 s
+    table = loopback_table(tmp_path, 2, 2)
+    outs = finish_all(_table_servers(tmp_path, postgres_mlflow, table, [RANK, "fail-on", "3"],
+                                     experiment), timeout=90)
     try:
         assert [code for code, _ in outs] == [1, 1], outs
     finally:
         kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
     servers = [s["server_id"] for s in json.loads(table.read_text())["server_list"]]
-    assert f"stopped because server {servers[1]}: rank 9" in outs[0][1]
+    assert f"stopped because server {servers[1]}: rank 3" in outs[0][1]
     c = client(postgres_mlflow)
     [parent], _ = _parents(c, experiment)
     assert parent.info.status == "FAILED"
     assert parent.data.tags[mlflow_job.FAILED_SERVERS_TAG] == ", ".join(sorted(servers))
+    assert not any(k.startswith("platform.stop.") for k in parent.data.tags)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_servers_in_differently_named_folders_make_one_job(tmp_path, store, request):
+    """Two launchers of one job in project folders n0-*/ and n1-*/ (each would track into an
+    experiment named after its folder); node 1 also has its own MLFLOW_EXPERIMENT_NAME. Node 0's
+    experiment wins (node 1 says so once): one parent, FINISHED, every rank a child, and
+    `compare` from node 1's folder shows every rank."""
+    tag = uuid.uuid4().hex[:8]
+    uri = (f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}" if store == "sqlite"
+           else request.getfixturevalue("postgres_mlflow"))
+    (tmp_path / "shared").mkdir()
+    port, folders = free_port_pair(), [tmp_path / f"n{n}-{tag}" for n in (0, 1)]
+    procs = []
+    for node, folder in enumerate(folders):
+        folder.mkdir()
+        env = clean_env(MLFLOW_TRACKING_URI=uri, PLATFORM_TRACKING_DRAIN_TIMEOUT="90",
+                        **({"MLFLOW_EXPERIMENT_NAME": f"other-{tag}"} if node else {}))
+        procs.append(start_cli(["--tracking", "mlflow", "--nproc", "2", "--nnodes", "2",
+                                "--node-rank", str(node), "--master-port", str(port),
+                                "--backend", "plain", "--show", "none", "--", PY, RANK, "train"],
+                               folder / "logs", cwd=str(folder), env=env))
+    outs = finish_all(procs, timeout=150)
+    assert [code for code, _ in outs] == [0, 0], outs
+    assert outs[1][1].count(f"MLFLOW_EXPERIMENT_NAME='other-{tag}' here, but the job tracks "
+                            f"into node 0's experiment 'n0-{tag}'") == 1, outs[1][1]
+    c = client(uri)
+    [parent], exp = _parents(c, f"n0-{tag}")
+    assert parent.info.status == "FINISHED"
+    assert sorted(r.data.tags["rank_id"] for r in _children(c, exp, parent)) == ["0", "1", "2",
+                                                                                "3"]
+    assert c.get_experiment_by_name(f"n1-{tag}") is None
+    assert c.get_experiment_by_name(f"other-{tag}") is None
+    [job_dir] = list((folders[1] / "logs").iterdir())
+    shown = _compare(folders[1], [job_dir.name, "--log-dir", str(folders[1] / "logs")], uri)
+    assert shown.returncode == 0, shown.stderr
+    assert [line.split()[0] for line in shown.stdout.splitlines()
+            if line.startswith("rank-")] == [f"rank-0{r}" for r in range(4)], shown.stdout
 
 
 def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
@@ -190,6 +233,28 @@ def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
     children = _children(c, exp, parent)
     assert len(children) == 4
     assert all(c.get_run(r.info.run_id).info.status == "FAILED" for r in children)
+
+
+def test_rank_table_a_server_whose_launcher_is_killed_is_reported_for(tmp_path, postgres_mlflow):
+    """The rank-table route's killed server: the table's first server sees it go over the job
+    link, reports it FAILED on the parent (by its table id) and ends its rank runs."""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    table = loopback_table(tmp_path, 2, 2)
+    servers = [s["server_id"] for s in json.loads(table.read_text())["server_list"]]
+    procs = _table_servers(tmp_path, postgres_mlflow, table, [RANK, "fail-on", "99"], experiment)
+    c = client(postgres_mlflow)
+    try:
+        _rank_runs_made(c, experiment, 4)
+        procs[1].kill()
+        [(code, out)] = finish_all(procs[:1], timeout=90)  # its ranks would sleep 120 s
+        assert code == 1 and "its launcher is gone" in out, out
+    finally:
+        _kill_all(procs, tmp_path)
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FAILED"
+    assert "its launcher is gone" in parent.data.tags[mlflow_job.SERVER_TAG + servers[1]]
+    assert all(c.get_run(r.info.run_id).info.status == "FAILED"
+               for r in _children(c, exp, parent))
 
 
 def _helper_of(job_folder) -> psutil.Process:
@@ -241,3 +306,78 @@ def test_a_server_lost_while_it_finishes_its_tracking_is_reported_by_the_others(
     status = {r.data.tags["rank_id"]: c.get_run(r.info.run_id).info.status
               for r in _children(c, exp, parent)}
     assert status == {"0": "FINISHED", "1": "FINISHED", "2": "FAILED", "3": "FAILED"}
+
+
+def _scale_job(tmp_path, uri, launchers, ranks, args, experiment, env_extra=None):
+    """`launchers` tracked launchers of `ranks` ranks each on loopback, all started at once."""
+    port = free_port_pair()
+    env = _env(uri, experiment, **(env_extra or {}))
+    return [start_cli(["--tracking", "mlflow", "--nproc", str(ranks), "--nnodes", str(launchers),
+                       "--node-rank", str(n), "--master-port", str(port), "--backend", "plain",
+                       "--show", "none", "--no-system-metrics", "--", PY, RANK, *args],
+                      tmp_path / f"server{n}", cwd=str(tmp_path), env=env)
+            for n in range(launchers)]
+
+
+def test_32_servers_one_job_one_parent_every_rank_a_child(tmp_path, postgres_mlflow):
+    """32 launchers x 1 rank into the team server: one job id, one parent FINISHED, 32
+    children, one per server."""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    procs = _scale_job(tmp_path, postgres_mlflow, 32, 1, ["train", "5"], experiment)
+    try:
+        outs = finish_all(procs, timeout=600)
+    finally:
+        _kill_all(procs, tmp_path)
+    assert [code for code, _ in outs] == [0] * 32, [o for o in outs if o[0]]
+    assert len({d.name for n in range(32) for d in (tmp_path / f"server{n}").iterdir()}) == 1
+    c = client(postgres_mlflow)
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FINISHED"
+    children = _children(c, exp, parent)
+    assert sorted((int(r.data.tags["rank_id"]), r.data.tags["server_id"]) for r in children) == \
+        [(n, f"node{n}") for n in range(32)]
+
+
+def test_8_servers_of_8_a_failure_on_the_last_stops_them_all(tmp_path, postgres_mlflow):
+    """8 launchers x 8 ranks: rank 63 (the last server) fails after 1 s; every other rank would
+    sleep 120 s. Every launcher stops and names node7; one parent, FAILED, 64 children.
+    (How fast: bench/multiserver_scale.py, docs/benchmarks.md.)"""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    procs = _scale_job(tmp_path, postgres_mlflow, 8, 8, ["fail-on", "63"], experiment)
+    try:
+        outs = finish_all(procs, timeout=300)  # far below the healthy ranks' 120 s sleep + drain
+    finally:
+        _kill_all(procs, tmp_path)
+    assert [code for code, _ in outs] == [1] * 8, outs
+    assert all("stopped because server node7: rank 63" in out for _, out in outs[:7]), outs
+    c = client(postgres_mlflow)
+    [parent], exp = _parents(c, experiment)
+    assert parent.info.status == "FAILED"
+    assert sorted(int(r.data.tags["rank_id"]) for r in _children(c, exp, parent)) == \
+        list(range(64))
+
+
+def test_a_frozen_server_is_detected_within_the_heartbeat_deadline(tmp_path, postgres_mlflow):
+    """Node 2's launcher is frozen (SIGSTOP: a hung machine or a network partition looks the
+    same) while every rank runs: nodes 0 and 1 end non-zero within the heartbeat deadline (5 s
+    here) plus grace, naming node2, nothing of theirs left running; the parent ends FAILED."""
+    experiment = f"ms-{uuid.uuid4().hex[:8]}"
+    procs = _scale_job(tmp_path, postgres_mlflow, 3, 1, ["fail-on", "99"], experiment,
+                       {"PLATFORM_HEARTBEAT_TIMEOUT": "5"})
+    c = client(postgres_mlflow)
+    frozen = psutil.Process(procs[2].pid)
+    try:
+        _rank_runs_made(c, experiment, 3)
+        frozen.suspend()
+        outs = finish_all(procs[:2], timeout=60)  # the ranks would sleep 120 s
+        assert [code for code, _ in outs] == [1, 1], outs
+        assert all("node2" in out and "silent" in out for _, out in outs), outs
+        for node in (0, 1):
+            [job_dir] = list((tmp_path / f"server{node}").iterdir())
+            assert not job_processes(str(job_dir)), f"node {node} left its ranks running"
+    finally:
+        frozen.resume()
+        _kill_all(procs, tmp_path)
+    [parent], _ = _parents(c, experiment)
+    assert parent.info.status == "FAILED" and "node2" in parent.data.tags[
+        mlflow_job.FAILED_SERVERS_TAG]

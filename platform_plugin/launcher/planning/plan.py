@@ -136,6 +136,67 @@ def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]+", "-", name).strip("-.") or "job"
 
 
+@dataclasses.dataclass(frozen=True)
+class JobPlace:
+    """Where this server stands in its job, known before any plan (no port picked, no id made):
+    what opens the job link. `first_server`: the rank table's first server (an address), which
+    hosts the link on the rank-table route; "" elsewhere."""
+
+    job_name: str
+    backend: str
+    nnodes: int
+    node_rank: int
+    server_id: str
+    master_addr: str
+    master_port: Optional[int]
+    command: Tuple[str, ...]
+    cwd: str
+    log_root: str  # the folder the job's folder goes in
+    cache_root: str
+    first_server: str = ""
+    rank_table_file: str = ""
+
+
+def job_place(command: list[str] | str, settings: Settings, options: LaunchOptions,
+              host: Host | None = None) -> JobPlace:
+    """This server's place in the job from the options and the settings alone."""
+    argv = normalize_command(command)
+    host = host or Host()
+    options = with_environment(options, dict(host.base_env))
+    name, _ = choose(options.backend, list(argv), settings, host.npu_present)
+    layout = _layout(name, settings, options, host, options.master_port)
+    table = settings.rank_table if name == "rank-table" else None
+    cwd = os.path.abspath(options.cwd or os.getcwd())
+    log_root, cache_root = _roots(options, dict(host.base_env), cwd)
+    return JobPlace(job_name=_job_name(argv, options), backend=name, nnodes=layout.nnodes,
+                    node_rank=layout.node_rank, server_id=layout.server_id,
+                    master_addr=layout.master_addr, master_port=layout.master_port,
+                    command=argv, cwd=cwd, log_root=log_root, cache_root=cache_root,
+                    first_server=table.servers[0].server_id if table else "",
+                    rank_table_file=str(layout.rank_table_file or ""))
+
+
+def _roots(options: LaunchOptions, base_env: dict, cwd: str) -> tuple[str, str]:
+    """(the folder job folders go in, the folder job caches go in)."""
+    cache_root = (options.cache_dir
+                  or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
+    return job_log_dir(options.log_dir, environ=base_env, cwd=cwd), os.path.abspath(cache_root)
+
+
+def _job_name(argv: tuple[str, ...], options: LaunchOptions) -> str:
+    return _safe(options.job_name) if options.job_name else default_job_name(argv)
+
+
+def _layout(name: str, settings: Settings, options: LaunchOptions, host: Host,
+            port: int | None) -> Layout:
+    """Who runs where, with backend `name`."""
+    nproc = options.nproc
+    if nproc is None and name != "rank-table":
+        nproc = default_nproc(host)[0]
+    return backend_named(name).layout(settings, Placement(nproc, options.nnodes, options.node_rank,
+                                                          options.master_addr, port))
+
+
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None, *, job_id: str | None = None,
                master_port: int | None = None, attempt: int = 0) -> LaunchPlan:
@@ -151,18 +212,12 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     port = master_port if master_port is not None else options.master_port
     if backend.needs_port and port is None and options.nnodes == 1:
         port = free_port("0.0.0.0")
-    nproc = options.nproc
-    if nproc is None and name != "rank-table":
-        nproc = default_nproc(host)[0]
-    layout = backend.layout(settings, Placement(nproc, options.nnodes, options.node_rank,
-                                                options.master_addr, port))
-    job_name = _safe(options.job_name) if options.job_name else default_job_name(argv)
+    layout = _layout(name, settings, options, host, port)
+    job_name = _job_name(argv, options)
     job_id = job_id or options.job_id or new_job_id(job_name)
     cwd = os.path.abspath(options.cwd or os.getcwd())
-    job_dir = os.path.join(job_log_dir(options.log_dir, environ=base_env, cwd=cwd), job_id)
-    cache_root = (options.cache_dir
-                  or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
-    cache_dir = os.path.join(os.path.abspath(cache_root), job_id)
+    log_root, cache_root = _roots(options, base_env, cwd)
+    job_dir, cache_dir = os.path.join(log_root, job_id), os.path.join(cache_root, job_id)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
     common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": ascend_job_id(job_id),

@@ -11,7 +11,7 @@ import shutil
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.planning.plan import JobPlace, LaunchPlan
 from platform_plugin.launcher.planning.stale import refuse_or_kill
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.hosts import is_host
@@ -25,23 +25,40 @@ def _refuse(code: str, message: str, path: str) -> ConfigError:
     return ConfigError([Problem(code, message, path)])
 
 
+def check_place(place: JobPlace, env: dict) -> None:
+    """What can be refused before this server's launcher meets the others' (the job's identity,
+    hence its plan, comes from node 0). `env`: the ranks' environment as far as it is known
+    (the PATH the program is looked up on)."""
+    _check_job(place.job_name, place.master_addr, place.log_root, place.cache_root,
+               list(place.command), env, place.cwd)
+
+
 def check_plan(plan: LaunchPlan) -> None:
-    """The checks that need no network and start nothing (also run by the fuzz corpus)."""
-    size = len(plan.job_name.encode("utf-8"))  # a folder name holds 255 bytes, not characters
-    if size > MAX_JOB_NAME:
-        raise _refuse("LAUNCH_JOB_NAME", f"the job name is {size} bytes in UTF-8 ({len(plan.job_name)} "
-                      f"characters); use at most {MAX_JOB_NAME} bytes (it names the job's folder)",
-                      "--job-name")
-    if not is_host(plan.master_addr):
-        raise _refuse("LAUNCH_MASTER_ADDR", f"--master-addr {plan.master_addr[:80]!r} is neither an "
-                      "IP address nor a host name", "--master-addr")
-    check_writable_folder(os.path.dirname(plan.job_dir), "log", "LAUNCH_LOG_DIR", "--log-dir")
-    check_writable_folder(os.path.dirname(plan.cache_dir), "cache", "LAUNCH_CACHE_DIR", "--cache-dir")
-    for spec in plan.workers[:1]:  # every rank runs the same argv in the same folder
-        check_program(list(spec.argv), spec.env, spec.cwd)
+    """The checks that need no network and start nothing (also run by the fuzz corpus): those
+    of `check_place` on the plan's own ranks, and the size of every rank's argv and env."""
+    first = plan.workers[0] if plan.workers else None  # every rank runs one argv in one folder
+    _check_job(plan.job_name, plan.master_addr, os.path.dirname(plan.job_dir),
+               os.path.dirname(plan.cache_dir), list(first.argv) if first else None,
+               first.env if first else {}, first.cwd if first else "")
     sizes: dict = {}  # shared by the ranks: most of their variables are the same
     for spec in plan.ranks:
         check_exec_size(list(spec.argv), spec.env, sizes)
+
+
+def _check_job(job_name: str, master_addr: str, log_root: str, cache_root: str,
+               argv: list[str] | None, env: dict, cwd: str) -> None:
+    size = len(job_name.encode("utf-8"))  # a folder name holds 255 bytes, not characters
+    if size > MAX_JOB_NAME:
+        raise _refuse("LAUNCH_JOB_NAME", f"the job name is {size} bytes in UTF-8 ({len(job_name)} "
+                      f"characters); use at most {MAX_JOB_NAME} bytes (it names the job's folder)",
+                      "--job-name")
+    if not is_host(master_addr):
+        raise _refuse("LAUNCH_MASTER_ADDR", f"--master-addr {master_addr[:80]!r} is neither an "
+                      "IP address nor a host name", "--master-addr")
+    check_writable_folder(log_root, "log", "LAUNCH_LOG_DIR", "--log-dir")
+    check_writable_folder(cache_root, "cache", "LAUNCH_CACHE_DIR", "--cache-dir")
+    if argv is not None:
+        check_program(argv, env, cwd)
 
 
 def resolve_program(program: str, env: dict, cwd: str) -> str | None:

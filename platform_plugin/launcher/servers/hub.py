@@ -61,6 +61,7 @@ class Peer:
     heard: float  # when it last said anything
     node: Optional[int] = None  # set once node 0 accepted its join
     joined: int = -1  # the attempt it last joined
+    server: str = ""  # the server id it joined with (the rank table's, or node<I>)
     went: Set[int] = dataclasses.field(default_factory=set)  # the attempts told to start
     said_bye: bool = False
 
@@ -283,7 +284,7 @@ class Hub(Linked):
                            "node 0)")
             else:
                 refused = ""
-                peer.node, peer.joined = node, attempt
+                peer.node, peer.joined, peer.server = node, attempt, message["server"]
                 self.joined.setdefault(attempt, set()).add(node)
                 self.cond.notify_all()
         if refused:
@@ -317,7 +318,7 @@ class Hub(Linked):
                 self.left.add(peer.node)
                 self.cond.notify_all()
                 return
-            server = f"node{peer.node}"
+            server = peer.server or f"node{peer.node}"
             # no later attempt can start without it (agree() would wait for it in vain)
             self.broken = self.broken or f"server {server}: {why}"
             self.vanished.append(server)

@@ -1,4 +1,5 @@
-"""One job id on every server of a job, without a rendezvous: the rank-table route.
+"""The rank-table route's job id (the table's first server derives it and sends it to the
+others with the job link's `go`: servers/identity.py), and the job link's key.
 
 The servers of a multi-server full run share two things the platform made for this job: the
 rank table (the same file content on every server) and the job's own variables. The id is:
@@ -8,8 +9,8 @@ rank table (the same file content on every server) and the job's own variables. 
    rank table's content: `<job name>-<its hash>`;
 3. else the rank table's content and its modification time (whole seconds): the platform writes
    the table once per job, so the next job - even on the same servers, with the same devices -
-   has a new mtime and a new id. This assumes every server sees the same mtime (a shared mount,
-   or a copy that keeps it); when that is not so, set PLATFORM_JOB_ID (README, multi-server).
+   has a new mtime and a new id. Only the first server reads it: the others' copies of the
+   table need not keep its mtime.
 """
 from __future__ import annotations
 
@@ -35,3 +36,15 @@ def rank_table_job_id(job_name: str, table_path: str, environ: dict) -> str:
     digest.update(f"\0mtime={mtime}".encode())
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(mtime))
     return f"{job_name}-{stamp}-{digest.hexdigest()[:8]}"
+
+
+def rank_table_key(table_path: str, job_id: str | None) -> bytes:
+    """The key that authenticates the job link's messages on the rank-table route: the table's
+    bytes (every server of the job has the same file, an outsider does not) mixed with the job id
+    when one is given (link_key.py takes it unless --job-key gives another)."""
+    digest = hashlib.sha256(b"platform_plugin job link\0")
+    with open(table_path, "rb") as fh:
+        digest.update(fh.read())
+    if job_id:
+        digest.update(b"\0job_id=" + job_id.encode())
+    return digest.digest()

@@ -27,9 +27,7 @@ from platform_plugin.tracking.delivery.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import Forwarder
 from platform_plugin.tracking.delivery.observers import make_observers
 from platform_plugin.tracking.delivery.offsets import any_spooled, drain_timeout
-from platform_plugin.tracking.delivery.state import (SINK_FILE, STOP_REQUEST_FILE, STOPPING_FILE,
-                                                     HelperStatus, JobEnd, SinkConfig, read_json,
-                                                     write_json_atomic)
+from platform_plugin.tracking.delivery.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
 from platform_plugin.tracking.sinks import get_sink
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap
@@ -37,39 +35,6 @@ IDLE_BEFORE_IMPORT_S = 3.0  # at most, before the helper imports MLflow with not
 MAX_BACKOFF_S = 5.0  # a sink that is down is retried at most this far apart
 AGGREGATE_BATCHES = 4  # aggregates ship in batches as large as a round of 4 streams' batches
 STREAM_WORKERS = 4  # streams forwarded at once (one thread per stream at a time: order kept)
-
-
-class ServerPeers:
-    """Rank-table route only (its launchers have no job link): carries a stop between this
-    server's launcher (files in the spool folder) and the other servers (a tag on the job's
-    parent run, sinks/mlflow_job.py). Polls the parent at most once a second."""
-
-    POLL_S = 1.0
-
-    def __init__(self, spool_dir: Path, config: SinkConfig, sink):
-        self.spool_dir, self.config, self.sink = spool_dir, config, sink
-        self.active = (bool(config.job.get("poll_stop")) and config.job.get("servers", 1) > 1
-                       and hasattr(sink, "stop_requested"))
-        self.told = False
-        self.next_poll = 0.0
-
-    def check(self) -> None:
-        if not self.active or not self.config.parent_run_id:
-            return
-        server = self.config.job.get("server_id", "?")
-        try:
-            stopping = read_json(self.spool_dir / STOPPING_FILE)
-            if stopping and not self.told:
-                self.sink.request_stop(self.config, stopping["server"], stopping["reason"])
-                self.told = True
-            if time.monotonic() >= self.next_poll and not self.told:
-                self.next_poll = time.monotonic() + self.POLL_S
-                reason = self.sink.stop_requested(self.config, server)
-                if reason:
-                    write_json_atomic(self.spool_dir / STOP_REQUEST_FILE, {"reason": reason})
-                    self.told = True
-        except Exception:  # noqa: BLE001 - a slow store only delays the stop
-            pass
 
 
 class Helper:
@@ -91,7 +56,6 @@ class Helper:
         self.orphaned = False
         self.orphan_stop: float | None = None  # the launcher died: deliver until then
         self.forwarder: Forwarder  # made by _set_up(), after the idle wait
-        self.peers: ServerPeers
 
     def _set_up(self) -> None:
         sink = get_sink(self.config.sink)
@@ -100,7 +64,6 @@ class Helper:
                                    aggregates=job_aggregates(self.config, sink, self.spool_dir,
                                                              AGGREGATE_BATCHES))
         self.forwarder.stop_at = self.orphan_stop
-        self.peers = ServerPeers(self.spool_dir, self.config, sink)
 
     def run(self) -> None:
         self._set(phase="forwarding")
@@ -120,7 +83,6 @@ class Helper:
                 ok = False
                 self.forwarder.last_error = f"{exc.strerror or exc} in {self.spool_dir}"[:500]
             self._set(error=self.forwarder.last_error)
-            self.peers.check()
             if (end is not None or self.orphaned) and (self.forwarder.past_deadline()
                                                        or (ok and self.forwarder.all_delivered())):
                 break

@@ -161,8 +161,6 @@ class SinkConfig(_SpoolFile):
 
 END_FILE = "end.json"
 HELPER_FILE = "helper.json"
-STOPPING_FILE = "stopping.json"  # this server's job stops: the helper tags the parent run
-STOP_REQUEST_FILE = "stop_request.json"  # the helper saw another server stop the job
 
 
 @dataclasses.dataclass

@@ -29,9 +29,7 @@ from typing import TYPE_CHECKING
 from platform_plugin.errors import ConfigError
 from platform_plugin.ranktable import load as load_rank_table
 from platform_plugin.tracking.delivery import offsets
-from platform_plugin.tracking.delivery.state import (STOP_REQUEST_FILE, STOPPING_FILE,
-                                                     HelperStatus, JobEnd, SinkConfig, read_json,
-                                                     write_json_atomic)
+from platform_plugin.tracking.delivery.state import HelperStatus, JobEnd, SinkConfig
 from platform_plugin.tracking.job import conventions
 from platform_plugin.tracking.job.report import DeliveryReport, Untracked, compare_hint
 from platform_plugin.tracking.job.sink_choice import choose, choose_layout, wflogger_importable
@@ -178,16 +176,6 @@ class SpoolingJobTracking(JobTracking):
         return delivery_report(self.sink, self.spool_dir, counts, self.config, self.plan.job_id,
                                drained, error)
 
-    def tell_stopping(self, server: str, reason: str) -> None:
-        """The helper puts it on the parent run (rank-table route: no job link)."""
-        if self.config.job.get("poll_stop") and self.config.job.get("servers", 1) > 1:
-            write_json_atomic(os.path.join(self.spool_dir, STOPPING_FILE), {"server": server, "reason": reason})
-
-    def stop_requested(self, server: str) -> str | None:
-        """What the helper read on the parent run: another server stopped the job."""
-        data = read_json(os.path.join(self.spool_dir, STOP_REQUEST_FILE))
-        return str(data["reason"]) if data else None
-
     def _wait_delivered(self, timeout: float, waiting=None) -> bool:
         """Poll the offset files (no sink in this process) until every complete line is
         delivered, the helper is gone, or the deadline. `waiting()`: before the first pause."""
@@ -333,8 +321,9 @@ def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
              # one job across servers: one parent for all (sinks/mlflow_job.py)
              "servers": int(getattr(plan, "nnodes", 1) or 1),
              "server_id": str(getattr(plan, "server_id", "localhost")),
+             # node 0 creates the parent, the other servers find it (sinks/mlflow_job.py)
+             "node_rank": int(getattr(plan, "node_rank", 0) or 0),
              "attempt": int(getattr(plan, "attempt", 0) or 0),
-             "poll_stop": getattr(plan, "backend", "") == "rank-table",
              "parent": True, "tags": tags, "user": conventions.user(), "source": source,
              "source_type": source_type, "params": conventions.notebook_parameters(first_env)},
         ranks=ranks,

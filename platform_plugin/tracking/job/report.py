@@ -91,9 +91,3 @@ class Untracked:
         instead of always writing it one more time). `gone`: servers of the job whose launcher
         vanished; this one reports their end on the parent run for them."""
         return DeliveryReport()
-
-    def tell_stopping(self, server: str, reason: str) -> None:
-        """This server's job stops: other servers without a job link learn it from the store."""
-
-    def stop_requested(self, server: str) -> str | None:
-        return None

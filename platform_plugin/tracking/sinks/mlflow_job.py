@@ -1,13 +1,16 @@
 """One MLflow parent run per job, shared by the launchers of every server of the job.
 
-No lock spans machines, so the parent is found, not locked:
-1. look for an active run tagged `job_id=<id>` and `platform.role=job` in the experiment;
-2. if there is none, create one, wait `SETTLE_S`, and look again: of all the parents found the
-   oldest (start time, then run id) is the job's; a launcher whose own run lost deletes it.
-Every launcher that created a run looks again only after SETTLE_S, and a launcher that found
-nothing creates its run a few milliseconds later; so any two launchers racing see each other's
-runs in their second look and pick the same one (the rule is the same everywhere). Launchers
-started seconds apart simply find the first one's run at step 1.
+One creator: node 0's forwarding helper (the rank table's first server) creates the parent
+(`node_0_parent`); every other server's helper waits for it (`awaited_parent`), found by its
+tags `job_id=<id>` and `platform.role=job` in the job's one experiment (node 0 chose both and
+sent them over the job link). A rule "the oldest of the parents created" is not enough: under
+load a run's start time (the creating client's clock) is not the order in which the store
+shows runs, and servers that looked at different moments chose different parents.
+
+Only when node 0's parent does not appear within PARENT_WAIT_S (node 0 tracks elsewhere, or
+not at all) does a helper fall back to the race rule (`shared_parent`): look; if there is none,
+create one, wait `SETTLE_S`, look again; the oldest (start time, then run id) wins and a loser
+deletes its own.
 
 The parent ends when the last server ends: each launcher tags the parent
 `platform.server.<server id>` = its status (and reason), reads the tags back and, if every
@@ -16,9 +19,6 @@ server of the job has reported, ends the parent FINISHED only when all are FINIS
 two launchers ending at the same instant at least the later writer sees both tags; ending the
 run twice with the same status is harmless. A server whose launcher vanished is reported (and
 its RUNNING runs ended) by the launchers that saw it go over the job link.
-
-Stopping across servers without a job link (the rank-table route): a launcher whose job stops
-tags the parent `platform.stop.<attempt>` = "<server>: <reason>"; the others poll that tag.
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ ROLE_TAG = "platform.role"
 ROLE_JOB = "job"
 SERVER_TAG = "platform.server."  # + server id: that server's final status
 FAILED_SERVERS_TAG = "platform.failed_servers"
-STOP_TAG = "platform.stop."  # + attempt
 ATTEMPT_TAG = "attempt"
 SETTLE_S = 3.0  # longer than a create_run takes on a loaded server
+PARENT_WAIT_S = 60.0  # how long another server's helper waits for node 0's parent
+PARENT_POLL_S = 0.5
 
 
 def _parents(client, config) -> list:
@@ -42,6 +43,24 @@ def _parents(client, config) -> list:
                                             f"tags.`{ROLE_TAG}` = '{ROLE_JOB}'",
                               max_results=100)
     return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def node_0_parent(client, config, create) -> str:
+    """Node 0's helper: the parent of an earlier attempt (or a fallback's), else a new one."""
+    found = _parents(client, config)
+    return found[0].info.run_id if found else create()
+
+
+def awaited_parent(client, config, wait_s: float = PARENT_WAIT_S) -> str | None:
+    """Another server's helper: node 0's parent once the store shows it, None after `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = _parents(client, config)
+        if found:
+            return found[0].info.run_id
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(PARENT_POLL_S)
 
 
 def shared_parent(client, config, create) -> str:
@@ -107,22 +126,6 @@ def _end_for_gone(client, config, parent: str, gone: str, by: str) -> str:
                           f"'{gone}' and attributes.status = 'RUNNING'"):
         client.set_terminated(run.info.run_id, "FAILED")
     return value
-
-
-def request_stop(client, config, server: str, reason: str) -> None:
-    if config.parent_run_id:
-        client.set_tag(config.parent_run_id, STOP_TAG + str(config.job.get("attempt", 0)),
-                       f"{server}: {reason}"[:500])
-
-
-def stop_requested(client, config, server: str) -> str | None:
-    if not config.parent_run_id:
-        return None
-    value = client.get_run(config.parent_run_id).data.tags.get(
-        STOP_TAG + str(config.job.get("attempt", 0)))
-    if not value or value.startswith(f"{server}: "):
-        return None
-    return "server " + value
 
 
 def job_children(client, experiment_id: str, parent_run_id: str) -> list:

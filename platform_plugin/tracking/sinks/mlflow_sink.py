@@ -210,8 +210,14 @@ class MlflowSink:
             for start in range(0, len(params), self.limits["p"]):
                 client.log_batch(run_id, params=params[start:start + self.limits["p"]])
             return run_id
+        if config.servers > 1 and job.get("node_rank", 0) == 0:
+            return mlflow_job.node_0_parent(client, config, create)  # the one creator
+        if config.servers > 1:
+            awaited = mlflow_job.awaited_parent(client, config)
+            if awaited:
+                return awaited
         if config.servers > 1 or job.get("attempt"):
-            return mlflow_job.shared_parent(client, config, create)  # one parent for all servers
+            return mlflow_job.shared_parent(client, config, create)  # no node 0 parent: race
         return create()
 
     def _experiment(self, client, config: SinkConfig) -> str:
@@ -349,12 +355,6 @@ class MlflowSink:
             return mlflow_end.end_job(self._api(store_uri(config)), config, spool_dir, pending)
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
-    def request_stop(self, config: SinkConfig, server: str, reason: str) -> None:
-        mlflow_job.request_stop(self._api(store_uri(config)), config, server, reason)
-
-    def stop_requested(self, config: SinkConfig, server: str) -> str | None:
-        return mlflow_job.stop_requested(self._api(store_uri(config)), config, server)
-
     def report_gone(self, config: SinkConfig, spool_dir: Path, gone: list[str]) -> None:
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
             mlflow_job.report_gone(self._api(store_uri(config)), config, gone)

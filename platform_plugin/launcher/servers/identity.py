@@ -1,0 +1,48 @@
+"""One identity per job, decided once by node 0 (the rank table's first server) before any
+plan exists, and used by every server of the job whatever its folder or .env says.
+
+It is a flat dict of strings sent with the job link's `go` (JobLink.agree):
+- `job_id`: `--job-id` / PLATFORM_JOB_ID, else on the rank-table route job_key.py's id (the
+  same rule every server could derive), else a new one made from the job's name;
+- `experiment` (a job of several servers): the MLflow experiment node 0 would track into
+  (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/job/conventions.py). Servers
+  whose project folders are named differently still make one job: one parent run, found by
+  its job id in that one experiment (tracking/sinks/mlflow_job.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.planning.plan import JobPlace
+from platform_plugin.launcher.servers.job_key import rank_table_job_id
+from platform_plugin.tracking.job.conventions import experiment_name
+from platform_plugin.tracking.rank.job_id import new_job_id
+
+EXPERIMENT_VARIABLE = "MLFLOW_EXPERIMENT_NAME"
+
+
+def proposed(place: JobPlace, options: LaunchOptions, environ: dict) -> dict[str, str]:
+    """This server's proposal; node 0's is the one every server gets back from `agree`."""
+    job_id = options.job_id
+    if job_id is None and place.backend == "rank-table" and place.nnodes > 1:
+        job_id = rank_table_job_id(place.job_name, place.rank_table_file, environ)
+    identity = {"job_id": job_id or new_job_id(place.job_name)}
+    if place.nnodes > 1:
+        identity["experiment"] = experiment_name({**environ, **options.env}, options.cwd)
+    return identity
+
+
+def adopted(identity: dict[str, str], options: LaunchOptions, environ: dict,
+            note=None) -> LaunchOptions:
+    """The options with node 0's experiment in every rank's environment (options.env wins over
+    the rest, so the ranks and this server's tracking both use it). A server whose own
+    MLFLOW_EXPERIMENT_NAME names another experiment says so once."""
+    experiment = identity.get("experiment")
+    if not experiment:
+        return options
+    mine = {**environ, **options.env}.get(EXPERIMENT_VARIABLE)
+    if mine and mine != experiment and note is not None:
+        note(f"{EXPERIMENT_VARIABLE}={mine[:200]!r} here, but the job tracks into node 0's "
+             f"experiment {experiment[:200]!r} (one experiment per job)")
+    return dataclasses.replace(options, env={**options.env, EXPERIMENT_VARIABLE: experiment})
