@@ -325,8 +325,9 @@ def test_rank_table_a_killed_server_is_named_by_the_other(tmp_path):
         outs = finish_all(procs[:1], timeout=90)
     finally:
         kill_jobs_of_tag(tmp_path, "")
-    # (the link names a server by its index in the table: node1)
-    assert outs[0][0] == 1 and "server node1: its launcher is gone" in outs[0][1], outs
+    # (the link names a server by the table's server_id it joined with)
+    second = json.loads(table.read_text())["server_list"][1]["server_id"]
+    assert outs[0][0] == 1 and f"server {second}: its launcher is gone" in outs[0][1], outs
 
 
 def kill_jobs_of_tag(tmp_path, tag) -> None:
