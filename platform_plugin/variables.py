@@ -121,6 +121,9 @@ PLATFORM_NOTEBOOK = Variable("PLATFORM_NOTEBOOK", str, None, "the notebook being
 PLATFORM_NOTEBOOK_PARAMETERS = Variable(
     "PLATFORM_NOTEBOOK_PARAMETERS", str, None, "the notebook's resolved parameters (JSON)",
     set_by="notebook runner")
+PLATFORM_NOTEBOOK_RUN = Variable(
+    "PLATFORM_NOTEBOOK_RUN", str, None, "a tag of one notebook run: what its kernel started and "
+    "left running is stopped when the run ends", set_by="notebook runner")
 PLATFORM_STREAM_TO_TERMINAL = Variable(
     "PLATFORM_STREAM_TO_TERMINAL", str, None, "1: %dist_run in a notebook run by `platform-run "
     "debug|full` also streams rank output to the terminal", set_by="notebook runner")
@@ -144,6 +147,6 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
     PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
-    PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_STREAM_TO_TERMINAL,
+    PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_NOTEBOOK_RUN, PLATFORM_STREAM_TO_TERMINAL,
     PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
     PLATFORM_TRACKING_SPOOL_DIR)}

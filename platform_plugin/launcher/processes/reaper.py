@@ -86,6 +86,19 @@ class JobProcesses:
             time.sleep(POLL_S)
 
 
+class TaggedProcesses(JobProcesses):
+    """Every process of this user whose environment carries `variable=value`, wherever it went:
+    the stop policy of a job, for what a notebook run's kernel started (no groups of its own)."""
+
+    def __init__(self, variable: str, value: str) -> None:
+        super().__init__("", "")
+        self.variable, self.value = variable, value
+
+    def strays(self) -> list[int]:
+        return [p.pid for p in user_processes(self.variable)
+                if p.env.get(self.variable) == self.value]
+
+
 def described(pids) -> str:
     """`1234 (python serve.py), 1240 (sleep 100)`: what a note names (the first two words of a
     command line; a process gone meanwhile is its pid alone)."""
