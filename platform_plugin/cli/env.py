@@ -9,6 +9,7 @@ import shlex
 
 from platform_plugin import settings
 from platform_plugin.tracking.job import conventions
+from platform_plugin.util.envfile import env_file_paths
 from platform_plugin.util.texttable import render_rows
 
 
@@ -52,10 +53,11 @@ def tracking_store(resolved) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     resolved = resolve_from_args(args)
     store = tracking_store(resolved)
+    looked = [args.env_file] if args.env_file else env_file_paths(os.getcwd(), os.environ)
     if args.json:
         print(json.dumps({
             "mode": resolved.mode, "mode_source": resolved.mode_source,
-            "env_file": resolved.env_file,
+            "env_files": list(resolved.env_files), "env_files_looked_for": looked,
             "variables": [dataclasses.asdict(row) for row in resolved.table],
             "process_env": resolved.process_env(), "tracking": store,
             "problems": [dataclasses.asdict(p) for p in resolved.problems]}, indent=2))
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"export {name}={shlex.quote(value)}")
         return 0
     print(f"mode: {resolved.mode} ({resolved.mode_source})")
-    print(f".env: {resolved.env_file or 'none'}"
+    print(f".env: {', '.join(resolved.env_files) or 'none (looked for ' + ', '.join(looked) + ')'}"
           + (f" ({len(resolved.user_env)} other variable(s) passed to processes)"
              if resolved.user_env else ""))
     print(render_rows(["variable", "value", "source", "note"],
