@@ -17,7 +17,8 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
     """Options that feed `settings.resolve` (shared by commands that resolve settings)."""
     parser.add_argument("--mode", choices=settings.MODES,
                         help="debug or full (default: PLATFORM_RUN_MODE, else the auto rule)")
-    parser.add_argument("--env-file", metavar="FILE", help="user settings (default ./.env)")
+    parser.add_argument("--env-file", metavar="FILE", help="user settings (default: the .env files "
+                        "from here up to the folder holding CODE/)")
     parser.add_argument("--rank-table", metavar="FILE",
                         help="rank table, when the platform set no RANK_TABLE_FILE")
     parser.add_argument("--rank-start", metavar="N", help="first rank of this server")

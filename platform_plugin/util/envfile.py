@@ -42,6 +42,16 @@ def read_env_files(env_file: str | None, cwd: str, environ) -> tuple[dict[str, s
     return merged, read
 
 
+def export_mlflow_settings(cwd: str, environ) -> None:
+    """MLflow's client settings (MLFLOW_TRACKING_URI, _USERNAME, _PASSWORD, ...) from the rule's
+    `.env` files into `environ` where it has none: a command run by hand after the job (sync,
+    compare) reaches the team server with the credentials its ranks had."""
+    values, _ = read_env_files(None, cwd, environ)
+    for name, value in values.items():
+        if name.startswith("MLFLOW_") and name not in environ:
+            environ[name] = value
+
+
 def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:
     """The .env values ({} when the default ./.env does not exist, or is a folder: a virtualenv
     made with `python -m venv .env`); None values are dropped. A default ./.env that is there

@@ -226,6 +226,13 @@ def test_a_job_with_the_printed_env_lines_is_tracked_into_the_team_server(data_d
                                      auth=server.auth)[1]).get("metrics", [])) for r in runs]
         return steps if steps == [20, 20] else None
     wait_for(histories, timeout=120, interval=1, what="both ranks' 20 points in the team server")
+    # commands run by hand later find the credentials in the same .env (nothing in the shell)
+    for command in (["sync", "--wait", "30"], ["compare", "--metric", "loss"]):
+        done = subprocess.run([sys.executable, "-m", "platform_plugin", *command, "--log-dir",
+                               str(tmp_path / "logs")], cwd=str(project), env=clean_env(),
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+    assert "rank" in done.stdout and "401" not in done.stdout + done.stderr, done.stdout
     os.kill(server.proc.pid, signal.SIGTERM)
     assert server.proc.wait(timeout=60) == 0, "".join(server.lines)
     wait_for(server.all_gone, timeout=30, what="everything stopped after SIGTERM")
