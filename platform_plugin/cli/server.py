@@ -246,10 +246,10 @@ def _print_env_lines(args, data: Path, uri: str, credentials: team_auth.TeamCred
     they name the 0600 file that holds it instead."""
     if credentials is None:
         if not is_loopback(args.host):
-            print(f"WARNING: --no-auth on {args.host}: anyone who reaches port {args.port or uri}"
-                  " can read, change and delete every run")
+            print(f"WARNING: --no-auth on {args.host}: anyone who reaches {uri} can read, change "
+                  "and delete every run")
         print("Put this line in the .env of every server of a job (and of this one):")
-        print(team_auth.env_lines(uri)[0], flush=True)
+        print(*team_auth.env_lines(uri), flush=True)
         return
     where = data / team_auth.CREDENTIALS_FILE
     print(f"Authentication: MLflow's basic-auth (admin credentials in {where}, mode 600). "
@@ -258,9 +258,8 @@ def _print_env_lines(args, data: Path, uri: str, credentials: team_auth.TeamCred
     if created:
         lines = team_auth.env_lines(uri, credentials.admin_username, credentials.admin_password)
     else:
-        lines = team_auth.env_lines(uri, credentials.admin_username, "")[:2] + [
-            f"MLFLOW_TRACKING_PASSWORD=<admin_password in {where}: printed at the first start "
-            "only>"]
+        lines = team_auth.env_lines(uri, credentials.admin_username, f"<admin_password in "
+                                    f"{where}: printed at the first start only>")
     print("\n".join(lines), flush=True)
 
 

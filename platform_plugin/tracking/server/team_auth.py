@@ -90,8 +90,10 @@ def server_env(data: Path, credentials: TeamCredentials, database_uri: str) -> d
 def env_lines(uri: str, username: str | None = None, password: str | None = None) -> list[str]:
     """The lines of a `.env` for a server of a job (MLflow's own variables)."""
     lines = [f"MLFLOW_TRACKING_URI={uri}"]
-    if username is not None and password is not None:
-        lines += [f"MLFLOW_TRACKING_USERNAME={username}", f"MLFLOW_TRACKING_PASSWORD={password}"]
+    if username is not None:
+        lines.append(f"MLFLOW_TRACKING_USERNAME={username}")
+    if password is not None:
+        lines.append(f"MLFLOW_TRACKING_PASSWORD={password}")
     return lines
 
 
