@@ -20,7 +20,7 @@ import os
 from platform_plugin.errors import ConfigError, Problem, errors_only
 from platform_plugin.ranktable import (RankTable, RankTableError, Server, check_environment,
                                        load, parse_visible_devices, select_server)
-from platform_plugin.util.envfile import read_env_file
+from platform_plugin.util.envfile import read_env_files
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.variables import PLATFORM_RUN_MODE
 
@@ -54,7 +54,8 @@ class Settings:
     server: this server's entry in it; rank_id: the in-kernel rank (debug), None in a full run
     (per process); device_id: the runtime DEVICE_ID of rank_id (debug); user_env: the .env
     values that do not collide with the platform; table: the rows of `platform-run env`;
-    problems: warnings that did not stop resolution; env_file: the .env read, if one was."""
+    problems: warnings that did not stop resolution; env_files: the .env files read, nearest
+    first (util/envfile.py: the rule)."""
 
     mode: str
     mode_source: str
@@ -69,7 +70,7 @@ class Settings:
     table: tuple[Setting, ...]
     problems: tuple[Problem, ...] = ()
     visible_devices: str | None = None
-    env_file: str | None = None
+    env_files: tuple[str, ...] = ()
 
     def process_env(self) -> dict[str, str]:
         """Variables to add to a child's (kernel's, rank's) environment: .env values
@@ -206,7 +207,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
     """
     environ = dict(os.environ if environ is None else environ)
     cwd = cwd or os.getcwd()
-    dotenv, env_path = read_env_file(env_file, cwd)
+    dotenv, env_paths = read_env_files(env_file, cwd, environ)
     mode, mode_source = choose_mode(mode, environ)
     r = _Resolver(mode, environ, dotenv, normalize_flags(flags))
     if "PLATFORM_RUN_MODE" in dotenv:
@@ -245,7 +246,7 @@ def resolve(mode: str | None = None, *, environ: dict[str, str] | None = None,
              "RANK_SIZE", VISIBLE_DEVICES)
     return Settings(mode, mode_source, table_path, table, server, rank_start, rank_id, rank_size,
                     device_id, user_env, tuple(r.rows[n] for n in order), tuple(r.problems),
-                    visible_value, env_path)
+                    visible_value, tuple(env_paths))
 
 
 def _user_env(r: _Resolver, dotenv: dict[str, str], environ: dict[str, str]) -> dict[str, str]:

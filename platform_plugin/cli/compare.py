@@ -12,6 +12,7 @@ from platform_plugin.comparison.jupyter_ui import browser_base, jupyter_server
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
 from platform_plugin.tracking.job.uri_check import check_tracking_uri
+from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
@@ -81,6 +82,7 @@ def _check(args) -> None:
 
 def run(args) -> int:
     _check(args)
+    export_mlflow_settings(os.getcwd(), os.environ)  # the team server's credentials, as the job's
     runs, client, job_id = find_job(args.job, args.log_dir)
     metrics = metrics_of(args.metric)
     series = {m: compare.load_series(runs, m, client) for m in metrics}

@@ -9,6 +9,7 @@ import shlex
 
 from platform_plugin import settings
 from platform_plugin.tracking.job import conventions
+from platform_plugin.util.envfile import env_file_paths
 from platform_plugin.util.texttable import render_rows
 
 
@@ -16,7 +17,8 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
     """Options that feed `settings.resolve` (shared by commands that resolve settings)."""
     parser.add_argument("--mode", choices=settings.MODES,
                         help="debug or full (default: PLATFORM_RUN_MODE, else the auto rule)")
-    parser.add_argument("--env-file", metavar="FILE", help="user settings (default ./.env)")
+    parser.add_argument("--env-file", metavar="FILE", help="user settings (default: the .env files "
+                        "from here up to the folder holding CODE/)")
     parser.add_argument("--rank-table", metavar="FILE",
                         help="rank table, when the platform set no RANK_TABLE_FILE")
     parser.add_argument("--rank-start", metavar="N", help="first rank of this server")
@@ -52,10 +54,11 @@ def tracking_store(resolved) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     resolved = resolve_from_args(args)
     store = tracking_store(resolved)
+    looked = [args.env_file] if args.env_file else env_file_paths(os.getcwd(), os.environ)
     if args.json:
         print(json.dumps({
             "mode": resolved.mode, "mode_source": resolved.mode_source,
-            "env_file": resolved.env_file,
+            "env_files": list(resolved.env_files), "env_files_looked_for": looked,
             "variables": [dataclasses.asdict(row) for row in resolved.table],
             "process_env": resolved.process_env(), "tracking": store,
             "problems": [dataclasses.asdict(p) for p in resolved.problems]}, indent=2))
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"export {name}={shlex.quote(value)}")
         return 0
     print(f"mode: {resolved.mode} ({resolved.mode_source})")
-    print(f".env: {resolved.env_file or 'none'}"
+    print(f".env: {', '.join(resolved.env_files) or 'none (looked for ' + ', '.join(looked) + ')'}"
           + (f" ({len(resolved.user_env)} other variable(s) passed to processes)"
              if resolved.user_env else ""))
     print(render_rows(["variable", "value", "source", "note"],

@@ -1,6 +1,7 @@
 """`platform-run server`: the team's MLflow tracking server - `mlflow server` on PostgreSQL,
-several workers, artifacts served through it - and the MLFLOW_TRACKING_URI every server of a
-job puts in its `.env`. Runs until Ctrl-C/SIGTERM, then stops MLflow and PostgreSQL.
+several workers, artifacts served through it, behind MLflow's basic-auth app - and the `.env`
+lines every server of a job needs. Runs until Ctrl-C/SIGTERM, then stops MLflow and PostgreSQL.
+`platform-run server add-user NAME` gives a team member credentials of their own.
 
 Both die with this command even when it is SIGKILLed: the launcher's lifeline watches it
 (`Lifeline.for_groups`) and then sends SIGTERM to MLflow's process group and to the postmaster
@@ -9,6 +10,7 @@ a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after 
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import ipaddress
 import os
 import signal
@@ -18,7 +20,9 @@ from pathlib import Path
 from platform_plugin.cli import interrupt, skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.processes.spawn import Lifeline
-from platform_plugin.tracking.server.local import start_team_server, stop_server, wait_healthy
+from platform_plugin.tracking.server import team_auth
+from platform_plugin.tracking.server.local import (migrate_team_stores, start_team_server,
+                                                   stop_server, wait_healthy)
 from platform_plugin.tracking.server.postgres import (HOST as PG_HOST, LocalPostgres,
                                                       missing_reason, unreachable_parent)
 from platform_plugin.util.folders import check_writable_folder
@@ -51,7 +55,21 @@ def register(subparsers) -> None:
                    help="PostgreSQL port on 127.0.0.1 (default: a free one)")
     p.add_argument("--allowed-hosts", help="Host headers MLflow accepts (its DNS-rebinding "
                    "guard; default: the printed address and localhost)")
+    p.add_argument("--no-auth", action="store_true",
+                   help="serve without authentication: anyone who reaches the port may read, "
+                        "change and delete every run (default: MLflow's basic-auth, with an "
+                        "admin generated on the first start)")
     p.set_defaults(func=run)
+    users = p.add_subparsers(dest="server_command", metavar="add-user")
+    add = users.add_parser("add-user", help="create a team member's user on the running server "
+                           "and print the lines of their .env",
+                           description="Creates USERNAME with a generated password through the "
+                           "running server (as its admin) and prints the .env lines once: "
+                           "MLflow keeps only the password's hash.")
+    add.add_argument("username")
+    add.add_argument("--data-dir", help=f"the server's data folder (default "
+                                        f"{default_data_dir()})")
+    add.set_defaults(func=run_add_user)
 
 
 def _check_data_dir(data: Path) -> None:
@@ -77,6 +95,11 @@ def _check(args) -> None:
     except OSError:
         problems.append(Problem("SERVER_HOST", f"--host {args.host!r} is no address of this "
                                 "machine", "--host"))
+    if not args.no_auth and importlib.util.find_spec("flask_wtf") is None:
+        problems.append(Problem("SERVER_AUTH_UNAVAILABLE", "MLflow's basic-auth app needs "
+                                "Flask-WTF, which is not installed: pip install "
+                                "\"platform_plugin[server]\" (or serve without authentication, "
+                                "knowingly: --no-auth)", "--no-auth"))
     if problems:
         raise ConfigError(problems)
     why = missing_reason()
@@ -144,6 +167,18 @@ def allowed_hosts(explicit: str | None, uri: str, port: int) -> str | None:
 
 # smart shutdown waits for MLflow's connections to close and writes a checkpoint
 LIFELINE_GRACE_S = 30.0
+ADDRESS_FILE = "address"  # `add-user` finds the running server there: its loopback URL, its URI
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def step(text: str) -> None:
+    print(text, flush=True)
 
 
 def run(args) -> int:
@@ -161,20 +196,36 @@ def run(args) -> int:
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
     proc = None
     lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no moment without it
+    address = data / ADDRESS_FILE
     try:
+        if not pg.initialised:
+            step(f"initialising PostgreSQL in {pg.pgdata} (first start)...")
+            pg.init()
+        step(f"starting PostgreSQL on {PG_HOST}:{pg.port}...")
         pg.start()
         lifeline.add(pg.postmaster_pid())
+        auth_env, credentials, created = None, None, False
+        if not args.no_auth:
+            credentials, created = team_auth.load_or_create(data)
+            pg.create_database(team_auth.AUTH_DATABASE)
+            auth_env = team_auth.server_env(data, credentials,
+                                            pg.database_uri(team_auth.AUTH_DATABASE))
         log = data / "mlflow-server.log"
+        step("migrating MLflow's schema" + ("" if args.no_auth else " and its users' database")
+             + "...")
+        migrate_team_stores(pg.uri, folder=data, auth_env=auth_env)
         uri = tracking_uri(args.host, port)
+        step(f"starting MLflow ({args.workers} worker(s)) on {args.host}:{port}...")
         proc = start_team_server(pg.uri, args.host, port, workers=args.workers, artifacts=artifacts,
-                                 folder=data, allowed_hosts=allowed_hosts(args.allowed_hosts, uri, port))
+                                 folder=data, allowed_hosts=allowed_hosts(args.allowed_hosts, uri, port),
+                                 auth_env=auth_env)
         lifeline.add(proc.pid)  # its own session: the group is MLflow and its workers
         local = f"http://{'127.0.0.1' if args.host in ('0.0.0.0', '::') else args.host}:{port}"
         wait_healthy(local, proc, log_path=log, timeout=180)
-        print(f"MLflow tracking server: {uri}  (PostgreSQL in {pg.pgdata}, artifacts in "
+        address.write_text(f"{local}\n{uri}\n")
+        print(f"ready: MLflow tracking server at {uri}  (PostgreSQL in {pg.pgdata}, artifacts in "
               f"{artifacts}, {args.workers} workers; log {log}; Ctrl-C stops it)")
-        print("Put this line in the .env of every server of a job (and of this one):")
-        print(f"MLFLOW_TRACKING_URI={uri}", flush=True)
+        _print_env_lines(args, data, uri, credentials, created)
         proc.wait()
     except KeyboardInterrupt:
         pass
@@ -184,4 +235,45 @@ def run(args) -> int:
             stop_server(proc)
         pg.stop()
         lifeline.release()
+        address.unlink(missing_ok=True)
     return 0 if ended in (0, -15, None) else 1
+
+
+def _print_env_lines(args, data: Path, uri: str, credentials: team_auth.TeamCredentials | None,
+                     created: bool) -> None:
+    """The admin's password is printed once, when it is generated: whoever set the server up
+    is at the terminal then. Later starts may run unattended with their output in a log, so
+    they name the 0600 file that holds it instead."""
+    if credentials is None:
+        if not is_loopback(args.host):
+            print(f"WARNING: --no-auth on {args.host}: anyone who reaches {uri} can read, change "
+                  "and delete every run")
+        print("Put this line in the .env of every server of a job (and of this one):")
+        print(*team_auth.env_lines(uri), flush=True)
+        return
+    where = data / team_auth.CREDENTIALS_FILE
+    print(f"Authentication: MLflow's basic-auth (admin credentials in {where}, mode 600). "
+          f"A user per team member: platform-run server add-user NAME --data-dir {data}")
+    print("Put these lines in the .env of every server of a job (and of this one):")
+    if created:
+        lines = team_auth.env_lines(uri, credentials.admin_username, credentials.admin_password)
+    else:
+        lines = team_auth.env_lines(uri, credentials.admin_username, f"<admin_password in "
+                                    f"{where}: printed at the first start only>")
+    print("\n".join(lines), flush=True)
+
+
+def run_add_user(args) -> int:
+    data = resolved(args.data_dir or default_data_dir(), "server data folder", "SERVER_DATA_DIR",
+                    "--data-dir")
+    credentials = team_auth.load(data)
+    try:
+        local, uri = (data / ADDRESS_FILE).read_text().split()
+    except (OSError, ValueError):
+        raise ConfigError([Problem("SERVER_NOT_RUNNING", f"no `platform-run server` is serving "
+                                   f"from {data}: start it first (users live in its database)",
+                                   "--data-dir")]) from None
+    password = team_auth.add_user(local, credentials, args.username)
+    print(f"User {args.username!r} created. Their .env lines (the password is shown only now):")
+    print("\n".join(team_auth.env_lines(uri, args.username, password)), flush=True)
+    return 0

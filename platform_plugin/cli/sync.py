@@ -1,6 +1,7 @@
 """`platform-run sync [JOB]`: deliver tracked params/metrics still waiting in a job's spool."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -9,6 +10,7 @@ from platform_plugin.cli.flags import add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
+from platform_plugin.util.envfile import export_mlflow_settings
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
@@ -43,6 +45,7 @@ def run(args) -> int:
     if args.from_start and not args.to:
         raise ConfigError("--from-start sends the whole job into the store --to URI names: "
                           "give --to", code="TRACKING_SYNC_TO")
+    export_mlflow_settings(os.getcwd(), os.environ)  # the team server's credentials, as the job's
     signal.signal(signal.SIGTERM, interrupt)  # `--wait inf` in the background: stop as Ctrl-C
     try:
         return _sync(args)

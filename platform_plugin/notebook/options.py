@@ -50,7 +50,8 @@ class NotebookOptions:
         None, "--timeout", type=float, metavar="S",
         help="fail a cell that runs longer than S seconds")
     env_file: Optional[str] = flag(
-        None, "--env-file", metavar=".env", help="user settings file (default: .env in --cwd)")
+        None, "--env-file", metavar=".env", help="user settings file (default: the .env files "
+        "from --cwd up to the folder holding CODE/)")
     verbose: bool = flag(
         False, "--verbose", action="store_true",
         help="also show library chatter and the kernel's own warnings")

@@ -4,12 +4,11 @@
     result = execute(run)                                             # kernel + papermill
     result.ok, result.output, result.failure
 
-`prepare_run` resolves everything that can be wrong before a kernel starts (notebook,
-kernel, profile, parameters, the platform variables of the mode), so a configuration
-mistake is a ConfigError (exit 2) and never a half-run notebook. `execute` exports the
-resolved variables to the kernel, streams cell output live, and turns every way a
-notebook can fail — a cell error, a failed rank (`%dist_run` raises JobFailed), a cell
-timeout, a dead kernel — into a `CellFailure` (exit 1).
+`prepare_run` resolves all that can be wrong before a kernel starts (notebook, kernel, profile,
+parameters, the mode's platform variables): a mistake is a ConfigError (exit 2), never a
+half-run notebook. `execute` exports the variables to the kernel, streams cell output live,
+turns every way a notebook can fail (a cell error, a failed rank: `%dist_run` raises JobFailed,
+a cell timeout, a dead kernel) into a `CellFailure` (exit 1), and stops what the kernel left.
 """
 from __future__ import annotations
 
@@ -39,6 +38,7 @@ from platform_plugin.notebook.interrupt import interruptible
 from platform_plugin.notebook.live import LiveStream
 from platform_plugin.notebook.options import NotebookOptions
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves, outputs_folder
+from platform_plugin.notebook.strays import swept
 from platform_plugin.util.code_lock import JobHold
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.paths import resolved
@@ -275,8 +275,8 @@ def execute(run: NotebookRun, *, live: bool = True, verbose: bool = False) -> No
     started = time.monotonic()
     failure = None
     try:
-        env = {**run.env, **({TERMINAL_ENV: "1"} if live else {})}
-        with interruptible() as interrupts, _exported(env), _quiet_injected_parameter(), \
+        with swept() as tag, interruptible() as interrupts, _quiet_injected_parameter(), \
+                _exported({**run.env, **tag, **({TERMINAL_ENV: "1"} if live else {})}), \
                 atomic_saves(str(run.output)):
             executed = papermill.execute_notebook(
                 str(run.notebook), str(run.output), parameters=run.parameters,

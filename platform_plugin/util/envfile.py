@@ -1,13 +1,55 @@
-"""The user's `.env` file, read safely: the explicit file only, bounded, no NUL bytes, no value
-a process environment cannot carry. python-dotenv parses it; settings.py decides what the values
-may override."""
+"""The user's `.env` files, read safely: bounded, no NUL bytes, no value a process environment
+cannot carry. python-dotenv parses them; settings.py decides what the values may override.
+
+Which files, one rule (`env_file_paths`): `--env-file FILE` names the only one; otherwise the
+`.env` of the working folder and of every folder above it up to the project folder - the one
+holding CODE/ when the working folder is inside a CODE/ folder - so a job started in CODE/ or
+below reads the project's `.env` beside CODE/ as well as one inside; a nearer file's value wins.
+Outside any CODE/ folder only the working folder's `.env` is read."""
 from __future__ import annotations
 
 import io
 import os
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.project import project_dir
 from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
+
+
+def env_file_paths(cwd: str, environ) -> list[str]:
+    """The default `.env` files the rule looks for, nearest first."""
+    folder, top = os.path.abspath(cwd), project_dir(cwd, environ)
+    paths = [os.path.join(folder, ".env")]
+    while folder != top and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+        paths.append(os.path.join(folder, ".env"))
+    return paths
+
+
+def read_env_files(env_file: str | None, cwd: str, environ) -> tuple[dict[str, str], list[str]]:
+    """The values of the rule's `.env` files (a nearer file's win) and the files read, nearest
+    first."""
+    if env_file:
+        values, path = read_env_file(env_file, cwd)
+        return values, [path] if path else []
+    merged: dict[str, str] = {}
+    read = []
+    for path in reversed(env_file_paths(cwd, environ)):
+        values, found = read_env_file(None, os.path.dirname(path))
+        merged.update(values)
+        if found:
+            read.insert(0, found)
+    return merged, read
+
+
+def export_mlflow_settings(cwd: str, environ) -> None:
+    """MLflow's client settings (MLFLOW_TRACKING_URI, _USERNAME, _PASSWORD, ...) from the rule's
+    `.env` files into `environ` where it has none: a command run by hand after the job (sync,
+    compare) reaches the team server with the credentials its ranks had."""
+    values, _ = read_env_files(None, cwd, environ)
+    for name, value in values.items():
+        if name.startswith("MLFLOW_") and name not in environ:
+            environ[name] = value
 
 
 def read_env_file(env_file: str | None, cwd: str) -> tuple[dict[str, str], str | None]:

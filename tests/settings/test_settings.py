@@ -175,10 +175,51 @@ def test_dotenv_is_read_from_the_given_folder_only(tmp_path):
     assert settings.resolve("debug", environ={}, cwd=str(sub)).user_env == {}
     (sub / "custom.env").write_text("A=1\nexport B='two words'\nEMPTY\n")
     s = settings.resolve("debug", environ={}, cwd=str(sub), env_file="custom.env")
-    assert s.user_env == {"A": "1", "B": "two words"} and s.env_file == str(sub / "custom.env")
+    assert s.user_env == {"A": "1", "B": "two words"} and s.env_files == (str(sub / "custom.env"),)
     with pytest.raises(ConfigError) as err:
         settings.resolve("debug", environ={}, cwd=str(sub), env_file="missing.env")
     assert codes(err.value.problems) == {"ENV_FILE_MISSING"}
+
+
+def test_a_job_started_inside_code_reads_the_env_beside_code_and_the_nearer_ones(tmp_path):
+    """The one rule (util/envfile.py): from the working folder up to the folder holding CODE/,
+    a nearer file's value winning; the README's `.env` beside CODE/ is read from CODE/ itself."""
+    project = tmp_path / "project"
+    (project / "CODE" / "sub").mkdir(parents=True)
+    (project / ".env").write_text("MLFLOW_TRACKING_URI=http://team:5000\nWHO=project\n")
+    (project / "CODE" / ".env").write_text("WHO=code\n")
+    s = settings.resolve("debug", environ={}, cwd=str(project / "CODE" / "sub"))
+    assert s.user_env == {"MLFLOW_TRACKING_URI": "http://team:5000", "WHO": "code"}
+    assert s.env_files == (str(project / "CODE" / ".env"), str(project / ".env"))
+    s = settings.resolve("debug", environ={}, cwd=str(project / "CODE"))
+    assert s.user_env["MLFLOW_TRACKING_URI"] == "http://team:5000" and s.user_env["WHO"] == "code"
+    # outside any CODE/ folder: the working folder's .env only, never a parent's
+    s = settings.resolve("debug", environ={}, cwd=str(project))
+    assert s.env_files == (str(project / ".env"),) and s.user_env["WHO"] == "project"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert settings.resolve("debug", environ={}, cwd=str(elsewhere)).env_files == ()
+
+
+def test_platform_run_env_names_the_env_files_read_and_where_it_looked(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import clean_env
+    project = tmp_path / "project"
+    (project / "CODE").mkdir(parents=True)
+    (project / ".env").write_text("MLFLOW_TRACKING_URI=http://team:5000\n")
+    shown = subprocess.run([sys.executable, "-m", "platform_plugin", "env", "--mode", "debug"],
+                           cwd=project / "CODE", env=clean_env(), capture_output=True, text=True,
+                           timeout=60)
+    assert f".env: {project / '.env'} " in shown.stdout, shown.stdout + shown.stderr
+    assert "MLflow store: http://team:5000" in shown.stdout, shown.stdout
+    (project / ".env").unlink()
+    shown = subprocess.run([sys.executable, "-m", "platform_plugin", "env", "--mode", "debug"],
+                           cwd=project / "CODE", env=clean_env(), capture_output=True, text=True,
+                           timeout=60)
+    assert (f".env: none (looked for {project / 'CODE' / '.env'}, {project / '.env'})"
+            in shown.stdout), shown.stdout + shown.stderr
 
 
 def test_process_env_combines_dotenv_and_platform_variables(tmp_path):
@@ -228,3 +269,31 @@ def test_a_malformed_visible_devices_list_is_refused_in_a_full_run_too(tmp_path,
     assert codes(err.problems) == {"RT_VISIBLE_DEVICES"}
     # without a table (a CPU box) the variable is not used: nothing to refuse, as before
     assert resolve(tmp_path, "full", environ={"ASCEND_RT_VISIBLE_DEVICES": "a,b"}) is not None
+
+
+@pytest.mark.slow
+def test_a_job_tracked_into_the_local_store_for_want_of_a_env_says_where_it_looked(tmp_path):
+    """A `.env` in a folder the rule does not read (the job went to a local sqlite store
+    silently): the job says once where it looked; with a `.env` read it says nothing."""
+    import subprocess
+    import sys
+
+    from tests.helpers import clean_env
+    code = tmp_path / "project" / "CODE"
+    code.mkdir(parents=True)
+    (code / "train.py").write_text("print('trained')\n")
+
+    def launch():
+        return subprocess.run([sys.executable, "-m", "platform_plugin", "launch", "--tracking",
+                               "mlflow", "--nproc", "1", "--show", "none", "--log-dir",
+                               str(tmp_path / "logs"), "--", sys.executable, "train.py"],
+                              cwd=code, env=clean_env(), capture_output=True, text=True,
+                              timeout=180)
+    done = launch()
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    looked = f"{code / '.env'}, {code.parent / '.env'}"
+    assert out.count("tracking: no .env found") == 1 and looked in out, out
+    (code.parent / ".env").write_text("MLFLOW_EXPERIMENT_NAME=mine\n")
+    done = launch()
+    assert done.returncode == 0 and "no .env found" not in done.stdout + done.stderr

@@ -1,8 +1,11 @@
 """`platform-run server` as a user runs it: a real PostgreSQL cluster and a real `mlflow server`,
 started by the command, both gone when the command is gone - SIGKILLed included - and the
-cluster shut down cleanly either way (it starts again on the same folder without recovery)."""
+cluster shut down cleanly either way (it starts again on the same folder without recovery);
+nobody in without credentials (MLflow's basic-auth app), requests made with urllib as curl would."""
 from __future__ import annotations
 
+import base64
+import json
 import os
 import shutil
 import signal
@@ -10,13 +13,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 import requests
 
 from platform_plugin.util.procfs import alive
-from tests.helpers import clean_env, process_tree, wait_for
+from tests.helpers import ASSETS, clean_env, process_tree, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +40,8 @@ def data_dir():
 
 
 class ServerCommand:
-    """`platform-run server` in a session of its own; `url` once it printed its URI line."""
+    """`platform-run server` in a session of its own; `url` once it printed its URI line,
+    `env_lines` the .env lines it printed (`auth`: the admin's name and password)."""
 
     def __init__(self, data: Path):
         self.proc = subprocess.Popen(
@@ -44,8 +50,11 @@ class ServerCommand:
             env=clean_env(), start_new_session=True)
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
-        line = wait_for(self._uri_line, timeout=240, interval=0.2, what="the MLFLOW_TRACKING_URI line")
-        self.url = line.split("=", 1)[1].strip()
+        wait_for(self._env_printed, timeout=240, interval=0.2, what="the .env lines")
+        self.env_lines = [x.strip() for x in self.lines if x.startswith("MLFLOW_TRACKING_")]
+        values = dict(line.split("=", 1) for line in self.env_lines)
+        self.url = values["MLFLOW_TRACKING_URI"]
+        self.auth = (values.get("MLFLOW_TRACKING_USERNAME"), values.get("MLFLOW_TRACKING_PASSWORD"))
         self.tree = process_tree(self.proc.pid)  # the command, MLflow and its workers
         self.postmaster = int((data / "pgdata" / "postmaster.pid").read_text().split()[0])
 
@@ -53,10 +62,10 @@ class ServerCommand:
         for line in self.proc.stdout:
             self.lines.append(line)
 
-    def _uri_line(self):
+    def _env_printed(self):
         if self.proc.poll() is not None:
             raise AssertionError("platform-run server ended early:\n" + "".join(self.lines))
-        return next((x for x in self.lines if x.startswith("MLFLOW_TRACKING_URI=")), None)
+        return any(x.startswith("MLFLOW_TRACKING_PASSWORD=") for x in self.lines)
 
     def all_gone(self) -> bool:
         return not any(alive(pid) for pid in [*self.tree, self.postmaster])
@@ -105,8 +114,125 @@ def test_a_second_server_on_the_same_data_dir_is_refused_and_the_first_keeps_ser
     assert "[SERVER_DATA_DIR_BUSY]" in second.stderr and f"pid {first.proc.pid}" in second.stderr
     assert "Traceback" not in second.stderr
     created = requests.post(f"{first.url}/api/2.0/mlflow/experiments/create",
-                            json={"name": "still-served"}, timeout=30)
+                            json={"name": "still-served"}, auth=first.auth, timeout=30)
     assert created.ok, created.text  # the first server's database is still there
     os.kill(first.proc.pid, signal.SIGTERM)
     assert first.proc.wait(timeout=60) == 0, "".join(first.lines)
     wait_for(first.all_gone, timeout=30, what="everything stopped after SIGTERM")
+
+
+def call(url: str, path: str, body=None, auth=None, method=None) -> tuple[int, str]:
+    """(HTTP status, body text) of one request, as curl would make it."""
+    headers = {"Content-Type": "application/json"}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(auth).encode()).decode()
+    request = urllib.request.Request(url + path, headers=headers, method=method,
+                                     data=None if body is None else json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+BULK = "/platform/api/metrics/bulk"
+
+
+def _add_user(data: Path, name: str) -> tuple[str, str]:
+    done = subprocess.run([sys.executable, "-m", "platform_plugin", "server", "add-user", name,
+                           "--data-dir", str(data)], capture_output=True, text=True,
+                          env=clean_env(), timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    values = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    return values["MLFLOW_TRACKING_USERNAME"], values["MLFLOW_TRACKING_PASSWORD"]
+
+
+def test_without_credentials_the_team_server_answers_401_and_the_bulk_route_checks_edit(data_dir):
+    server = ServerCommand(data_dir)
+    admin, url = server.auth, server.url
+    assert admin[0] and admin[1], server.env_lines
+    assert (data_dir / "mlflow-auth.json").stat().st_mode & 0o777 == 0o600
+    status, body = call(url, "/api/2.0/mlflow/experiments/create", {"name": "team"}, admin)
+    assert status == 200, body
+    experiment = json.loads(body)["experiment_id"]
+    status, body = call(url, "/api/2.0/mlflow/runs/create", {"experiment_id": experiment}, admin)
+    run = json.loads(body)["run"]["info"]["run_id"]
+    point = {"runs": [{"run_id": run, "metrics": [["loss", 0.5, 1, 1700000000000]]}]}
+
+    # nobody in: the REST API (the issue's `runs/delete`), the bulk route, the UI
+    for path, body in [("/api/2.0/mlflow/runs/delete", {"run_id": run}), (BULK, point),
+                       ("/api/2.0/mlflow/experiments/search", {"max_results": 1})]:
+        assert call(url, path, body)[0] == 401, path
+        assert call(url, path, body, (admin[0], "wrong-password"))[0] == 401, path
+    for path in ["/", BULK, f"/api/2.0/mlflow/runs/get?run_id={run}",
+                 "/ajax-api/2.0/mlflow/experiments/search?max_results=1"]:
+        assert call(url, path)[0] == 401, path
+    assert call(url, f"/api/2.0/mlflow/runs/get?run_id={run}", auth=admin)[0] == 200
+
+    # a team member's own user: reads everything, writes where MLflow's permission model lets
+    # them (READ by default on an experiment they did not create, EDIT once granted) - on the
+    # bulk route as on log_batch
+    alice = _add_user(data_dir, "alice")
+    assert call(url, f"/api/2.0/mlflow/runs/get?run_id={run}", auth=alice)[0] == 200
+    status, body = call(url, BULK, point, alice)
+    assert status == 403 and "PERMISSION_DENIED" in body, (status, body)
+    batch = {"run_id": run, "metrics": [{"key": "loss", "value": 0.25, "step": 2,
+                                         "timestamp": 1700000000001}]}
+    assert call(url, "/api/2.0/mlflow/runs/log-batch", batch, alice)[0] == 403  # the same rule
+    unknown = {"runs": [{"run_id": "0" * 32, "metrics": [["loss", 1.0, 1, 1]]}]}
+    assert call(url, BULK, unknown, alice)[0] == 403  # as log_batch: no oracle of run ids
+    status, body = call(url, f"/api/2.0/mlflow/metrics/get-history?run_id={run}&metric_key=loss",
+                        auth=admin)
+    assert json.loads(body) == {}, body  # nothing of alice's was stored
+    status, body = call(url, "/api/3.0/mlflow/users/permissions/grant",
+                        {"username": "alice", "resource_type": "experiment",
+                         "resource_id": experiment, "permission": "EDIT"}, admin)
+    assert status == 200, body
+    status, body = call(url, BULK, point, alice)
+    assert status == 200 and json.loads(body) == {"stored": 1}, (status, body)
+    later = {"runs": [{"run_id": run, "metrics": [["loss", 0.25, 2, 1700000000001]]}]}
+    assert call(url, BULK, later, admin)[0] == 200  # the admin may write anywhere
+    os.kill(server.proc.pid, signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0, "".join(server.lines)
+    wait_for(server.all_gone, timeout=30, what="everything stopped after SIGTERM")
+    for log in ["mlflow-server.log", "postgres.log"]:  # the admin's password: printed once only
+        assert admin[1] not in (data_dir / log).read_text(errors="replace"), log
+
+
+def test_a_job_with_the_printed_env_lines_is_tracked_into_the_team_server(data_dir, tmp_path):
+    server = ServerCommand(data_dir)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".env").write_text("\n".join(server.env_lines + ["MLFLOW_EXPERIMENT_NAME=authjob"])
+                                  + "\n")
+    job = subprocess.run(
+        [sys.executable, "-m", "platform_plugin", "launch", "--log-dir", str(tmp_path / "logs"),
+         "--tracking", "mlflow", "--nproc", "2", "--backend", "plain", "--show", "none", "--",
+         sys.executable, str(ASSETS / "launch" / "server_rank.py"), "train", "20"],
+        cwd=str(project), env=clean_env(), capture_output=True, text=True, timeout=240)
+    assert job.returncode == 0, job.stdout + job.stderr
+
+    def histories():
+        status, body = call(server.url, "/api/2.0/mlflow/experiments/get-by-name"
+                                        "?experiment_name=authjob", auth=server.auth)
+        if status != 200:
+            return None
+        experiment = json.loads(body)["experiment"]["experiment_id"]
+        runs = json.loads(call(server.url, "/api/2.0/mlflow/runs/search",
+                               {"experiment_ids": [experiment], "filter": "tags.rank_id != ''"},
+                               server.auth)[1]).get("runs", [])
+        steps = [len(json.loads(call(server.url, "/api/2.0/mlflow/metrics/get-history?run_id="
+                                     f"{r['info']['run_id']}&metric_key=loss",
+                                     auth=server.auth)[1]).get("metrics", [])) for r in runs]
+        return steps if steps == [20, 20] else None
+    wait_for(histories, timeout=120, interval=1, what="both ranks' 20 points in the team server")
+    # commands run by hand later find the credentials in the same .env (nothing in the shell)
+    for command in (["sync", "--wait", "30"], ["compare", "--metric", "loss"]):
+        done = subprocess.run([sys.executable, "-m", "platform_plugin", *command, "--log-dir",
+                               str(tmp_path / "logs")], cwd=str(project), env=clean_env(),
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, (command, done.stdout + done.stderr)
+    assert "rank" in done.stdout and "401" not in done.stdout + done.stderr, done.stdout
+    os.kill(server.proc.pid, signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0, "".join(server.lines)
+    wait_for(server.all_gone, timeout=30, what="everything stopped after SIGTERM")

@@ -12,7 +12,9 @@ Two callers: the supervisor, inside its loop, at every end of a job; and the lif
 runs this file as a bare script once the supervisor died (see spawn.py). A lifeline of groups
 alone (empty JOB_ID and folder: a server's session) matches no environment, only its groups:
 
-    python -S -I reaper.py GRACE JOB_ID JOB_DIR [PGID ...]
+    python -S -I reaper.py GRACE JOB_ID JOB_DIR [VARIABLE=VALUE] [PGID ...]
+
+VARIABLE=VALUE (Lifeline.for_tag): also every process carrying it (TaggedProcesses).
 
 -S -I: no site-packages and no package `__init__` (which imports settings, dotenv, tracking),
 so it starts fast and cannot fail on a dependency; procfs.py is stdlib only for this reason.
@@ -86,6 +88,19 @@ class JobProcesses:
             time.sleep(POLL_S)
 
 
+class TaggedProcesses(JobProcesses):
+    """Every process of this user whose environment carries `variable=value`, wherever it went:
+    the stop policy of a job, for what a notebook run's kernel started (no groups of its own)."""
+
+    def __init__(self, variable: str, value: str) -> None:
+        super().__init__("", "")
+        self.variable, self.value = variable, value
+
+    def strays(self) -> list[int]:
+        return [p.pid for p in user_processes(self.variable)
+                if p.env.get(self.variable) == self.value]
+
+
 def described(pids) -> str:
     """`1234 (python serve.py), 1240 (sleep 100)`: what a note names (the first two words of a
     command line; a process gone meanwhile is its pid alone)."""
@@ -117,8 +132,10 @@ def signal_pids(pids, sig: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    grace, job_id, job_dir, *pgids = argv
-    JobProcesses(job_id, job_dir, {int(g) for g in pgids}).stop(float(grace))
+    grace, job_id, job_dir, *rest = argv
+    JobProcesses(job_id, job_dir, {int(g) for g in rest if "=" not in g}).stop(float(grace))
+    for tag in (t for t in rest if "=" in t):
+        TaggedProcesses(*tag.split("=", 1)).stop(float(grace))
     return 0
 
 

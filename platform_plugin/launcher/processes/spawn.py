@@ -224,15 +224,22 @@ def enlarge_pipe(fd: int) -> None:
 class Lifeline:
     """The watchdog described above for the job `job_id` (logs in `job_dir`). `add(pgid)`
     registers a group; `release()` ends it cleanly. `Lifeline.for_groups(grace)`: groups only,
-    no job environment to sweep (a server this process started, in its own session)."""
+    no job environment to sweep (a server this process started, in its own session);
+    `Lifeline.for_tag(variable, value, grace)`: the processes carrying that variable."""
 
     @classmethod
     def for_groups(cls, grace: float) -> Lifeline:
         return cls("", "", grace)  # no JOB_ID / job folder: the reaper sweeps only the groups
 
-    def __init__(self, job_id: str, job_dir: str, grace: float) -> None:
+    @classmethod
+    def for_tag(cls, variable: str, value: str, grace: float) -> Lifeline:
+        """Every process carrying `variable=value` (a notebook run's kernel and what it left)."""
+        return cls("", "", grace, tag=f"{variable}={value}")
+
+    def __init__(self, job_id: str, job_dir: str, grace: float, tag: str = "") -> None:
         self.job_id, self.job_dir = job_id, job_dir
-        reaper = [sys.executable or "python3", "-S", "-I", _REAPER, f"{grace:g}", job_id, job_dir]
+        reaper = [sys.executable or "python3", "-S", "-I", _REAPER, f"{grace:g}", job_id, job_dir,
+                  *([tag] if tag else [])]
         env = {k: v for k, v in os.environ.items() if k not in _ENCLOSING_JOB_VARIABLES}
         self._proc = subprocess.Popen(
             ["/bin/sh", "-c", _WATCHDOG_SH, "platform-lifeline", *reaper], stdin=subprocess.PIPE,

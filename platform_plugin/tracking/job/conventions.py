@@ -18,40 +18,13 @@ import getpass
 import json
 import os
 
+from platform_plugin.util.project import code_dir, project_dir
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS
 
 NOTEBOOK_ENV = PLATFORM_NOTEBOOK.name  # set by the notebook runner: the notebook's path
 NOTEBOOK_PARAMETERS_ENV = PLATFORM_NOTEBOOK_PARAMETERS.name  # its resolved parameters, JSON
 JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in every kernel it starts
-CODE_DIR_ENV = "PLATFORM_CODE_DIR"
-CODE_DIR_NAME = "CODE"
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
-
-
-def _ancestors(path: str):
-    """`path`, then each folder above it up to the root."""
-    while True:
-        yield path
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
-
-
-def code_dir(cwd: str | os.PathLike | None, environ) -> str | None:
-    """The platform's snapshotted folder the ranks run in, if any: PLATFORM_CODE_DIR, else the
-    nearest ancestor of `cwd` named CODE."""
-    start = os.path.abspath(cwd or os.getcwd())
-    if environ.get(CODE_DIR_ENV):
-        explicit = os.path.realpath(environ[CODE_DIR_ENV])
-        return explicit if start == explicit or start.startswith(explicit.rstrip(os.sep) + os.sep) else None
-    return next((d for d in _ancestors(start) if os.path.basename(d) == CODE_DIR_NAME), None)
-
-
-def project_dir(cwd: str | os.PathLike | None, environ) -> str:
-    """The folder holding CODE/ when the ranks run inside one, else the ranks' folder."""
-    code = code_dir(cwd, environ)
-    return os.path.dirname(code) if code is not None else os.path.abspath(cwd or os.getcwd())
 
 
 def notebook_path(environ) -> str | None:

@@ -34,6 +34,7 @@ from platform_plugin.tracking.job import conventions
 from platform_plugin.tracking.job.report import DeliveryReport, Untracked, compare_hint
 from platform_plugin.tracking.job.sink_choice import choose, choose_layout, wflogger_importable
 from platform_plugin.tracking.job.uri_check import check_tracking_uri
+from platform_plugin.util.envfile import env_file_paths
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
                                        PLATFORM_TRACKING_HELPER, PLATFORM_TRACKING_LAYOUT,
                                        PLATFORM_TRACKING_SPOOL_DIR, PLATFORM_WFLOGGER_CALL_TIMEOUT)
@@ -98,7 +99,7 @@ class SpoolingJobTracking(JobTracking):
         self.spool_dir = os.path.join(plan.job_dir, "tracking" if not attempt
                                       else f"tracking-attempt{attempt + 1}")
         self.config = job_sink_config(sink_name, plan, layout)
-        self.notes = local_store_notes(self.config) if not attempt else []
+        self.notes = local_store_notes(self.config, plan) if not attempt else []
         self.helper: subprocess.Popen | None = None
         self.setup_error = ""
         self._starting = threading.Lock()
@@ -257,13 +258,20 @@ def job_environment(plan: PlanView) -> dict:
     return {**os.environ, **(dict(ranks[0].env) if ranks else {})}
 
 
-def local_store_notes(config: SinkConfig) -> list[str]:
+def local_store_notes(config: SinkConfig, plan: PlanView) -> list[str]:
     servers = config.job.get("servers", 1)
     if servers > 1 and (config.tracking_uri or "").startswith("sqlite:"):
         return [f"tracking: this job spans {servers} servers but the MLflow store is a local "
                 f"sqlite file ({config.tracking_uri}): each server keeps only its own ranks. Run "
                 "`platform-run server` and set MLFLOW_TRACKING_URI on every server (README, "
                 "multi-server)"]
+    env, ranks = job_environment(plan), workers(plan)
+    if config.tracking_uri and not env.get("MLFLOW_TRACKING_URI"):
+        # a .env the user meant to be read and was not (wrong folder) is silent otherwise
+        looked = env_file_paths(str(ranks[0].cwd if ranks and ranks[0].cwd else os.getcwd()), env)
+        if not any(os.path.lexists(path) for path in looked):
+            return [f"tracking: no .env found ({', '.join(looked)}): runs go to the local store "
+                    f"{config.tracking_uri}"]
     return []
 
 

@@ -21,6 +21,13 @@ unknown run refused with RESOURCE_DOES_NOT_EXIST and a deleted one with
 INVALID_PARAMETER_VALUE (MLflow's codes; errors are MLflow's JSON error bodies, HTTP 400). A store the
 fast path does not know (a file store) gets the points through the store's own `log_batch`.
 Security middleware, host checks and any auth MLflow applies to its Flask app apply here too.
+
+`platform-run server` runs it behind MLflow's basic-auth app (`--app-name platform-bulk-auth`,
+`create_auth_app`): the auth app's before-request hook answers 401 to a request without valid
+credentials on every Flask route, this one included. Its authorization step knows only
+MLflow's own routes (and by default denies any other to a non-admin), so the route is
+registered there as open to every signed-in user, and the handler checks, once the body is
+valid, the permission `log_batch` needs on each run's experiment (`check_can_update`).
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
 
 _writers: dict[int, object] = {}
 _writers_lock = threading.Lock()
+_auth = {"enabled": False}  # set by create_auth_app in the server's workers
 
 
 def create_app():
@@ -43,6 +51,39 @@ def create_app():
         from mlflow.server.fastapi_app import create_fastapi_app
         return create_fastapi_app(flask_app)
     return flask_app
+
+
+def create_auth_app():
+    """The `platform-bulk-auth` entry point: the same app behind MLflow's basic-auth app."""
+    from mlflow.server import app as flask_app
+    from mlflow.server import auth
+    add_bulk_route(flask_app)
+    auth.BEFORE_REQUEST_VALIDATORS.update({(ROUTE, "GET"): _signed_in, (ROUTE, "POST"): _signed_in})
+    _auth["enabled"] = True
+    return auth.create_app(flask_app)  # wraps it in the FastAPI app under uvicorn, as create_app
+
+
+def _signed_in() -> bool:
+    """The auth app's gate for the route: it runs after the credentials were checked."""
+    return True
+
+
+def check_can_update(run_ids) -> None:
+    """PERMISSION_DENIED (403) unless the signed-in user may update every run, by the rule
+    MLflow's auth app applies to `log_batch` (the run's experiment; an unknown run is denied
+    too, as there). Admins may write anywhere; without the auth app there is nothing to check."""
+    if not _auth["enabled"]:
+        return
+    from mlflow.server import auth
+    if auth.sender_is_admin():
+        return
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED
+    for run_id in dict.fromkeys(run_ids):
+        # validate_can_log_batch's own check, for a run id that is not a request parameter
+        if not auth._authorize_run_id(run_id, "update"):
+            raise MlflowException(f"Permission denied: you may not log metrics to run {run_id}",
+                                  error_code=PERMISSION_DENIED)
 
 
 def add_bulk_route(flask_app) -> None:
@@ -59,6 +100,7 @@ def _handle():
         return {"version": VERSION, "max_points": MAX_POINTS}
     runs = [(run_id, points) for run_id, points in parse_body(request.get_data()) if points]
     check_points(runs)  # MLflow's rules, before the database sees a value it would refuse
+    check_can_update(run_id for run_id, _ in runs)
     store_points(_store(), runs)
     return {"stored": sum(len(points) for _, points in runs)}
 

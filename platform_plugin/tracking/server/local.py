@@ -31,21 +31,28 @@ def server_command(store_uri: str, port: int) -> list[str]:
 
 
 def team_server_command(host: str, port: int, workers: int, artifacts: str,
-                        allowed_hosts: str | None = None, bulk: bool = True) -> list[str]:
+                        allowed_hosts: str | None = None, bulk: bool = True,
+                        auth: bool = False) -> list[str]:
     """`mlflow server` for every server of a job: the store URI comes in the environment
     (MLFLOW_BACKEND_STORE_URI: it holds the database password), artifacts are uploaded through
     the server (--serve-artifacts) into `artifacts`, so ranks on any machine can log them.
-    `bulk`: MLflow's app plus the bulk metrics route (bulk_app.py; needs `app_env()`)."""
+    `bulk`: MLflow's app plus the bulk metrics route (bulk_app.py; needs `app_env()`);
+    `auth`: that app behind MLflow's basic-auth app (its settings in the environment:
+    team_auth.server_env)."""
     mlflow = Path(sys.executable).with_name("mlflow")
+    app = (AUTH_APP_NAME if auth else APP_NAME) if bulk else None
     return [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", host,
             "--port", str(port), "--workers", str(workers), "--serve-artifacts",
             "--artifacts-destination", artifacts] + (
                 ["--allowed-hosts", allowed_hosts] if allowed_hosts else []) + (
-                ["--app-name", APP_NAME] if bulk else [])
+                ["--app-name", app] if app else [])
 
 
-APP_NAME = "platform-bulk"  # the `mlflow.app` entry point in pyproject.toml
-APP_ENTRY = "platform_plugin.tracking.server.bulk_app:create_app"
+# the `mlflow.app` entry points in pyproject.toml
+APP_NAME = "platform-bulk"
+AUTH_APP_NAME = "platform-bulk-auth"
+APPS = {APP_NAME: "platform_plugin.tracking.server.bulk_app:create_app",
+        AUTH_APP_NAME: "platform_plugin.tracking.server.bulk_app:create_auth_app"}
 
 
 def app_env(folder: str | os.PathLike) -> dict[str, str]:
@@ -55,12 +62,13 @@ def app_env(folder: str | os.PathLike) -> dict[str, str]:
     record is written into `folder` and put on the server's PYTHONPATH, with this package."""
     package_root = str(Path(__file__).resolve().parents[3])
     paths = [package_root]
-    if APP_NAME not in {ep.name for ep in entry_points(group="mlflow.app")}:
+    if not set(APPS) <= {ep.name for ep in entry_points(group="mlflow.app")}:
         info = Path(folder) / "mlflow-app" / "platform_plugin_server_app-1.0.dist-info"
         info.mkdir(parents=True, exist_ok=True)
         (info / "METADATA").write_text("Metadata-Version: 2.1\nName: platform-plugin-server-app\n"
                                        "Version: 1.0\n")
-        (info / "entry_points.txt").write_text(f"[mlflow.app]\n{APP_NAME} = {APP_ENTRY}\n")
+        (info / "entry_points.txt").write_text("[mlflow.app]\n" + "".join(
+            f"{name} = {entry}\n" for name, entry in APPS.items()))
         paths.insert(0, str(info.parent))
     return {"PYTHONPATH": os.pathsep.join(paths + [p for p in [os.environ.get("PYTHONPATH")] if p])}
 
@@ -144,10 +152,41 @@ def _server_ended(leader: int) -> bool:
 
 def start_team_server(store_uri: str, host: str, port: int, *, workers: int, artifacts: str,
                       folder: str | os.PathLike, allowed_hosts: str | None = None,
-                      bulk: bool = True) -> subprocess.Popen:
+                      bulk: bool = True, auth_env: dict[str, str] | None = None
+                      ) -> subprocess.Popen:
     """`platform-run server`'s MLflow (also the tests' and the benchmark's): the store URI in
-    the environment, the bulk route's app found through `app_env`, log in `folder`."""
-    env = {"MLFLOW_BACKEND_STORE_URI": store_uri, **(app_env(folder) if bulk else {})}
+    the environment, the bulk route's app found through `app_env`, log in `folder`.
+    `auth_env`: MLflow's basic-auth settings (team_auth.server_env), None for no auth."""
+    env = {"MLFLOW_BACKEND_STORE_URI": store_uri, **(app_env(folder) if bulk else {}),
+           **(auth_env or {})}
     return start_server("", port, log_path=Path(folder) / "mlflow-server.log", env=env,
                         command=team_server_command(host, port, workers, artifacts, allowed_hosts,
-                                                    bulk=bulk))
+                                                    bulk=bulk, auth=auth_env is not None))
+
+
+# MLflow's schema (and the auth app's users and admin) made or migrated before the server
+# starts, so `platform-run server` can say that this is what takes the time on a new database.
+# The default artifact root is the one `mlflow server --serve-artifacts` gives the store.
+MIGRATE = """import os
+from mlflow.server.handlers import initialize_backend_stores
+initialize_backend_stores(os.environ["MLFLOW_BACKEND_STORE_URI"],
+                          default_artifact_root="mlflow-artifacts:/")
+if os.environ.get("MLFLOW_AUTH_CONFIG_PATH"):
+    from mlflow.server.auth import bootstrap_admin_user
+    bootstrap_admin_user()
+"""
+
+
+def migrate_team_stores(store_uri: str, *, folder: str | os.PathLike,
+                        auth_env: dict[str, str] | None = None) -> None:
+    """Create or upgrade the tracking store's schema and the auth app's database (secrets in
+    the environment only); its output goes to the server's log."""
+    env = dict(os.environ, MLFLOW_BACKEND_STORE_URI=store_uri, **(auth_env or {}))
+    log_path = Path(folder) / "mlflow-server.log"
+    with open(log_path, "ab") as log:
+        done = subprocess.run([sys.executable, "-c", MIGRATE], stdout=log,
+                              stderr=subprocess.STDOUT, env=env)
+    if done.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-2000:]
+        raise PlatformPluginError(f"MLflow's schema could not be prepared (exit "
+                                  f"{done.returncode}); the end of {log_path}:\n{tail}")

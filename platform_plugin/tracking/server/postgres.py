@@ -77,7 +77,15 @@ class LocalPostgres:
 
     @property
     def uri(self) -> str:
-        return (f"postgresql+psycopg2://{DB_USER}:{self._password()}@{HOST}:{self.port}/{self.database}")
+        return self.database_uri(self.database)
+
+    def database_uri(self, database: str) -> str:
+        """The SQLAlchemy URI of a database of this cluster (holds the password)."""
+        return f"postgresql+psycopg2://{DB_USER}:{self._password()}@{HOST}:{self.port}/{database}"
+
+    @property
+    def initialised(self) -> bool:
+        return (self.pgdata / "PG_VERSION").exists()
 
     def _password(self) -> str:
         path = self.root / "password"
@@ -109,7 +117,7 @@ class LocalPostgres:
             os.chown(path, entry.pw_uid, entry.pw_gid)
 
     def init(self) -> None:
-        if (self.pgdata / "PG_VERSION").exists():
+        if self.initialised:
             return
         self._bin()  # refused before the folder exists
         self.root.mkdir(parents=True, exist_ok=True)
@@ -135,18 +143,19 @@ class LocalPostgres:
         self._run("pg_ctl", "-D", str(self.pgdata), "-o", options, "-l", str(self.log), "-w",
                   "-t", "60", "start")
         self.started = True
-        self._create_database()
+        self.create_database(self.database)
 
-    def _create_database(self) -> None:
+    def create_database(self, database: str) -> None:
+        """Create `database` in the running cluster unless it exists."""
         import psycopg2
         conn = psycopg2.connect(host=HOST, port=self.port, user=DB_USER,
                                 password=self._password(), dbname="postgres")
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
                 if cur.fetchone() is None:
-                    cur.execute(f'CREATE DATABASE "{self.database}"')
+                    cur.execute(f'CREATE DATABASE "{database}"')
         finally:
             conn.close()
 
