@@ -13,7 +13,6 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.aggregates import is_throughput
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 from platform_plugin.tracking.rank.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_job
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,7 @@ class RankRow:
     end: float = 0.0  # mean of the last tenth of the points: what deviation is judged on
 
 
+DEFAULT_METRIC = "loss"  # what a training script logs most often (cli/flags.py shows it)
 OUTLIER_Z = 3.5  # modified z-score (Iglewicz & Hoaglin) above which an end value is an outlier
 MAD_TO_SIGMA = 1.4826
 
@@ -105,24 +105,37 @@ def deviating(value: float, others: list[float], tolerance: float) -> bool:
 
 
 def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = None) -> str:
-    """`servers` (label -> server id): a server column when the ranks ran on several servers."""
+    """`servers` (label -> server id): a server column when the ranks ran on several servers.
+    Every number to NUMBER_FORMAT; the last line says what the columns are."""
     servers = servers if servers and len(set(servers.values())) > 1 else {}
     column = max([len(v) for v in servers.values()] + [6]) + 2 if servers else 0
     pace = rate_label(metric)
     width = max(9, len(pace) + 2)
+    value_width = max(12, len(metric) + 7)
     header = (f"{'rank':<10}" + (f"{'server':<{column}}" if servers else "")
-              + f"{'final ' + metric:>{max(16, len(metric) + 8)}}{'best':>12}{'points':>8}"
+              + f"{'last ' + metric:>{value_width}}{'best':>12}{'points':>8}"
               f"{'wall s':>9}{pace:>{width}}  flags")
     lines = [header, "-" * len(header)]
     for r in rows:
-        rate = f"{r.steps_per_s:.4g}" if r.steps_per_s is not None else "-"
+        rate = number(r.steps_per_s) if r.steps_per_s is not None else "-"
         server = f"{servers.get(r.label, '?'):<{column}}" if servers else ""
-        lines.append(f"{run_name(r.label):<10}{server}{r.final:>{max(16, len(metric) + 8)}.6g}"
-                     f"{r.best:>12.6g}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
+        lines.append(f"{run_name(r.label):<10}{server}{number(r.final):>{value_width}}"
+                     f"{number(r.best):>12}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
                      f"{', '.join(r.flags)}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
         lines.append("no straggler: every rank within tolerance of the median pace")
+    best = "lowest" if lower_is_better(metric) else "highest"
+    lines.append(f"last: the rank's last logged {metric} (not an epoch mean); best: its {best}; "
+                 f"{'mean of the throughput' if is_throughput(metric) else 'steps per second'}"
+                 f"{'' if is_throughput(metric) else ' of wall time'}")
     return "\n".join(lines)
+
+
+NUMBER_FORMAT = ".4g"  # 4 significant digits: the notebooks' tables print the same way
+
+
+def number(value: float) -> str:
+    return format(value, NUMBER_FORMAT)
 
 
 # --- reading MLflow ---------------------------------------------------------------------------
@@ -146,56 +159,23 @@ def job_runs(spool_dir: Path) -> JobRuns:
     return JobRuns(config, {lb: rid for lb, rid in runs.items() if rid})
 
 
-def with_store_ranks(runs: JobRuns, client) -> JobRuns:
-    """Every rank of the job from the tracking store - the ranks of the other servers too -
-    when the job has a parent run there (layout runs); the local spool's view otherwise."""
-    config = runs.config
-    if config.layout != "runs" or not config.parent_run_id or not config.experiment_id:
-        return runs
-    children = mlflow_job.job_children(client, config.experiment_id, config.parent_run_id)
-    if not children:
-        return runs
-    return JobRuns(config, {c.data.tags["rank_id"]: c.info.run_id for c in children},
-                   {c.data.tags["rank_id"]: c.data.tags.get("server_id", "?") for c in children})
-
-
-def job_runs_in_store(job_id: str, client, tracking_uri: str) -> JobRuns | None:
-    """A job with no folder here (started on another server): found by its job_id tag."""
-    parent = mlflow_job.find_job_parent(client, job_id)
-    if parent is None:
-        return None
-    config = SinkConfig(sink="mlflow", tracking_uri=tracking_uri,
-                        experiment_id=parent.info.experiment_id,
-                        parent_run_id=parent.info.run_id, job={"job_id": job_id})
-    return with_store_ranks(JobRuns(config, {}), client)
-
-
-def load_series(runs: JobRuns, metric: str, client) -> dict[str, list[Point]]:
-    return {label: [Point(m.step, m.value, m.timestamp)
-                    for m in client.get_metric_history(run_id, runs.key(metric, label))]
-            for label, run_id in runs.run_ids.items()}
-
-
-def available_metrics(runs: JobRuns, client) -> list[str]:
-    """The metrics the job's ranks logged (the ranks' own first, the launcher's system/ last)."""
-    names: set[str] = set()
-    for label, run_id in runs.run_ids.items():
-        for key in client.get_run(run_id).data.metrics:
-            if runs.config.layout == "flat":
-                if not key.endswith(f"-{label}"):
-                    continue
-                key = key[:-len(label) - 1]
-            names.add(key)
-    return sorted(names, key=lambda k: (k.startswith("system/"), k))
-
-
-def no_such_metric(job_id: str, missing: list[str], runs: JobRuns, client) -> ConfigError:
+def no_such_metric(job_id: str, missing: list[str], known: list[str]) -> ConfigError:
     """COMPARE_METRIC for metrics no rank logged, naming the ones there are (the CLI and
     %dist_compare say it alike)."""
-    known = available_metrics(runs, client)
     return ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
                                 f"{', '.join(map(repr, missing))}; its metrics: "
                                 f"{', '.join(known) or 'none'}", "--metric")])
+
+
+def default_metric(job_id: str, known: list[str]) -> tuple[str, str | None]:
+    """(the metric compared when none was asked for, the note that says why when it is not
+    DEFAULT_METRIC): DEFAULT_METRIC when a rank logged it, else the first of the ranks' own
+    metrics (system/ ones only when there is nothing else)."""
+    if DEFAULT_METRIC in known or not known:
+        return DEFAULT_METRIC, None
+    chosen = known[0]
+    return chosen, (f"no rank logged {DEFAULT_METRIC!r}: comparing {chosen!r}, the first of its "
+                    f"metrics ({', '.join(known)}); --metric picks another")
 
 
 def metric_url(ui: str, runs: JobRuns, metrics) -> str:
@@ -215,7 +195,7 @@ def metric_url(ui: str, runs: JobRuns, metrics) -> str:
 
 def table_data(rows: list[RankRow], metric: str) -> dict[str, list]:
     """The table as columns, for `MlflowClient.log_table` (the run's Evaluation/Artifacts view)."""
-    return {"rank": [run_name(r.label) for r in rows], f"final {metric}": [r.final for r in rows],
+    return {"rank": [run_name(r.label) for r in rows], f"last {metric}": [r.final for r in rows],
             "best": [r.best for r in rows], "points": [r.steps for r in rows],
             "wall_s": [r.wall_s for r in rows], rate_label(metric): [r.steps_per_s for r in rows],
             "flags": [", ".join(r.flags) for r in rows]}
