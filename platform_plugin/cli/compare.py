@@ -128,7 +128,8 @@ def run(args) -> int:
         for line in diagnosis.render(rows, system):
             print(line)
         tables[f"compare/{metric}.json"] = compare.table_data(rows, metric)
-    png = str(compare.plot(series, Path(args.plot), f"{job_id}: per rank")) if args.plot else None
+    png = str(compare.plot(series, Path(args.plot), f"{job_id}: per rank",
+                           compare.run_colours(runs))) if args.plot else None
     if target is None:
         print("note: the job has no run in the store yet (not delivered): the tables are not logged")
     elif client is not None or found.spool_dir is None:  # the store is open: log there and then

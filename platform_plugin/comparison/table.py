@@ -69,6 +69,11 @@ def _row(label: str, points: list[Point], metric: str) -> RankRow:
                    rate, end=statistics.fmean(p.value for p in tail))
 
 
+def rank_order(label: str) -> tuple:
+    """Ranks by number (rank-10 after rank-9), other labels after them."""
+    return (not label.isdigit(), int(label) if label.isdigit() else 0, label)
+
+
 def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float = 0.1) -> list[RankRow]:
     """Pure: one row per rank with points. Flags `straggler` on the slowest rank when it runs
     more than `tolerance` below the median pace, and `deviates` on an outlier end value (the
@@ -76,7 +81,7 @@ def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float =
     so single points are noisy) — see `deviating`. With three ranks or more: of two ranks that
     differ neither is the odd one out."""
     rows = [_row(label, points, metric) for label, points in series.items() if points]
-    rows.sort(key=lambda r: (not r.label.isdigit(), int(r.label) if r.label.isdigit() else 0, r.label))
+    rows.sort(key=lambda r: rank_order(r.label))
     if len(rows) < 2:
         return rows
     rated = [(r.steps_per_s, r) for r in rows if r.steps_per_s is not None]
@@ -184,7 +189,8 @@ def metric_url(ui: str, runs: JobRuns, metrics) -> str:
     `x_axis=step` so the ranks line up step by step (the page defaults to relative time).
     Several metrics: one chart with every key."""
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
-    run_ids = sorted(set(runs.run_ids.values()))
+    # in rank order: MLflow's legend lists the runs in the order of the URL
+    run_ids = list(dict.fromkeys(runs.run_ids[lb] for lb in sorted(runs.run_ids, key=rank_order)))
     keys = [k for metric in metrics for k in sorted({runs.key(metric, lb) for lb in runs.run_ids})]
     return (f"{ui.rstrip('/')}/#/metric?runs={json.dumps(run_ids, separators=(',', ':'))}"
             f"&metric={quote(json.dumps(keys[0]))}"
@@ -201,18 +207,50 @@ def table_data(rows: list[RankRow], metric: str) -> dict[str, list]:
             "flags": [", ".join(r.flags) for r in rows]}
 
 
-def figure(series: dict[str, dict[str, list[Point]]], title: str):
-    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid. A
-    matplotlib Figure made without pyplot: a notebook's inline backend is left alone."""
+# MLflow 3.17's run colours (its UI's palette) and how its pages pick one for a run: a
+# Fletcher-16 checksum of the run id. The chart draws each rank in its run's colour, so the
+# chart and MLflow's page match; the palette is MLflow's, and so are its near-equal navies.
+MLFLOW_RUN_COLOURS = ("#a6630c", "#c83243", "#b45091", "#8a63bf", "#434a93", "#137dae", "#04867d",
+                      "#308613", "#facb66", "#1f272d", "#445461", "#5f7281", "#8396a5", "#93320b",
+                      "#be501e", "#de7921", "#f2be88", "#115026", "#277c43", "#3ba65e", "#8ddda8",
+                      "#9e102c", "#c82d4c", "#e65b77", "#f792a6", "#0e538b", "#2272b4", "#4299e0",
+                      "#8acaff")
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def mlflow_colour(run_id: str) -> str:
+    low = high = 0
+    for char in run_id:
+        low = (low + ord(char)) % 255
+        high = (high + low) % 255
+    return MLFLOW_RUN_COLOURS[(low | high << 8) % len(MLFLOW_RUN_COLOURS)]
+
+
+def run_colours(runs: JobRuns) -> dict[str, str]:
+    """rank label -> the colour MLflow's pages draw its run in."""
+    return {label: mlflow_colour(run_id) for label, run_id in runs.run_ids.items()}
+
+
+def figure(series: dict[str, dict[str, list[Point]]], title: str,
+           colours: dict[str, str] | None = None):
+    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid in
+    rank order, each in `colours[label]` when given (its run's colour in MLflow). A matplotlib
+    Figure made without pyplot: a notebook's inline backend is left alone."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     fig = Figure(figsize=(8, 3.2 * len(series) + 1.3))
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(series), 1, squeeze=False)
     for ax, (metric, per_rank) in zip(axes[:, 0], series.items()):
-        for label in sorted(per_rank, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x)):
+        seen: dict[str, int] = {}
+        for label in sorted(per_rank, key=rank_order):
             points = sorted(per_rank[label], key=lambda p: p.step)
-            ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label))
+            colour = (colours or {}).get(label)
+            style = LINE_STYLES[seen.get(colour, 0) % len(LINE_STYLES)] if colour else "-"
+            if colour:  # MLflow gives some ranks one colour: the chart tells them apart by dashes
+                seen[colour] = seen.get(colour, 0) + 1
+            ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label),
+                    color=colour, linestyle=style)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
         ax.legend(loc="best", fontsize="small")
@@ -221,6 +259,7 @@ def figure(series: dict[str, dict[str, list[Point]]], title: str):
     return fig
 
 
-def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> Path:
-    figure(series, title).savefig(path, dpi=100)
+def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str,
+         colours: dict[str, str] | None = None) -> Path:
+    figure(series, title, colours).savefig(path, dpi=100)
     return path

@@ -32,6 +32,7 @@ class Comparison:
     embedded: bool = False  # the page was shown in an IFrame
     notes: list = field(default_factory=list)  # said above the table (the metric picked)
     ui_notes: list = field(default_factory=list)  # why the page is not embedded, or not there
+    colours: dict = field(default_factory=dict)  # rank label -> its run's colour in MLflow
     # set once the MLflow page is known (the UI started in the background, or could not)
     ui_ready: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -56,7 +57,8 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
     if not rows:  # the metrics there are, as `platform-run compare` names them
         with libraries_to_log(str(spool_dir.parent), verbose=False):
             raise comparing.no_such_metric(job_id, [metric], points.metrics())
-    result = Comparison(job_id, metric, rows, series, comparing.render(rows, metric), notes=notes)
+    result = Comparison(job_id, metric, rows, series, comparing.render(rows, metric), notes=notes,
+                        colours=comparing.run_colours(runs))
     if show:  # the table and chart first: the UI takes seconds to start
         _display_table_and_chart(result)
     if not (ui and runs.run_ids):
@@ -132,7 +134,8 @@ def _display_table_and_chart(result: Comparison) -> None:
     display({"text/plain": f"job {result.job_id}\n{notes}{result.table}",
              "text/html": f"<b>job {html.escape(result.job_id)}</b><pre style='margin:2px 0 8px'>"
                           f"{html.escape(notes + result.table)}</pre>"}, raw=True)
-    fig = comparing.figure({result.metric: result.series}, f"{result.job_id}: per rank")
+    fig = comparing.figure({result.metric: result.series}, f"{result.job_id}: per rank",
+                           result.colours)
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=90)
     display({"image/png": base64.b64encode(png.getvalue()).decode("ascii"),

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from platform_plugin.cli import main
 from platform_plugin.comparison.spools import all_here, rank_labels, read_points
 from platform_plugin.comparison.store import StorePoints, with_store_ranks
-from platform_plugin.comparison.table import Point, job_runs, rank_rows
+from platform_plugin.comparison.table import Point, job_runs, mlflow_colour, rank_rows
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.tracker import Tracker
@@ -37,6 +37,14 @@ def test_straggler_and_deviating_rank_are_flagged():
     assert [r.flags for r in rows] == [[], [], ["straggler"], ["deviates"]]
     assert rows[2].steps_per_s == pytest.approx(19 / (19 * 0.3))
     assert rows[0].best == pytest.approx(rows[0].final) and rows[0].steps == 20
+
+
+def test_the_chart_draws_a_rank_in_the_colour_mlflow_gives_its_run():
+    """MLflow 3.17's metric page drew these runs (a JupyterLab test's, screenshot read) in
+    these colours of its palette: navy for rank-07, dark green for rank-04."""
+    assert mlflow_colour("70856b9bad0f44acaafd0e47abaa37d6") == "#0e538b"
+    assert mlflow_colour("28d8310ff3ef47d882e313f025dba307") == "#115026"
+    assert mlflow_colour("6610a3f5cd7044c7a361118e5f65c47c") == "#be501e"
 
 
 def test_best_is_max_for_accuracy_like_metrics():
@@ -93,7 +101,9 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
     url = next(line for line in out.splitlines() if line.startswith("http://127.0.0.1:5999/#/metric?"))
     query = parse_qs(urlsplit(url.replace("/#/", "/")).query)
     children = child_runs(c, report.parent_run_id)
-    assert json.loads(query["runs"][0]) == sorted(r.info.run_id for r in children)
+    by_rank = sorted(children, key=lambda r: int(r.data.tags["rank_id"]))
+    assert json.loads(query["runs"][0]) == [r.info.run_id for r in by_rank]  # the legend's order
+
     assert json.loads(query["metric"][0]) == "loss" and json.loads(query["plot_metric_keys"][0]) == ["loss"]
     assert json.loads(query["experiments"][0]) == [children[0].info.experiment_id]
     assert main(["compare", plan.job_id, "--metric", "nonexistent"]) == 2
