@@ -33,6 +33,7 @@ class Comparison:
     notes: list = field(default_factory=list)  # said above the table (the metric picked)
     ui_notes: list = field(default_factory=list)  # why the page is not embedded, or not there
     colours: dict = field(default_factory=dict)  # rank label -> its run's colour in MLflow
+    experiment: str | None = None  # the MLflow experiment of the job's runs
     # set once the MLflow page is known (the UI started in the background, or could not)
     ui_ready: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -58,7 +59,8 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
         with libraries_to_log(str(spool_dir.parent), verbose=False):
             raise comparing.no_such_metric(job_id, [metric], points.metrics())
     result = Comparison(job_id, metric, rows, series, comparing.render(rows, metric), notes=notes,
-                        colours=comparing.run_colours(runs))
+                        colours=comparing.run_colours(runs),
+                        experiment=runs.config.experiment_name)
     if show:  # the table and chart first: the UI takes seconds to start
         _display_table_and_chart(result)
     if not (ui and runs.run_ids):
@@ -129,10 +131,12 @@ def _display_table_and_chart(result: Comparison) -> None:
     from IPython.display import display
 
     notes = "".join(f"{note}\n" for note in result.notes)
+    title = f"job {result.job_id}" + (f", MLflow experiment {result.experiment!r}"
+                                      if result.experiment else "")
     # a <pre>, not a table of lines: JupyterLab right-aligns table cells and collapses their
     # spaces (td: white-space nowrap), which scrambled the columns
-    display({"text/plain": f"job {result.job_id}\n{notes}{result.table}",
-             "text/html": f"<b>job {html.escape(result.job_id)}</b><pre style='margin:2px 0 8px'>"
+    display({"text/plain": f"{title}\n{notes}{result.table}",
+             "text/html": f"<b>{html.escape(title)}</b><pre style='margin:2px 0 8px'>"
                           f"{html.escape(notes + result.table)}</pre>"}, raw=True)
     fig = comparing.figure({result.metric: result.series}, f"{result.job_id}: per rank",
                            result.colours)

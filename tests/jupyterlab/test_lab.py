@@ -7,6 +7,7 @@ Assistant panel over the chart, and the saved notebook reopened after its kernel
 Screenshots go to the test's tmp folder (docs/ with UPDATE_SCREENSHOTS=1)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -42,6 +43,7 @@ CELLS = [
     "%dist_run --nproc 2 --backend plain --tracking none --grace 1 --job-name stopped "
     "python board_rank.py 100000 0.2",
     "%dist_compare",
+    "%dist_run --nproc 1 --backend plain --job-name renamed python board_rank.py 2 0",
 ]
 
 
@@ -180,6 +182,19 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
     reopened.screenshot(path=str(shot_path(tmp_path, "reopened")))
     assert "Internal Server Error" not in gone.locator("body").inner_text()
     assert "%dist_compare" in gone.locator("body").inner_text()
+
+    # renamed in JupyterLab after its kernel started: the job's experiment is the new name
+    run_cell(reopened, 0)
+    reopened.locator(".lm-MenuBar-item", has_text="File").first.click()
+    reopened.get_by_text("Rename Notebook…").click()
+    reopened.locator(".jp-Dialog input").fill("renamed-board.ipynb")
+    reopened.keyboard.press("Enter")
+    wait_for(lambda: (lab.root / "renamed-board.ipynb").exists(), timeout=60, what="the rename")
+    run_cell(reopened, 5)
+    wait_for(lambda: "succeeded" in output_text(reopened, 5), timeout=180, what="the job's end")
+    job = next((lab.root / "platform_logs").glob("renamed-*"))
+    sink = json.loads((job / "tracking" / "sink.json").read_text())
+    assert sink["experiment_name"] == "renamed-board", sink["experiment_name"]
     reopened.close()
 
 
