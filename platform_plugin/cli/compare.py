@@ -110,7 +110,7 @@ def run(args) -> int:
     metrics = metrics_of(args.metric)
     note = None
     if not metrics:
-        metric, note = compare.default_metric(job_id, points.metrics())
+        metric, note = compare.default_metric(points.metrics())
         metrics = [metric]
     series = {m: points.series(m) for m in metrics}
     missing = [m for m in metrics if not any(series[m].values())]
@@ -132,7 +132,7 @@ def run(args) -> int:
                            compare.run_colours(runs))) if args.plot else None
     if target is None:
         print("note: the job has no run in the store yet (not delivered): the tables are not logged")
-    elif client is not None or found.spool_dir is None:  # the store is open: log there and then
+    elif client is not None:  # the store is open: log there and then
         for line in report_log.log_report(client, target, tables, png):
             print(line)
     else:

@@ -172,7 +172,7 @@ def no_such_metric(job_id: str, missing: list[str], known: list[str]) -> ConfigE
                                 f"{', '.join(known) or 'none'}", "--metric")])
 
 
-def default_metric(job_id: str, known: list[str]) -> tuple[str, str | None]:
+def default_metric(known: list[str]) -> tuple[str, str | None]:
     """(the metric compared when none was asked for, the note that says why when it is not
     DEFAULT_METRIC): DEFAULT_METRIC when a rank logged it, else the first of the ranks' own
     metrics (system/ ones only when there is nothing else)."""

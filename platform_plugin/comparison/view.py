@@ -51,7 +51,7 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
     points, runs = _points(spool_dir, runs)
     notes = []
     if metric is None:
-        metric, note = comparing.default_metric(job_id, points.metrics())
+        metric, note = comparing.default_metric(points.metrics())
         notes += [note] if note else []
     series = points.series(metric)
     rows = comparing.rank_rows(series, metric, tolerance=tolerance)
