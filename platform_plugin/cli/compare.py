@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
-from platform_plugin.comparison import table as compare, diagnosis
-from platform_plugin.comparison.jupyter_ui import browser_base, jupyter_server
+from platform_plugin.comparison import diagnosis, report_log, spools, table as compare
+from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
-from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
-from platform_plugin.tracking.job.uri_check import check_tracking_uri
+from platform_plugin.tracking.job.uri_check import check_tracking_uri, sqlite_file
 from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
@@ -43,32 +44,55 @@ def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
 
 
 def find_job(job: str | None, log_dir: str | None):
-    """(runs of every rank of the job from the tracking store, MLflow client, job id). A job
-    id with no folder here (it ran on another server) is looked up in the tracking store."""
+    """Where the job's points are: its spools when every rank ran here, else the tracking
+    store (the ranks of other servers). A job id with no folder here (it ran on another
+    server) is looked up in the tracking store."""
     try:
         spool_dir = find_spool_dirs(job, log_dir)[0]
     except ConfigError:
-        if not job:
+        found = _in_store_only(job) if job else None
+        if found is None:
             raise
-        uri = default_tracking_uri()
-        db = sqlite_path(uri)
-        if db is not None and not db.exists():
-            raise  # no store, so no job in it: looking must not create one
-        client = MlflowSink().client(uri)
-        runs = compare.job_runs_in_store(job, client, uri)
-        if runs is None:
-            raise
-        return runs, client, job
+        return found
     runs = compare.job_runs(spool_dir)
-    db = sqlite_path(runs.config.tracking_uri or "")
-    if db is not None and not db.exists():  # opening it would make an empty store there
+    job_id = runs.config.job.get("job_id", spool_dir.parent.name)
+    db = sqlite_file(runs.config.tracking_uri or "")
+    if db is not None and not os.path.exists(db):  # opening it would make an empty store there
         raise ConfigError(f"job {spool_dir.parent.name}'s store {runs.config.tracking_uri} does "
                           "not exist (the project moved, or the file was removed): compare reads "
                           "the ranks' runs from it", code="TRACKING_JOB")
     check_tracking_uri(runs.config.tracking_uri or "", f"job {spool_dir.parent.name}'s store")
+    if spools.all_here(spool_dir, runs.config):
+        labels = spools.rank_labels(spool_dir, runs.config)
+        return Found(spools.read_points(spool_dir, labels), runs, job_id, None, spool_dir)
+    from platform_plugin.comparison import store  # MLflow: ranks that are not here
+    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+
     client = MlflowSink().client(runs.config.tracking_uri)
-    return (compare.with_store_ranks(runs, client), client,
-            runs.config.job.get("job_id", spool_dir.parent.name))
+    runs = store.with_store_ranks(runs, client)
+    return Found(store.StorePoints(runs, client), runs, job_id, client, spool_dir)
+
+
+@dataclass
+class Found:
+    points: Any  # spools.LocalPoints | store.StorePoints: series(), values(), metrics()
+    runs: compare.JobRuns
+    job_id: str
+    client: Any  # MLflow's client when the store was opened, else None
+    spool_dir: Path | None
+
+
+def _in_store_only(job: str) -> Found | None:
+    from platform_plugin.comparison import store  # MLflow: a job whose folder is elsewhere
+    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri
+
+    uri = default_tracking_uri()
+    db = sqlite_file(uri)
+    if db is not None and not os.path.exists(db):
+        return None  # no store, so no job in it: looking must not create one
+    client = MlflowSink().client(uri)
+    runs = store.job_runs_in_store(job, client, uri)
+    return None if runs is None else Found(store.StorePoints(runs, client), runs, job, client, None)
 
 
 def _check(args) -> None:
@@ -83,52 +107,43 @@ def _check(args) -> None:
 def run(args) -> int:
     _check(args)
     export_mlflow_settings(os.getcwd(), os.environ)  # the team server's credentials, as the job's
-    runs, client, job_id = find_job(args.job, args.log_dir)
+    found = find_job(args.job, args.log_dir)
+    points, runs, job_id, client = found.points, found.runs, found.job_id, found.client
     metrics = metrics_of(args.metric)
-    series = {m: compare.load_series(runs, m, client) for m in metrics}
+    note = None
+    if not metrics:
+        metric, note = compare.default_metric(points.metrics())
+        metrics = [metric]
+    series = {m: points.series(m) for m in metrics}
     missing = [m for m in metrics if not any(series[m].values())]
     if missing:
-        raise compare.no_such_metric(job_id, missing, runs, client)
-    system = diagnosis.system_summary(client, runs.run_ids)
+        raise compare.no_such_metric(job_id, missing, points.metrics())
+    system = diagnosis.system_summary(points.values, sorted({lb for m in series.values() for lb in m}))
     print(f"job {job_id}  ({runs.config.tracking_uri})")
-    target = runs.config.parent_run_id or next(iter(runs.run_ids.values()))
+    if note:
+        print(note)
+    target = runs.config.parent_run_id or next(iter(runs.run_ids.values()), None)
+    tables = {}
     for metric in metrics:
         rows = compare.rank_rows(series[metric], metric, tolerance=args.tolerance)
         print(compare.render(rows, metric, runs.servers))
         for line in diagnosis.render(rows, system):
             print(line)
-        data = compare.table_data(rows, metric)
-        _log(lambda: _log_table(client, target, data, f"compare/{metric}.json"),
-             f"compare/{metric}.json", target)
-    if args.plot:
-        png = compare.plot(series, Path(args.plot), f"{job_id}: per rank")
-        _log(lambda: client.log_artifact(target, str(png), "compare"), f"compare/{png.name}", target)
+        tables[f"compare/{metric}.json"] = compare.table_data(rows, metric)
+    png = str(compare.plot(series, Path(args.plot), f"{job_id}: per rank",
+                           compare.run_colours(runs))) if args.plot else None
+    if target is None:
+        print("note: the job has no run in the store yet (not delivered): the tables are not logged")
+    elif client is not None:  # the store is open: log there and then
+        for line in report_log.log_report(client, target, tables, png):
+            print(line)
+    else:
+        report_log.log_in_background(found.spool_dir, runs.config.tracking_uri or "", target,
+                                     tables, png)
+    if png and target is not None:
         print(f"plot: {png} (also logged to run {target} under compare/)")
+    elif png:
+        print(f"plot: {png}")
     if args.url:
         print(compare.metric_url(ui_base(args.ui, runs.config.tracking_uri), runs, metrics))
     return 0
-
-
-def _log_table(client, run_id: str, data: dict, where: str) -> None:
-    """MLflow's log_table the first time (it tags the run, so the UI lists the table). When the
-    table is there (compare run again), log_table would download it and append this one: every
-    row once more per compare. Then, and where log_table's pandas conversion fails (a pandas
-    release it does not know), the same table in the same JSON layout (pandas' "split")
-    replaces the file through log_dict."""
-    folder = where.rsplit("/", 1)[0] if "/" in where else None
-    if where not in {a.path for a in client.list_artifacts(run_id, folder)}:
-        try:
-            client.log_table(run_id, data=data, artifact_file=where)
-            return
-        except Exception:  # noqa: BLE001 - MLflow wraps the pandas error in its own exception
-            pass
-    client.log_dict(run_id, {"columns": list(data), "data": [list(r) for r in zip(*data.values())]},
-                    where)
-
-
-def _log(call, where: str, run_id: str) -> None:
-    """Logging the report to the job's run is a bonus: a refusing store is a note, not a failure."""
-    try:
-        call()
-    except Exception as exc:  # noqa: BLE001
-        print(f"note: could not log {where} to run {run_id}: {type(exc).__name__}: {exc}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from platform_plugin.comparison.table import DEFAULT_METRIC
 from platform_plugin.launcher.options import env_help
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
-DEFAULT_METRIC = "loss"
 DEFAULT_TOLERANCE = 0.1
 
 
@@ -23,15 +23,17 @@ def add_metric(parser: argparse.ArgumentParser, *, several: bool = True,
     """`--metric NAME[,NAME]`, repeatable (`metrics_of` reads it); `several=False`: one name."""
     if several:
         parser.add_argument("--metric", action="append", metavar="NAME[,NAME]",
-                            help=f"{help} (default: {DEFAULT_METRIC})")
+                            help=f"{help} (default: {DEFAULT_METRIC}, else the first metric "
+                                 "the ranks logged)")
     else:
         parser.add_argument("--metric", default=DEFAULT_METRIC, metavar="NAME",
                             help=f"{help} (default: {DEFAULT_METRIC})")
 
 
 def metrics_of(values: list[str] | None) -> list[str]:
-    """The names of a repeatable `--metric`, comma-separated or not, once each, in order."""
-    names = [n.strip() for value in (values or [DEFAULT_METRIC]) for n in value.split(",")
+    """The names of a repeatable `--metric`, comma-separated or not, once each, in order; none
+    when it was not given (the comparison picks one: `table.default_metric`)."""
+    names = [n.strip() for value in (values or []) for n in value.split(",")
              if n.strip()]
     return list(dict.fromkeys(names))
 

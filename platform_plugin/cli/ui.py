@@ -8,8 +8,9 @@ import tempfile
 from platform_plugin.cli import interrupt, skip_the_last_collection
 from platform_plugin.cli.flags import add_log_dir, add_metric
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.comparison.jupyter_ui import OwnedUI, browser_base, jupyter_server
-from platform_plugin.comparison import table as compare
+from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
+from platform_plugin.comparison.jupyter_ui import OwnedUI
+from platform_plugin.comparison import store, table as compare
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
 from platform_plugin.tracking.server.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
@@ -74,7 +75,7 @@ def _latest_runs(log_dir: str | None):
     except ConfigError:
         return None
     try:  # every server's ranks, from the store
-        return compare.with_store_ranks(runs, MlflowSink().client(runs.config.tracking_uri))
+        return store.with_store_ranks(runs, MlflowSink().client(runs.config.tracking_uri))
     except Exception:  # noqa: BLE001 - the local view is still a useful link
         return runs
 

@@ -22,14 +22,15 @@ MEMORY_FULL_PERCENT = 90.0
 RSS_FACTOR = 1.5
 
 
-def system_summary(client, run_ids: dict[str, str]) -> dict[str, dict[str, float]]:
+def system_summary(values_of, labels) -> dict[str, dict[str, float]]:
     """label -> {system metric: its mean over the job (memory: its peak)}; ranks without
-    system metrics are left out."""
+    system metrics are left out. `values_of(label, key)`: the rank's values of a metric (from
+    its spool or from the store)."""
     out: dict[str, dict[str, float]] = {}
-    for label, run_id in run_ids.items():
+    for label in labels:
         values = {}
         for key in SYSTEM_KEYS:
-            points = [m.value for m in client.get_metric_history(run_id, key)]
+            points = values_of(label, key)
             if points:
                 values[key] = max(points) if key in (RSS, MACHINE_MEMORY) else statistics.fmean(points)
         if values:

@@ -13,7 +13,6 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.aggregates import is_throughput
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 from platform_plugin.tracking.rank.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_job
 
 
 @dataclass(frozen=True)
@@ -35,6 +34,7 @@ class RankRow:
     end: float = 0.0  # mean of the last tenth of the points: what deviation is judged on
 
 
+DEFAULT_METRIC = "loss"  # what a training script logs most often (cli/flags.py shows it)
 OUTLIER_Z = 3.5  # modified z-score (Iglewicz & Hoaglin) above which an end value is an outlier
 MAD_TO_SIGMA = 1.4826
 
@@ -69,6 +69,11 @@ def _row(label: str, points: list[Point], metric: str) -> RankRow:
                    rate, end=statistics.fmean(p.value for p in tail))
 
 
+def rank_order(label: str) -> tuple:
+    """Ranks by number (rank-10 after rank-9), other labels after them."""
+    return (not label.isdigit(), int(label) if label.isdigit() else 0, label)
+
+
 def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float = 0.1) -> list[RankRow]:
     """Pure: one row per rank with points. Flags `straggler` on the slowest rank when it runs
     more than `tolerance` below the median pace, and `deviates` on an outlier end value (the
@@ -76,7 +81,7 @@ def rank_rows(series: dict[str, list[Point]], metric: str, *, tolerance: float =
     so single points are noisy) — see `deviating`. With three ranks or more: of two ranks that
     differ neither is the odd one out."""
     rows = [_row(label, points, metric) for label, points in series.items() if points]
-    rows.sort(key=lambda r: (not r.label.isdigit(), int(r.label) if r.label.isdigit() else 0, r.label))
+    rows.sort(key=lambda r: rank_order(r.label))
     if len(rows) < 2:
         return rows
     rated = [(r.steps_per_s, r) for r in rows if r.steps_per_s is not None]
@@ -105,24 +110,37 @@ def deviating(value: float, others: list[float], tolerance: float) -> bool:
 
 
 def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = None) -> str:
-    """`servers` (label -> server id): a server column when the ranks ran on several servers."""
+    """`servers` (label -> server id): a server column when the ranks ran on several servers.
+    Every number to NUMBER_FORMAT; the last line says what the columns are."""
     servers = servers if servers and len(set(servers.values())) > 1 else {}
     column = max([len(v) for v in servers.values()] + [6]) + 2 if servers else 0
     pace = rate_label(metric)
     width = max(9, len(pace) + 2)
+    value_width = max(12, len(metric) + 7)
     header = (f"{'rank':<10}" + (f"{'server':<{column}}" if servers else "")
-              + f"{'final ' + metric:>{max(16, len(metric) + 8)}}{'best':>12}{'points':>8}"
+              + f"{'last ' + metric:>{value_width}}{'best':>12}{'points':>8}"
               f"{'wall s':>9}{pace:>{width}}  flags")
     lines = [header, "-" * len(header)]
     for r in rows:
-        rate = f"{r.steps_per_s:.4g}" if r.steps_per_s is not None else "-"
+        rate = number(r.steps_per_s) if r.steps_per_s is not None else "-"
         server = f"{servers.get(r.label, '?'):<{column}}" if servers else ""
-        lines.append(f"{run_name(r.label):<10}{server}{r.final:>{max(16, len(metric) + 8)}.6g}"
-                     f"{r.best:>12.6g}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
+        lines.append(f"{run_name(r.label):<10}{server}{number(r.final):>{value_width}}"
+                     f"{number(r.best):>12}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
                      f"{', '.join(r.flags)}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
         lines.append("no straggler: every rank within tolerance of the median pace")
+    best = "lowest" if lower_is_better(metric) else "highest"
+    lines.append(f"last: the rank's last logged {metric} (not an epoch mean); best: its {best}; "
+                 f"{'mean of the throughput' if is_throughput(metric) else 'steps per second'}"
+                 f"{'' if is_throughput(metric) else ' of wall time'}")
     return "\n".join(lines)
+
+
+NUMBER_FORMAT = ".4g"  # 4 significant digits: the notebooks' tables print the same way
+
+
+def number(value: float) -> str:
+    return format(value, NUMBER_FORMAT)
 
 
 # --- reading MLflow ---------------------------------------------------------------------------
@@ -146,56 +164,23 @@ def job_runs(spool_dir: Path) -> JobRuns:
     return JobRuns(config, {lb: rid for lb, rid in runs.items() if rid})
 
 
-def with_store_ranks(runs: JobRuns, client) -> JobRuns:
-    """Every rank of the job from the tracking store - the ranks of the other servers too -
-    when the job has a parent run there (layout runs); the local spool's view otherwise."""
-    config = runs.config
-    if config.layout != "runs" or not config.parent_run_id or not config.experiment_id:
-        return runs
-    children = mlflow_job.job_children(client, config.experiment_id, config.parent_run_id)
-    if not children:
-        return runs
-    return JobRuns(config, {c.data.tags["rank_id"]: c.info.run_id for c in children},
-                   {c.data.tags["rank_id"]: c.data.tags.get("server_id", "?") for c in children})
-
-
-def job_runs_in_store(job_id: str, client, tracking_uri: str) -> JobRuns | None:
-    """A job with no folder here (started on another server): found by its job_id tag."""
-    parent = mlflow_job.find_job_parent(client, job_id)
-    if parent is None:
-        return None
-    config = SinkConfig(sink="mlflow", tracking_uri=tracking_uri,
-                        experiment_id=parent.info.experiment_id,
-                        parent_run_id=parent.info.run_id, job={"job_id": job_id})
-    return with_store_ranks(JobRuns(config, {}), client)
-
-
-def load_series(runs: JobRuns, metric: str, client) -> dict[str, list[Point]]:
-    return {label: [Point(m.step, m.value, m.timestamp)
-                    for m in client.get_metric_history(run_id, runs.key(metric, label))]
-            for label, run_id in runs.run_ids.items()}
-
-
-def available_metrics(runs: JobRuns, client) -> list[str]:
-    """The metrics the job's ranks logged (the ranks' own first, the launcher's system/ last)."""
-    names: set[str] = set()
-    for label, run_id in runs.run_ids.items():
-        for key in client.get_run(run_id).data.metrics:
-            if runs.config.layout == "flat":
-                if not key.endswith(f"-{label}"):
-                    continue
-                key = key[:-len(label) - 1]
-            names.add(key)
-    return sorted(names, key=lambda k: (k.startswith("system/"), k))
-
-
-def no_such_metric(job_id: str, missing: list[str], runs: JobRuns, client) -> ConfigError:
+def no_such_metric(job_id: str, missing: list[str], known: list[str]) -> ConfigError:
     """COMPARE_METRIC for metrics no rank logged, naming the ones there are (the CLI and
     %dist_compare say it alike)."""
-    known = available_metrics(runs, client)
     return ConfigError([Problem("COMPARE_METRIC", f"{job_id}: no rank logged "
                                 f"{', '.join(map(repr, missing))}; its metrics: "
                                 f"{', '.join(known) or 'none'}", "--metric")])
+
+
+def default_metric(known: list[str]) -> tuple[str, str | None]:
+    """(the metric compared when none was asked for, the note that says why when it is not
+    DEFAULT_METRIC): DEFAULT_METRIC when a rank logged it, else the first of the ranks' own
+    metrics (system/ ones only when there is nothing else)."""
+    if DEFAULT_METRIC in known or not known:
+        return DEFAULT_METRIC, None
+    chosen = known[0]
+    return chosen, (f"no rank logged {DEFAULT_METRIC!r}: comparing {chosen!r}, the first of its "
+                    f"metrics ({', '.join(known)}); --metric picks another")
 
 
 def metric_url(ui: str, runs: JobRuns, metrics) -> str:
@@ -204,7 +189,8 @@ def metric_url(ui: str, runs: JobRuns, metrics) -> str:
     `x_axis=step` so the ranks line up step by step (the page defaults to relative time).
     Several metrics: one chart with every key."""
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
-    run_ids = sorted(set(runs.run_ids.values()))
+    # in rank order: MLflow's legend lists the runs in the order of the URL
+    run_ids = list(dict.fromkeys(runs.run_ids[lb] for lb in sorted(runs.run_ids, key=rank_order)))
     keys = [k for metric in metrics for k in sorted({runs.key(metric, lb) for lb in runs.run_ids})]
     return (f"{ui.rstrip('/')}/#/metric?runs={json.dumps(run_ids, separators=(',', ':'))}"
             f"&metric={quote(json.dumps(keys[0]))}"
@@ -215,24 +201,56 @@ def metric_url(ui: str, runs: JobRuns, metrics) -> str:
 
 def table_data(rows: list[RankRow], metric: str) -> dict[str, list]:
     """The table as columns, for `MlflowClient.log_table` (the run's Evaluation/Artifacts view)."""
-    return {"rank": [run_name(r.label) for r in rows], f"final {metric}": [r.final for r in rows],
+    return {"rank": [run_name(r.label) for r in rows], f"last {metric}": [r.final for r in rows],
             "best": [r.best for r in rows], "points": [r.steps for r in rows],
             "wall_s": [r.wall_s for r in rows], rate_label(metric): [r.steps_per_s for r in rows],
             "flags": [", ".join(r.flags) for r in rows]}
 
 
-def figure(series: dict[str, dict[str, list[Point]]], title: str):
-    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid. A
-    matplotlib Figure made without pyplot: a notebook's inline backend is left alone."""
+# MLflow 3.17's run colours (its UI's palette) and how its pages pick one for a run: a
+# Fletcher-16 checksum of the run id. The chart draws each rank in its run's colour, so the
+# chart and MLflow's page match; the palette is MLflow's, and so are its near-equal navies.
+MLFLOW_RUN_COLOURS = ("#a6630c", "#c83243", "#b45091", "#8a63bf", "#434a93", "#137dae", "#04867d",
+                      "#308613", "#facb66", "#1f272d", "#445461", "#5f7281", "#8396a5", "#93320b",
+                      "#be501e", "#de7921", "#f2be88", "#115026", "#277c43", "#3ba65e", "#8ddda8",
+                      "#9e102c", "#c82d4c", "#e65b77", "#f792a6", "#0e538b", "#2272b4", "#4299e0",
+                      "#8acaff")
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def mlflow_colour(run_id: str) -> str:
+    low = high = 0
+    for char in run_id:
+        low = (low + ord(char)) % 255
+        high = (high + low) % 255
+    return MLFLOW_RUN_COLOURS[(low | high << 8) % len(MLFLOW_RUN_COLOURS)]
+
+
+def run_colours(runs: JobRuns) -> dict[str, str]:
+    """rank label -> the colour MLflow's pages draw its run in."""
+    return {label: mlflow_colour(run_id) for label, run_id in runs.run_ids.items()}
+
+
+def figure(series: dict[str, dict[str, list[Point]]], title: str,
+           colours: dict[str, str] | None = None):
+    """One chart per metric (`series`: metric -> rank -> points), stacked, ranks overlaid in
+    rank order, each in `colours[label]` when given (its run's colour in MLflow). A matplotlib
+    Figure made without pyplot: a notebook's inline backend is left alone."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     fig = Figure(figsize=(8, 3.2 * len(series) + 1.3))
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(series), 1, squeeze=False)
     for ax, (metric, per_rank) in zip(axes[:, 0], series.items()):
-        for label in sorted(per_rank, key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x)):
+        seen: dict[str, int] = {}
+        for label in sorted(per_rank, key=rank_order):
             points = sorted(per_rank[label], key=lambda p: p.step)
-            ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label))
+            colour = (colours or {}).get(label)
+            style = LINE_STYLES[seen.get(colour, 0) % len(LINE_STYLES)] if colour else "-"
+            if colour:  # MLflow gives some ranks one colour: the chart tells them apart by dashes
+                seen[colour] = seen.get(colour, 0) + 1
+            ax.plot([p.step for p in points], [p.value for p in points], label=run_name(label),
+                    color=colour, linestyle=style)
         ax.set_xlabel("step")
         ax.set_ylabel(metric)
         ax.legend(loc="best", fontsize="small")
@@ -241,6 +259,7 @@ def figure(series: dict[str, dict[str, list[Point]]], title: str):
     return fig
 
 
-def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str) -> Path:
-    figure(series, title).savefig(path, dpi=100)
+def plot(series: dict[str, dict[str, list[Point]]], path: Path, title: str,
+         colours: dict[str, str] | None = None) -> Path:
+    figure(series, title, colours).savefig(path, dpi=100)
     return path

@@ -119,7 +119,7 @@ class PlatformMagics(Magics):
             if args is None:
                 return None
             compared = [compare(args.job, metric, log_dir=args.log_dir, tolerance=args.tolerance,
-                                ui=args.ui) for metric in metrics_of(args.metric)]
+                                ui=args.ui) for metric in metrics_of(args.metric) or [None]]
             # one metric: its Comparison; several: the list, in the order given
             self.shell.user_ns["_dist_compare"] = compared[0] if len(compared) == 1 else compared
         return None

@@ -1,14 +1,20 @@
-"""The cell experience in real JupyterLab 4 and Chromium: the live board of 8 ranks while it runs
-and after, a failing job as a table without plugin frames, an interrupt that leaves no rank,
-`%dist_compare`'s chart and the MLflow UI through the Jupyter server's own URL."""
+"""The cell experience in real JupyterLab 4 and Chromium: the live board of 8 ranks (long metric
+names) while it runs and after, a failing job as a table without plugin frames, an interrupt that
+leaves no rank, `%dist_compare`'s first call (table and chart, then its "starting the MLflow UI"
+line replaced by the page), the MLflow page through the Jupyter server's own URL without the
+Assistant panel over the chart, and the saved notebook reopened after its kernel was shut down
+(the page's place says how to see it again: no "500 : Internal Server Error" page).
+Screenshots go to the test's tmp folder (docs/ with UPDATE_SCREENSHOTS=1)."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 
 import nbformat
 import pytest
+import requests
 from playwright.sync_api import expect
 
 from tests.helpers import REPO, wait_for
@@ -16,15 +22,28 @@ from tests.launcher.helpers import ASSETS, wait_no_processes
 
 pytestmark = pytest.mark.slow
 QUEUED_OR_RUN = re.compile(r"\[[*0-9]+\]")  # a cell's prompt once it is queued, running or run
-SHOTS = {"running": "notebook-board-running.png", "done": "notebook-board.png"}
+SHOTS = {"running": "notebook-board-running.png", "done": "notebook-board.png",
+         "starting": "notebook-compare-starting.png", "page": "notebook-compare-mlflow.png",
+         "reopened": "notebook-compare-reopened.png"}
+# a rank logging metrics with long names beside loss (the board's metrics column)
+LONG_NAMES_RANK = """
+import sys
+from platform_plugin import tracking
+exec(open("board_rank.py").read().replace(
+    'tracker.log_metric("loss", 1.0 / (step + 1), step=step)',
+    'tracker.log_metric("loss", 1.0 / (step + 1), step=step); '
+    'tracker.log_metric("validation_cross_entropy_loss_epoch_mean", 2.0 / (step + 1), step=step); '
+    'tracker.log_metric("samples_per_s", 480.0 + step, step=step)'))
+"""
 CELLS = [
     "%load_ext platform_plugin",
-    "%dist_run --nproc 8 --backend plain --job-name board python board_rank.py 50 0.2",
+    "%dist_run --nproc 8 --backend plain --job-name board python long_names_rank.py 50 0.2",
     "%dist_run --nproc 2 --backend plain --tracking none --grace 1 --job-name failing "
     "python board_rank.py 3 0 1",
     "%dist_run --nproc 2 --backend plain --tracking none --grace 1 --job-name stopped "
     "python board_rank.py 100000 0.2",
     "%dist_compare",
+    "%dist_run --nproc 1 --backend plain --job-name renamed python board_rank.py 2 0",
 ]
 
 
@@ -36,6 +55,7 @@ def shot_path(tmp_path, name: str):
 
 def write_notebook(root):
     shutil.copy2(ASSETS / "board_rank.py", root / "board_rank.py")
+    (root / "long_names_rank.py").write_text(LONG_NAMES_RANK)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
@@ -111,16 +131,83 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
     chart = cells.nth(4).locator(".jp-OutputArea img")
     chart.wait_for(timeout=180_000)
     assert chart.bounding_box()["width"] > 300
+    wait_for(lambda: "starting the MLflow UI" in output_text(page, 4) or
+             cells.nth(4).locator(".jp-OutputArea iframe").count(), timeout=60,
+             what="the progress line under the chart")
+    if "starting the MLflow UI" in output_text(page, 4):
+        cells.nth(4).scroll_into_view_if_needed()
+        page.screenshot(path=str(shot_path(tmp_path, "starting")))
     compared = output_text(page, 4)  # the columns as the CLI prints them (spaces kept, left)
-    assert re.search(r"^rank {4,}final loss {4,}best", compared, re.M), compared
+    assert re.search(r"^rank {4,}last loss {4,}best", compared, re.M), compared
     assert re.search(r"^rank-07 {4,}\d", compared, re.M), compared
     frame = cells.nth(4).locator(".jp-OutputArea iframe")
     frame.wait_for(timeout=240_000)
-    src = frame.get_attribute("src")
+    assert "starting the MLflow UI" not in output_text(page, 4)  # replaced by the page
+    link = cells.nth(4).locator(".jp-OutputArea a", has_text="MLflow: every rank's loss")
+    src = link.get_attribute("href")
     assert src.startswith("/proxy/") and "#/metric?runs=" in src, src
+    inside = page.frame_locator(".jp-Notebook .jp-Cell >> nth=4 >> iframe")
+    inside.get_by_text("rank-07 (loss)").wait_for(timeout=120_000)  # the MLflow chart's legend
+    frame.scroll_into_view_if_needed()
+    page.wait_for_timeout(2_000)  # the chart's lines drawn (a settle, not a measure)
+    page.screenshot(path=str(shot_path(tmp_path, "page")))
+    # MLflow 3.17 opens its Assistant panel by itself on a loopback host and records it in
+    # localStorage (useLocalStorage: "<key>_v<version>"); closed, it shows its button instead
+    page_frame = frame.element_handle().content_frame()
+    assert page_frame.evaluate("localStorage.getItem('mlflow.assistant.panelOpen_v1')") == "false"
+    assert frame.bounding_box()["width"] > 900
     ui = browser.new_page(viewport={"width": 1280, "height": 800})
     ui.goto(f"{lab.url}{src.split('#')[0]}?token={lab.token}", wait_until="load", timeout=120_000)
     ui.goto(f"{lab.url}{src}", wait_until="load", timeout=120_000)
-    ui.get_by_text("rank-07 (loss)").wait_for(timeout=120_000)  # the MLflow chart's legend
-    page.close()
+    ui.get_by_text("rank-07 (loss)").wait_for(timeout=120_000)
     ui.close()
+
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    wait_for(lambda: "iframe" in (lab.root / "board.ipynb").read_text(), timeout=60,
+             what="the notebook saved with the page's output")
+    for kernel in requests.get(f"{lab.url}/api/kernels", params={"token": lab.token},
+                               timeout=30).json():
+        requests.delete(f"{lab.url}/api/kernels/{kernel['id']}", params={"token": lab.token},
+                        timeout=60).raise_for_status()
+    wait_for(lambda: not mlflow_ui_running(lab), timeout=60, what="the kernel's MLflow UI gone")
+    page.close()
+    reopened = browser.new_page(viewport={"width": 1280, "height": 1000})
+    reopened.goto(lab.notebook_url("board.ipynb"), wait_until="load", timeout=120_000)
+    saved = reopened.locator(".jp-Notebook .jp-Cell").nth(4)
+    saved.locator(".jp-OutputArea iframe").wait_for(timeout=120_000)
+    gone = reopened.frame_locator(".jp-Notebook .jp-Cell >> nth=4 >> iframe")
+    gone.get_by_text("The MLflow UI that showed this page is not running").wait_for(timeout=60_000)
+    saved.scroll_into_view_if_needed()
+    reopened.screenshot(path=str(shot_path(tmp_path, "reopened")))
+    assert "Internal Server Error" not in gone.locator("body").inner_text()
+    assert "%dist_compare" in gone.locator("body").inner_text()
+
+    # renamed in JupyterLab after its kernel started: the job's experiment is the new name
+    run_cell(reopened, 0)
+    reopened.locator(".lm-MenuBar-item", has_text="File").first.click()
+    reopened.get_by_text("Rename Notebook…").click()
+    reopened.locator(".jp-Dialog input").fill("renamed-board.ipynb")
+    reopened.keyboard.press("Enter")
+    wait_for(lambda: (lab.root / "renamed-board.ipynb").exists(), timeout=60, what="the rename")
+    run_cell(reopened, 5)
+    wait_for(lambda: "succeeded" in output_text(reopened, 5), timeout=180, what="the job's end")
+    job = next((lab.root / "platform_logs").glob("renamed-*"))
+    sink = json.loads((job / "tracking" / "sink.json").read_text())
+    assert sink["experiment_name"] == "renamed-board", sink["experiment_name"]
+    reopened.close()
+
+
+def mlflow_ui_running(lab) -> bool:
+    """An `mlflow server` on the lab's store (the kernel's UI) still runs."""
+    marker = str(lab.root.parent).encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    cmdline = fh.read()
+            except OSError:
+                continue
+            if b"mlflow" in cmdline and b"server" in cmdline and marker in cmdline:
+                return True
+    return False

@@ -1,6 +1,7 @@
-"""The stop button during the first `%dist_compare` of a kernel (it imports MLflow and SQLAlchemy
-and starts the UI: seconds), in a fresh real kernel: one line in the cell, and the next
-`%dist_compare` of the same kernel works."""
+"""The stop button during the first `%dist_compare` of a kernel that reads the store (a rank not
+here: it imports MLflow and SQLAlchemy, seconds), in a fresh real kernel: one line in the cell,
+and the next `%dist_compare` of the same kernel works. A job that ran here is compared from its
+spools, without MLflow."""
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,11 @@ def test_stopping_the_first_compare_leaves_one_line_and_a_working_magic(tmp_path
         job = run_cell(kc, "%dist_run --nproc 2 --backend plain python rank.py")
         assert job.ok, job.stream + "\n".join(job.error)
         fresh = "import sys; assert not {'mlflow', 'sqlalchemy'} & set(sys.modules)"
+        local = run_cell(kc, "%dist_compare --no-ui")  # a job that ran here: from its spools
+        assert local.ok and "rank-01" in "".join(str(d) for _kind, d in local.displays)
         assert run_cell(kc, fresh).ok  # nothing of MLflow in the kernel yet
+        # rank 1's spool gone: its points are in the store only, and MLflow is imported
+        next((tmp_path / "platform_logs").glob("*/tracking/rank_1.jsonl")).unlink()
         msg_id = kc.execute("%dist_compare --no-ui")
         # the interrupt lands inside MLflow's imports: SQLAlchemy's compiled modules are mapped
         wait_for(lambda: "/sqlalchemy/" in _maps(km.provisioner.process.pid), timeout=120,

@@ -2,6 +2,10 @@
 the job's run, the MLflow URL (the pages themselves in a browser: test_ui_browser.py)."""
 from __future__ import annotations
 
+import os
+from dataclasses import astuple
+import subprocess
+import sys
 import time
 from urllib.parse import parse_qs, urlsplit
 import json
@@ -10,10 +14,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from platform_plugin.cli import main
-from platform_plugin.comparison.table import Point, rank_rows
+from platform_plugin.comparison.spools import all_here, rank_labels, read_points
+from platform_plugin.comparison.store import StorePoints, with_store_ranks
+from platform_plugin.comparison.table import Point, job_runs, mlflow_colour, rank_rows
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.tracker import Tracker
+from tests.helpers import REPO, wait_for
 from tests.tracking.helpers import child_runs, client, make_plan
 
 
@@ -30,6 +37,14 @@ def test_straggler_and_deviating_rank_are_flagged():
     assert [r.flags for r in rows] == [[], [], ["straggler"], ["deviates"]]
     assert rows[2].steps_per_s == pytest.approx(19 / (19 * 0.3))
     assert rows[0].best == pytest.approx(rows[0].final) and rows[0].steps == 20
+
+
+def test_the_chart_draws_a_rank_in_the_colour_mlflow_gives_its_run():
+    """MLflow 3.17's metric page drew these runs (a JupyterLab test's, screenshot read) in
+    these colours of its palette: navy for rank-07, dark green for rank-04."""
+    assert mlflow_colour("70856b9bad0f44acaafd0e47abaa37d6") == "#0e538b"
+    assert mlflow_colour("28d8310ff3ef47d882e313f025dba307") == "#115026"
+    assert mlflow_colour("6610a3f5cd7044c7a361118e5f65c47c") == "#be501e"
 
 
 def test_best_is_max_for_accuracy_like_metrics():
@@ -79,13 +94,16 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
     assert "straggler" in table["rank-01"] and "deviates" not in out  # two ranks: no odd one out
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert sorted(a.path for a in c.list_artifacts(report.parent_run_id, "compare")) == \
-        ["compare/loss.json", "compare/ranks.png"]  # the table (log_table) and the plot
+    wait_for(lambda: sorted(a.path for a in c.list_artifacts(report.parent_run_id, "compare"))
+             == ["compare/loss.json", "compare/ranks.png"], timeout=120,
+             what="the table (log_table) and the plot logged by compare's own process")
 
     url = next(line for line in out.splitlines() if line.startswith("http://127.0.0.1:5999/#/metric?"))
     query = parse_qs(urlsplit(url.replace("/#/", "/")).query)
     children = child_runs(c, report.parent_run_id)
-    assert json.loads(query["runs"][0]) == sorted(r.info.run_id for r in children)
+    by_rank = sorted(children, key=lambda r: int(r.data.tags["rank_id"]))
+    assert json.loads(query["runs"][0]) == [r.info.run_id for r in by_rank]  # the legend's order
+
     assert json.loads(query["metric"][0]) == "loss" and json.loads(query["plot_metric_keys"][0]) == ["loss"]
     assert json.loads(query["experiments"][0]) == [children[0].info.experiment_id]
     assert main(["compare", plan.job_id, "--metric", "nonexistent"]) == 2
@@ -97,11 +115,16 @@ def test_compare_run_again_replaces_its_table_and_prints_no_progress_bar(trackin
     logged table had every rank once more per compare, and tqdm's "Downloading artifacts" bar
     was drawn on stderr (in a terminal, in a cell)."""
     plan, report = make_job(tmp_path)
+    spool_dir = tmp_path / "platform_logs" / plan.job_id / "tracking"
     for _ in range(2):
         assert main(["compare", plan.job_id]) == 0
         captured = capsys.readouterr()
         assert "rank-01" in captured.out
         assert "Downloading artifacts" not in captured.err and "it/s" not in captured.err, captured.err
+    wait_for(lambda: not list(spool_dir.glob(".compare-*.json")), timeout=120,
+             what="both compares' tables logged")
+    log = (spool_dir / "compare.log").read_text()
+    assert log.count("compare: logged compare/loss.json") == 2 and "Downloading" not in log, log
     c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     (tmp_path / "got").mkdir()
     got = c.download_artifacts(report.parent_run_id, "compare/loss.json", str(tmp_path / "got"))
@@ -134,8 +157,8 @@ def test_eight_ranks_flag_only_the_real_outlier_and_several_metrics_at_once(trac
     assert jt.finish(Ok()).pending == 0
     assert main(["compare", "--metric", "loss,samples_per_s", "--metric", "loss"]) == 0
     out = capsys.readouterr().out
-    tables = out.split("final samples_per_s")
-    assert len(tables) == 2 and "final loss" in tables[0]  # two tables, loss once
+    tables = out.split("last samples_per_s")
+    assert len(tables) == 2 and "last loss" in tables[0]  # two tables, loss once
     flagged = [line.split()[0] for line in tables[0].splitlines() if "deviates" in line]
     assert flagged == [f"rank-0{OUTLIER}"]
     header = next(line for line in tables[1].splitlines() if "mean samples_per_s" in line)
@@ -143,3 +166,50 @@ def test_eight_ranks_flag_only_the_real_outlier_and_several_metrics_at_once(trac
 def test_compare_unknown_job_is_a_configuration_error(tracking_env, capsys):
     assert main(["compare", "no-such-job"]) == 2
     assert "no tracked job 'no-such-job'" in capsys.readouterr().err
+
+
+def test_a_local_job_is_compared_from_its_spools_without_mlflow(tracking_env, tmp_path):
+    """The spools hold every point the store has (same series), and `platform-run compare` of
+    a job that ran here answers without importing MLflow (its import alone takes seconds)."""
+    plan, report = make_job(tmp_path)
+    spool_dir = tmp_path / "platform_logs" / plan.job_id / "tracking"
+    runs = job_runs(spool_dir)
+    assert all_here(spool_dir, runs.config)
+    local = read_points(spool_dir, rank_labels(spool_dir, runs.config))
+    in_store = StorePoints(with_store_ranks(runs, client(runs.config.tracking_uri)),
+                           client(runs.config.tracking_uri))
+    assert local.metrics() == in_store.metrics() == ["loss"]
+    assert {lb: sorted(map(astuple, p)) for lb, p in local.series("loss").items()} == \
+        {lb: sorted(map(astuple, p)) for lb, p in in_store.series("loss").items()}
+    code = ("import sys; from platform_plugin.cli import main; rc = main(['compare']); "
+            "print('MLFLOW' if 'mlflow' in sys.modules else 'NO-MLFLOW'); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert "NO-MLFLOW" in done.stdout and "rank-01" in done.stdout, done.stdout
+    wait_for(lambda: not list(spool_dir.glob(".compare-*.json")), timeout=120,
+             what="the table logged by compare's own process")
+
+
+def test_without_metric_compare_takes_loss_else_the_first_metric_and_says_so(tracking_env, tmp_path, capsys):
+    plan = make_plan(tmp_path, 2)
+    jt = JobTracking.create("mlflow", plan)
+    env = jt.prepare()
+    for rank in (0, 1):
+        t = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"], RankIdentity.from_env({**plan.ranks[rank].env, **env}))
+        for step in range(5):
+            t.log_metric("val_acc", 0.5 + 0.1 * step, step=step)
+            t.log_metric("accuracy", 0.4 + 0.1 * step, step=step)
+        t.close()
+
+    class Ok:
+        ok, status = True, "succeeded"
+    assert jt.finish(Ok()).pending == 0
+    assert main(["compare", plan.job_id]) == 0
+    out = capsys.readouterr().out
+    assert "no rank logged 'loss': comparing 'accuracy', the first of its metrics (accuracy, " \
+           "val_acc); --metric picks another" in out
+    assert "last accuracy" in out and "rank-01" in out
+    spool_dir = tmp_path / "platform_logs" / plan.job_id / "tracking"
+    wait_for(lambda: not list(spool_dir.glob(".compare-*.json")), timeout=120,
+             what="the table logged by compare's own process")

@@ -1,8 +1,8 @@
 """MLflow conventions, the facts side (stdlib only): which experiment, which store, which source.
 
 - Experiment: `MLFLOW_EXPERIMENT_NAME`, else one per project: the notebook being run
-  (`platform-run debug|full` sets PLATFORM_NOTEBOOK; Jupyter sets JPY_SESSION_NAME in its
-  kernels), else the project folder (the folder holding CODE/ when the ranks run inside a CODE/
+  (`platform-run debug|full` sets PLATFORM_NOTEBOOK; in a Jupyter kernel, its notebook's path
+  as the server says it when the job starts - after a rename too - else JPY_SESSION_NAME), else the project folder (the folder holding CODE/ when the ranks run inside a CODE/
   folder, else the ranks' working folder). Never the script's stem: every `%%dist_run` cell
   would land in an experiment `cell`, every typo in its own.
 - Store: `MLFLOW_TRACKING_URI`, else `sqlite:///<folder>/mlflow.db` where the folder is the one
@@ -18,6 +18,7 @@ import getpass
 import json
 import os
 
+from platform_plugin.tracking.job.jupyter_session import current_notebook
 from platform_plugin.util.project import code_dir, project_dir
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS
 
@@ -28,7 +29,14 @@ MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 
 
 def notebook_path(environ) -> str | None:
-    return environ.get(NOTEBOOK_ENV) or environ.get(JUPYTER_SESSION_ENV) or None
+    """The notebook run by papermill (PLATFORM_NOTEBOOK), else the kernel's notebook as its
+    Jupyter server names it now (renamed since the kernel started: jupyter_session.py), else
+    the name the server gave the kernel at its start."""
+    if environ.get(NOTEBOOK_ENV):
+        return environ[NOTEBOOK_ENV]
+    if not environ.get(JUPYTER_SESSION_ENV):
+        return None
+    return current_notebook(environ) or environ[JUPYTER_SESSION_ENV]
 
 
 def _stem(path: str) -> str:

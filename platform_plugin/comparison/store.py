@@ -1,0 +1,63 @@
+"""The comparison's points from the tracking store, for the ranks that are not here: a job of
+several servers (the ranks of the others are in the store only), a job whose folder is on
+another machine (found by its job_id tag), a rank whose spool is gone. This is the path that
+imports MLflow (seconds); a job that ran here is read from its spools (spools.py)."""
+from __future__ import annotations
+
+from platform_plugin.comparison.table import JobRuns, Point
+from platform_plugin.tracking.delivery.state import SinkConfig
+from platform_plugin.tracking.sinks import mlflow_job
+
+
+class StorePoints:
+    """The points of a job's runs, read through MLflow's client (`get_metric_history`)."""
+
+    def __init__(self, runs: JobRuns, client) -> None:
+        self.runs, self.client = runs, client
+
+    def series(self, metric: str) -> dict[str, list[Point]]:
+        return {label: [Point(m.step, m.value, m.timestamp)
+                        for m in self.client.get_metric_history(run_id, self.runs.key(metric, label))]
+                for label, run_id in self.runs.run_ids.items()}
+
+    def values(self, label: str, key: str) -> list[float]:
+        run_id = self.runs.run_ids.get(label)
+        if run_id is None:
+            return []
+        return [m.value for m in self.client.get_metric_history(run_id, self.runs.key(key, label))]
+
+    def metrics(self) -> list[str]:
+        """The metrics the job's ranks logged (the ranks' own first, the launcher's system/ last)."""
+        names: set[str] = set()
+        for label, run_id in self.runs.run_ids.items():
+            for key in self.client.get_run(run_id).data.metrics:
+                if self.runs.config.layout == "flat":
+                    if not key.endswith(f"-{label}"):
+                        continue
+                    key = key[:-len(label) - 1]
+                names.add(key)
+        return sorted(names, key=lambda k: (k.startswith("system/"), k))
+
+
+def with_store_ranks(runs: JobRuns, client) -> JobRuns:
+    """Every rank of the job from the tracking store - the ranks of the other servers too -
+    when the job has a parent run there (layout runs); the local spool's view otherwise."""
+    config = runs.config
+    if config.layout != "runs" or not config.parent_run_id or not config.experiment_id:
+        return runs
+    children = mlflow_job.job_children(client, config.experiment_id, config.parent_run_id)
+    if not children:
+        return runs
+    return JobRuns(config, {c.data.tags["rank_id"]: c.info.run_id for c in children},
+                   {c.data.tags["rank_id"]: c.data.tags.get("server_id", "?") for c in children})
+
+
+def job_runs_in_store(job_id: str, client, tracking_uri: str) -> JobRuns | None:
+    """A job with no folder here (started on another server): found by its job_id tag."""
+    parent = mlflow_job.find_job_parent(client, job_id)
+    if parent is None:
+        return None
+    config = SinkConfig(sink="mlflow", tracking_uri=tracking_uri,
+                        experiment_id=parent.info.experiment_id,
+                        parent_run_id=parent.info.run_id, job={"job_id": job_id})
+    return with_store_ranks(JobRuns(config, {}), client)
