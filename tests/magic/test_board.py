@@ -101,9 +101,14 @@ def test_platform_clean_reports_and_sizes_code(kernel, tmp_path):
     (code / "kernel_meta").mkdir(parents=True)
     (code / "kernel_meta" / "op.o").write_bytes(b"x" * 4096)
     (code / "train.py").write_text("print(1)\n")
+    (code / "outputs").mkdir()
+    for name in ("digits_mlp.ckpt", "digits_mlp.pt", "digits_mlp.safetensors"):
+        (code / "outputs" / name).write_bytes(b"w")
     cell = run_cell(kc, f"%platform_clean --root {code} --dry-run")
     assert cell.ok, cell.error
     assert "would remove" in cell.stream and "kernel_meta" in cell.stream
+    for name in ("digits_mlp.ckpt", "digits_mlp.pt", "digits_mlp.safetensors"):
+        assert f"outputs/{name}" in cell.stream  # every framework's checkpoint, not MindSpore's only
     assert "4.0 KiB before" in cell.stream and (code / "kernel_meta" / "op.o").exists()
     cell = run_cell(kc, f"%platform_clean --root {code}")
     assert cell.ok and not (code / "kernel_meta").exists() and (code / "train.py").exists()
