@@ -92,7 +92,7 @@ def describe(run_spec: NotebookRun) -> str:
     lines = [f"{run_spec.mode} run (dry run: nothing is executed)",
              f"  notebook   {run_spec.notebook}",
              f"  output     {run_spec.output}",
-             f"  cwd        {run_spec.cwd}",
+             f"  cwd        {run_spec.cwd}  ({run_spec.cwd_from})",
              f"  kernel     {run_spec.kernel}  ({run_spec.kernel_dir})",
              f"  timeout    {f'{run_spec.timeout}s per cell' if run_spec.timeout else 'none'}",
              f"  profile    {run_spec.profile or '(none)'}",

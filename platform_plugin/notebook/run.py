@@ -67,6 +67,7 @@ class NotebookRun:
     profile: Path | None
     sources: dict[str, str] = dataclasses.field(default_factory=dict)  # profile|file|-p|injected
     output_default: bool = False  # output is the default name, not claimed yet (claim_output)
+    cwd_from: str = "--cwd"  # why the kernel works in `cwd` (--dry-run says it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,10 +97,15 @@ def prepare_run(mode: str, notebook: str | os.PathLike,
     cwd, kernel, timeout, output = options.cwd, options.kernel, options.timeout, options.output
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
-    project = resolved(cwd or os.getcwd(), "project folder", "NB_CWD", "--cwd")
+    path = resolved(notebook, "notebook", "NB_INVALID")
+    # JupyterLab starts a notebook's kernel in the notebook's folder: a run from elsewhere
+    # (`platform-run debug notebooks/x.ipynb` from the repository's root) works there too, with
+    # the platform.toml and .env beside the notebook. The folder as the path names it, not a
+    # link's target: that is the folder JupyterLab would show.
+    folder = cwd or os.path.dirname(os.path.abspath(notebook))
+    project = resolved(folder, "project folder", "NB_CWD", "--cwd")
     if not project.is_dir():
         raise ConfigError(f"--cwd {project} is not a folder", code="NB_CWD")
-    path = resolved(notebook, "notebook", "NB_INVALID")
     nb = read_notebook(path)
     check_parameters_cell(nb, path)
     kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))
@@ -133,7 +139,8 @@ def prepare_run(mode: str, notebook: str | os.PathLike,
                           "move it or choose another --output", code="NB_OUTPUT")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources,
-                       output_default=not output)
+                       output_default=not output,
+                       cwd_from="--cwd" if cwd else "the notebook's folder; --cwd DIR to change")
 
 
 def read_notebook(path: Path) -> "nbformat.NotebookNode":
