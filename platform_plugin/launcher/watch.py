@@ -20,6 +20,7 @@ from platform_plugin.launcher.processes.spawn import Started
 from platform_plugin.launcher.processes.supervisor import Supervisor
 from platform_plugin.tracking.job.report import Untracked, compare_hint
 from platform_plugin.util.jobdirs import job_log_dir
+from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 
 
 def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
@@ -145,10 +146,15 @@ def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone
 
 def _cell_compare_hint(result: JobResult) -> str:
     """`%dist_compare` of the job: its id when it is in the default log folder (where the magic
-    looks), else its folder (a --log-dir of the cell)."""
-    if os.path.dirname(result.job_dir) == job_log_dir():
-        return compare_hint(result.job_id, notebook=True)
-    return compare_hint(shlex.quote(result.job_dir), notebook=True)
+    looks), else its folder (a --log-dir of the cell). A kernel of `platform-run debug|full`
+    writes the same line into the notebook and onto the terminal: then both ways, each named."""
+    cell = (compare_hint(result.job_id, notebook=True)
+            if os.path.dirname(result.job_dir) == job_log_dir()
+            else compare_hint(shlex.quote(result.job_dir), notebook=True))
+    if PLATFORM_STREAM_TO_TERMINAL.get() == "1":
+        return (f"{cell} in the notebook, "
+                f"`{compare_hint(shlex.quote(result.job_dir))}` in a terminal")
+    return cell
 
 
 def _in_kernel() -> bool:

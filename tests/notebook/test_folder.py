@@ -11,13 +11,16 @@ import pytest
 from tests.helpers import REPO
 from tests.notebook.helpers import make_notebook, platform_run, read_output, stream_text
 
+TRACKED = ("%load_ext platform_plugin\n"
+           "%dist_run --nproc 1 --backend plain python -c \"from platform_plugin import tracking; "
+           "tracking.get_tracker().log_metric('loss', 0.5, step=0)\"")
 PROBE = ("import json, os\nprint('PROBE=' + json.dumps({'cwd': os.getcwd(), 'epochs': epochs, "
          "'data': open('data.txt').read(), 'env': os.environ.get('DIGITS_SEED')}))")
 
 
 def _project(root):
     folder = root / "notebooks"
-    make_notebook(folder / "nb.ipynb", [PROBE], parameters="epochs = 1")
+    make_notebook(folder / "nb.ipynb", [PROBE, TRACKED], parameters="epochs = 1")
     (folder / "platform.toml").write_text("[debug.parameters]\nepochs = 4\n")
     (folder / ".env").write_text("DIGITS_SEED=7\n")
     (folder / "data.txt").write_text("beside the notebook")
@@ -53,3 +56,8 @@ def test_a_run_from_the_parent_folder_works_in_the_notebooks_folder(tmp_path):
     assert json.loads(line[len("PROBE="):]) == {"cwd": str(folder), "epochs": 4,
                                                 "data": "beside the notebook", "env": "7"}
     assert not (tmp_path / "runs").exists()
+    # the kernel's line reaches the notebook and this terminal: each is told its own way
+    hint = next(l for l in done.stdout.splitlines() if "compare ranks:" in l)
+    job = next((folder / "platform_logs").iterdir())
+    assert f"%dist_compare {job.name} in the notebook" in hint, hint
+    assert f"`platform-run compare {job} --url` in a terminal" in hint, hint

@@ -51,5 +51,6 @@ def test_a_job_with_nothing_to_deliver_is_not_waited_for(tracking_env, tmp_path)
     waits: list[int] = []
     report = jt.finish(Ended(), waiting=lambda: waits.append(1))
     assert waits == [] and (report.delivered, report.pending) == (0, 0)
+    assert "compare ranks" not in report.ui_hint  # compare would refuse a job without a metric
     assert os.path.isfile(os.path.join(report.spool_dir, "end.json"))
     assert report.wait_ended(300)

@@ -247,7 +247,7 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
         notes.append(f"{counts.quarantined} spool lines too large to deliver, kept in "
                      f"{spool_dir}/rank_*.jsonl.quarantine")
     hint = f"{sink}: {counts.delivered} records delivered" + (f"; {notes[0]}" if notes else "")
-    if sink == "mlflow":
+    if sink == "mlflow" and counts.delivered:  # compare refuses a job without a metric
         hint += f"; compare ranks: {compare_hint(job_id)}"
     saved = SinkConfig.load(spool_dir) or config
     return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,
