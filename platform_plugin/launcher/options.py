@@ -196,7 +196,8 @@ def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
         return Problem(meta["code"], f"{where} must be a dict of str -> str", where)
     if kind is not None and (not isinstance(value, (int, float) if kind is float else kind)
                              or (kind in (int, float) and isinstance(value, bool))):
-        return Problem(meta["code"], f"{where} must be {kind.__name__}, not {value!r}", where)
+        return Problem(meta["code"], f"{where} is {value!r} ({_noun(type(value))}): give "
+                       f"{_noun(kind)} instead", where)
     if kind is float and not math.isfinite(value):
         return Problem(meta["code"], f"{where} {value!r}: must be a finite number", where)
     if meta["choices"] and value not in meta["choices"]:
@@ -219,9 +220,20 @@ def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
         except ValueError:
             where = flags_of(f.name)[0]
             # raised through argparse (it only catches ValueError/TypeError): keeps the code
-            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r}: must be "
-                                       f"{kind.__name__ if kind else 'text'}", where)]) from None
+            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r} is not "
+                                       f"{_noun(kind)}: give one, e.g. {where} "
+                                       f"{EXAMPLES.get(kind, 'x')}", where)]) from None
     return convert
+
+
+NOUNS = {int: "a whole number", float: "a number", str: "text", bool: "True or False",
+         dict: "a dict", list: "a list", tuple: "a tuple"}
+EXAMPLES = {int: "2", float: "2.5"}
+
+
+def _noun(kind: Any) -> str:
+    """What a type means to someone writing an option: "a whole number", not "int"."""
+    return NOUNS.get(kind, f"a {getattr(kind, '__name__', 'value')}")
 
 
 # NO_ABBREVIATIONS: every parser of the package (the CLI's and its sub-commands', the magics')
