@@ -66,6 +66,15 @@ def _name(value: str) -> Optional[str]:
         "must be a non-empty name without '/'"
 
 
+def _metric_names(value: str) -> Optional[str]:
+    return None if board_metric_names(value) else "give metric names separated by commas, e.g. loss,acc"
+
+
+def board_metric_names(value: str | None) -> Tuple[str, ...]:
+    """`--board-metrics loss, acc` -> ("loss", "acc")."""
+    return tuple(name.strip() for name in (value or "").split(",") if name.strip())
+
+
 def env_help(text: str, variable: Variable, otherwise: str) -> str:
     """The help of an option with an environment fallback: `text (else VAR, else otherwise)`."""
     return f"{text} (else {variable.name}, else {otherwise})"
@@ -130,6 +139,10 @@ class LaunchOptions:
         None, "ranks whose output is streamed as prefixed lines (default: the live rank board in "
         "a notebook, all elsewhere; the logs hold everything)", metavar="all|none|0,3",
         check=_show, code="LAUNCH_BAD_SHOW")
+    board_metrics: Optional[str] = opt(
+        None, "metrics of the notebook board's metrics column, in this order (default: up to 4 "
+        "the ranks log most often, a throughput such as samples_per_s last)", metavar="A,B,C",
+        check=_metric_names)
     max_lines_per_s: Optional[float] = opt(
         None, "display at most N lines per second per rank (the rest: logs only)",
         flags=("--max-lines-per-sec",), metavar="N", check=_at_least(0, above=True))
@@ -228,7 +241,7 @@ def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
 
 NOUNS = {int: "a whole number", float: "a number", str: "text", bool: "True or False",
          dict: "a dict", list: "a list", tuple: "a tuple"}
-EXAMPLES = {int: "2", float: "2.5"}
+EXAMPLES: Dict[Any, str] = {int: "2", float: "2.5"}
 
 
 def _noun(kind: Any) -> str:

@@ -12,7 +12,7 @@ from platform_plugin.launcher.attempts import PeerNotice
 from platform_plugin.launcher.display.chatter import hide_pattern
 from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.display.output import Output
-from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.options import LaunchOptions, board_metric_names
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.processes.jobfile import JobFile
 from platform_plugin.launcher.processes.result import JobResult
@@ -113,7 +113,8 @@ def _display(options: LaunchOptions, shown) -> Output:
     hide = hide_pattern(options.verbose)
     if options.show is None and options.write is None and "ipykernel" in sys.modules:
         if in_kernel():
-            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
+            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide,
+                              board_metrics=board_metric_names(options.board_metrics))
     return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 

@@ -67,7 +67,6 @@ class NotebookRun:
     profile: Path | None
     sources: dict[str, str] = dataclasses.field(default_factory=dict)  # profile|file|-p|injected
     output_default: bool = False  # output is the default name, not claimed yet (claim_output)
-    cwd_from: str = "--cwd"  # why the kernel works in `cwd` (--dry-run says it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +97,7 @@ def prepare_run(mode: str, notebook: str | os.PathLike,
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
     path = resolved(notebook, "notebook", "NB_INVALID")
-    # JupyterLab starts a notebook's kernel in the notebook's folder: a run from elsewhere
-    # (`platform-run debug notebooks/x.ipynb` from the repository's root) works there too, with
-    # the platform.toml and .env beside the notebook. The folder as the path names it, not a
-    # link's target: that is the folder JupyterLab would show.
-    folder = cwd or os.path.dirname(os.path.abspath(notebook))
-    project = resolved(folder, "project folder", "NB_CWD", "--cwd")
+    project = resolved(cwd or path.parent, "project folder", "NB_CWD", "--cwd")  # as JupyterLab
     if not project.is_dir():
         raise ConfigError(f"--cwd {project} is not a folder", code="NB_CWD")
     nb = read_notebook(path)
@@ -139,8 +133,7 @@ def prepare_run(mode: str, notebook: str | os.PathLike,
                           "move it or choose another --output", code="NB_OUTPUT")
     return NotebookRun(mode, path, out, project, kernel_name, kernel_dir, merged, env,
                        max(1, math.ceil(timeout)) if timeout else None, profile_path, sources,
-                       output_default=not output,
-                       cwd_from="--cwd" if cwd else "the notebook's folder; --cwd DIR to change")
+                       output_default=not output)
 
 
 def read_notebook(path: Path) -> "nbformat.NotebookNode":
