@@ -32,8 +32,8 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
     try:
         if job_tracking is None:  # --tracking none: the no-op handle, made once the ranks run
             job_tracking = Untracked()
-        supervisor, job_file = _set_up(plan, options, shown, link, attempts, started,
-                                       job_tracking, spool_dir)
+        supervisor, job_file, samplers = _set_up(plan, options, shown, link, attempts, started,
+                                                 job_tracking, spool_dir)
     except BaseException:  # nothing watches the ranks yet: they must not outlive this
         started.abandon()
         raise
@@ -51,7 +51,7 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
         finally:
             try:
                 report = _finish_tracking(job_tracking, result, last, waiting=waiting,
-                                          gone=link.gone())
+                                          gone=link.gone(), launcher_bytes=_written(samplers))
             finally:
                 tell(False)
         result.tracking = report
@@ -65,7 +65,7 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
 
 
 def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
-           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile]:
+           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile, list]:
     """The output, job.json, the other servers' notices, tracking: observers of the supervisor."""
     output = _display(options, shown)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
@@ -86,7 +86,12 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
                             grace=options.grace,
                             stop_check=peers[0].stop_reason if peers else None)
-    return supervisor, job_file
+    return supervisor, job_file, system_metrics
+
+
+def _written(samplers: list) -> dict:
+    """Rank label -> bytes the system-metrics sampler appended to its spool."""
+    return {label: size for sampler in samplers for label, size in sampler.written.items()}
 
 
 def _peers(plan: LaunchPlan, link, job_tracking) -> list:
@@ -121,11 +126,13 @@ def _display(options: LaunchOptions, shown) -> Output:
 _HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
 
 
-def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone=()):
+def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone=(),
+                     launcher_bytes=None):
     """Tracking must never turn a finished job into a crash: a failing sink becomes a note.
     `gone`: the servers of the job whose launcher vanished (the job link saw it)."""
     try:
-        return job_tracking.finish(result, last=last, waiting=waiting, gone=gone)
+        return job_tracking.finish(result, last=last, waiting=waiting, gone=gone,
+                                   launcher_bytes=launcher_bytes)
     except KeyboardInterrupt:
         if result is None:  # the ranks' own end was interrupted: the caller reports that
             raise
