@@ -28,21 +28,32 @@ STAMP37  := $(VENV37)/.installed
 LOCK37   ?= constraints/py37.txt
 REQS37   ?= tensorflow==1.15.5 mindspore==2.0.0 ipykernel
 
-.PHONY: demo test test-fast typecheck test-compat test-compat37 install system-deps bench soak clean-venv
+.PHONY: demo test test-fast typecheck test-compat test-compat37 install system-deps bench soak clean-venv wheel
 
 install: $(STAMP)
 
 # Re-install when the package's declared dependencies or the lock change.
+# pip's own lines stay out of the way (-q: a failure still prints pip's error; PIP_QUIET=
+# brings them back): the demo's result is what should stand out.
+PIP_QUIET ?= -q --disable-pip-version-check
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -e ".[$(EXTRAS)]" -c $(LOCK)
+	@echo "installing into $(VENV) from pyproject.toml and $(LOCK) (about 4.7 GB in all)"
+	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
+	$(PY) -m pip install $(PIP_QUIET) -e ".[$(EXTRAS)]" -c $(LOCK)
 	touch $@
+
+# A wheel of this checkout (dist/platform_plugin-<version>-py3-none-any.whl) to install where
+# the repository is not: `pip install dist/platform_plugin-*.whl` (README, Install). pip builds it
+# with hatchling, fetched from the package index into a build environment of its own.
+wheel:
+	$(PYTHON) -m pip wheel $(PIP_QUIET) --no-deps -w dist .
+	@ls dist/*.whl
 
 $(STAMP39): pyproject.toml $(LOCK39)
 	test -x $(PY39) || $(PYTHON39) -m venv $(VENV39)
-	$(PY39) -m pip install -q --upgrade pip
-	$(PY39) -m pip install -e ".[$(EXTRAS39)]" -c $(LOCK39)
+	$(PY39) -m pip install $(PIP_QUIET) --upgrade pip
+	$(PY39) -m pip install $(PIP_QUIET) -e ".[$(EXTRAS39)]" -c $(LOCK39)
 	touch $@
 
 $(STAMP37): $(LOCK37)

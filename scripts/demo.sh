@@ -31,7 +31,12 @@ echo
 echo "== platform-run compare --url  (every rank of the job, from the MLflow store)"
 platform-run compare --url
 
+# the result in one block at the very end, whatever scrolled by above
+OUTPUT_NOTEBOOK="$(ls -t "$CODE"/runs/*.ipynb 2>/dev/null | head -n 1)"
 echo
-echo "MLflow store: $MLFLOW_TRACKING_URI"
-echo "To browse it: cd $CODE && MLFLOW_TRACKING_URI=$MLFLOW_TRACKING_URI $BIN/platform-run ui"
-echo "  then open http://127.0.0.1:5000 (the link above overlays the ranks' loss curves)"
+echo "== make demo: done"
+echo "   the run's notebook, with every cell's output: $OUTPUT_NOTEBOOK"
+echo "   the ranks side by side: the table above (platform-run compare)"
+echo "   MLflow store: $MLFLOW_TRACKING_URI"
+echo "   to browse it: cd $CODE && MLFLOW_TRACKING_URI=$MLFLOW_TRACKING_URI $BIN/platform-run ui"
+echo "     then open http://127.0.0.1:5000 (the link above overlays the ranks' loss curves)"

@@ -92,7 +92,7 @@ def describe(run_spec: NotebookRun) -> str:
     lines = [f"{run_spec.mode} run (dry run: nothing is executed)",
              f"  notebook   {run_spec.notebook}",
              f"  output     {run_spec.output}",
-             f"  cwd        {run_spec.cwd}",
+             f"  cwd        {run_spec.cwd}  ({_cwd_source(run_spec)})",
              f"  kernel     {run_spec.kernel}  ({run_spec.kernel_dir})",
              f"  timeout    {f'{run_spec.timeout}s per cell' if run_spec.timeout else 'none'}",
              f"  profile    {run_spec.profile or '(none)'}",
@@ -105,6 +105,13 @@ def describe(run_spec: NotebookRun) -> str:
         shown = "***" if SECRET_NAME.search(name) else URL_USERINFO.sub(r"\1***@", value)
         lines.append(f"    {name}={shown}")
     return "\n".join(lines)
+
+
+def _cwd_source(run_spec: NotebookRun) -> str:
+    """Why the kernel works there: a run starts in the notebook's folder unless --cwd says."""
+    if run_spec.cwd == run_spec.notebook.parent:
+        return "the notebook's folder; --cwd DIR to change"
+    return "--cwd"
 
 
 def summarize(result: NotebookResult) -> str:

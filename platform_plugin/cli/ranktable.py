@@ -5,6 +5,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 
 from platform_plugin.util.folders import check_writable_folder
@@ -81,11 +82,12 @@ def run_check(args: argparse.Namespace) -> int:
         print(json.dumps({"file": args.file, "valid": not errors and table is not None,
                           "problems": [dataclasses.asdict(p) for p in problems]}, indent=2))
     else:
-        print_problems(args.file, table, problems)
+        print_problems(args.file, table, problems, again="--env " if args.env else "")
     return 2 if errors or table is None else 0
 
 
-def print_problems(path: str, table, problems: list[Problem]) -> None:
+def print_problems(path: str, table, problems: list[Problem], again: str = "") -> None:
+    """`again`: the flags of the check that found them, kept in the "run ... again" line."""
     errors = errors_only(problems)
     state = "INVALID" if errors or table is None else "OK"
     summary = f" ({ranktable.rank_summary(table)})" if table is not None else ""
@@ -94,7 +96,7 @@ def print_problems(path: str, table, problems: list[Problem]) -> None:
         print(f"  {problem.severity:<7} {problem}")
     if errors:
         print(f"{len(errors)} error(s). Fix them, then run `platform-run ranktable check "
-              f"{path}` again.")
+              f"{again}{shlex.quote(path)}` again.")
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -24,8 +24,11 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("ui", help="start a local MLflow UI on the configured store")
     p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (0 = any free port; default 5000)")
     add_metric(p, several=False, help="metric of the printed comparison page")
-    p.add_argument("--store", help="backend store URI (default: MLFLOW_TRACKING_URI if it is a "
-                                   "database URI, else sqlite:///./mlflow.db)")
+    p.add_argument("--store", help="backend store URI (default: MLFLOW_TRACKING_URI, refused "
+                                   "when it is a server: open that one directly; else the jobs' "
+                                   "own default, mlflow.db beside the CODE/ folder above the "
+                                   "current folder, or in the current folder outside any CODE/: "
+                                   "`platform-run env` shows it)")
     add_log_dir(p)
     p.set_defaults(func=run)
 

@@ -33,6 +33,7 @@ class LaunchKeywords(TypedDict, total=False):
     silence_timeout: Optional[float]
     grace: float
     show: Optional[str]
+    board_metrics: Optional[str]
     max_lines_per_s: Optional[float]
     buffered: bool
     kill_stale: bool

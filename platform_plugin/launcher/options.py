@@ -78,6 +78,15 @@ def _name(value: str) -> Optional[str]:
         "must be a non-empty name without '/'"
 
 
+def _metric_names(value: str) -> Optional[str]:
+    return None if board_metric_names(value) else "give metric names separated by commas, e.g. loss,acc"
+
+
+def board_metric_names(value: str | None) -> Tuple[str, ...]:
+    """`--board-metrics loss, acc` -> ("loss", "acc")."""
+    return tuple(name.strip() for name in (value or "").split(",") if name.strip())
+
+
 def env_help(text: str, variable: Variable, otherwise: str) -> str:
     """The help of an option with an environment fallback: `text (else VAR, else otherwise)`."""
     return f"{text} (else {variable.name}, else {otherwise})"
@@ -147,6 +156,10 @@ class LaunchOptions:
         None, "ranks whose output is streamed as prefixed lines (default: the live rank board in "
         "a notebook, all elsewhere; the logs hold everything)", metavar="all|none|0,3",
         check=_show, code="LAUNCH_BAD_SHOW")
+    board_metrics: Optional[str] = opt(
+        None, "metrics of the notebook board's metrics column, in this order (default: up to 4 "
+        "the ranks log most often, a throughput such as samples_per_s last)", metavar="A,B,C",
+        check=_metric_names)
     max_lines_per_s: Optional[float] = opt(
         None, "display at most N lines per second per rank (the rest: logs only)",
         flags=("--max-lines-per-sec",), metavar="N", check=_at_least(0, above=True))
@@ -222,7 +235,8 @@ def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
         return Problem(meta["code"], f"{where} must be a dict of str -> str", where)
     if kind is not None and (not isinstance(value, (int, float) if kind is float else kind)
                              or (kind in (int, float) and isinstance(value, bool))):
-        return Problem(meta["code"], f"{where} must be {kind.__name__}, not {value!r}", where)
+        return Problem(meta["code"], f"{where} is {value!r} ({_noun(type(value))}): give "
+                       f"{_noun(kind)} instead", where)
     if kind is float and not math.isfinite(value):
         return Problem(meta["code"], f"{where} {value!r}: must be a finite number", where)
     if meta["choices"] and value not in meta["choices"]:
@@ -245,9 +259,20 @@ def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
         except ValueError:
             where = flags_of(f.name)[0]
             # raised through argparse (it only catches ValueError/TypeError): keeps the code
-            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r}: must be "
-                                       f"{kind.__name__ if kind else 'text'}", where)]) from None
+            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r} is not "
+                                       f"{_noun(kind)}: give one, e.g. {where} "
+                                       f"{EXAMPLES.get(kind, 'x')}", where)]) from None
     return convert
+
+
+NOUNS = {int: "a whole number", float: "a number", str: "text", bool: "True or False",
+         dict: "a dict", list: "a list", tuple: "a tuple"}
+EXAMPLES: Dict[Any, str] = {int: "2", float: "2.5"}
+
+
+def _noun(kind: Any) -> str:
+    """What a type means to someone writing an option: "a whole number", not "int"."""
+    return NOUNS.get(kind, f"a {getattr(kind, '__name__', 'value')}")
 
 
 # NO_ABBREVIATIONS: every parser of the package (the CLI's and its sub-commands', the magics')

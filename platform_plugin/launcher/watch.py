@@ -12,7 +12,7 @@ from platform_plugin.launcher.attempts import PeerNotice
 from platform_plugin.launcher.display.chatter import hide_pattern
 from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.display.output import Output
-from platform_plugin.launcher.options import LaunchOptions
+from platform_plugin.launcher.options import LaunchOptions, board_metric_names
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.processes.jobfile import JobFile
 from platform_plugin.launcher.processes.result import JobResult
@@ -20,6 +20,7 @@ from platform_plugin.launcher.processes.spawn import Started
 from platform_plugin.launcher.processes.supervisor import Supervisor
 from platform_plugin.tracking.job.report import Untracked, compare_hint
 from platform_plugin.util.jobdirs import job_log_dir
+from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 
 
 def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
@@ -31,8 +32,8 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
     try:
         if job_tracking is None:  # --tracking none: the no-op handle, made once the ranks run
             job_tracking = Untracked()
-        supervisor, job_file = _set_up(plan, options, shown, link, attempts, started,
-                                       job_tracking, spool_dir)
+        supervisor, job_file, samplers = _set_up(plan, options, shown, link, attempts, started,
+                                                 job_tracking, spool_dir)
     except BaseException:  # nothing watches the ranks yet: they must not outlive this
         started.abandon()
         raise
@@ -50,7 +51,7 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
         finally:
             try:
                 report = _finish_tracking(job_tracking, result, last, waiting=waiting,
-                                          gone=link.gone())
+                                          gone=link.gone(), launcher_bytes=_written(samplers))
             finally:
                 tell(False)
         result.tracking = report
@@ -64,7 +65,7 @@ def watch(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[
 
 
 def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: list[dict],
-           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile]:
+           started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile, list]:
     """The output, job.json, the other servers' notices, tracking: observers of the supervisor."""
     output = _display(options, shown)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
@@ -86,7 +87,12 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
                             timeout=options.timeout, silence_timeout=options.silence_timeout,
                             grace=options.grace,
                             stop_check=peers[0].stop_reason if peers else None)
-    return supervisor, job_file
+    return supervisor, job_file, system_metrics
+
+
+def _written(samplers: list) -> dict:
+    """Rank label -> bytes the system-metrics sampler appended to its spool."""
+    return {label: size for sampler in samplers for label, size in sampler.written.items()}
 
 
 def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
@@ -104,18 +110,21 @@ def _display(options: LaunchOptions, shown) -> Output:
     hide = hide_pattern(options.verbose)
     if options.show is None and options.write is None and "ipykernel" in sys.modules:
         if in_kernel():
-            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide)
+            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide,
+                              board_metrics=board_metric_names(options.board_metrics))
     return Output(shown, max_lines_per_s=options.max_lines_per_s, write=options.write, hide=hide)
 
 
 _HELPER_WORDS = {"sched": "scheduler", "store": "rendezvous store"}
 
 
-def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone=()):
+def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone=(),
+                     launcher_bytes=None):
     """Tracking must never turn a finished job into a crash: a failing sink becomes a note.
     `gone`: the servers of the job whose launcher vanished (the job link saw it)."""
     try:
-        return job_tracking.finish(result, last=last, waiting=waiting, gone=gone)
+        return job_tracking.finish(result, last=last, waiting=waiting, gone=gone,
+                                   launcher_bytes=launcher_bytes)
     except KeyboardInterrupt:
         if result is None:  # the ranks' own end was interrupted: the caller reports that
             raise
@@ -137,10 +146,15 @@ def _finish_tracking(job_tracking, result, last: bool = True, waiting=None, gone
 
 def _cell_compare_hint(result: JobResult) -> str:
     """`%dist_compare` of the job: its id when it is in the default log folder (where the magic
-    looks), else its folder (a --log-dir of the cell)."""
-    if os.path.dirname(result.job_dir) == job_log_dir():
-        return compare_hint(result.job_id, notebook=True)
-    return compare_hint(shlex.quote(result.job_dir), notebook=True)
+    looks), else its folder (a --log-dir of the cell). A kernel of `platform-run debug|full`
+    writes the same line into the notebook and onto the terminal: then both ways, each named."""
+    cell = (compare_hint(result.job_id, notebook=True)
+            if os.path.dirname(result.job_dir) == job_log_dir()
+            else compare_hint(shlex.quote(result.job_dir), notebook=True))
+    if PLATFORM_STREAM_TO_TERMINAL.get() == "1":
+        return (f"{cell} in the notebook, "
+                f"`{compare_hint(shlex.quote(result.job_dir))}` in a terminal")
+    return cell
 
 
 def _in_kernel() -> bool:

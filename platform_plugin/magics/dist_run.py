@@ -9,7 +9,8 @@ The line is NOT expanded by IPython (`@no_var_expand`): braces and `$` reach the
 intact, as in a shell. `--expand` as the FIRST option opts in to IPython's `$name` /
 `{expr}` expansion from the notebook's variables (`$$` and `{{`/`}}` then give literal ones).
 A failed job raises JobFailed in the cell (papermill marks the cell failed) after the
-root-cause table has been printed. The JobResult is stored as `_dist_result` and published in
+root-cause table has been printed; a job stopped by an interrupt of the kernel (the stop
+button) raises JobInterrupted, a KeyboardInterrupt, as any interrupted cell ends. The JobResult is stored as `_dist_result` and published in
 the cell's outputs as data (`JobResult.to_dict()` under JOB_RESULT_MIME): the notebook runner
 reads a failed rank's root cause from there, never from the printed text.
 """
@@ -30,7 +31,7 @@ from platform_plugin.magics.tools import MagicParser, split_line
 from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import run as run_job
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
-from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobFailed, JobResult
+from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobFailed, JobResult, JobStatus
 from platform_plugin.util.folders import check_cwd, check_writable_folder
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
@@ -45,7 +46,7 @@ def _magic_only(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = MagicParser(prog="%dist_run", add_help=False, code="LAUNCH_BAD_OPTION", named=True)
+    parser = MagicParser(prog="%dist_run", add_help=False, code="LAUNCH_BAD_OPTION")
     add_arguments(parser)
     _magic_only(parser)
     return parser
@@ -75,7 +76,7 @@ def _expanded(line: str, namespace: dict) -> str:
     try:
         return DollarFormatter().vformat(line, args=[], kwargs=namespace)
     except Exception as exc:  # noqa: BLE001 - any expression may raise anything
-        raise ConfigError([Problem("LAUNCH_EXPAND", f"%dist_run --expand: cannot expand "
+        raise ConfigError([Problem("LAUNCH_EXPAND", f"--expand: cannot expand "
                                    f"{line.strip()!r}: {type(exc).__name__}: {exc} (write $$ "
                                    "and {{ }} for literal ones)", "%dist_run")]) from None
 
@@ -122,6 +123,9 @@ class DistRunMagics(Magics):
             result = run_job(command, options)
         except JobFailed as exc:
             result = exc.result
+            if result.status == JobStatus.INTERRUPTED:  # the user's own stop, not a failure
+                raise JobInterrupted(f"job {result.job_id} stopped as asked: every rank ended "
+                                     f"(logs: {result.job_dir})") from None
             # the table above says everything: no launcher frames in the cell's traceback
             raise exc.with_traceback(None) from None
         finally:
@@ -133,6 +137,15 @@ class DistRunMagics(Magics):
 
 DistRunMagics.dist_run.__doc__ = (
     "Run a command (line magic) or the cell (cell magic) once per rank.\n\n" + magic_help())
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """The cell's end after the stop button (or another interrupt of the kernel): an interrupted
+    cell as Jupyter shows any, one line without the magic's frames (the table above says the
+    rest)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
 
 
 def _publish(result: JobResult) -> None:

@@ -29,17 +29,16 @@ from platform_plugin.util.suggest import with_suggestions
 
 class MagicParser(argparse.ArgumentParser):
     """The parser of every magic. argparse would sys.exit() and kill the cell: a bad line is a
-    ConfigError with `code` (one block); `named`: the message starts with the magic's name."""
+    ConfigError with `code` (one block), at the magic's name (`[CODE] at %dist_run: ...`)."""
 
-    def __init__(self, *args, code: str = "MAGIC_BAD_OPTION", named: bool = False,
-                 **kwargs) -> None:
+    def __init__(self, *args, code: str = "MAGIC_BAD_OPTION", **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
-        self.code, self.named = code, named
+        self.code = code
 
     def error(self, message):
         text = with_suggestions(self, message)
-        raise ConfigError([Problem(self.code, f"{f'{self.prog}: ' if self.named else ''}{text}\n"
+        raise ConfigError([Problem(self.code, f"{text}\n"
                                    f"  (`{self.prog} --help` lists every option)", self.prog)])
 
     def exit(self, status=0, message=None):  # --help printed its text: end the magic, not the kernel

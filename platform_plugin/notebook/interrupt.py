@@ -12,6 +12,13 @@ own: the cell's KeyboardInterrupt is recorded in the output notebook, the idle k
 down cleanly, and `execute()` raises KeyboardInterrupt (exit 130). A cell that does not stop
 within FORCE_AFTER_S, or a second signal, ends the run at once: the kernel is killed (no
 shutdown to race with), its jobs' ranks die with their launcher (launcher/processes/spawn.py).
+
+A run that nobody interrupted sends the kernel no SIGINT at all. jupyter_client's
+`shutdown_kernel` interrupts the kernel before it asks it to shut down, to free a kernel busy in
+a cell; ipykernel answers the shutdown request on its control thread, so an idle kernel needs no
+interrupt, and a SIGINT that lands while it still closes the last request's handler is logged
+as `[IPKernelApp] ERROR | KeyboardInterrupt caught in kernel.` just before "notebook succeeded".
+The interrupt stays for a kernel whose cell never replied (a --timeout that expired).
 """
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ class Interrupts:
         self.count = 0
         self.kernel_group: int | None = None
         self.cell_started = False  # before that the kernel may still be starting
+        self.cell_running = False  # a cell was sent and its reply has not come back
         self.kernel_process: Any = None  # its Popen
         self._timer: threading.Timer | None = None
 
@@ -49,6 +57,11 @@ class Interrupts:
                 await super()._async_post_start_kernel(**kwargs)
                 interrupts.kernel_group = getattr(self.provisioner, "pgid", None)
                 interrupts.kernel_process = getattr(self.provisioner, "process", None)
+
+            async def _async_interrupt_kernel(self) -> None:
+                if self.shutting_down and not interrupts.count and not interrupts.cell_running:
+                    return  # the shutdown's own interrupt: nothing runs (module docstring)
+                await super()._async_interrupt_kernel()
 
             async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
                 # after a forced end the kernel may still be busy: kill it, never race it
@@ -69,8 +82,14 @@ class Interrupts:
             if on_cell_start:
                 on_cell_start(**kwargs)
 
+        def sent(**_: Any) -> None:  # a code cell goes to the kernel (markdown never does)
+            self.cell_running = True
+
+        def replied(**_: Any) -> None:  # its reply came: the kernel is idle
+            self.cell_running = False
+
         return {**options, "kernel_manager_class": self.manager_class(),
-                "on_cell_start": before_cell}
+                "on_cell_start": before_cell, "on_cell_execute": sent, "on_cell_executed": replied}
 
     def handle(self, signum: int, frame: Any) -> None:
         self.count += 1

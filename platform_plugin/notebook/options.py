@@ -42,7 +42,8 @@ class NotebookOptions:
         help="executed notebook (default: runs/<timestamp>-<mode>-<name>.ipynb under --cwd)")
     cwd: Optional[str] = flag(
         None, "--cwd", metavar="DIR",
-        help="project folder: the kernel's working directory (default: .)")
+        help="project folder: the kernel's working directory, where platform.toml and .env "
+             "are found (default: the notebook's folder, as JupyterLab does)")
     kernel: Optional[str] = flag(
         None, "-k", "--kernel", metavar="NAME",
         help="Jupyter kernel (default: the notebook's kernelspec)")

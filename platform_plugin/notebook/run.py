@@ -96,10 +96,10 @@ def prepare_run(mode: str, notebook: str | os.PathLike,
     cwd, kernel, timeout, output = options.cwd, options.kernel, options.timeout, options.output
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}", code="NB_MODE")
-    project = resolved(cwd or os.getcwd(), "project folder", "NB_CWD", "--cwd")
+    path = resolved(notebook, "notebook", "NB_INVALID")
+    project = resolved(cwd or path.parent, "project folder", "NB_CWD", "--cwd")  # as JupyterLab
     if not project.is_dir():
         raise ConfigError(f"--cwd {project} is not a folder", code="NB_CWD")
-    path = resolved(notebook, "notebook", "NB_INVALID")
     nb = read_notebook(path)
     check_parameters_cell(nb, path)
     kernel_name, kernel_dir = check_kernel(kernel or _notebook_kernel(nb))

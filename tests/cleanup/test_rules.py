@@ -53,6 +53,11 @@ def test_directory_patterns(parts, category):
     ("worker_1.log", "logs"), ("train.log", "logs"), ("net.ckpt", "models"),
     ("net-graph.meta", "models"), ("net.mindir", "models"), ("net.onnx", "models"),
     ("net.om", "models"), ("net.air", "models"), ("results.json", None), ("log.txt", None),
+    # torch, safetensors, Keras, TensorFlow 1.x checkpoints; not the names data shares
+    ("digits_mlp.pt", "models"), ("best.pth", "models"), ("model.safetensors", "models"),
+    ("net.keras", "models"), ("net.weights.h5", "models"),
+    ("model.ckpt-100.index", "models"), ("model.ckpt-100.data-00000-of-00001", "models"),
+    ("train.h5", None), ("vocab.bin", None), ("graph.pb", None),
     # protected names win over any rule
     ("train.py", None), ("kernel_meta.md", None), ("run.sh", None), (".env", None),
 ])

@@ -42,6 +42,8 @@ def test_check_with_env_explains_the_seed_error():
                        env={"RANK_ID": "4", "DEVICE_ID": "4"})
     assert out.returncode == 2
     assert "RANK_ID=4 is not a rank" in out.stdout and "set RANK_ID=0" in out.stdout
+    # the check to run again is this one, with the environment, not the table alone
+    assert f"run `platform-run ranktable check --env {TABLE_4P}` again" in out.stdout
 
 
 def test_check_missing_file_is_a_configuration_error(tmp_path):

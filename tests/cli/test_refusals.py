@@ -44,6 +44,16 @@ def test_ui_port_in_use_is_refused_before_the_server_starts(cwd):
                 "LAUNCH_PORT_BUSY")
 
 
+def test_ui_default_store_is_the_jobs_store_beside_code_as_its_help_says(cwd, monkeypatch):
+    from platform_plugin.cli.ui import store_uri
+    inside = cwd / "CODE" / "exp1"
+    inside.mkdir(parents=True)
+    monkeypatch.chdir(inside)
+    assert store_uri(None) == f"sqlite:///{cwd / 'mlflow.db'}"
+    help_text = run_inprocess(["ui", "--help"], cwd).text
+    assert "beside the CODE/ folder" in help_text and "sqlite:///./mlflow.db" not in help_text
+
+
 def test_compare_of_an_unknown_job_without_a_store_creates_no_store(cwd):
     refused(run_inprocess(["compare", "train-20260101-000000-abcd"], cwd), "TRACKING_JOB")
 

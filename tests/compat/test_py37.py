@@ -88,7 +88,8 @@ def test_a_37_rank_tracks_through_platform_run_launch_without_an_install(python3
     cli = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from platform_plugin.cli import main; "
            "sys.exit(main())")
     done = subprocess.run([sys.executable, "-c", cli, "launch", "--nproc", "2", "--backend",
-                           "plain", "--", python37, "train37.py"], cwd=tmp_path, env=env,
+                           "plain", "--no-system-metrics", "--", python37, "train37.py"],
+                          cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tracking: mlflow: 28 records delivered" in done.stdout
@@ -190,7 +191,8 @@ def test_platform_run_debug_of_a_notebook_on_a_37_kernel(python37, tmp_path):
     (tmp_path / "train37.py").write_text(TRAIN37)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("import sys\nprint('kernel on %d.%d' % sys.version_info[:2])"),
-                nbformat.v4.new_code_cell(f"!{run} launch --nproc 2 --backend plain -- "
+                nbformat.v4.new_code_cell(f"!{run} launch --nproc 2 --backend plain "
+                                          "--no-system-metrics -- "
                                           "{sys.executable} train37.py; echo launch-exit=$?")]
     nbformat.write(nb, tmp_path / "nb.ipynb")
     env = clean_env(PLATFORM_LOG_DIR=str(tmp_path / "logs"), **kernel_of(python37, tmp_path / "jupyter"))

@@ -26,6 +26,9 @@ def test_demo_runs_the_full_run_and_compares_ranks(tmp_path):
     assert_data_parallel_run(code, "outputs/mindspore_digits", 2, "digits_mlp.ckpt")
     (run_notebook,) = (code / "runs").glob("*-full-mindspore_digits_data_parallel.ipynb")
     assert f"output notebook: {run_notebook}" in out
+    # the result stands at the very end, after the run's and the comparison's lines
+    tail = result.stdout.rstrip().splitlines()[-6:]
+    assert tail[0] == "== make demo: done" and tail[1].endswith(str(run_notebook)), tail
     # The comparison comes from the MLflow store the demo created outside CODE/.
     assert (tmp_path / "demo" / "mlflow.db").is_file()
     assert "rank-00" in out and "rank-01" in out

@@ -73,6 +73,20 @@ def test_env_example_sets_nothing_and_names_what_the_platform_owns():
     assert "never overrides" in text.lower()
 
 
+def test_env_example_says_the_defaults_the_launcher_uses(tmp_path, monkeypatch):
+    """Its comments name the experiment and the store a job really gets (conventions.py)."""
+    from platform_plugin.tracking.job import conventions
+    text = (TEMPLATES / ".env.example").read_text()
+    ranks = tmp_path / "proj" / "CODE" / "exp1"
+    environ = {}
+    assert conventions.default_store(ranks, environ)[0] == f"sqlite:///{tmp_path / 'proj' / 'mlflow.db'}"
+    assert "BESIDE the CODE/ folder" in text and "in the project folder" not in text
+    assert conventions.experiment_name(environ, ranks) == "proj"
+    assert conventions.experiment_name({"PLATFORM_NOTEBOOK": "/x/digits.ipynb"}, ranks) == "digits"
+    assert "the notebook's name" in text and "the project folder's name" in text
+    assert "script's name" not in text
+
+
 @pytest.mark.slow
 def test_skeleton_notebook_passes_profile_parameters_to_every_rank(tmp_path):
     project = tmp_path / "CODE"

@@ -123,8 +123,8 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
     page.keyboard.press("Escape")
     page.keyboard.press("i")
     page.keyboard.press("i")  # JupyterLab's interrupt: i, i in command mode
-    wait_for(lambda: "JobFailed" in output_text(page, 3), timeout=120, what="the interrupt")
-    assert "interrupted" in output_text(page, 3)
+    wait_for(lambda: "JobInterrupted" in output_text(page, 3), timeout=120, what="the interrupt")
+    assert "stopped as asked" in output_text(page, 3) and "JobFailed" not in output_text(page, 3)
     assert wait_no_processes(str(stopped), timeout=10) == []
 
     run_cell(page, 4)

@@ -7,10 +7,10 @@ from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobS
 def test_an_interrupted_job_says_interrupted_once():
     """Seen in JupyterLab after the stop button: "job x interrupted: interrupted (Ctrl-C, ...)"."""
     result = JobResult("x", "n", "/logs/x", "plain", JobStatus.INTERRUPTED, False, 2.0,
-                       {"0": -15}, reason="interrupted (Ctrl-C, kernel interrupt or SIGTERM "
-                       "to the launcher)")
-    assert str(JobFailed(result)) == ("job x interrupted (Ctrl-C, kernel interrupt or SIGTERM to "
-                                      "the launcher) (logs: /logs/x)")
+                       {"0": -15}, reason="interrupted: Ctrl-C, a kernel interrupt or SIGTERM "
+                       "to the launcher")
+    assert str(JobFailed(result)) == ("job x interrupted: Ctrl-C, a kernel interrupt or SIGTERM "
+                                      "to the launcher (logs: /logs/x)")
     result = JobResult("x", "n", "/logs/x", "plain", JobStatus.TIMEOUT, False, 2.0, {"0": -15},
                        reason="no end after --timeout 5")
     assert str(JobFailed(result)) == "job x timeout: no end after --timeout 5 (logs: /logs/x)"

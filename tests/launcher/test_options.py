@@ -152,3 +152,16 @@ def test_cli_refusals_exit_2_with_the_code(tmp_path, flags, code):
                           capture_output=True, text=True, env=clean_env(), timeout=60)
     assert proc.returncode == 2 and f"[{code}]" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not logs.exists()
+
+
+def test_a_value_of_the_wrong_type_is_refused_in_a_sentence():
+    """Not Python's words ("must be int"): what was given and what to give."""
+    with pytest.raises(ConfigError) as err:
+        LaunchOptions(nproc="2")
+    assert "--nproc is '2' (text): give a whole number instead" in str(err.value)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(ConfigError) as err:
+        parser.parse_args(["--timeout", "soon", "--", "x"])
+    assert "--timeout 'soon' is not a number: give one, e.g. --timeout 2.5" in str(err.value)
+    assert "must be" not in str(err.value)

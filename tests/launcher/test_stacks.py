@@ -120,7 +120,8 @@ def test_128_ranks_scattered_over_two_places_keep_their_frames_on_the_line():
     table = render_result(JobResult("j", "n", "/logs/j", "plain", JobStatus.TIMEOUT, False, 3.0,
                                     codes, failures=failures), 80)
     lines = table.splitlines()
-    stuck = lines[lines.index("  stuck in (innermost frames; every frame in the job's stacks/):")
+    stuck = lines[lines.index("  where the ranks were (innermost frames; every frame in the job's "
+                              "stacks/):")
                   + 1:][:3]
     assert [line.split(":")[0].strip() for line in stuck] == [
         "64 ranks 0, 2, 4, 6, 8, 10, …", "64 ranks 1, 3, 5, 7, 9, 11, …", "sched"], stuck

@@ -46,9 +46,13 @@ def test_each_child_run_gets_system_metrics_at_the_interval_and_off_means_none(t
                    for name in PROCESS + MACHINE}
         for name, points in history.items():
             assert len(points) >= 2, name  # a 3 s rank, a sample every 0.5 s
-            assert [p.step for p in points] == list(range(len(points))), name
-            gaps = [b.timestamp - a.timestamp for a, b in zip(points, points[1:])]
-            assert min(gaps) >= 495, (name, gaps)  # never sampled faster than the interval
+            steps = [p.step for p in points]  # sample numbers: one the rank had ended for is not its
+            assert steps[0] == 0 and steps == sorted(set(steps)), (name, steps)
+            # never sampled faster than the interval while the job runs (the job's end takes
+            # one more, whenever it comes)
+            running = points if name in PROCESS else points[:-1]
+            gaps = [b.timestamp - a.timestamp for a, b in zip(running, running[1:])]
+            assert min(gaps) >= 495, (name, gaps)
         peaks[rank] = {name: max(p.value for p in points) for name, points in history.items()}
         # the rank's NPU (DEVICE_ID = rank on this CPU box) as the stand-in's table prints it
         assert run.data.metrics[f"system/npu_{rank}_utilization_percentage"] == 10 + rank
@@ -65,3 +69,39 @@ def test_each_child_run_gets_system_metrics_at_the_interval_and_off_means_none(t
     assert off.tracking.wait_ended()
     for run in child_runs(c, off.tracking.parent_run_id):
         assert not any(k.startswith("system/") for k in run.data.metrics)
+
+
+SHORT = """
+import os, time
+keep = bytearray(50 << 20) if os.environ["RANK_ID"] == "1" else b""
+time.sleep(1.0)
+"""
+
+
+def test_a_job_shorter_than_the_interval_still_gets_a_sample_at_its_start_and_end(tracking_env,
+                                                                                  tmp_path):
+    """Before, the first sample came after one interval (5 s by default): a shorter job (a quick
+    try, a failing cell) had no system metrics at all."""
+    (tmp_path / "short.py").write_text(SHORT)
+    quiet = {"write": lambda text: None, "cwd": str(tmp_path), "nproc": 2}
+    result = launch([sys.executable, "short.py"], system_metrics_interval=30, **quiet)
+    assert result.tracking.wait_ended()
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    rss = {}
+    for rank, run in enumerate(child_runs(c, result.tracking.parent_run_id)):
+        for name in MACHINE:  # at the start and at the end
+            assert [p.step for p in c.get_metric_history(run.info.run_id, f"system/{name}")] \
+                == [0, 1], name
+        for name in PROCESS:  # while the rank ran: the start's sample
+            assert len(c.get_metric_history(run.info.run_id, f"system/{name}")) == 1, name
+        rss[rank] = run.data.metrics["system/process_memory_rss_megabytes"]
+    assert rss[1] > rss[0] + 40  # rank 1's 50 MB, seen by the sample at its start
+    # a rank of a few milliseconds: the end's sample of the machine, no process values
+    instant = launch([sys.executable, "-c", "pass"], system_metrics_interval=30, **quiet)
+    # nothing of the ranks' own: the launcher does not wait for MLflow, nor offers a compare
+    hint = instant.tracking.ui_hint
+    assert "compare ranks" not in hint and (instant.tracking.pending == 0
+                                            or "points go to the store in the background" in hint)
+    assert instant.tracking.wait_ended()
+    for run in child_runs(c, instant.tracking.parent_run_id):
+        assert "system/cpu_utilization_percentage" in run.data.metrics

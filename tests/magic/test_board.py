@@ -101,9 +101,14 @@ def test_platform_clean_reports_and_sizes_code(kernel, tmp_path):
     (code / "kernel_meta").mkdir(parents=True)
     (code / "kernel_meta" / "op.o").write_bytes(b"x" * 4096)
     (code / "train.py").write_text("print(1)\n")
+    (code / "outputs").mkdir()
+    for name in ("digits_mlp.ckpt", "digits_mlp.pt", "digits_mlp.safetensors"):
+        (code / "outputs" / name).write_bytes(b"w")
     cell = run_cell(kc, f"%platform_clean --root {code} --dry-run")
     assert cell.ok, cell.error
     assert "would remove" in cell.stream and "kernel_meta" in cell.stream
+    for name in ("digits_mlp.ckpt", "digits_mlp.pt", "digits_mlp.safetensors"):
+        assert f"outputs/{name}" in cell.stream  # every framework's checkpoint, not MindSpore's only
     assert "4.0 KiB before" in cell.stream and (code / "kernel_meta" / "op.o").exists()
     cell = run_cell(kc, f"%platform_clean --root {code}")
     assert cell.ok and not (code / "kernel_meta").exists() and (code / "train.py").exists()
@@ -134,3 +139,45 @@ def test_ranks_started_in_a_kernel_write_no_forced_colours_into_their_logs(kerne
     assert cell.ok, cell.error
     job_dir = cell.stream.split("job dir: ", 1)[1].split()[0]
     assert "colours: 1 None" in log_text(job_dir, "0")
+
+
+LONG_NAMES = """
+import time
+from platform_plugin import tracking
+t = tracking.get_tracker()
+for step in range(12):
+    t.log_metric("validation_accuracy_top5_over_all_batches", 0.5 + step / 100, step=step)
+    t.log_metric("epoch_mean_training_loss_of_this_rank", 1.0 / (step + 1), step=step)
+    t.log_metric("samples_per_s", 800.0 + step, step=step)
+    if step % 4 == 0:
+        t.log_metric("learning_rate_after_the_warmup_phase", 0.1, step=step)
+    time.sleep(0.05)
+"""
+
+
+def test_long_metric_names_leave_the_throughput_on_the_board(kernel, tmp_path):
+    """The column was cut after ~34 characters: samples/s vanished once long-named metrics came.
+    The most logged metrics, shortened in the middle, and the throughput last, whole; and
+    --board-metrics picks the column."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    script = tmp_path / "long_names.py"
+    script.write_text(LONG_NAMES)
+    base = f"%dist_run --nproc 2 --backend plain --tracking mlflow --log-dir {kc.log_dir}"
+    cell = run_cell(kc, f"{base} --job-name longnames python {script}")
+    assert cell.ok, cell.stream + "\n".join(cell.error)
+    rows = [l for l in cell.board.splitlines() if l.strip().startswith(("rank 0 ", "rank 1 "))]
+    assert len(rows) == 2, cell.board
+    for row in rows:
+        assert "samples_per_s=811" in row, row  # the last step's throughput, whole
+        assert "valid…ches=0.61" in row and "epoch…rank=0.08333" in row, row
+        assert "lear" not in row, row  # logged every 4th step: the least logged is left out
+    html = cell.displays[-1][1]["text/html"]
+    assert html.count("samples_per_s=811") == 2
+    cell = run_cell(kc, f"{base} --job-name picked --board-metrics samples_per_s,"
+                        f"learning_rate_after_the_warmup_phase python {script}")
+    assert cell.ok, cell.stream + "\n".join(cell.error)
+    row = next(l for l in cell.board.splitlines() if l.strip().startswith("rank 0 "))
+    # the metrics column as the user ordered it, the long name shortened to fit
+    assert "samples_per_s=811 learning_rate_a…e_warmup_phase=0.1 " in row, row
+    assert "vali" not in row and "epoc" not in row, row

@@ -49,6 +49,9 @@ def test_line_and_cell_magic_and_a_failing_rank(kernel):
     assert "failed 3" in out
     reply, out = run_cell(kc, f"%dist_run --nproc 0 {opts} python x.py")
     assert reply["status"] == "error" and reply["ename"] == "ConfigError"
+    reply, out = run_cell(kc, f"%dist_run --nprocs 2 {opts} python x.py")
+    assert reply["status"] == "error" and "did you mean" in out, out
+    assert out.count("%dist_run:") == 1, out  # "[LAUNCH_BAD_OPTION] at %dist_run: ...", once
 
 
 def test_chatty_rank_is_capped_in_the_cell(kernel):
@@ -78,7 +81,10 @@ def test_kernel_interrupt_stops_the_job(kernel):
         if reply["parent_header"].get("msg_id") == msg_id:
             break
     content = reply["content"]
-    assert content["status"] == "error" and content["ename"] == "JobFailed", content
+    # the user's stop ends the cell as an interrupt, in one line, not as a failed job
+    assert content["status"] == "error" and content["ename"] == "JobInterrupted", content
+    assert "stopped as asked: every rank ended" in content["evalue"], content
+    assert len(content["traceback"]) == 1 and "JobFailed" not in content["traceback"][0], content
     assert wait_no_processes(job_dir, timeout=5) == []
     # read back as a user expression, not a print: under heavy load the next cell's stream
     # output was once missed by execute_interactive (seen once in a full-suite run)

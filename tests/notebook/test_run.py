@@ -243,3 +243,32 @@ def test_timeout_when_the_kernel_ignores_the_interrupt(tmp_path, monkeypatch, cl
     nb = read_output(result.output)
     assert error_names(nb) == ["CellTimeoutError"]
     assert cell_statuses(nb)[-2:] == ["failed", "pending"]
+
+
+WATCH_SIGINT = """import signal, subprocess, sys
+watcher = subprocess.Popen([sys.executable, "-c", '''
+import signal, sys, time
+def seen(*_):
+    open(sys.argv[1], "a").write("SIGINT")
+signal.signal(signal.SIGINT, seen)
+print("watching", flush=True)
+time.sleep(120)
+''', "sigint.txt"], stdout=subprocess.PIPE, text=True)  # in the kernel's process group
+assert watcher.stdout.readline() == "watching\\n"
+open("watcher.pid", "w").write(str(watcher.pid))
+print("last cell done")"""
+
+
+def test_a_good_run_sends_its_kernel_no_sigint_at_shutdown(tmp_path):
+    """jupyter_client's shutdown interrupts the kernel's process group first; a SIGINT that
+    met the kernel closing its last request was logged at ERROR ("KeyboardInterrupt caught in
+    kernel.") in a run that succeeded. A process of the kernel's group sees every SIGINT."""
+    make_notebook(tmp_path / "nb.ipynb", ["print('first')", WATCH_SIGINT])
+    try:
+        done = platform_run("debug", "nb.ipynb", "--output", "out.ipynb", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "last cell done" in done.stdout and "notebook succeeded" in done.stderr
+        assert not (tmp_path / "sigint.txt").exists()
+        assert "KeyboardInterrupt" not in done.stderr and "ERROR" not in done.stderr
+    finally:
+        os.kill(int((tmp_path / "watcher.pid").read_text()), 9)

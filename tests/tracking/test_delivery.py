@@ -21,7 +21,7 @@ from platform_plugin.tracking.delivery.state import HelperStatus, StreamState
 from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan
 
-QUIET = {"write": lambda text: None}
+QUIET = {"write": lambda text: None, "no_system_metrics": True}  # the ranks' own records only
 
 RANK = """
 import os
@@ -36,7 +36,7 @@ LAUNCHER = """
 import json, sys
 from platform_plugin.launcher import launch
 r = launch([sys.executable, "rank.py"], nproc=8, backend="plain", job_name=sys.argv[1],
-           write=lambda s: None)
+           write=lambda s: None, no_system_metrics=True)
 mlflow_in_launcher = "mlflow" in sys.modules  # before waiting: the helper process has it
 r.tracking.wait_ended(600)
 print(json.dumps({"job": r.job_id, "parent": r.tracking.parent_run_id, "pending": r.tracking.pending,

@@ -17,7 +17,8 @@ from platform_plugin.launcher import launch
 from tests.tracking.helpers import ASSETS, MlflowServer, child_runs, client, wait_for
 
 pytestmark = pytest.mark.slow
-QUIET = {"write": lambda text: None}  # the launcher's display; rank logs stay in the job folder
+QUIET = {"write": lambda text: None,  # the launcher's display; rank logs stay in the job folder
+         "no_system_metrics": True}  # the ranks' own records (counted here)
 
 
 def run_job(script: str, tmp_path: Path, **kwargs):

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from platform_plugin.launcher.display.board_render import BoardView, RankRow, render_html, render_text
+from platform_plugin.launcher.display.board_render import (BoardView, RankRow, choose_metrics,
+                                                            render_html, render_text)
 from platform_plugin.launcher.display.board_colours import to_html
 from platform_plugin.launcher.display.board_tail import plain
 from platform_plugin.launcher.display.output import TAIL_LINES as TABLE_LINES, Output
@@ -32,9 +33,10 @@ TAIL_LINES = 4  # 8 ranks x 4 lines + the table fit one screen
 class Board(Output):
     def __init__(self, publish: Callable[[dict], object], *,
                  stream_write: Callable[[str], object] | None = None, refresh_s: float = REFRESH_S,
-                 tail_lines: int = TAIL_LINES, **output_options):
+                 tail_lines: int = TAIL_LINES, board_metrics: tuple = (), **output_options):
         super().__init__("all" if stream_write else "none", write=stream_write, **output_options)
         self.publish = publish
+        self.board_metrics = board_metrics  # --board-metrics: the metrics column, as given
         self.refresh_s = refresh_s
         # each rank's ScreenTail (screen_tail.py) answers the failure table's quote and the board's
         # tail: as many lines as the table quotes, the board shows the last few
@@ -145,8 +147,9 @@ class Board(Output):
             title += f" — {self.outcome}"
             if self.delivering:
                 title += " — sending the metrics to tracking (the stop button ends this wait)"
+        names = choose_metrics([m.counts for m in metrics.values()], self.board_metrics)
         return BoardView(title=title, rows=rows, notes=list(self.notes),
-                         log_dir=plan.job_dir if plan else "", final=final)
+                         log_dir=plan.job_dir if plan else "", final=final, metric_names=names)
 
 
 def _status(proc) -> str:

@@ -10,17 +10,23 @@ import html
 import math
 from dataclasses import dataclass, field
 
+from platform_plugin.launcher.processes.result import name_label
+from platform_plugin.tracking.delivery.aggregates import is_throughput
 from platform_plugin.util.texttable import render_rows
 
 LAST_LINE_CHARS = 60
 TEXT_LINE_CHARS = 200  # a tail line in the text form (the log has it whole)
-METRIC_CHARS = 34
+METRIC_CHARS = 52
+MAX_METRICS = 4  # chosen for the column when the user names none (--board-metrics)
+MIN_NAME_CHARS = 8  # a metric's name is shortened down to this before a metric is left out
+# throughput names beyond what tracking aggregates as one (`samples/s`, `tokens_per_sec`)
+RATE_ENDINGS = ("/s", "per_sec", "per_second", "_ps")
 OK_STATUSES = ("running", "ok", "starting")
 
 
 @dataclass
 class RankRow:
-    name: str  # "0", "1", ... or "sched"
+    name: str  # "0", "1", ... or a helper process: "sched", "store"
     status: str  # starting | running | ok | exit N | SIGTERM ...
     runtime_s: float
     step: int | None = None
@@ -32,8 +38,8 @@ class RankRow:
     tail_html: list | None = None  # the tail as escaped HTML with its colours (board_colours)
 
     @property
-    def label(self) -> str:
-        return "sched" if self.name == "sched" else f"rank {self.name}"
+    def label(self) -> str:  # as the prefix and the failure table name it: "rank 0", "store"
+        return name_label(self.name)
 
     @property
     def held_back(self) -> int:
@@ -59,6 +65,7 @@ class BoardView:
     notes: list = field(default_factory=list)
     log_dir: str = ""
     final: bool = False
+    metric_names: list = field(default_factory=list)  # the metrics column (choose_metrics)
 
 
 def _number(value) -> str:
@@ -67,10 +74,55 @@ def _number(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def metrics_text(metrics: dict, width: int = METRIC_CHARS) -> str:
-    # loss-like keys first: they are what a user watches
-    keys = sorted(metrics, key=lambda k: (not any(w in k.lower() for w in ("loss", "acc")), k))
-    return _clip(" ".join(f"{k}={_number(metrics[k])}" for k in keys), width)
+def is_rate(name: str) -> bool:
+    return is_throughput(name) or name.lower().endswith(RATE_ENDINGS)
+
+
+def choose_metrics(counts: list, wanted: tuple = (), limit: int = MAX_METRICS) -> list:
+    """The metrics of the board's column, the same for every row: `wanted` (--board-metrics) as
+    given, else the ones the ranks log most often (`counts`: each rank's name -> points, in the
+    order it logged them), a throughput last - the one a user checks a job's pace by."""
+    if wanted:
+        return list(wanted)
+    total: dict = {}
+    for rank_counts in counts:
+        for name, count in rank_counts.items():
+            total[name] = total.get(name, 0) + count
+    by_use = sorted(total, key=lambda name: -total[name])  # stable: first logged first on ties
+    rates = [name for name in by_use if is_rate(name)][:1]
+    others = [name for name in by_use if not is_rate(name)][:limit - len(rates)]
+    return others + rates
+
+
+def metrics_text(metrics: dict, names: list, width: int = METRIC_CHARS) -> str:
+    """`names=value` of the chosen metrics in `width` characters: long names are shortened in
+    the middle first (`vali…hes`), then the least logged metrics left out; the throughput at
+    the end is never shortened nor left out."""
+    items = [(name, _number(metrics[name])) for name in names if name in metrics]
+    if not items:
+        return ""
+    longest = max(len(name) for name, _ in items)
+    limit = longest
+    while len(_joined(items, limit)) > width and limit > MIN_NAME_CHARS:
+        limit -= 1
+    while len(_joined(items, limit)) > width and len(items) > 1:
+        del items[-2 if is_rate(items[-1][0]) else -1]
+    while limit < longest and len(_joined(items, limit + 1)) <= width:  # room again
+        limit += 1
+    return _clip(_joined(items, limit), width)
+
+
+def _joined(items: list, limit: int) -> str:
+    last = len(items) - 1
+    return " ".join(f"{name if i == last and is_rate(name) else _middle(name, limit)}={value}"
+                    for i, (name, value) in enumerate(items))
+
+
+def _middle(name: str, limit: int) -> str:
+    if len(name) <= limit:
+        return name
+    tail = (limit - 1) // 2
+    return name[:limit - 1 - tail] + "…" + name[len(name) - tail:]
 
 
 def _clip(text: str, width: int) -> str:
@@ -78,18 +130,19 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _cells(row: RankRow) -> tuple:
+def _cells(row: RankRow, names: list) -> tuple:
     rate = f"{row.steps_per_s:.2f}" if row.steps_per_s is not None else ""
     last = row.tail[-1] if row.tail else ""
     return (row.label, row.status, f"{row.runtime_s:.0f}s", "" if row.step is None else
-            str(row.step), metrics_text(row.metrics), rate, _clip(last, LAST_LINE_CHARS))
+            str(row.step), metrics_text(row.metrics, names), rate, _clip(last, LAST_LINE_CHARS))
 
 
 HEADERS = ["process", "status", "time", "step", "metrics", "steps/s", "last line"]
 
 
 def render_text(view: BoardView) -> str:
-    lines = [view.title, render_rows(HEADERS, [_cells(r) for r in view.rows], indent="  ")]
+    lines = [view.title, render_rows(HEADERS, [_cells(r, view.metric_names) for r in view.rows],
+                                     indent="  ")]
     lines += [f"  {note}" for note in view.notes]
     for row in view.rows:
         if not (row.tail and row.tail_block):
@@ -123,7 +176,7 @@ def render_html(view: BoardView) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
     body = []
     for row in view.rows:
-        cells = list(_cells(row))
+        cells = list(_cells(row, view.metric_names))
         tds = [f"<td>{esc(c)}</td>" for c in cells]
         tds[1] = f"<td class='{_status_class(row.status)}'>{esc(row.status)}</td>"
         body.append("<tr>" + "".join(tds) + "</tr>")

@@ -7,14 +7,14 @@ import sys
 from typing import TextIO
 from unicodedata import combining, east_asian_width
 
-from platform_plugin.launcher.processes.result import JobResult, describe_exit, name_label
+from platform_plugin.launcher.processes.result import JobResult, JobStatus, describe_exit, name_label
 from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 
 
 def render_result(result: JobResult, width: int | None = None) -> str:
     """A compact table: one headline, the root cause with its last lines, one row per rank,
-    then where the ranks were stuck (a stopped job). `width`: the terminal's columns (the CLI);
+    then where the ranks were (a stopped job; "stuck in" for a hang). `width`: the terminal's columns (the CLI);
     the table fits them, a stack line is clipped (every frame is in the job's stacks/)."""
     ranks = len(result.exitcodes)
     head = (f"job {result.job_id} {result.status.upper()} after {result.duration_s:.1f}s "
@@ -92,7 +92,9 @@ def _stacks(result: JobResult, width: int | None) -> list[str]:
         return []
     labels = {frames: _names(names, LABEL_MAX) for frames, names in groups.items()}
     pad = max(len(label) for label in labels.values()) + 1
-    lines = ["  stuck in (innermost frames; every frame in the job's stacks/):"]
+    # "stuck" only where the job was found hung: a timeout may be slow work, an interrupt the user's
+    where = "stuck in" if result.status == JobStatus.HUNG else "where the ranks were"
+    lines = [f"  {where} (innermost frames; every frame in the job's stacks/):"]
     for frames, names in sorted(groups.items(), key=lambda item: -len(item[1])):
         line = f"    {(labels[frames] + ':').ljust(pad)} {frames}"
         lines.append(clip(line, width, keep=4 + pad + 20))

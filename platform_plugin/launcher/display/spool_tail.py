@@ -16,6 +16,7 @@ READ_LIMIT = 4 << 20  # per refresh: a rank that logged more than this catches u
 @dataclass
 class RankMetrics:
     values: dict = field(default_factory=dict)  # key -> last value
+    counts: dict = field(default_factory=dict)  # key -> points logged (the board's choice)
     step: int | None = None  # the highest step seen
     first: tuple | None = None  # (step, timestamp_ms) of the first metric point
     last: tuple | None = None  # (step, timestamp_ms) of the latest one
@@ -30,6 +31,7 @@ class RankMetrics:
 
     def add(self, key: str, value: float, step: int, timestamp_ms: int) -> None:
         self.values[key] = value
+        self.counts[key] = self.counts.get(key, 0) + 1
         if self.step is None or step >= self.step:
             self.step = step
             self.last = (step, timestamp_ms)

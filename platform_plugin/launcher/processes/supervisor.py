@@ -167,8 +167,8 @@ class Supervisor:
                     self.output.flush()
             except KeyboardInterrupt:
                 if self._stop is None:
-                    self._begin_stop(JobStatus.INTERRUPTED, "interrupted (Ctrl-C, kernel "
-                                     "interrupt or SIGTERM to the launcher)")
+                    self._begin_stop(JobStatus.INTERRUPTED, "interrupted: Ctrl-C, a kernel "
+                                     "interrupt or SIGTERM to the launcher")
                 else:
                     self._stop.kill_at = 0.0  # second interrupt: no more grace
 
@@ -319,7 +319,7 @@ class Supervisor:
                 from platform_plugin.launcher.processes.stacks import dump_live  # (a hang only)
                 self._stacks.update(dump_live(live, self.output, self.plan.job_dir, reason))
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
-        self.output.note(f"{reason} (grace {self.grace:g}s, then SIGKILL)")
+        self.output.note(f"{reason} — SIGTERM to every process now, SIGKILL after {self.grace:g}s")
         self._job.signal(signal.SIGTERM, only_live_groups=False)
         if not remote:  # the other servers' launchers stop their ranks too (joblink.py)
             self._notify("stopping", (status, reason))

@@ -157,7 +157,9 @@ class SpoolingJobTracking(JobTracking):
             self.helper.wait()
 
     def finish(self, result: ResultView, last: bool = True, waiting=None,
-               gone=()) -> DeliveryReport:
+               gone=(), launcher_bytes=None) -> DeliveryReport:
+        """`launcher_bytes`: rank label -> bytes the launcher itself appended to that rank's
+        spool (its system samples): when that is all a spool holds, nobody waits for it."""
         self._ranks_ended.set()
         self.start()  # the ranks may have failed to start: the runs are still created and ended
         timeout = offsets.drain_timeout(30)
@@ -171,11 +173,19 @@ class SpoolingJobTracking(JobTracking):
                 self.helper.stdin.close()  # wakes the helper: the job ended
             except OSError:
                 pass
-        drained = self._wait_delivered(timeout, waiting)  # offset files only: no sink in this process
-        error = self._helper_error() or ("" if drained else server_down(self.config.tracking_uri))
-        counts = offsets.totals(self.spool_dir, offsets.spool_labels(self.spool_dir))
+        labels = offsets.spool_labels(self.spool_dir)
+        # a job whose ranks logged nothing of their own: the helper delivers the launcher's
+        # samples on its own, after the launcher returned (MLflow's import alone takes seconds)
+        background = bool(launcher_bytes) and all(
+            _size(offsets.spool_path(self.spool_dir, label)) <= launcher_bytes.get(label, 0) + 1
+            for label in labels)  # + 1: the newline a writer adds after a cut line
+        drained = (offsets.all_delivered(self.spool_dir, labels) if background
+                   else self._wait_delivered(timeout, waiting))  # offset files only: no sink here
+        error = self._helper_error() or ("" if drained or background
+                                         else server_down(self.config.tracking_uri))
+        counts = offsets.totals(self.spool_dir, labels)
         return delivery_report(self.sink, self.spool_dir, counts, self.config, self.plan.job_id,
-                               drained, error)
+                               drained, error, background=background)
 
     def _wait_delivered(self, timeout: float, waiting=None) -> bool:
         """Poll the offset files (no sink in this process) until every complete line is
@@ -214,10 +224,21 @@ def server_down(uri: str | None) -> str:
         return f"MLflow server {uri} unreachable ({type(exc).__name__})"
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: SinkConfig,
-                    job_id: str, drained: bool, error: str = "") -> DeliveryReport:
+                    job_id: str, drained: bool, error: str = "",
+                    background: bool = False) -> DeliveryReport:
     notes = []
-    if counts.pending:
+    if background and counts.pending:
+        notes.append(f"the ranks logged no metrics; the launcher's {counts.pending} system-metric "
+                     "points go to the store in the background")
+    elif counts.pending:
         why = error or ("drain timed out" if not drained else "not yet forwarded")
         notes.append(f"{counts.pending} records wait in {spool_dir} ({why}); deliver them with "
                      f"`platform-run sync {job_id}`")
@@ -237,7 +258,7 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
         notes.append(f"{counts.quarantined} spool lines too large to deliver, kept in "
                      f"{spool_dir}/rank_*.jsonl.quarantine")
     hint = f"{sink}: {counts.delivered} records delivered" + (f"; {notes[0]}" if notes else "")
-    if sink == "mlflow":
+    if sink == "mlflow" and counts.delivered and not background:  # compare needs a metric
         hint += f"; compare ranks: {compare_hint(job_id)}"
     saved = SinkConfig.load(spool_dir) or config
     return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,

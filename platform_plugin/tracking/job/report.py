@@ -85,7 +85,7 @@ class Untracked:
         self.start()
 
     def finish(self, result: ResultView, last: bool = True, waiting=None,
-               gone=()) -> DeliveryReport:
+               gone=(), launcher_bytes=None) -> DeliveryReport:
         """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
         if that wait is not over at once (the launcher records the ranks' end in job.json then,
         instead of always writing it one more time). `gone`: servers of the job whose launcher

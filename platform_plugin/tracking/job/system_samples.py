@@ -1,5 +1,5 @@
-"""What one system-metrics sample reads (tracking/job/sysmetrics.py's thread imports this at its
-first interval): each rank's process tree (psutil), the machine, the rank's NPU from `npu-smi
+"""What one system-metrics sample reads (tracking/job/sysmetrics.py's thread imports this once
+the ranks started): each rank's process tree (psutil), the machine, the rank's NPU from `npu-smi
 info` and, when NVML is there (pynvml), its GPU; appended to the rank's spool as `system/*`
 metric points, step = sample number."""
 from __future__ import annotations
@@ -71,7 +71,11 @@ class Sampler:
             tree.sample()
             self.trees.append((label, tree, physical_device(device_id, env)))
 
-    def sample(self, writers: dict, step: int) -> None:
+    def sample(self, writers: dict, step: int, last: bool = False) -> dict[str, int]:
+        """`last`: the job's end - a rank whose process tree is gone still gets the machine's
+        and its device's values (else a rank that ended gets no more points). Returns the
+        bytes appended per rank label."""
+        written = {}
         now = int(time.time() * 1000)
         memory = psutil.virtual_memory()
         machine = {"cpu_utilization_percentage": psutil.cpu_percent(None),
@@ -81,14 +85,20 @@ class Sampler:
         for label, tree, device in self.trees:
             values = tree.sample()
             writer = writers.get(label)
+            if values is None and last:
+                values = {}
             if values is None or writer is None:
                 continue
             values.update(machine)
             values.update(_npu_values(npus.get(device)) if device is not None else {})
             values.update(_gpu_values(self.nvml, device))
-            for name, value in values.items():
-                writer.append(encode_metric(json.dumps(PREFIX + name), float(value), step, now))
+            lines = [encode_metric(json.dumps(PREFIX + name), float(value), step, now)
+                     for name, value in values.items()]
+            for line in lines:
+                writer.append(line)
             writer.flush()
+            written[label] = sum(len(line.encode()) for line in lines)
+        return written
 
 
 def _npu_values(npu) -> dict[str, float]:
