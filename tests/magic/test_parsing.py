@@ -86,4 +86,5 @@ def test_dist_compare_takes_the_cli_compare_flags():
                                          "--tolerance", "0.2", "--log-dir", "L", "--no-ui"])
     assert metrics_of(args.metric) == ["loss", "acc"]
     assert (args.job, args.tolerance, args.log_dir, args.ui) == ("job", 0.2, "L", False)
-    assert metrics_of(_compare_parser().parse_args([]).metric) == ["loss"]
+    # none asked for: compare picks loss, else the first metric the ranks logged (and says so)
+    assert metrics_of(_compare_parser().parse_args([]).metric) == []

@@ -30,7 +30,7 @@ def test_a_hung_wflogger_call_fails_after_its_timeout_and_the_helper_ends(
     tracking_env.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "2")
     (tmp_path / "logs.py").write_text(LOGS)
     result = launch([sys.executable, "logs.py"], nproc=1, cwd=str(tmp_path), tracking="wflogger",
-                    write=lambda text: None)
+                    no_system_metrics=True, write=lambda text: None)
     assert result.ok and result.tracking.pending == 1  # waits in the spool for sync
     status_file = tmp_path / "platform_logs" / result.job_id / "tracking" / "helper.json"
     pid = json.loads(status_file.read_text())["pid"]

@@ -29,7 +29,7 @@ def run_job(script: str, tmp_path: Path, **kwargs):
 @pytest.mark.compat  # make test-compat: the 2-rank MindSpore job on Python 3.9, MLflow 3.1
 def test_mindspore_callback_job_on_the_ms_cluster_backend(tracking_env, tmp_path):
     # system metrics off: this test counts exactly the records the callback logs
-    result = run_job("ms_train.py", tmp_path, backend="ms-cluster", no_system_metrics=True)
+    result = run_job("ms_train.py", tmp_path, backend="ms-cluster")
     report = result.tracking
     assert result.ok and result.backend == "ms-cluster"
     per_rank = 4 + 2 * 8 + 2 * 4  # params, a loss per step, 4 metrics per epoch
@@ -132,10 +132,9 @@ def test_dead_server_mid_run_then_sync_delivers_exactly_once(tracking_env, tmp_p
         (tmp_path / "pausing.py").write_text(PAUSING)
         outcome = {}
         job = threading.Thread(target=lambda: outcome.update(
-            # no system metrics: their samples (every 5 s, into the same streams) would make the
-            # delivered counts below depend on when the first batch went
-            result=launch([sys.executable, "pausing.py"], nproc=2, cwd=str(tmp_path), no_system_metrics=True,
-                          **QUIET)))
+            # (QUIET: no system metrics: their samples, into the same streams, would make the
+            # delivered counts below depend on when the first batch went)
+            result=launch([sys.executable, "pausing.py"], nproc=2, cwd=str(tmp_path), **QUIET)))
         job.start()
         c = client(server.url)
 
@@ -240,7 +239,7 @@ def test_launcher_sigkilled_before_its_helper_started_then_sync_delivers_exactly
     (tmp_path / "early.py").write_text(EARLY)
     cli = str(Path(sys.executable).with_name("platform-run"))
     env = dict(os.environ, PLATFORM_TRACKING_DRAIN_TIMEOUT="5")
-    launcher = subprocess.Popen([cli, "launch", "--nproc", "2", "--backend", "plain", "--show", "none",
+    launcher = subprocess.Popen([cli, "launch", "--nproc", "2", "--backend", "plain", "--show", "none", "--no-system-metrics",
                                  "--", sys.executable, "early.py"], cwd=tmp_path, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     logs = tmp_path / "platform_logs"

@@ -42,6 +42,20 @@ def libraries_to_log(job_dir: str, verbose: bool) -> Iterator[None]:
         route.stop()
 
 
+class QuietFileHandler(logging.FileHandler):
+    """A log file that cannot be written (a full disk, the folder removed) loses the line: the
+    job's own output must not fill with logging's "--- Logging error ---" tracebacks."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # its last lines could not be flushed: lost, as above
+            pass
+
+
 class _Route:
     """The library loggers' handler, set up at the start or by the first warning."""
 
@@ -53,7 +67,7 @@ class _Route:
     def start(self) -> None:
         if self.handler is not None:
             return
-        handler = logging.FileHandler(self.path, encoding="utf-8", delay=True)
+        handler = QuietFileHandler(self.path, encoding="utf-8", delay=True)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         for name in LIBRARY_LOGGERS:
             logger = logging.getLogger(name)

@@ -53,6 +53,24 @@ def shut(fd: int, port: int) -> None:
         pass  # closed meanwhile, or not a socket
 
 
+TCP_ESTABLISHED = 1  # Linux's tcp_info.tcpi_state of an open connection
+
+
+def peer_address(fd: int) -> object:
+    """The peer address of the open connection on descriptor `fd`, None once it is closing or
+    closed: two connections that use one descriptor one after the other have different ones.
+    (libzmq reports a disconnect just before it closes the descriptor: a connection whose peer
+    has gone is no longer ESTABLISHED then.)"""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as conn:
+            if hasattr(socket, "TCP_INFO") and conn.getsockopt(
+                    socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != TCP_ESTABLISHED:
+                return None
+            return conn.getpeername()
+    except OSError:
+        return None
+
+
 @dataclasses.dataclass
 class Peer:
     """A connection that greeted: its session, the node it joined as, what it was told."""
@@ -83,6 +101,7 @@ class Hub(Linked):
         self.connections: Set[int] = set()  # descriptors of the open connections
         self.cap = connection_cap(nnodes)
         self.rid_of: Dict[int, bytes] = {}  # descriptor -> routing id, once it sent something
+        self.address_of: Dict[int, object] = {}  # descriptor -> its connection's peer address
         sock = self.context.socket(zmq.ROUTER)
         try:
             socket_options(sock, silence_s)
@@ -210,7 +229,12 @@ class Hub(Linked):
                              "once")
                 shut(fd, self.port)
             return True
+        if fd in self.rid_of and peer_address(fd) == self.address_of.get(fd, False):
+            # a late event of an earlier connection whose descriptor a live one took since (a
+            # launcher's TCP probe before its DEALER connects): not the known connection's end
+            return True
         self.connections.discard(fd)
+        self.address_of.pop(fd, None)
         # what the connection sent before it closed (a "bye") counts first
         while self.socket is not None and self.receive_one(self.socket):
             pass
@@ -224,7 +248,8 @@ class Hub(Linked):
         rid, rest = frames[0], frames[1:]
         if rid in self.ignored:
             return
-        self.rid_of[fd] = rid
+        if self.rid_of.get(fd) != rid:
+            self.rid_of[fd], self.address_of[fd] = rid, peer_address(fd)
         message, why = self.wire.unpack(rest, TO_NODE_0)
         peer = self.peers.get(rid)
         if message is not None:

@@ -75,11 +75,18 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
     if config is None:
         raise ConfigError(f"{spool_dir} has no sink.json: not a tracking spool folder",
                           code="TRACKING_JOB")
+    lock_file = Path(spool_dir) / f"{SYNC_LOCK}.lock"
+    made_lock = not lock_file.exists()
     with stream_lock(spool_dir, SYNC_LOCK, blocking=True, timeout=wait) as held:
         if not held:
             raise PlatformPluginError(f"{spool_dir}: another `platform-run sync` of this job is still "
                                       f"running after {wait:g} s; it delivers what is pending")
-        return _sync(Path(spool_dir), config, end_status, wait, to, from_start, job)
+        try:
+            return _sync(Path(spool_dir), config, end_status, wait, to, from_start, job)
+        except ConfigError:
+            if made_lock:  # a refusal leaves the job's folder as it found it
+                lock_file.unlink(missing_ok=True)
+            raise
 
 
 def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: float, to: str | None,
