@@ -271,7 +271,8 @@ def test_rank_table_servers_restart_together(tmp_path):
 
 def test_rank_table_the_same_server_twice_is_refused(tmp_path):
     """A second launcher with the second server's RANK_START is refused by the first server's
-    launcher; the job runs once."""
+    launcher in the route's words (the table's server and RANK_START: this route has no
+    --node-rank); the job runs once."""
     table = loopback_table(tmp_path, 3, 1)
     port = free_port_pair()
     procs = [start_table_server(tmp_path, table, 0, port, "server0", devices=1),
@@ -281,7 +282,10 @@ def test_rank_table_the_same_server_twice_is_refused(tmp_path):
              timeout=60, what="the second server joined")
     twin = start_table_server(tmp_path, table, 1, port, "twin", devices=1)
     [(code, out)] = finish_all([twin], timeout=90)
+    second = json.loads(table.read_text())["server_list"][1]["server_id"]
     assert code == 1 and "refused" in out, out
+    assert f"already joined as the rank table's server {second}" in out, out
+    assert "RANK_START" in out and "--node-rank" not in out, out
     procs.append(start_table_server(tmp_path, table, 2, port, "server2", devices=1))
     outs = finish_all(procs, timeout=90)
     assert [code for code, _ in outs] == [0, 0, 0], outs
