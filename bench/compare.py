@@ -62,9 +62,15 @@ def make_job(folder: Path, steps: int) -> tuple[str, dict[str, str]]:
 
 
 def env_for(folder: Path) -> dict:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("PLATFORM_", "RANK_"))},
+    """Both sides with Python's bytecode caches, as a user has them (pip compiles an install's,
+    a checkout writes its own on the first run), kept in the bench's folder: the warm-up run
+    writes them. Without (PYTHONDONTWRITEBYTECODE=1) every run would compile every module of
+    the package it imports, which no user's run does."""
+    skip = ("PLATFORM_", "RANK_", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(skip)},
             "PYTHONPATH": str(REPO), "PLATFORM_LOG_DIR": str(folder / "platform_logs"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}
+            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+            "PYTHONPYCACHEPREFIX": str(folder / "bytecode")}
 
 
 def mlflow_code(folder: Path, run_ids: dict[str, str]) -> str:
@@ -159,8 +165,9 @@ def main() -> None:
         f"`.venv/bin/python bench/compare.py --rounds {args.rounds} --steps {args.steps}`: a "
         f"local 8-rank job, {args.steps} points of `loss` and `samples_per_s` per rank, in a "
         "SQLite store. Each run a fresh process (CLI) or a fresh kernel with the extension "
-        "loaded (kernel); the two sides alternated every round, one warm-up each not counted. "
-        "Medians (min–max) of the rounds.",
+        "loaded (kernel); the two sides alternated every round, one warm-up each not counted "
+        "(it writes the bytecode caches every later run reads, as an installed package has "
+        "them). Medians (min–max) of the rounds.",
         f"Load: {load_before} before, {load_after} after.",
         "",
         "| what | time |",
