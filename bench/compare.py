@@ -16,7 +16,9 @@ end. The sides alternate every round (benchdoc.alternate).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -62,9 +64,15 @@ def make_job(folder: Path, steps: int) -> tuple[str, dict[str, str]]:
 
 
 def env_for(folder: Path) -> dict:
-    return {**{k: v for k, v in os.environ.items() if not k.startswith(("PLATFORM_", "RANK_"))},
+    """Both sides with Python's bytecode caches, as a user has them (pip compiles an install's,
+    a checkout writes its own on the first run), kept in the bench's folder: the warm-up run
+    writes them. Without (PYTHONDONTWRITEBYTECODE=1) every run would compile every module of
+    the package it imports, which no user's run does."""
+    skip = ("PLATFORM_", "RANK_", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(skip)},
             "PYTHONPATH": str(REPO), "PLATFORM_LOG_DIR": str(folder / "platform_logs"),
-            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}"}
+            "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+            "PYTHONPYCACHEPREFIX": str(folder / "bytecode")}
 
 
 def mlflow_code(folder: Path, run_ids: dict[str, str]) -> str:
@@ -75,20 +83,35 @@ def mlflow_code(folder: Path, run_ids: dict[str, str]) -> str:
             "assert all(len(s) > 0 for s in series.values())\n")
 
 
-def cli_sides(folder: Path, job_id: str, run_ids: dict[str, str]) -> dict:
+def cli_sides(folder: Path, job_id: str, run_ids: dict[str, str], cpu: dict) -> dict:
+    """The two CLI sides; each run's CPU seconds (user + sys of the process: what a shared
+    machine's load does not stretch as it stretches wall time) go into `cpu`."""
     env = env_for(folder)
 
     def ours():
-        done = subprocess.run([str(VENV / "platform-run"), "compare", job_id], cwd=folder, env=env,
-                              capture_output=True, text=True, timeout=300)
+        with cpu_of("platform-run compare: CPU (user+sys)", cpu):
+            done = subprocess.run([str(VENV / "platform-run"), "compare", job_id], cwd=folder,
+                                  env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0 and "rank-07" in done.stdout, done.stderr
         return lambda: wait_logged(folder / "platform_logs" / job_id / "tracking")
 
     def theirs():
-        subprocess.run([sys.executable, "-c", mlflow_code(folder, run_ids)], cwd=folder, env=env,
-                       check=True, timeout=300)
+        with cpu_of("MlflowClient.get_metric_history x8: CPU (user+sys)", cpu):
+            subprocess.run([sys.executable, "-c", mlflow_code(folder, run_ids)], cwd=folder,
+                           env=env, check=True, timeout=300)
 
     return {"platform-run compare": ours, "MlflowClient.get_metric_history x8": theirs}
+
+
+@contextlib.contextmanager
+def cpu_of(name: str, cpu: dict):
+    """The CPU seconds of the child processes waited for inside the block (the compare's own
+    logging process runs in a session of its own and is not counted)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    yield
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    cpu.setdefault(name, []).append(used)
 
 
 def wait_logged(spool: Path) -> None:
@@ -146,21 +169,26 @@ def main() -> None:
         folder = Path(tmp)
         job_id, run_ids = make_job(folder, args.steps)
         load_before = load_text()
-        cli = alternate(cli_sides(folder, job_id, run_ids), args.rounds)
+        cpu: dict[str, list[float]] = {}
+        cli = alternate(cli_sides(folder, job_id, run_ids, cpu), args.rounds)
+        for values in cpu.values():
+            del values[0]  # alternate's warm-up run of each side
         kernel: dict[str, list[float]] = {}
         alternate(kernel_sides(folder, job_id, run_ids, kernel), args.rounds)
         for values in kernel.values():
             del values[0]  # alternate's warm-up run of each side
         load_after = load_text()
-    rows = [f"| {name} | {spread(values)} |" for name, values in {**cli, **kernel}.items()]
+    rows = [f"| {name} | {spread(values)} |" for name, values in {**cli, **cpu, **kernel}.items()]
     body = "\n".join([
         "## compare",
         "",
         f"`.venv/bin/python bench/compare.py --rounds {args.rounds} --steps {args.steps}`: a "
         f"local 8-rank job, {args.steps} points of `loss` and `samples_per_s` per rank, in a "
         "SQLite store. Each run a fresh process (CLI) or a fresh kernel with the extension "
-        "loaded (kernel); the two sides alternated every round, one warm-up each not counted. "
-        "Medians (min–max) of the rounds.",
+        "loaded (kernel); the two sides alternated every round, one warm-up each not counted "
+        "(it writes the bytecode caches every later run reads, as an installed package has "
+        "them). Medians (min–max) of the rounds; the CPU rows are the CLI process's own user + "
+        "sys seconds, which a shared machine's load stretches far less than wall time.",
         f"Load: {load_before} before, {load_after} after.",
         "",
         "| what | time |",

@@ -62,6 +62,11 @@ class Variable:
     def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
         return bool(self.raw(environ))
 
+    def fallback_help(self, text: str, otherwise: str) -> str:
+        """The help of an option that falls back to this variable: `text (else VAR, else
+        otherwise)` (the launch options and the flags other commands share say it alike)."""
+        return f"{text} (else {self.name}, else {otherwise})"
+
     def __str__(self) -> str:
         return self.name
 

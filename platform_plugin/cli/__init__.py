@@ -17,6 +17,9 @@ from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.util.folders import check_cwd
 
 
+INTERRUPTED_EXIT = 130  # 128 + SIGINT: what a shell reports for a command Ctrl-C ended
+
+
 def interrupt(signum, frame):
     """A signal handler: SIGTERM (the platform stopping a run, a service manager) or SIGHUP
     ends a command as Ctrl-C does, through its KeyboardInterrupt path (children stopped, the
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:  # Ctrl-C while a command was still preparing: no traceback
         print("\nplatform-run: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT
 
 
 if __name__ == "__main__":  # pragma: no cover

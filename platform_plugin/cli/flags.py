@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 
 from platform_plugin.comparison.table import DEFAULT_METRIC
-from platform_plugin.launcher.options import env_help
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
 DEFAULT_TOLERANCE = 0.1
@@ -14,8 +13,8 @@ DEFAULT_TOLERANCE = 0.1
 
 def add_log_dir(parser: argparse.ArgumentParser) -> None:
     """`--log-dir DIR`: where jobs live (the variable and the default are the launch option's)."""
-    parser.add_argument("--log-dir", metavar="DIR", help=env_help(
-        "where jobs live", PLATFORM_LOG_DIR, "./platform_logs"))
+    parser.add_argument("--log-dir", metavar="DIR", help=PLATFORM_LOG_DIR.fallback_help(
+        "where jobs live", "./platform_logs"))
 
 
 def add_metric(parser: argparse.ArgumentParser, *, several: bool = True,

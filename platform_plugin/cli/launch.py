@@ -1,11 +1,12 @@
-"""`platform-run launch [options] -- COMMAND ...`: exit 0 ok, 1 job failed/stopped, 2 bad input."""
+"""`platform-run launch [options] -- COMMAND ...`: exit 0 ok, 1 job failed/stopped, 2 bad input,
+130 interrupted as asked (Ctrl-C, SIGTERM, SIGHUP), as every platform-run command."""
 from __future__ import annotations
 
 import gc
 import signal
 import sys
 
-from platform_plugin.cli import interrupt, skip_the_last_collection
+from platform_plugin.cli import INTERRUPTED_EXIT, interrupt, skip_the_last_collection
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
 
 
@@ -55,8 +56,10 @@ def _run(args) -> int:
         result = run_job(command, options)
     except KeyboardInterrupt:  # before the ranks started
         print("platform-run: interrupted before the job started", file=sys.stderr)
-        return 1
+        return INTERRUPTED_EXIT
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if result.status == "interrupted":  # the user's own stop (the table says so), not a failure
+        return INTERRUPTED_EXIT
     return 0 if result.ok else 1

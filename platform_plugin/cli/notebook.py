@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from platform_plugin.cli import HELP, interrupt
+from platform_plugin.cli import HELP, INTERRUPTED_EXIT, interrupt
 from platform_plugin.cli.clean import add_cleanup_options
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.display.result_table import terminal_width
@@ -82,7 +82,7 @@ def _execute(run_spec: NotebookRun, options: NotebookOptions) -> int:
                   if notebook.output_written(run_spec, claimed)
                   else " before the notebook started; no output notebook was written")
         print(f"\n[platform-run] interrupted{so_far}", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT
     print(summarize(result), file=sys.stderr)
     return result.exit_code
 

@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 
-from platform_plugin.cli import interrupt
+from platform_plugin.cli import INTERRUPTED_EXIT, interrupt
 from platform_plugin.cli.flags import add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
@@ -52,7 +52,7 @@ def run(args) -> int:
     except KeyboardInterrupt:  # offsets are written per accepted batch: a rerun resumes there
         print("\nplatform-run sync: interrupted; what was delivered is recorded, the rest stays "
               "in the spool for the next `platform-run sync`", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT
 
 
 def _sync(args) -> int:

@@ -87,11 +87,6 @@ def board_metric_names(value: str | None) -> Tuple[str, ...]:
     return tuple(name.strip() for name in (value or "").split(",") if name.strip())
 
 
-def env_help(text: str, variable: Variable, otherwise: str) -> str:
-    """The help of an option with an environment fallback: `text (else VAR, else otherwise)`."""
-    return f"{text} (else {variable.name}, else {otherwise})"
-
-
 def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | None = None,
         choices: Tuple[str, ...] | None = None, check: Check | None = None,
         code: str = "LAUNCH_BAD_VALUE", cli: bool = True, aliases: Tuple[str, ...] = (),
@@ -100,7 +95,7 @@ def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | 
     keyword names `launch()` accepts (torchrun-style spellings); `cli=False`: keyword only;
     `env`: the variable whose value an option not given takes (`otherwise`: what applies when
     that is unset too, for the help)."""
-    meta = dict(help=env_help(help, env, otherwise) if env is not None else help, flags=flags,
+    meta = dict(help=env.fallback_help(help, otherwise) if env is not None else help, flags=flags,
                 metavar=metavar, choices=choices, check=check, code=code, cli=cli,
                 aliases=aliases, env=env)
     if isinstance(default, dict):  # a fresh one per record

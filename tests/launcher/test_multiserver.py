@@ -271,7 +271,8 @@ def test_rank_table_servers_restart_together(tmp_path):
 
 def test_rank_table_the_same_server_twice_is_refused(tmp_path):
     """A second launcher with the second server's RANK_START is refused by the first server's
-    launcher; the job runs once."""
+    launcher in the route's words (the table's server and RANK_START: this route has no
+    --node-rank); the job runs once."""
     table = loopback_table(tmp_path, 3, 1)
     port = free_port_pair()
     procs = [start_table_server(tmp_path, table, 0, port, "server0", devices=1),
@@ -281,7 +282,10 @@ def test_rank_table_the_same_server_twice_is_refused(tmp_path):
              timeout=60, what="the second server joined")
     twin = start_table_server(tmp_path, table, 1, port, "twin", devices=1)
     [(code, out)] = finish_all([twin], timeout=90)
+    second = json.loads(table.read_text())["server_list"][1]["server_id"]
     assert code == 1 and "refused" in out, out
+    assert f"already joined as the rank table's server {second}" in out, out
+    assert "RANK_START" in out and "--node-rank" not in out, out
     procs.append(start_table_server(tmp_path, table, 2, port, "server2", devices=1))
     outs = finish_all(procs, timeout=90)
     assert [code for code, _ in outs] == [0, 0, 0], outs
@@ -426,14 +430,15 @@ def test_node_0_interrupted_while_the_others_join_ends_them_at_once(tmp_path):
     joined(node1, port)
     node0.send_signal(signal.SIGINT)
     outs = finish_all([node0, node1], timeout=90)  # far below the 300 s join wait
-    assert [code for code, _ in outs] == [1, 1], outs
+    assert [code for code, _ in outs] == [130, 1], outs  # node 0 stopped as asked, node 1 not
     assert "node 0's launcher ended without starting the job" in outs[1][1], outs[1][1]
 
 
 def _interrupted_with_max_restarts(tmp_path, node: int, check) -> None:
     """2 servers with --max-restarts 1; Ctrl-C on `node` once the other's ranks run; both must
-    end (exit 1) long before the other's 300 s wait for `node` to join attempt 2. `check(outs,
-    dirs)` asserts what each said."""
+    end (130: stopped as asked; the other 1: stopped by the other's end) long before the
+    other's 300 s wait for `node` to join attempt 2. `check(outs, dirs)` asserts what each
+    said."""
     other = 1 - node
     procs = start_servers(tmp_path, 2, ["fail-on", "99"], extra=["--max-restarts", "1"])
     try:
@@ -443,7 +448,7 @@ def _interrupted_with_max_restarts(tmp_path, node: int, check) -> None:
         time.sleep(1)
         procs[node].send_signal(signal.SIGINT)
         outs = finish_all(procs, timeout=90)  # far below the 300 s join wait
-        assert [code for code, _ in outs] == [1, 1], outs
+        assert outs[node][0] == 130 and outs[other][0] == 1, outs
         check(outs, job_dirs(tmp_path, 2))
     finally:
         for proc in procs:

@@ -54,6 +54,24 @@ def test_line_and_cell_magic_and_a_failing_rank(kernel):
     assert out.count("%dist_run:") == 1, out  # "[LAUNCH_BAD_OPTION] at %dist_run: ...", once
 
 
+def test_a_tracked_run_names_its_experiment_in_the_cell_once(kernel):
+    """The cell says which MLflow experiment the runs went to (a renamed notebook, a .env or
+    MLFLOW_EXPERIMENT_NAME decide it), once, in the tracking line of its summary."""
+    km, kc = kernel
+    run_cell(kc, "%load_ext platform_plugin")
+    run_cell(kc, "import os; os.environ['MLFLOW_EXPERIMENT_NAME'] = 'cell-experiment'")
+    try:
+        reply, out = run_cell(kc, f"%%dist_run --nproc 2 --log-dir {kc.log_dir} --show all\n"
+                                  "from platform_plugin.tracking import get_tracker\n"
+                                  "get_tracker().log_metrics({'loss': 0.5}, step=0)")
+    finally:
+        run_cell(kc, "del os.environ['MLFLOW_EXPERIMENT_NAME']")
+    assert reply["status"] == "ok", out
+    [line] = [line for line in out.splitlines() if "cell-experiment" in line]
+    assert line.startswith("[launcher] tracking: mlflow: ") and \
+        "records delivered (experiment 'cell-experiment')" in line, out
+
+
 def test_chatty_rank_is_capped_in_the_cell(kernel):
     km, kc = kernel
     reply, out = run_cell(kc, f"%dist_run --nproc 1 --tracking none --log-dir {kc.log_dir} "

@@ -46,6 +46,8 @@ class Ended:  # what finish() reads of a JobResult
 
 
 def test_a_job_with_nothing_to_deliver_is_not_waited_for(tracking_env, tmp_path):
+    """...and its report still names the experiment its runs are in, clipped to one line."""
+    tracking_env.setenv("MLFLOW_EXPERIMENT_NAME", "team/" + "long-sweep-" * 8)
     plan = make_plan(tmp_path, 2)
     jt = JobTracking.create("mlflow", plan)
     jt.prepare()
@@ -54,5 +56,8 @@ def test_a_job_with_nothing_to_deliver_is_not_waited_for(tracking_env, tmp_path)
     report = jt.finish(Ended(), waiting=lambda: waits.append(1))
     assert waits == [] and (report.delivered, report.pending) == (0, 0)
     assert "compare ranks" not in report.ui_hint  # compare would refuse a job without a metric
+    clipped = ("team/" + "long-sweep-" * 8)[:57] + "..."
+    assert report.ui_hint.startswith(f"mlflow: 0 records delivered (experiment {clipped!r})"), \
+        report.ui_hint
     assert os.path.isfile(os.path.join(report.spool_dir, "end.json"))
     assert report.wait_ended(300)

@@ -88,9 +88,11 @@ class Hub(Linked):
     """Node 0: accepts the other launchers, hands out the job identity, fans out stops."""
 
     def __init__(self, addr: str, port: int, nnodes: int, *, key: Optional[bytes],
-                 note: Optional[Callable[[str], None]] = None, silence_s: float = 60.0):
+                 note: Optional[Callable[[str], None]] = None, silence_s: float = 60.0,
+                 table: bool = False):
         super().__init__(key, note, silence_s)
         self.nnodes, self.port, self.where = nnodes, port, f"{addr}:{port}"
+        self.table = table  # the rank-table route: a server is a table entry, not a --node-rank
         self.peers: Dict[bytes, Peer] = {}
         self.ignored: Set[bytes] = set()  # refused connections, until they disconnect
         self.counters = Counters()
@@ -298,15 +300,16 @@ class Hub(Linked):
                          if peer.node is None else "join: another node on one connection")
             return
         if message["nnodes"] != self.nnodes:
-            self._send(rid, peer, "refused", reason=f"node 0 runs --nnodes {self.nnodes}, this "
-                       f"launcher {message['nnodes']}")
+            self._send(rid, peer, "refused", reason=(
+                f"the first server's rank table lists {self.nnodes} servers, this launcher's "
+                f"{message['nnodes']}: every server needs the same table" if self.table else
+                f"node 0 runs --nnodes {self.nnodes}, this launcher {message['nnodes']}"))
             return
         with self.cond:
-            # a second launcher of one --node-rank would start the same ranks again
-            if any(p.node == node for r, p in self.peers.items() if r != rid):
-                refused = (f"another launcher already joined as --node-rank {node}: every "
-                           f"server needs its own --node-rank (1..{self.nnodes - 1} besides "
-                           "node 0)")
+            # a second launcher of one server would start the same ranks again
+            twin = next((p for r, p in self.peers.items() if r != rid and p.node == node), None)
+            if twin is not None:
+                refused = self._twin_refusal(node, twin.server)
             else:
                 refused = ""
                 peer.node, peer.joined, peer.server = node, attempt, message["server"]
@@ -314,6 +317,16 @@ class Hub(Linked):
                 self.cond.notify_all()
         if refused:
             self._send(rid, peer, "refused", reason=refused)
+
+    def _twin_refusal(self, node: int, server: str) -> str:
+        """Why a second launcher of one server is refused, in the words of the job's route."""
+        if self.table:
+            # the rank table chooses a launcher's server by RANK_START (else its address)
+            return (f"another launcher already joined as the rank table's server {server}: "
+                    "every server of the table runs one launcher, whose RANK_START is the first "
+                    "rank of its own server_id in the table")
+        return (f"another launcher already joined as --node-rank {node}: every server needs "
+                f"its own --node-rank (1..{self.nnodes - 1} besides node 0)")
 
     def _on_failed(self, rid: bytes, peer: Peer, message: dict) -> None:
         self._stop_all(message["server"], message["reason"], message["attempt"], rid)

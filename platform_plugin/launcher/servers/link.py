@@ -45,7 +45,8 @@ def open_link(place: JobPlace, options: LaunchOptions, note=None) -> JobLink:
     silence_s = options.heartbeat_timeout or DEFAULT_SILENCE_S
     if place.node_rank == 0:
         try:
-            return Hub(addr, port, place.nnodes, key=key, note=note, silence_s=silence_s)
+            return Hub(addr, port, place.nnodes, key=key, note=note, silence_s=silence_s,
+                       table=table)
         except OSError as exc:
             raise _unbound(exc, addr, port, table) from None
     return Spoke(addr, port, place.node_rank, place.nnodes, place.server_id, key=key, note=note,

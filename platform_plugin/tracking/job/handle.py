@@ -257,15 +257,25 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
     if counts.quarantined:
         notes.append(f"{counts.quarantined} spool lines too large to deliver, kept in "
                      f"{spool_dir}/rank_*.jsonl.quarantine")
-    hint = f"{sink}: {counts.delivered} records delivered" + (f"; {notes[0]}" if notes else "")
+    saved = SinkConfig.load(spool_dir) or config
+    hint = (f"{sink}: {counts.delivered} records delivered{_into(sink, saved)}"
+            + (f"; {notes[0]}" if notes else ""))
     if sink == "mlflow" and counts.delivered and not background:  # compare needs a metric
         hint += f"; compare ranks: {compare_hint(job_id)}"
-    saved = SinkConfig.load(spool_dir) or config
     return DeliveryReport(sink=sink, delivered=counts.delivered, pending=counts.pending,
                           reason="; ".join(notes), parent_run_id=saved.parent_run_id,
                           ui_hint=hint, skipped=counts.skipped, rejected=counts.rejected,
                           spool_dir=spool_dir, refused=counts.refused,
                           quarantined=counts.quarantined)
+
+
+def _into(sink: str, config: SinkConfig) -> str:
+    """Which MLflow experiment the runs are in (the notebook's, the project folder's or
+    MLFLOW_EXPERIMENT_NAME: the user sees which one it was), clipped to stay one line."""
+    name = config.experiment_name
+    if sink != "mlflow" or not name:
+        return ""
+    return f" (experiment {name if len(name) <= 60 else name[:57] + '...'!r})"
 
 
 def workers(plan: PlanView) -> list[RankView]:

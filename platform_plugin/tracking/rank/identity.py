@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import sys
 
 from platform_plugin.tracking.rank.job_id import new_job_id
@@ -41,7 +40,7 @@ class RankIdentity:
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> RankIdentity:
         env = os.environ if environ is None else environ
-        host = socket.gethostname()
+        host = os.uname().nodename  # socket.gethostname()'s answer, without socket's import
         job_name = env.get("PLATFORM_JOB_NAME") or script_stem()
         return cls(
             rank_id=env.get("RANK_ID") or None,
