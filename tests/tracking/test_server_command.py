@@ -228,9 +228,9 @@ def test_a_job_with_the_printed_env_lines_is_tracked_one_without_them_is_told_wh
     wait_for(server.all_gone, timeout=30, what="everything stopped after SIGTERM")
 
 
-def _platform_run(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "platform_plugin", *args, "--log-dir",
-                           str(project / "logs")], cwd=str(project), env=clean_env(),
+def _platform_run(project: Path, command: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "platform_plugin", command, "--log-dir",
+                           str(project / "logs"), *args], cwd=str(project), env=clean_env(),
                           capture_output=True, text=True, timeout=240)
 
 
@@ -255,7 +255,7 @@ def _without_the_right_credentials(server: ServerCommand, data: Path, project: P
         out = job.stdout + job.stderr
         assert job.returncode == 0 and "Traceback" not in out, out
         assert "0 records delivered" in out and what in out and "platform-run sync" in out, out
-        helper = json.loads(next((project / "logs").glob("*/tracking/helper.json")).read_text())
+        helper = json.loads(next((project / "logs").rglob("helper.json")).read_text())
         assert helper["phase"] == "done" and what in helper["error"], helper
         shutil.rmtree(project / "logs")
     env_file.write_text("\n".join(cases[0][0]) + "\n")  # the job of the first case, anew
