@@ -270,8 +270,18 @@ WHERE_THE_TIME_GOES = [
     'vs 7.79 s, 8,987 vs 10,274 points/s) - the load decides, not the checks. In one process, '
     'parsing a 20,000-point request took 41.6 ms at best and parsing + checking it 52.9 ms: about'
     " 0.6 µs a point of the server's Python. At this load both sides are at or under the 10,000 "
-    'points/s goal; the table above is from a quieter machine and must be measured again (with '
-    'authentication on the team server) after merging.',
+    'points/s goal.',
+    "- Authentication (the table above, 2026-12-03 21:50-21:53 UTC, 3 rounds, the three servers "
+    "alternating, load 3.1 at the first case to 8.2 at the last as other jobs started): "
+    "MLflow's basic-auth app checks the password against its scrypt hash at least twice a "
+    "request (its gate, its admin check; the bulk route asks again); `auth_cache_ttl_seconds = "
+    "30` (team_auth.py) makes that a lookup after a worker's first check. With the cache, auth "
+    "on cost 0.5 s of the median (7.0 s vs 6.5 s, 0.93x the points/s of the same server "
+    "without authentication, within the rounds' spread); with the cache off 16.4 s (4,880 "
+    "points/s: 2.3x slower than with it, under the goal). Per round, auth on / off / cache off: "
+    "5.9 / 5.9 / 12.3 s, 7.0 / 6.5 / 16.4 s, 8.4 / 12.9 / 32.9 s. Not in this run: the sqlite "
+    "and 4 x 8 cases (earlier, 2026-12-01, without authentication: 4 x 8 x 10,000 points into "
+    "one server in 21.6 s, every point present and none twice).",
     "- `postgres-logbatch` (a plain `mlflow server`, the fallback): MLflow's `log_batch` "
     "handler, ~0.4 ms of protobuf + ORM work per point in the server (py-spy: "
     "`SqlAlchemyStore._log_metrics` ~75 % of the workers' busy samples), 1,000 points a request.",
