@@ -2,12 +2,16 @@
 one log folder each) x R ranks x S steps into ONE tracking store, end to end.
 
     .venv/bin/python bench/multiserver.py [--rounds 1] [--steps 10000] [--cases 1x8,4x8]
-                                          [--stores sqlite,postgres,postgres-logbatch]
+        [--stores postgres-auth,postgres,sqlite,postgres-logbatch]
 
 Stores: `sqlite` = a fresh sqlite file every launcher writes directly (SQL fast path);
-`postgres` = `platform-run server`'s MLflow (4 workers, bulk metrics route) on a fresh
-PostgreSQL 15 cluster; `postgres-logbatch` = a plain `mlflow server` (4 workers, MLflow's own
-app) on the same database, i.e. the `log_batch` fallback. The stores of a round are run one
+`postgres-auth` = `platform-run server`'s MLflow as it runs by default (4 workers, bulk metrics
+route, MLflow's basic-auth app with team_auth's settings; the launchers send the admin's
+credentials, as a team's `.env` does); `postgres-auth-nocache` = the same with MLflow's
+credential cache off (`auth_cache_ttl_seconds = 0`: every request's password checked against
+its hash); `postgres` = the same server without authentication (`--no-auth`);
+`postgres-logbatch` = a plain `mlflow server` (4 workers, MLflow's own app), i.e. the
+`log_batch` fallback. All on one fresh PostgreSQL 15 cluster. The stores of a round are run one
 after the other, in the opposite order the next round (alternating), every case in each.
 Time = launchers started to every launcher returned (a launcher returns once its last point
 was accepted); a poller also notes when the first point was in the store, so `delivering` =
@@ -33,6 +37,7 @@ from benchdoc import load_text, write_section  # bench/benchdoc.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from platform_plugin.tracking.server.team_auth import AUTH_CACHE_TTL_S  # noqa: E402
 GOAL = 10_000  # points/s from one launcher of 8 ranks into the PostgreSQL-backed server
 MIN_DELIVERING_S = 1.0  # shorter than this after the first stored point: too short to rate
 
@@ -79,13 +84,15 @@ class FirstPoint:
             self.stop.wait(0.25)
 
 
-def run_case(launchers: int, ranks: int, steps: int, uri: str, db_uri: str, work: Path) -> dict:
+def run_case(launchers: int, ranks: int, steps: int, uri: str, db_uri: str, work: Path,
+             credentials: dict[str, str] | None = None) -> dict:
+    """`credentials`: MLFLOW_TRACKING_USERNAME/PASSWORD for a server with authentication."""
     from platform_plugin.util.ports import free_port
     script = work / "rank.py"
     script.write_text(RANK_SCRIPT)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "BENCH_STEPS": str(steps),
            "MLFLOW_EXPERIMENT_NAME": work.name, "PLATFORM_TRACKING_DRAIN_TIMEOUT": "900",
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO), **(credentials or {})}
     port = free_port()
     start = time.perf_counter()
     poller = FirstPoint(db_uri, work.name, start)
@@ -108,24 +115,47 @@ def run_case(launchers: int, ranks: int, steps: int, uri: str, db_uri: str, work
     return {"seconds": elapsed, "first": poller.at, "rows": total, "distinct": distinct}
 
 
+# store -> (bulk route, auth_cache_ttl_seconds or None for no authentication)
+SERVERS = {"postgres-auth": (True, "default"), "postgres-auth-nocache": (True, 0),
+           "postgres": (True, None), "postgres-logbatch": (False, None)}
+
+
 class Servers:
-    """One PostgreSQL cluster; `platform-run server`'s MLflow (bulk route) and a plain
-    `mlflow server` on the same database."""
+    """One PostgreSQL cluster and an MLflow server on it per store of SERVERS asked for:
+    `uris[store]`, and `credentials[store]` (the client's variables) for those with
+    authentication, which share one admin and one users' database."""
+
+    def __init__(self, stores: list[str]):
+        self.stores = [store for store in stores if store in SERVERS]
 
     def __enter__(self):
+        from platform_plugin.tracking.server import team_auth
         from platform_plugin.tracking.server.postgres import LocalPostgres
-        from platform_plugin.tracking.server.local import start_team_server, wait_healthy
+        from platform_plugin.tracking.server.local import (migrate_team_stores, start_team_server,
+                                                           wait_healthy)
         from platform_plugin.util.ports import free_port
         self.root = tempfile.mkdtemp(prefix="bench-pg-")
         os.chmod(self.root, 0o755)
         self.pg = LocalPostgres(os.path.join(self.root, "data"), free_port())
         self.pg.start()
-        self.procs, self.uris = [], {}
-        for store, bulk in (("postgres", True), ("postgres-logbatch", False)):
+        self.procs, self.uris, self.credentials = [], {}, {}
+        admin, _ = team_auth.load_or_create(Path(self.root))
+        for store in self.stores:
+            bulk, cache_ttl_s = SERVERS[store]
             port, folder = free_port(), os.path.join(self.root, store)
             os.makedirs(folder)
+            auth_env = None
+            if cache_ttl_s is not None:
+                self.pg.create_database(team_auth.AUTH_DATABASE)
+                auth_env = team_auth.server_env(
+                    Path(folder), admin, self.pg.database_uri(team_auth.AUTH_DATABASE),
+                    **({} if cache_ttl_s == "default" else {"cache_ttl_s": cache_ttl_s}))
+                self.credentials[store] = {"MLFLOW_TRACKING_USERNAME": admin.admin_username,
+                                           "MLFLOW_TRACKING_PASSWORD": admin.admin_password}
+            migrate_team_stores(self.pg.uri, folder=folder, auth_env=auth_env)
             proc = start_team_server(self.pg.uri, "127.0.0.1", port, workers=4, bulk=bulk,
-                                     artifacts=os.path.join(self.root, "art"), folder=folder)
+                                     artifacts=os.path.join(self.root, "art"), folder=folder,
+                                     auth_env=auth_env)
             self.procs.append(proc)
             self.uris[store] = f"http://127.0.0.1:{port}"
             wait_healthy(self.uris[store], proc, log_path=os.path.join(folder, "mlflow-server.log"),
@@ -145,7 +175,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--cases", default="1x8,4x8")
-    parser.add_argument("--stores", default="postgres,sqlite,postgres-logbatch")
+    parser.add_argument("--stores", default="postgres-auth,postgres,sqlite,postgres-logbatch")
     parser.add_argument("--logbatch-cases", default="1x8",
                         help="cases run against the plain server too (slow: log_batch)")
     args = parser.parse_args()
@@ -153,7 +183,7 @@ def main() -> None:
     stores = args.stores.split(",")
     load_start = load_text()
     results: dict[tuple, list[dict]] = {}
-    with Servers() as servers:
+    with Servers(stores) as servers:
         warm_up(servers, stores)
         for round_no in range(args.rounds):
             for store in (stores if round_no % 2 == 0 else stores[::-1]):
@@ -164,7 +194,8 @@ def main() -> None:
                     sqlite = f"sqlite:///{work / 'mlflow.db'}"
                     uri = servers.uris.get(store, sqlite)
                     db = servers.pg.uri if store.startswith("postgres") else sqlite
-                    result = run_case(launchers, ranks, args.steps, uri, db, work)
+                    result = run_case(launchers, ranks, args.steps, uri, db, work,
+                                      servers.credentials.get(store))
                     results.setdefault((store, launchers, ranks), []).append(result)
                     print(store, f"{launchers}x{ranks}", result, f"load {os.getloadavg()[0]:.1f}",
                           flush=True)
@@ -179,18 +210,30 @@ def warm_up(servers: Servers, stores: list[str]) -> None:
     for store in stores:
         if store in servers.uris:
             work = Path(tempfile.mkdtemp(prefix=f"bench-ms-warm-{store}-"))
-            run_case(1, 8, 200, servers.uris[store], servers.pg.uri, work)
+            run_case(1, 8, 200, servers.uris[store], servers.pg.uri, work,
+                     servers.credentials.get(store))
             shutil.rmtree(work, ignore_errors=True)
 
 
-def verdict(results, steps: int) -> str:
-    got = results.get(("postgres", 1, 8))
-    if not got:
-        return "- 1 x 8 into the PostgreSQL server not measured."
-    rate = 8 * steps / statistics.median(r["seconds"] for r in got)
-    return (f"- Goal >= {GOAL:,} points/s end to end from one launcher of 8 ranks into "
-            f"`platform-run server` on PostgreSQL: {rate:,.0f} points/s — "
-            f"**{'meets' if rate >= GOAL else 'misses'}**.")
+def verdict(results, steps: int) -> list[str]:
+    """The goal, on the team server as it runs by default (authentication on), and what
+    authentication costs: the same server without it, and with MLflow's credential cache off,
+    in the same rounds."""
+    rates = {store: 8 * steps / statistics.median(r["seconds"] for r in results[(store, 1, 8)])
+             for store in ("postgres-auth", "postgres-auth-nocache", "postgres")
+             if (store, 1, 8) in results}
+    if "postgres-auth" not in rates:
+        return ["- 1 x 8 into the PostgreSQL server with authentication not measured."]
+    lines = [f"- Goal >= {GOAL:,} points/s end to end from one launcher of 8 ranks into "
+             "`platform-run server` on PostgreSQL with authentication on (the admin's "
+             f"credentials): {rates['postgres-auth']:,.0f} points/s — "
+             f"**{'meets' if rates['postgres-auth'] >= GOAL else 'misses'}**."]
+    for store, what in (("postgres", "without authentication"),
+                        ("postgres-auth-nocache", "with authentication, credential cache off")):
+        if store in rates:
+            lines.append(f"- The same server {what}, in the same rounds: {rates[store]:,.0f} "
+                         f"points/s (auth on / this: {rates['postgres-auth'] / rates[store]:.2f}x).")
+    return lines
 
 
 WHERE_THE_TIME_GOES = [
@@ -227,8 +270,18 @@ WHERE_THE_TIME_GOES = [
     'vs 7.79 s, 8,987 vs 10,274 points/s) - the load decides, not the checks. In one process, '
     'parsing a 20,000-point request took 41.6 ms at best and parsing + checking it 52.9 ms: about'
     " 0.6 µs a point of the server's Python. At this load both sides are at or under the 10,000 "
-    'points/s goal; the table above is from a quieter machine and must be measured again (with '
-    'authentication on the team server) after merging.',
+    'points/s goal.',
+    "- Authentication (the table above, 2026-12-03 21:50-21:53 UTC, 3 rounds, the three servers "
+    "alternating, load 3.1 at the first case to 8.2 at the last as other jobs started): "
+    "MLflow's basic-auth app checks the password against its scrypt hash at least twice a "
+    "request (its gate, its admin check; the bulk route asks again); `auth_cache_ttl_seconds = "
+    "30` (team_auth.py) makes that a lookup after a worker's first check. With the cache, auth "
+    "on cost 0.5 s of the median (7.0 s vs 6.5 s, 0.93x the points/s of the same server "
+    "without authentication, within the rounds' spread); with the cache off 16.4 s (4,880 "
+    "points/s: 2.3x slower than with it, under the goal). Per round, auth on / off / cache off: "
+    "5.9 / 5.9 / 12.3 s, 7.0 / 6.5 / 16.4 s, 8.4 / 12.9 / 32.9 s. Not in this run: the sqlite "
+    "and 4 x 8 cases (earlier, 2026-12-01, without authentication: 4 x 8 x 10,000 points into "
+    "one server in 21.6 s, every point present and none twice).",
     "- `postgres-logbatch` (a plain `mlflow server`, the fallback): MLflow's `log_batch` "
     "handler, ~0.4 ms of protobuf + ORM work per point in the server (py-spy: "
     "`SqlAlchemyStore._log_metrics` ~75 % of the workers' busy samples), 1,000 points a request.",
@@ -236,7 +289,7 @@ WHERE_THE_TIME_GOES = [
 
 
 def four_launchers(results, steps: int) -> list[str]:
-    runs = results.get(("postgres", 4, 8))
+    runs = results.get(("postgres-auth", 4, 8)) or results.get(("postgres", 4, 8))
     if not runs:
         return []
     points = 32 * steps
@@ -253,8 +306,13 @@ def write(results, args, load_start: str, load_end: str) -> None:
              f"({dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {load_start} at the start, "
              f"{load_end} at the end: 2 cores shared with other jobs, absolute figures are "
              "noisy). L launchers (simulated servers on loopback, `--nnodes L`) x R ranks x S "
-             "steps of `loss` into one store. `postgres` = `platform-run server`'s MLflow (4 "
-             "workers, bulk metrics route) on PostgreSQL 15; `postgres-logbatch` = a plain "
+             "steps of `loss` into one store. `postgres-auth` = `platform-run server`'s MLflow "
+             "as it runs by default (4 workers, bulk metrics route, MLflow's basic-auth app with "
+             "its credential cache of `auth_cache_ttl_seconds` = "
+             f"{AUTH_CACHE_TTL_S} s; the launchers send the admin's credentials); "
+             "`postgres-auth-nocache` = the same with that cache off; `postgres` = the same "
+             "server without authentication (`--no-auth`); all on PostgreSQL 15; "
+             "`postgres-logbatch` = a plain "
              "`mlflow server` (4 workers) on the same database (the `log_batch` fallback); "
              "`sqlite` = one sqlite file written directly. End to end = launchers started to "
              "every launcher returned (after its last point was accepted; includes the "
@@ -283,7 +341,7 @@ def write(results, args, load_start: str, load_end: str) -> None:
                      f"{last['rows'] - last['distinct']} |")
     complete = all(r["rows"] == r["distinct"] == launchers * ranks * args.steps
                    for (_, launchers, ranks), runs in results.items() for r in runs)
-    lines += ["", verdict(results, args.steps), *four_launchers(results, args.steps),
+    lines += ["", *verdict(results, args.steps), *four_launchers(results, args.steps),
               f"- Every point present and none twice in every run: "
               f"{'yes' if complete else 'NO (see the table)'}.", *WHERE_THE_TIME_GOES]
     print("\n".join(line for line in lines if line.startswith("- ") and line not in WHERE_THE_TIME_GOES))

@@ -1,8 +1,9 @@
 """Tracking data cleanup must never delete: the configured MLflow store and spools that still
 hold undelivered records.
 
-- `store_paths(root, environ)`: what MLFLOW_TRACKING_URI (the process environment, else
-  ROOT/.env) and the jobs' `sink.json` files point to — a sqlite file with its companions and
+- `store_paths(root, environ)`: what MLFLOW_TRACKING_URI (the process environment, and the
+  `.env` files a job started in ROOT reads: util/envfile.py's rule, e.g. the project's `.env`
+  beside CODE/) and the jobs' `sink.json` files point to — a sqlite file with its companions and
   artifact folder, or a file store folder. The default names (`mlflow.db*`, `mlruns/`,
   `mlartifacts/`) are protected by name in `rules.py`, wherever they are.
 - `spool_hold(folder, names)`: why a folder must stay whole because it is (or holds, in a
@@ -23,7 +24,7 @@ from platform_plugin.tracking.delivery.forwarder import Forwarder
 from platform_plugin.tracking.delivery.state import SINK_FILE, SinkConfig
 from platform_plugin.tracking.job.uri_check import sqlite_file
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX
-from platform_plugin.util.envfile import read_env_file
+from platform_plugin.util.envfile import env_file_paths, read_env_file
 from platform_plugin.util.regular_file import read_regular_file
 
 URI_VARIABLE = "MLFLOW_TRACKING_URI"
@@ -36,7 +37,7 @@ MAX_JOB_SINKS = 1000  # enough for every job of a CODE/; a bound on what a clean
 
 def store_paths(root: Path, environ: Mapping[str, str]) -> list[Path]:
     """Local paths of the tracking stores in use (inside ROOT or not; the caller filters)."""
-    uris = [environ.get(URI_VARIABLE) or _uri_from_env_file(root), *_job_uris(root)]
+    uris = [environ.get(URI_VARIABLE), *_uris_from_env_files(root, environ), *_job_uris(root)]
     paths: list[Path] = []
     for uri in dict.fromkeys(u for u in uris if u):
         paths += uri_paths(uri, bases=(Path.cwd(), root))
@@ -66,20 +67,26 @@ def _anchored(raw: str, bases: Iterable[Path]) -> list[Path]:
     return [path] if path.is_absolute() else [base / path for base in bases]
 
 
-def _uri_from_env_file(root: Path) -> str | None:
-    """MLFLOW_TRACKING_URI from ROOT/.env, parsed as the settings parse it (only when the
-    file names the variable at all)."""
-    try:  # never blocking: open() of a FIFO .env waited for a writer forever (clean hung)
-        head = read_regular_file(str(root / ".env"), ENV_FILE_MAX_BYTES)
-    except OSError:  # none, not a regular file, too large: the settings report it, not us
-        return None
-    if URI_VARIABLE.encode() not in head:
-        return None
-    try:
-        values, _ = read_env_file(None, str(root))
-    except Exception:  # noqa: BLE001 - a broken .env is the settings' error to report, not ours
-        return None
-    return values.get(URI_VARIABLE)
+def _uris_from_env_files(root: Path, environ: Mapping[str, str]) -> list[str]:
+    """MLFLOW_TRACKING_URI of every `.env` a job started in ROOT reads (envfile's rule: ROOT's
+    and those above it up to the project folder), parsed as the settings parse them. Each
+    file's store is kept, not only the nearest one's: the environment or a job started below
+    ROOT may choose another of them, and keeping a store is the safe side."""
+    uris = []
+    for path in env_file_paths(str(root), environ):
+        try:  # never blocking: open() of a FIFO .env waited for a writer forever (clean hung)
+            head = read_regular_file(path, ENV_FILE_MAX_BYTES)
+        except OSError:  # none, not a regular file, too large: the settings report it, not us
+            continue
+        if URI_VARIABLE.encode() not in head:
+            continue
+        try:
+            values, _ = read_env_file(None, os.path.dirname(path))
+        except Exception:  # noqa: BLE001 - a broken .env is the settings' error to report, not ours
+            continue
+        if values.get(URI_VARIABLE):
+            uris.append(values[URI_VARIABLE])
+    return uris
 
 
 def _job_uris(root: Path) -> list[str]:

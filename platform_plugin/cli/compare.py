@@ -66,9 +66,8 @@ def find_job(job: str | None, log_dir: str | None):
         labels = spools.rank_labels(spool_dir, runs.config)
         return Found(spools.read_points(spool_dir, labels), runs, job_id, None, spool_dir)
     from platform_plugin.comparison import store  # MLflow: ranks that are not here
-    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
-    client = MlflowSink().client(runs.config.tracking_uri)
+    client = store.client(runs.config.tracking_uri)
     runs = store.with_store_ranks(runs, client)
     return Found(store.StorePoints(runs, client), runs, job_id, client, spool_dir)
 
@@ -84,13 +83,13 @@ class Found:
 
 def _in_store_only(job: str) -> Found | None:
     from platform_plugin.comparison import store  # MLflow: a job whose folder is elsewhere
-    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri
+    from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
 
     uri = default_tracking_uri()
     db = sqlite_file(uri)
     if db is not None and not os.path.exists(db):
         return None  # no store, so no job in it: looking must not create one
-    client = MlflowSink().client(uri)
+    client = store.client(uri)
     runs = store.job_runs_in_store(job, client, uri)
     return None if runs is None else Found(store.StorePoints(runs, client), runs, job, client, None)
 

@@ -5,8 +5,40 @@ imports MLflow (seconds); a job that ran here is read from its spools (spools.py
 from __future__ import annotations
 
 from platform_plugin.comparison.table import JobRuns, Point
+from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.state import SinkConfig
 from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.tracking.sinks.mlflow_rest import access_refusal
+from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+
+
+def client(uri: str) -> "CheckedClient":
+    """MLflow's client of the store at `uri`, for reading a job's runs."""
+    return CheckedClient(MlflowSink().client(uri), uri)
+
+
+class CheckedClient:
+    """MLflow's client, whose calls a server turns away for the credentials (HTTP 401/403)
+    raise TRACKING_AUTH naming what to fix, not MLflow's exception with a traceback."""
+
+    def __init__(self, mlflow_client, uri: str) -> None:
+        self.mlflow_client, self.uri = mlflow_client, uri
+
+    def __getattr__(self, name: str):
+        attribute = getattr(self.mlflow_client, name)
+        if not callable(attribute):
+            return attribute
+
+        def checked(*args, **kwargs):
+            try:
+                return attribute(*args, **kwargs)
+            except Exception as exc:
+                what_to_fix = access_refusal(exc, self.uri)
+                if what_to_fix is None:
+                    raise
+                raise ConfigError([Problem("TRACKING_AUTH", what_to_fix,
+                                           "MLFLOW_TRACKING_USERNAME")]) from None
+        return checked
 
 
 class StorePoints:

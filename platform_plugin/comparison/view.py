@@ -80,9 +80,8 @@ def _points(spool_dir, runs):
         return spools.read_points(spool_dir, spools.rank_labels(spool_dir, runs.config)), runs
     with libraries_to_log(str(spool_dir.parent), verbose=False), _interrupt_held():
         from platform_plugin.comparison import store  # MLflow: ranks that are not here
-        from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
-        client = MlflowSink().client(runs.config.tracking_uri)  # (MLflow's import warnings)
+        client = store.client(runs.config.tracking_uri)  # (MLflow's import warnings)
         runs = store.with_store_ranks(runs, client)
         return store.StorePoints(runs, client), runs
 

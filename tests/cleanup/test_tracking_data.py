@@ -103,6 +103,30 @@ def test_a_real_mlflow_store_in_code_and_the_configured_store_survive(tmp_path, 
     assert "platform_logs/new-job/" in done.stdout and custom.exists()
 
 
+def test_the_stores_every_env_file_of_the_rule_names_are_kept(tmp_path, monkeypatch):
+    """The `.env` files a job started in CODE/ reads (util/envfile.py: CODE/'s and the project's
+    beside it) name stores inside matched folders: all kept; an unrelated log folder goes."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("PLATFORM_CODE_DIR", raising=False)
+    project = tmp_path / "project"
+    root = project / "CODE"
+    beside, inside = root / "platform_logs" / "team.db", root / "logs" / "own.db"
+    write_tree(project, {".env": f"MLFLOW_TRACKING_URI=sqlite:///{beside}\n",
+                         "CODE/.env": f"MLFLOW_TRACKING_URI=sqlite:///{inside}\n",
+                         "CODE/train.py": "", "CODE/platform_logs/team.db": "sqlite",
+                         "CODE/platform_logs/team.db-wal": "", "CODE/logs/own.db": "sqlite",
+                         "CODE/logs/old.log": "x", "CODE/platform_logs/old-job/rank_0.log": "z"})
+    report = cleanup.clean(root)
+    assert not report.errors
+    assert {i.rel for i in report.removed} == {"platform_logs/old-job", "logs/old.log"}
+    assert beside.exists() and Path(f"{beside}-wal").exists() and inside.exists()
+    # above the project folder the rule reads nothing: a store named there is not protected
+    (project / ".env").unlink()
+    (tmp_path / ".env").write_text(f"MLFLOW_TRACKING_URI=sqlite:///{beside}\n")
+    write_tree(root, {"platform_logs/old-job/rank_0.log": "z"})
+    assert "platform_logs" in {i.rel for i in cleanup.clean(root, dry_run=True).removed}
+
+
 def test_uri_paths_cover_sqlite_companions_file_stores_and_nothing_for_servers(tmp_path):
     db = tmp_path / "m.db"
     assert set(uri_paths(f"sqlite:///{db}", bases=[tmp_path])) == {

@@ -224,3 +224,33 @@ def test_other_mlflow_client_failures_stay_transient():
                            "error code 503 != 200. Response body: 'busy'")
     assert mlflow_rest.http_status(busy) == 503 and not MlflowSink().is_permanent(busy)
     assert mlflow_rest.http_status(ConnectionError("reset")) is None
+
+
+def test_a_refusal_of_the_credentials_says_what_to_fix_from_either_clients_error():
+    """HTTP 401/403 as the REST client (error_of) and MLflow's client (verify_rest_response,
+    on the basic-auth app's plain-text answer) raise them: not a refusal of the records (the
+    forwarder would set them aside) but of the credentials, with what to set where."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, UNAUTHENTICATED
+    uri = "http://127.0.0.1:1"
+    rest_401 = mlflow_rest.error_of("POST", "/api/2.0/mlflow/runs/create", 401,
+                                    b"You are not authenticated. Please see ...")
+    client_401 = MlflowException("API request to endpoint /api/2.0/mlflow/runs/search failed "
+                                 "with error code 401 != 200", error_code=UNAUTHENTICATED)
+    for refused in (rest_401, client_401):
+        none = mlflow_rest.access_refusal(refused, uri, {})
+        assert none and "requires credentials (HTTP 401)" in none and uri in none
+        assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in none
+        assert "platform-run server" in none and ".env" in none
+        wrong = mlflow_rest.access_refusal(refused, uri, {"MLFLOW_TRACKING_USERNAME": "bob",
+                                                          "MLFLOW_TRACKING_PASSWORD": "secret"})
+        assert "refused the credentials of user 'bob'" in wrong and "secret" not in wrong
+        assert not MlflowSink().is_permanent(refused)  # the records wait; never set aside
+    client_403 = MlflowException("Permission denied", error_code=PERMISSION_DENIED)
+    for refused in (mlflow_rest.error_of("POST", "/platform/api/metrics/bulk", 403,
+                                         b"Permission denied"), client_403):
+        denied = mlflow_rest.access_refusal(refused, uri, {"MLFLOW_TRACKING_USERNAME": "bob"})
+        assert "refused user 'bob' (HTTP 403 PERMISSION_DENIED)" in denied and "EDIT" in denied
+    for other in (mlflow_rest.error_of("POST", "/x", 500, b"boom"), ConnectionError("reset"),
+                  mlflow_rest.error_of("POST", "/x", 400, b'{"error_code": "BAD_REQUEST"}')):
+        assert mlflow_rest.access_refusal(other, uri, {}) is None

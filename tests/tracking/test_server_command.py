@@ -1,7 +1,8 @@
 """`platform-run server` as a user runs it: a real PostgreSQL cluster and a real `mlflow server`,
 started by the command, both gone when the command is gone - SIGKILLed included - and the
 cluster shut down cleanly either way (it starts again on the same folder without recovery);
-nobody in without credentials (MLflow's basic-auth app), requests made with urllib as curl would."""
+nobody in without credentials (MLflow's basic-auth app), requests made with urllib as curl would;
+a job, `sync` and `compare` without the right credentials say what to fix (TRACKING_AUTH)."""
 from __future__ import annotations
 
 import base64
@@ -199,7 +200,7 @@ def test_without_credentials_the_team_server_answers_401_and_the_bulk_route_chec
         assert admin[1] not in (data_dir / log).read_text(errors="replace"), log
 
 
-def test_a_job_with_the_printed_env_lines_is_tracked_into_the_team_server(data_dir, tmp_path):
+def test_a_job_with_the_printed_env_lines_is_tracked_one_without_them_is_told_what_to_fix(data_dir, tmp_path):
     server = ServerCommand(data_dir)
     project = tmp_path / "project"
     project.mkdir()
@@ -212,20 +213,8 @@ def test_a_job_with_the_printed_env_lines_is_tracked_into_the_team_server(data_d
         cwd=str(project), env=clean_env(), capture_output=True, text=True, timeout=240)
     assert job.returncode == 0, job.stdout + job.stderr
 
-    def histories():
-        status, body = call(server.url, "/api/2.0/mlflow/experiments/get-by-name"
-                                        "?experiment_name=authjob", auth=server.auth)
-        if status != 200:
-            return None
-        experiment = json.loads(body)["experiment"]["experiment_id"]
-        runs = json.loads(call(server.url, "/api/2.0/mlflow/runs/search",
-                               {"experiment_ids": [experiment], "filter": "tags.rank_id != ''"},
-                               server.auth)[1]).get("runs", [])
-        steps = [len(json.loads(call(server.url, "/api/2.0/mlflow/metrics/get-history?run_id="
-                                     f"{r['info']['run_id']}&metric_key=loss",
-                                     auth=server.auth)[1]).get("metrics", [])) for r in runs]
-        return steps if steps == [20, 20] else None
-    wait_for(histories, timeout=120, interval=1, what="both ranks' 20 points in the team server")
+    wait_for(lambda: _loss_histories(server, "authjob") == [20, 20], timeout=120, interval=1,
+             what="both ranks' 20 points in the team server")
     # commands run by hand later find the credentials in the same .env (nothing in the shell)
     for command in (["sync", "--wait", "30"], ["compare", "--metric", "loss"]):
         done = subprocess.run([sys.executable, "-m", "platform_plugin", *command, "--log-dir",
@@ -233,6 +222,72 @@ def test_a_job_with_the_printed_env_lines_is_tracked_into_the_team_server(data_d
                               capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, (command, done.stdout + done.stderr)
     assert "rank" in done.stdout and "401" not in done.stdout + done.stderr, done.stdout
+    _without_the_right_credentials(server, data_dir, tmp_path / "other")
     os.kill(server.proc.pid, signal.SIGTERM)
     assert server.proc.wait(timeout=60) == 0, "".join(server.lines)
     wait_for(server.all_gone, timeout=30, what="everything stopped after SIGTERM")
+
+
+def _platform_run(project: Path, command: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "platform_plugin", command, "--log-dir",
+                           str(project / "logs"), *args], cwd=str(project), env=clean_env(),
+                          capture_output=True, text=True, timeout=240)
+
+
+def _without_the_right_credentials(server: ServerCommand, data: Path, project: Path) -> None:
+    """A job whose .env lacks the credentials, or whose user may not write into the
+    experiment: the job succeeds and its report says what to fix (the helper stops asking);
+    `sync` and `compare` refuse with TRACKING_AUTH naming the variables, no traceback; with
+    the printed lines in the .env, `sync` delivers every point."""
+    project.mkdir()
+    env_file = project / ".env"
+    alice = _add_user(data, "alice")  # READ on "authjob", which the admin's job created
+    cases = [([f"MLFLOW_TRACKING_URI={server.url}", "MLFLOW_EXPERIMENT_NAME=later"],
+              "requires credentials (HTTP 401) and MLFLOW_TRACKING_USERNAME is not set"),
+             ([f"MLFLOW_TRACKING_URI={server.url}", "MLFLOW_TRACKING_USERNAME=alice",
+               f"MLFLOW_TRACKING_PASSWORD={alice[1]}", "MLFLOW_EXPERIMENT_NAME=authjob"],
+              "refused user 'alice' (HTTP 403 PERMISSION_DENIED)")]
+    for lines, what in cases:
+        env_file.write_text("\n".join(lines) + "\n")
+        job = _platform_run(project, "launch", "--tracking", "mlflow", "--nproc", "2",
+                            "--backend", "plain", "--show", "none", "--", sys.executable,
+                            str(ASSETS / "launch" / "server_rank.py"), "train", "20")
+        out = job.stdout + job.stderr
+        assert job.returncode == 0 and "Traceback" not in out, out
+        assert "0 records delivered" in out and what in out and "platform-run sync" in out, out
+        helper = json.loads(next((project / "logs").rglob("helper.json")).read_text())
+        assert helper["phase"] == "done" and what in helper["error"], helper
+        shutil.rmtree(project / "logs")
+    env_file.write_text("\n".join(cases[0][0]) + "\n")  # the job of the first case, anew
+    job = _platform_run(project, "launch", "--tracking", "mlflow", "--nproc", "2", "--backend",
+                        "plain", "--show", "none", "--", sys.executable,
+                        str(ASSETS / "launch" / "server_rank.py"), "train", "20")
+    assert job.returncode == 0, job.stdout + job.stderr
+    for extra, what in [([], "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"),
+                        (["MLFLOW_TRACKING_USERNAME=admin", "MLFLOW_TRACKING_PASSWORD=not-it-4711"],
+                         "refused the credentials of user 'admin' (HTTP 401")]:
+        env_file.write_text("\n".join(cases[0][0] + extra) + "\n")
+        for command in (["sync"], ["compare", "job-of-another-server"]):
+            done = _platform_run(project, *command)
+            out = done.stdout + done.stderr
+            assert done.returncode == 2 and "[TRACKING_AUTH]" in out and what in out, (command, out)
+            assert "Traceback" not in out and "not-it-4711" not in out, out
+    env_file.write_text("\n".join(server.env_lines + ["MLFLOW_EXPERIMENT_NAME=later"]) + "\n")
+    done = _platform_run(project, "sync")
+    assert done.returncode == 0 and "pending 0" in done.stdout, done.stdout + done.stderr
+    assert _loss_histories(server, "later") == [20, 20]
+
+
+def _loss_histories(server: ServerCommand, experiment_name: str) -> list[int] | None:
+    """The number of `loss` points of each rank's run of the experiment (None: no experiment)."""
+    status, body = call(server.url, "/api/2.0/mlflow/experiments/get-by-name?experiment_name="
+                        f"{experiment_name}", auth=server.auth)
+    if status != 200:
+        return None
+    experiment = json.loads(body)["experiment"]["experiment_id"]
+    runs = json.loads(call(server.url, "/api/2.0/mlflow/runs/search",
+                           {"experiment_ids": [experiment], "filter": "tags.rank_id != ''"},
+                           server.auth)[1]).get("runs", [])
+    return sorted(len(json.loads(call(server.url, "/api/2.0/mlflow/metrics/get-history?run_id="
+                                      f"{r['info']['run_id']}&metric_key=loss",
+                                      auth=server.auth)[1]).get("metrics", [])) for r in runs)

@@ -16,7 +16,10 @@ Nothing blocks a stream for good: a line too large to deliver is copied to
 out-of-range number, a name MLflow refuses, a deleted run) is found by sending the refused batch
 in halves, set aside in `<stream>.jsonl.rejected` with the store's reason, counted as rejected
 and passed; a failure that may pass (a server down, a locked database, a timeout) keeps the
-batch for the next pass. `["r", ...]` lines (refused by the tracker in the rank) are counted only.
+batch for the next pass. A server that turns the requests away for their credentials
+(`refuses_access`: HTTP 401/403) stops the forwarder: `refused_access` says what to fix, every
+record waits in the spool for a `sync` with the right credentials, and no pass asks again.
+`["r", ...]` lines (refused by the tracker in the rank) are counted only.
 A round's turns run in parallel (`workers` threads, one stream per thread at a time, so each
 stream keeps its order). Observers (`delivered(label, records)`) see every accepted batch.
 """
@@ -59,6 +62,7 @@ class Forwarder:
         self.observers = list(observers or [])
         self.stop_at: float | None = None
         self.last_error = ""
+        self.refused_access = ""  # the server turned the credentials away: what to fix
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pool: Any = None  # a ThreadPoolExecutor once needed
@@ -74,6 +78,9 @@ class Forwarder:
         """Deliver everything complete. Not blocking (the live forwarder): a stream another
         process holds is skipped and counts as no failure. Blocking (sync): waits for each stream
         (at most `lock_timeout` s); one still held after that is a failure, named in last_error."""
+        if self.refused_access:
+            self.last_error = self.refused_access
+            return False
         down = self.sink.unavailable(self.config)
         if down:
             self.last_error = down
@@ -82,7 +89,8 @@ class Forwarder:
         try:
             self.sink.ensure_runs(self.config, self.spool_dir, sorted(set(labels) | set(self.config.ranks)))
         except Exception as exc:  # noqa: BLE001 - a sink error must never reach training
-            self.last_error = f"cannot create runs: {type(exc).__name__}: {exc}"[:500]
+            self.last_error = (self.access_refused(exc)
+                               or f"cannot create runs: {type(exc).__name__}: {exc}"[:500])
             return False
         deadline = None if lock_timeout is None else time.monotonic() + lock_timeout
 
@@ -246,8 +254,9 @@ class Forwarder:
         try:
             self.sink.deliver(self.config, label, state, records)
         except Exception as exc:  # noqa: BLE001
-            if not self.sink.is_permanent(exc):
-                self.last_error = state.last_error = f"{type(exc).__name__}: {exc}"[:500]
+            if self.access_refused(exc) or not self.sink.is_permanent(exc):
+                self.last_error = state.last_error = (self.refused_access
+                                                      or f"{type(exc).__name__}: {exc}"[:500])
                 return False
             reason = f"{type(exc).__name__}: {exc}"[:500]
             if len(records) == 1 or self._refuses_run(exc):  # the run refuses every record alike
@@ -256,6 +265,13 @@ class Forwarder:
             return self._in_halves(label, state, records, accepted, set_aside)
         accepted += records
         return True
+
+    def access_refused(self, exc: BaseException) -> str:
+        """What to fix when the server turned the credentials away (kept: no pass asks again)."""
+        refuses_access = getattr(self.sink, "refuses_access", None)
+        self.refused_access = self.refused_access or (
+            refuses_access and refuses_access(self.config.tracking_uri or "", exc)) or ""
+        return self.refused_access
 
     def _refuses_run(self, exc: BaseException) -> bool:
         refuses_run = getattr(self.sink, "refuses_run", None)

@@ -12,7 +12,9 @@ deadline) when the ranks have ended and closes the pipe; the helper delivers unt
 is in or the deadline passed, then ends the runs (a run with records still pending stays
 RUNNING, tagged, for `platform-run sync`) and exits. If the pipe closes without an `end.json`
 the launcher died: the helper delivers for PLATFORM_TRACKING_DRAIN_TIMEOUT (default 10) seconds
-more and exits, leaving the runs open (`platform-run sync JOB --end FAILED`).
+more and exits, leaving the runs open (`platform-run sync JOB --end FAILED`). A server that
+refuses the credentials (HTTP 401/403) ends it at once: the records wait for a `sync` with
+credentials that work, and the launcher's report says what to fix.
 Progress and the last error are in `helper.json`; its own stderr goes to `helper.log`.
 """
 from __future__ import annotations
@@ -83,6 +85,9 @@ class Helper:
                 ok = False
                 self.forwarder.last_error = f"{exc.strerror or exc} in {self.spool_dir}"[:500]
             self._set(error=self.forwarder.last_error)
+            if self.forwarder.refused_access:  # asking again repeats the refusal: sync, once fixed
+                self._set(phase="done")
+                return
             if (end is not None or self.orphaned) and (self.forwarder.past_deadline()
                                                        or (ok and self.forwarder.all_delivered())):
                 break

@@ -60,7 +60,7 @@ def deliver_all(forwarder: Forwarder, wait: float) -> int:
         if forwarder.pump(blocking=True, lock_timeout=max(0.0, deadline - time.monotonic())):
             return attempts
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or forwarder.refused_access:  # the credentials will not change meanwhile
             return attempts
         time.sleep(min(pause, left))
         pause = min(pause * 2, MAX_PAUSE_S)
@@ -92,7 +92,7 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
 def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: float, to: str | None,
           from_start: bool, job: str) -> SyncResult:
     sink = None if to is None else get_sink(config.sink)
-    if to is not None and store_move.move_to(spool_dir, config, to, sink, from_start):
+    if to is not None and store_move.move_to(spool_dir, config, to, sink, from_start, job):
         config = SinkConfig.load(spool_dir) or config
     store_move.check_store_there(spool_dir, config, job)  # before any MLflow import
     sink = sink or get_sink(config.sink)
@@ -108,6 +108,8 @@ def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: flo
         if forwarder.aggregates is not None:
             feed_delivered(forwarder, spool_dir)
     attempts = deliver_all(forwarder, wait)
+    if forwarder.refused_access:
+        raise store_move.refused(forwarder.refused_access, job)
     counts = forwarder.counts()
     config = SinkConfig.load(spool_dir) or config  # run ids a live helper may have added
     forwarder.config = config
@@ -121,6 +123,8 @@ def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: flo
             config.ended = ended = True
             config.save(spool_dir)
         except Exception as exc:  # noqa: BLE001 - reported, the next sync retries
+            if forwarder.access_refused(exc):
+                raise store_move.refused(forwarder.refused_access, job) from None
             forwarder.last_error = f"cannot end runs: {type(exc).__name__}: {exc}"
     return SyncResult(spool_dir, counts.delivered - before, counts, ended, forwarder.last_error, attempts,
                       set_aside(spool_dir, forwarder.labels(), counts.rejected - rejected_before))

@@ -25,11 +25,17 @@ from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig, St
 from platform_plugin.tracking.job.uri_check import check_tracking_uri, sqlite_file, uri_problem
 from platform_plugin.tracking.rank.identity import stream_name
 
-GONE, MOVE = "TRACKING_STORE_GONE", "TRACKING_SYNC_TO"
+GONE, MOVE, AUTH = "TRACKING_STORE_GONE", "TRACKING_SYNC_TO", "TRACKING_AUTH"
 
 
 def _refuse(code: str, message: str, where: str) -> ConfigError:
     return ConfigError([Problem(code, message, where)])
+
+
+def refused(what_to_fix: str, job: str) -> ConfigError:
+    """The store turned sync's credentials away: a setting to fix, not a failure to retry."""
+    return _refuse(AUTH, f"{what_to_fix}; the job's records wait in its spool: platform-run "
+                   f"sync {job} once that is fixed", "MLFLOW_TRACKING_USERNAME")
 
 
 def sent_records(spool_dir) -> int:
@@ -80,14 +86,15 @@ def check_runs_there(spool_dir, config: SinkConfig, sink, job: str) -> None:
     ids = run_ids(spool_dir, config)
     if not path or path == ":memory:" or not ids or not os.path.exists(path):
         return
-    if not _holds(sink, config.tracking_uri or "", ids):
+    if not _holds(sink, config.tracking_uri or "", ids, job):
         raise _refuse(GONE, f"the store {path} does not hold this job's runs ({ids[0]}, ...): it "
                       "was replaced (removed, then made anew). Name where the job's store is now: "
                       f"platform-run sync {job} --to URI; if it is lost, --to URI --from-start "
                       "sends the whole job again", config.tracking_uri or "sink.json")
 
 
-def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = False) -> bool:
+def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = False,
+            job: str = "JOB") -> bool:
     """Record `uri` as the job's store in sink.json; True when it changed. `sink` answers
     whether the target holds the job's runs (opening only a store that exists). `from_start`:
     into a store without them, the whole job again from its spool (a lost store rebuilt)."""
@@ -100,7 +107,7 @@ def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = Fa
     with stream_lock(spool_dir, "runs", blocking=True):  # a sync of the same job at once
         config = SinkConfig.load(spool_dir) or config
         ids = run_ids(spool_dir, config)
-        holds = bool(ids) and _holds(sink, uri, ids)
+        holds = bool(ids) and _holds(sink, uri, ids, job)
         if holds and from_start:
             raise _refuse(MOVE, f"--to {uri} --from-start: that store holds this job's runs "
                           "already: sending the job again would store every point twice", "--to")
@@ -119,7 +126,7 @@ def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = Fa
     return True
 
 
-def _holds(sink, uri: str, ids: list[str]) -> bool:
+def _holds(sink, uri: str, ids: list[str], job: str) -> bool:
     path = sqlite_file(uri)
     if path is not None and not os.path.exists(path):
         return False  # never opened to ask: opening makes it
@@ -130,6 +137,10 @@ def _holds(sink, uri: str, ids: list[str]) -> bool:
     except Exception as exc:  # noqa: BLE001 - MLflow's error for a missing run, or the store's
         if getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
             return False
+        refuses_access = getattr(sink, "refuses_access", None)
+        what_to_fix = refuses_access(uri, exc) if refuses_access else None
+        if what_to_fix:
+            raise refused(what_to_fix, job) from None
         raise PlatformPluginError(f"--to {uri}: cannot ask it for this job's runs: "
                                   f"{type(exc).__name__}: {exc}") from None
     return True

@@ -13,6 +13,14 @@ MLflow's default permission model, unchanged: every user may read every experime
 (`default_permission = READ`) and manages the experiments they create; logging into someone
 else's experiment takes an EDIT grant from its manager or the admin. (A grant only adds to the
 default: a default of EDIT could not be narrowed for one experiment.)
+
+MLflow checks the password of every request against its hash (werkzeug's scrypt: tens to
+hundreds of ms of a worker's CPU), at least twice a request: the auth app's gate, then its
+admin check, then the permission check of a user who is not the admin, and the bulk route's. `auth_cache_ttl_seconds` makes each worker remember a credential it accepted
+for that long. Only the yes/no of the password is remembered: permissions and the admin flag
+are read from the database on every request, so a grant or a revocation counts at once; a
+password changed or a user deleted through another worker is still accepted by this one until
+its entry expires (at most AUTH_CACHE_TTL_S).
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ CREDENTIALS_FILE = "mlflow-auth.json"
 CONFIG_FILE = "basic_auth.ini"
 AUTH_DATABASE = "mlflow_auth"
 DEFAULT_PERMISSION = "READ"
+AUTH_CACHE_TTL_S = 30  # how long a worker remembers an accepted password (see above)
 # MLflow's REST route that creates a user (mlflow/server/auth/routes.py: CREATE_USER)
 CREATE_USER = "/api/2.0/mlflow/users/create"
 
@@ -72,13 +81,16 @@ def load(data: Path) -> TeamCredentials:
     return TeamCredentials(**json.loads(path.read_text()))
 
 
-def server_env(data: Path, credentials: TeamCredentials, database_uri: str) -> dict[str, str]:
-    """The auth app's settings for `mlflow server`'s environment; writes `basic_auth.ini`."""
+def server_env(data: Path, credentials: TeamCredentials, database_uri: str,
+               cache_ttl_s: int = AUTH_CACHE_TTL_S) -> dict[str, str]:
+    """The auth app's settings for `mlflow server`'s environment; writes `basic_auth.ini`.
+    `cache_ttl_s` 0: every request's password checked against its hash (the benchmark's B)."""
     config = data / CONFIG_FILE
     write_private(config, "[mlflow]\n"
                           f"default_permission = {DEFAULT_PERMISSION}\n"
                           f"database_uri = {database_uri}\n"
                           f"admin_username = {credentials.admin_username}\n"
+                          f"auth_cache_ttl_seconds = {cache_ttl_s}\n"
                           "authorization_function = "
                           "mlflow.server.auth:authenticate_request_basic_auth\n")
     return {"MLFLOW_AUTH_CONFIG_PATH": str(config),

@@ -33,7 +33,9 @@ class Sink(Protocol):
     def is_permanent(self, exc: BaseException) -> bool:
         """True when resending the same records can never succeed: the forwarder sets them
         aside. A sink may also answer `refuses_run(exc)`: the refusal is the run's, shared by
-        every record of the batch (set aside whole, without halving it)."""
+        every record of the batch (set aside whole, without halving it), and
+        `refuses_access(uri, exc)`: what to fix when the store turned the request away for
+        its credentials (the records wait, the forwarder stops asking until they are fixed)."""
 
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
         """End the job's runs with config.final_status; runs of streams with `pending` records

@@ -361,3 +361,34 @@ def refused_run(exc: BaseException) -> bool:
     code = getattr(exc, "error_code", None) if isinstance(exc, errors(None)) else None
     return code == "RESOURCE_DOES_NOT_EXIST" or (
         code == "INVALID_PARAMETER_VALUE" and "must be in the 'active' state" in str(exc))
+
+
+# MLflow's codes for a request its auth app turned away (mlflow.exceptions: 401, 403)
+ACCESS_CODES = {"UNAUTHENTICATED": 401, "CUSTOMER_UNAUTHORIZED": 401, "PERMISSION_DENIED": 403}
+
+
+def access_refusal(exc: BaseException, uri: str, environ=None) -> str | None:
+    """What to do when the server turned the request away for its credentials (HTTP 401) or its
+    user's permission (403), else None. Not a refusal of the records: they wait in the spool
+    until the credentials are fixed, and retrying before that only repeats the refusal."""
+    code = getattr(exc, "error_code", None) if isinstance(exc, errors(None)) else None
+    status = ACCESS_CODES.get(str(code)) or http_status(exc)
+    if status not in (401, 403):
+        return None
+    env = os.environ if environ is None else environ
+    user, password = _credentials(env)
+    where = ("in the project's .env (beside CODE/, or the working folder's: the lines `platform-run "
+             "server` printed for the admin, `platform-run server add-user NAME` for a team "
+             "member's own) or in the environment")
+    if status == 403:
+        return (f"the tracking server {uri} refused user {user!r} (HTTP 403 PERMISSION_DENIED): "
+                "logging into an experiment another user created takes an EDIT grant from its "
+                "creator or the server's admin; or set MLFLOW_EXPERIMENT_NAME to an experiment "
+                "of your own")
+    if not (user and password) and not env.get("MLFLOW_TRACKING_TOKEN"):
+        return (f"the tracking server {uri} requires credentials (HTTP 401) and "
+                f"MLFLOW_TRACKING_{'PASSWORD' if user else 'USERNAME'} is not set: set "
+                f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD {where}")
+    return (f"the tracking server {uri} refused the credentials of user {user!r} (HTTP 401: no "
+            "such user, or a wrong password): fix MLFLOW_TRACKING_USERNAME and "
+            f"MLFLOW_TRACKING_PASSWORD {where}")

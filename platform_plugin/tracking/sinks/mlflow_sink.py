@@ -346,6 +346,9 @@ class MlflowSink:
     def refuses_run(self, exc: BaseException) -> bool:
         return mlflow_rest.refused_run(exc)
 
+    def refuses_access(self, uri: str, exc: BaseException) -> str | None:
+        return mlflow_rest.access_refusal(exc, uri)
+
     # --- end of job -------------------------------------------------------------------------
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
         """Upload rank logs and end the runs with the job's status. A run whose stream still
