@@ -18,6 +18,7 @@ from platform_plugin.comparison import table as comparing
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.job.jupyter_session import kernel_id
 from platform_plugin.variables import PLATFORM_NOTEBOOK
 
 
@@ -205,9 +206,18 @@ ASSISTANT_CLOSED = {"mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true",
 def _frame(result: Comparison) -> str:
     url = result.url or ""
     health = url.split("#", 1)[0].rstrip("/") + "/health"
+    # the kernel that owns the UI is asked first (a 404 once it ended): a request proxied to the
+    # gone UI would make jupyter-server-proxy log a ConnectionRefusedError traceback each time
+    # the saved notebook is opened
+    kernel = kernel_id()
+    owner = (url.split("/proxy/", 1)[0] + f"/api/kernels/{kernel}") if kernel and "/proxy/" in url else ""
     settings = json.dumps(ASSISTANT_CLOSED).replace("<", "\\u003c")
-    script = (f"var page={json.dumps(url)},health={json.dumps(health)},keep={settings};"
-              "fetch(health,{cache:'no-store'}).then(function(r){return r.ok?r.text():''})"
+    script = (f"var page={json.dumps(url)},health={json.dumps(health)},owner={json.dumps(owner)},"
+              f"keep={settings};"
+              "(owner?fetch(owner,{cache:'no-store'}).then(function(r){if(!r.ok)throw 0;})"
+              ":Promise.resolve())"
+              ".then(function(){return fetch(health,{cache:'no-store'});})"
+              ".then(function(r){return r.ok?r.text():''})"
               ".then(function(t){if(t.trim()!=='OK')throw 0;"
               "try{for(var k in keep)localStorage.setItem(k,keep[k]);}catch(e){}"
               "location.replace(page);})"

@@ -22,8 +22,8 @@ TIMEOUT_S = 2.0  # the server is on this machine: a bound, not a wait
 def current_notebook(environ) -> str | None:
     """The path (relative to the server's root) of the notebook this kernel runs, or None
     outside a kernel that a Jupyter server started."""
-    kernel_id = _kernel_id()
-    if kernel_id is None:
+    kernel = kernel_id()
+    if kernel is None:
         return None
     for server in _servers(environ):
         try:
@@ -31,12 +31,12 @@ def current_notebook(environ) -> str | None:
         except (OSError, ValueError):
             continue
         for session in sessions if isinstance(sessions, list) else []:
-            if (session.get("kernel") or {}).get("id") == kernel_id and session.get("path"):
+            if (session.get("kernel") or {}).get("id") == kernel and session.get("path"):
                 return str(session["path"])
     return None
 
 
-def _kernel_id() -> str | None:
+def kernel_id() -> str | None:
     """This kernel's id, from its connection file's name (`kernel-<id>.json`)."""
     kernelapp = sys.modules.get("ipykernel.kernelapp")
     if kernelapp is None or not kernelapp.IPKernelApp.initialized():
