@@ -1,5 +1,5 @@
 """The rank-table route's job id (the table's first server derives it and sends it to the
-others with the job link's `go`: servers/identity.py), and the job link's key.
+others with the job link's `go`: servers/identity.py).
 
 The servers of a multi-server full run share two things the platform made for this job: the
 rank table (the same file content on every server) and the job's own variables. The id is:
@@ -37,14 +37,3 @@ def rank_table_job_id(job_name: str, table_path: str, environ: dict) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(mtime))
     return f"{job_name}-{stamp}-{digest.hexdigest()[:8]}"
 
-
-def rank_table_key(table_path: str, job_id: str | None) -> bytes:
-    """The key that authenticates the job link's messages on the rank-table route: the table's
-    bytes (every server of the job has the same file, an outsider does not) mixed with the job id
-    when one is given (link_key.py takes it unless --job-key gives another)."""
-    digest = hashlib.sha256(b"platform_plugin job link\0")
-    with open(table_path, "rb") as fh:
-        digest.update(fh.read())
-    if job_id:
-        digest.update(b"\0job_id=" + job_id.encode())
-    return digest.digest()

@@ -6,7 +6,7 @@ Both routes use the same channel:
 - the rank table (several servers): the table's first server listens on its `server_id` (an
   address) and port `--control-port` / PLATFORM_CONTROL_PORT (default RANK_TABLE_CONTROL_PORT);
   the others find it in the same table. The key authenticating the channel comes from the
-  table's bytes (job_key.rank_table_key) unless `--job-key` gives one (link_key.py).
+  table's bytes (link_key.rank_table_key) unless `--job-key` gives one (link_key.py).
 A control port node 0 cannot listen on is a configuration error, said here.
 """
 from __future__ import annotations
@@ -17,9 +17,8 @@ import socket
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import JobPlace
-from platform_plugin.launcher.servers.job_key import rank_table_key
 from platform_plugin.launcher.servers.joblink import JobLink
-from platform_plugin.launcher.servers.link_key import DEFAULT_SILENCE_S, link_key
+from platform_plugin.launcher.servers.link_key import DEFAULT_SILENCE_S, link_key, rank_table_key
 from platform_plugin.variables import RANK_TABLE_CONTROL_PORT
 
 CONTROL_PORT_OFFSET = 1  # --nnodes route: the control port is the rendezvous port + 1

@@ -1,6 +1,6 @@
 """The key that signs the job link's messages on the `--nnodes` route (wire.py): whoever holds
 it is one of the job's launchers. The rank-table route derives its own from the table's bytes
-(link.py) and passes it through `link_key` as `derived`.
+(`rank_table_key`) and passes it through `link_key` as `derived`.
 
 1. `--job-key` / `PLATFORM_JOB_KEY`: the key itself, or `@FILE`: a file only its owner may
    read (0600, as ssh and Jupyter's connection files), the same on every server;
@@ -33,6 +33,18 @@ def link_key(job_key: str | None, job_id: str | None, derived: bytes | None = No
     else:
         return None
     return hashlib.sha256(b"platform-plugin job link\0" + secret).digest()
+
+
+def rank_table_key(table_path: str, job_id: str | None) -> bytes:
+    """The key that authenticates the job link's messages on the rank-table route: the table's
+    bytes (every server of the job has the same file, an outsider does not) mixed with the job id
+    when one is given (`link_key` takes it unless --job-key gives another)."""
+    digest = hashlib.sha256(b"platform_plugin job link\0")
+    with open(table_path, "rb") as fh:
+        digest.update(fh.read())
+    if job_id:
+        digest.update(b"\0job_id=" + job_id.encode())
+    return digest.digest()
 
 
 def _read(path: str) -> bytes:
