@@ -97,6 +97,34 @@ def linked(monkeypatch):
     hub.close()
 
 
+def test_a_disconnect_read_while_the_next_connection_greets_keeps_that_connection(monkeypatch):
+    """A loaded machine: the hub reads the disconnect of a launcher's TCP probe only once that
+    launcher's ZeroMQ connection, on the descriptor the probe freed, has greeted. The greeting
+    read with that event is not the closed connection's: the launcher stays joined."""
+    monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "20")
+    handle_event = Hub.handle_event
+
+    def late(self, monitor):
+        if monitor.poll(0) and self.socket is not None:
+            self.socket.poll(2000)  # hold the event until a message waits behind it
+        return handle_event(self, monitor)
+
+    monkeypatch.setattr(Hub, "handle_event", late)
+    port = free_port_pair()
+    notes: list[str] = []
+    hub = Hub("127.0.0.1", port, 2, key=KEY, note=notes.append, silence_s=10)
+    try:
+        spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=KEY, silence_s=10)
+        agreeing = threading.Thread(target=lambda: hub.agree({"job_id": "j1"}, 0))
+        agreeing.start()
+        assert spoke.agree({"job_id": "x"}, 0) == {"job_id": "j1"}, notes
+        agreeing.join(20)
+        assert not spoke.broken and not notes, notes
+        spoke.close()
+    finally:
+        hub.close()
+
+
 def test_a_replayed_message_of_a_joined_launcher_is_refused(linked):
     """The Spoke's own greeting and join, replayed from another connection: refused as
     replays (taken, they would greet as node 1's session and join as a second node 1)."""

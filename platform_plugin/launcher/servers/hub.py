@@ -31,6 +31,7 @@ from platform_plugin.launcher.servers.wire import PROTOCOL, TO_NODE_0, Counters,
 
 MAX_GUESTS = 64  # connections that greeted but did not join yet, beyond the job's nodes
 MAX_CONNECTIONS = 256  # beyond the job's nodes: what junk may hold open at once
+SUSPECT_RECHECK_S = 0.2  # libzmq closes a descriptor right after it reports its disconnect
 
 
 def connection_cap(nnodes: int) -> int:
@@ -104,6 +105,7 @@ class Hub(Linked):
         self.cap = connection_cap(nnodes)
         self.rid_of: Dict[int, bytes] = {}  # descriptor -> routing id, once it sent something
         self.address_of: Dict[int, object] = {}  # descriptor -> its connection's peer address
+        self.suspects: Dict[int, float] = {}  # descriptor -> when a disconnect named it, alive
         sock = self.context.socket(zmq.ROUTER)
         try:
             socket_options(sock, silence_s)
@@ -231,20 +233,33 @@ class Hub(Linked):
                              "once")
                 shut(fd, self.port)
             return True
-        if fd in self.rid_of and peer_address(fd) == self.address_of.get(fd, False):
-            # a late event of an earlier connection whose descriptor a live one took since (a
-            # launcher's TCP probe before its DEALER connects): not the known connection's end
-            return True
-        self.connections.discard(fd)
-        self.address_of.pop(fd, None)
-        # what the connection sent before it closed (a "bye") counts first
+        # what the connection sent before it closed (a "bye") counts first; the first message
+        # of a connection that took this descriptor since may be among it
         while self.socket is not None and self.receive_one(self.socket):
             pass
+        if self._still_open(fd):
+            # a late event of an earlier connection whose descriptor a live one took since (a
+            # launcher's TCP probe before its DEALER connects), or libzmq about to close a live
+            # one itself (a missed ZMTP heartbeat, an oversized message): tick looks again
+            self.suspects[fd] = time.monotonic()
+            return True
+        self._closed(fd)
+        return True
+
+    def _still_open(self, fd: int) -> bool:
+        """The connection that last sent on `fd` is still the one open on it."""
+        live = peer_address(fd)
+        return fd in self.rid_of and live is not None and live == self.address_of.get(fd)
+
+    def _closed(self, fd: int) -> None:
+        """The connection on `fd` closed: what it meant for the job."""
+        self.connections.discard(fd)
+        self.address_of.pop(fd, None)
+        self.suspects.pop(fd, None)
         rid = self.rid_of.pop(fd, None)
         if rid is not None:
             self.ignored.discard(rid)
             self._lost(rid, "its launcher is gone")
-        return True
 
     def handle(self, frames: List[bytes], fd: int) -> None:
         rid, rest = frames[0], frames[1:]
@@ -367,7 +382,15 @@ class Hub(Linked):
             self.cond.notify_all()
 
     def tick(self, now: float) -> None:
-        """Ping every connection that greeted; one silent past the deadline is lost."""
+        """Ping every connection that greeted; one silent past the deadline is lost; a
+        disconnect that named a live connection is looked at again (libzmq has closed it by
+        now, or it was an earlier connection's)."""
+        for fd, since in list(self.suspects.items()):
+            if now - since >= SUSPECT_RECHECK_S:
+                if self._still_open(fd):
+                    del self.suspects[fd]
+                else:
+                    self._closed(fd)
         for rid, peer in list(self.peers.items()):
             if now - peer.heard > self.silence_s:
                 self.ignored.add(rid)

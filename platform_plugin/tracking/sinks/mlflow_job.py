@@ -97,9 +97,13 @@ def report_gone(client, config, gone) -> str | None:
     this call ended it."""
     parent, server = config.parent_run_id, config.job.get("server_id", "?")
     tags = dict(client.get_run(parent).data.tags)
-    for lost in gone:
-        if lost != server and SERVER_TAG + lost not in tags:
-            tags[SERVER_TAG + lost] = _end_for_gone(client, config, parent, lost, server)
+    lost_now = [lost for lost in gone if lost != server and SERVER_TAG + lost not in tags]
+    for lost in lost_now:
+        _end_for_gone(client, config, parent, lost, server)
+    if lost_now:
+        # read again after this launcher's last write: two launchers that end at once then
+        # cannot both miss the other's word (each reads after all it wrote)
+        tags = dict(client.get_run(parent).data.tags)
     ended = {k[len(SERVER_TAG):]: v.split(":", 1)[0] for k, v in tags.items()
              if k.startswith(SERVER_TAG)}
     if len(ended) < config.servers:
@@ -113,7 +117,7 @@ def report_gone(client, config, gone) -> str | None:
     return final
 
 
-def _end_for_gone(client, config, parent: str, gone: str, by: str) -> str:
+def _end_for_gone(client, config, parent: str, gone: str, by: str) -> None:
     """A server whose launcher vanished (SIGKILL, its machine lost) never reports its end: the
     parent would stay RUNNING for good, and so would its ranks' runs. The launcher that saw it
     go (the job link) reports it FAILED and ends its runs still RUNNING; should that server's
@@ -125,7 +129,6 @@ def _end_for_gone(client, config, parent: str, gone: str, by: str) -> str:
             filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.server_id = "
                           f"'{gone}' and attributes.status = 'RUNNING'"):
         client.set_terminated(run.info.run_id, "FAILED")
-    return value
 
 
 def job_children(client, experiment_id: str, parent_run_id: str) -> list:
