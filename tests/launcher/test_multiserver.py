@@ -314,24 +314,27 @@ def test_rank_table_another_program_on_the_control_port_is_refused(tmp_path):
     assert "LAUNCH_PORT_BUSY" in outs[1][1] and "not node 0's launcher" in outs[1][1], outs[1][1]
 
 
-def test_rank_table_a_killed_server_is_named_by_the_other(tmp_path):
-    """The second server's launcher is SIGKILLed while its ranks run: the first stops its own
-    ranks (they would sleep 120 s) and names it."""
+@pytest.mark.parametrize("killed", [1, 0])
+def test_rank_table_a_killed_server_is_named_by_the_other(tmp_path, killed):
+    """One server's launcher is SIGKILLed while its ranks run (the second, or the first, which
+    holds the job link): the other stops its own ranks (they would sleep 120 s) and names it
+    by the table's server_id."""
     table = loopback_table(tmp_path, 2, 2)
     port = free_port_pair()
     procs = [start_table_server(tmp_path, table, node, port, f"server{node}",
                                 (RANK, "fail-on", "99")) for node in (0, 1)]
+    other = 1 - killed
     try:
         wait_for(lambda: all(any((tmp_path / f"server{n}").iterdir()) for n in (0, 1)),
                  timeout=60, what="both job folders")
         time.sleep(1)
-        procs[1].kill()
-        outs = finish_all(procs[:1], timeout=90)
+        procs[killed].kill()
+        [(code, out)] = finish_all([procs[other]], timeout=90)
     finally:
         kill_jobs_of_tag(tmp_path, "")
     # (the link names a server by the table's server_id it joined with)
-    second = json.loads(table.read_text())["server_list"][1]["server_id"]
-    assert outs[0][0] == 1 and f"server {second}: its launcher is gone" in outs[0][1], outs
+    name = json.loads(table.read_text())["server_list"][killed]["server_id"]
+    assert code == 1 and f"server {name}: its launcher is gone" in out, out
 
 
 def kill_jobs_of_tag(tmp_path, tag) -> None:

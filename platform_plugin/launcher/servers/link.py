@@ -49,7 +49,7 @@ def open_link(place: JobPlace, options: LaunchOptions, note=None) -> JobLink:
         except OSError as exc:
             raise _unbound(exc, addr, port, table) from None
     return Spoke(addr, port, place.node_rank, place.nnodes, place.server_id, key=key, note=note,
-                 silence_s=silence_s)
+                 silence_s=silence_s, hub_server=place.first_server if table else "node0")
 
 
 def _unbound(exc: OSError, addr: str, port: int, table: bool) -> ConfigError:

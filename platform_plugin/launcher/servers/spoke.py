@@ -24,9 +24,12 @@ class Spoke(Linked):
 
     def __init__(self, addr: str, port: int, node: int, nnodes: int, server: str, *,
                  key: Optional[bytes], note: Optional[Callable[[str], None]] = None,
-                 silence_s: float = 60.0):
+                 silence_s: float = 60.0, hub_server: str = "node0"):
         super().__init__(key, note, silence_s)
         self.node, self.nnodes, self.server = node, nnodes, server
+        self.hub_server = hub_server  # how node 0's server is named: node0, or the table's id
+        self.hub_name = ("node 0" if hub_server == "node0"
+                         else f"the first server {hub_server}")
         self.goes: Dict[int, Dict[str, str]] = {}
         self.outcomes: Dict[int, List[str]] = {}
         self.refusal = ""
@@ -67,12 +70,13 @@ class Spoke(Linked):
         with self.cond:
             while attempt not in self.goes:
                 if self.refusal:
-                    raise PlatformPluginError(f"node 0 refused this launcher: {self.refusal}")
+                    raise PlatformPluginError(f"{self.hub_name} refused this launcher: "
+                                              f"{self.refusal}")
                 if self.broken:
                     raise PlatformPluginError(f"multi-server start failed: {self.broken}")
                 if self.said_bye:  # it closed cleanly without starting this attempt
                     raise PlatformPluginError(
-                        "node 0's launcher ended without starting " +
+                        f"{self.hub_name}'s launcher ended without starting " +
                         ("the job" if attempt == 0 else f"attempt {attempt + 1}") +
                         " (interrupted, or it failed or decided not to restart: its output says)")
                 left = deadline - time.monotonic()
@@ -80,9 +84,9 @@ class Spoke(Linked):
                     raise PlatformPluginError("multi-server start failed: the job link on "
                                               "this server stopped (its output says why)")
                 if left <= 0:
-                    raise PlatformPluginError(f"node 0 did not start the job within "
+                    raise PlatformPluginError(f"{self.hub_name} did not start the job within "
                                               f"{join_timeout():g}s (other nodes missing?)")
-                waiting.check(lambda: "joined node 0; waiting for it to start "
+                waiting.check(lambda: f"joined {self.hub_name}; waiting for it to start "
                                       + (f"attempt {attempt + 1}" if attempt else "the job")
                                       + " (once every server's launcher has joined; up to "
                                       f"{join_timeout():g}s)")
@@ -96,14 +100,14 @@ class Spoke(Linked):
 
     def gone(self) -> list[str]:
         with self.cond:
-            return ["node0"] if self.broken else []
+            return [self.hub_server] if self.broken else []
 
     def conclude(self, attempt: int, ok: bool, server: str) -> list[str]:
         self._send("ended", attempt=attempt, ok=ok, server=server)
         with self.cond:
             while attempt not in self.outcomes:
                 if self.broken or not self.alive():  # node 0 gone: its part of the job is lost
-                    return sorted({"node0"} | (set() if ok else {server}))
+                    return sorted({self.hub_server} | (set() if ok else {server}))
                 self.cond.wait(0.5)
             return list(self.outcomes[attempt])
 
@@ -158,7 +162,7 @@ class Spoke(Linked):
             return False
         with self.cond:
             if self.hub_sid and not self.closing and not self.said_bye:
-                self.broken = self.broken or "node 0's launcher is gone"
+                self.broken = self.broken or f"server {self.hub_server}: its launcher is gone"
             self.cond.notify_all()
         return True
 
@@ -169,8 +173,9 @@ class Spoke(Linked):
                 # a gap this long between two ticks: this launcher was the frozen one
                 self.broken = self.broken or (
                     f"this launcher was frozen for {stalled:.0f} s (past the heartbeat "
-                    "deadline): node 0 took this server for failed" if stalled > self.silence_s
-                    else f"server node0: silent for {self.silence_s:g} s (frozen or cut off)")
+                    f"deadline): {self.hub_name} took this server for failed" if stalled > self.silence_s
+                    else f"server {self.hub_server}: silent for {self.silence_s:g} s (frozen or "
+                    "cut off)")
                 self.cond.notify_all()
         if self.hub_sid and not self.broken:
             self._send("ping")
