@@ -113,10 +113,12 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     (all servers together: each attempt is agreed through the job link), same job id.
     Returns (the last attempt's result, lines hidden from the display)."""
     attempts: list[dict] = []
+    spool_dir = ""  # the failed attempt's spools on this server: how far it got
     while True:
         attempt = len(attempts)
         if attempt:  # every server reached this attempt (the first one was agreed in run())
-            plan = restarted(cmd, settings, host, options, plan, link, attempt)
+            plan = restarted(cmd, settings, host, options, plan, link, attempt, attempts[-1],
+                             spool_dir, _note(options.write))
         result, hidden = _supervise(plan, options, shown, link, attempts,
                                     last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
@@ -124,6 +126,7 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
         attempts.append(attempt_record(result, attempt))
+        spool_dir = getattr(result.tracking, "spool_dir", "") or ""
         _print(options.write, restarting(result, attempt, options.max_restarts))
 
 
