@@ -36,8 +36,9 @@ def test_an_untracked_restart_resumes_from_the_newest_checkpoint(log_dir, tmp_pa
         assert "START 0" in log_text(os.path.join(result.job_dir, "attempt-1"), rank)
     step_60 = os.path.join(checkpoints, "step-0000000060")
     # nothing but the checkpoints says how far the failed attempt got: no more than step 60
-    assert (f"[launcher] attempt 2 resumed from step 60 (checkpoint {step_60}), steps lost to "
-            "the failure: unknown") in said
+    # said before attempt 2 starts, and again in the final summary
+    assert said.count(f"[launcher] attempt 2 resumed from step 60 (checkpoint {step_60}), steps "
+                      "lost to the failure: unknown") == 2, said
     [failed] = read_job(result.job_dir)["failed_attempts"]
     assert failed["resumed"] == {
         "attempt": 2, "step": 60, "checkpoint": step_60, "reached_step": 60,
