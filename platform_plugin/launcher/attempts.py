@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-from platform_plugin.launcher import resume
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.processes.spawn import make_checkpoint_dir
@@ -54,6 +53,7 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
     job id, resuming from the checkpoint node 0 chose; the earlier attempt's logs kept in
     `attempt-N/`. `failed`: the failed attempt's record, which gets what was resumed and what
     the failure cost (`spool_dir`: that attempt's spools on this server, "" untracked)."""
+    from platform_plugin.launcher import resume  # (a restarted attempt only)
     proposed = {"job_id": plan.job_id}
     if plan.node_rank == 0:  # node 0 chooses for every server
         proposed.update(resume.proposal(plan, note))
