@@ -18,11 +18,12 @@ from typing import Callable, Dict, Optional
 from platform_plugin.checkpoint.manifest import (MANIFEST, STEP_FOLDER, CheckpointUnavailable,
                                                  newest_complete)
 from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.servers.wire import RESUME_STEP, STEP_TEXT
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX
 from platform_plugin.tracking.rank.spool import read_complete
 
 # the job identity's keys ([a-z_], str values: servers/wire.py) that carry node 0's choice
-STEP_KEY, CHECKPOINT_KEY = "resume_step", "resume_checkpoint"
+STEP_KEY, CHECKPOINT_KEY = RESUME_STEP, "resume_checkpoint"
 MAX_PATH_SENT = 2048
 READ_BYTES = 64 << 20
 SYSTEM_PREFIX = "system/"  # the launcher's own samples: not a training step
@@ -83,7 +84,7 @@ def proposal(plan: LaunchPlan, note: Callable[[str], None]) -> Dict[str, str]:
 
 def agreed_step(identity: Dict[str, str]) -> Optional[int]:
     text = identity.get(STEP_KEY, "")
-    return int(text) if text.isdigit() else None
+    return int(text) if STEP_TEXT.fullmatch(text) else None
 
 
 def resumed(identity: Dict[str, str], failed: LaunchPlan, spool_dir: str,

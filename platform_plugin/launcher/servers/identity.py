@@ -8,6 +8,8 @@ It is a flat dict of strings sent with the job link's `go` (JobLink.agree):
   (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/job/conventions.py). Servers
   whose project folders are named differently still make one job: one parent run, found by
   its job id in that one experiment (tracking/sinks/mlflow_job.py).
+The "go" of a restarted attempt (attempts.restarted) carries node 0's resume point too:
+`resume_step` and `resume_checkpoint` (launcher/resume.py), absent when nothing is resumed.
 """
 from __future__ import annotations
 
