@@ -16,17 +16,16 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 import secrets
 from typing import Any, Callable, Dict, Optional, Tuple
+
+from platform_plugin.launcher.servers.identity import RESUME_STEP, STEP_TEXT
 
 MAX_MESSAGE = 64 * 1024  # ZMQ_MAXMSGSIZE: a larger frame closes the sender's connection
 MAX_NODES = 4096
 MAX_ATTEMPT = 100_000
 MAX_TEXT = 4096
 MAX_IDENTITY_KEYS = 16
-RESUME_STEP = "resume_step"  # the identity key of node 0's resume point (launcher/resume.py)
-STEP_TEXT = re.compile(r"[0-9]{1,10}")
 PROTOCOL = 2
 
 Check = Callable[[Any], bool]
