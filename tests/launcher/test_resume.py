@@ -117,3 +117,20 @@ def test_a_job_given_an_earlier_jobs_checkpoint_folder_resumes_it(log_dir, tmp_p
     assert f"[launcher] resuming from step 20 (checkpoint {shared / 'step-0000000020'})" in said
     for rank in ("0", "1"):
         assert "START 21" in log_text(second.job_dir, rank)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_whose_writer_died_before_the_manifest_is_never_resumed(log_dir, tmp_path,
+                                                                            clean_environ):
+    """Rank 0 is SIGKILLed between the data of step 65's checkpoint and its manifest: attempt
+    2 resumes from step 60, the newest complete one, on both ranks."""
+    result, said = run(log_dir, tmp_path, "80", "65", "half", tracking="none")
+    assert result.ok, said
+    half = os.path.join(result.job_dir, "checkpoints", "step-0000000065")
+    assert os.listdir(half) == ["step"]  # the data without its manifest
+    assert "attempt 2 resumed from step 60 (checkpoint " in said
+    [failed] = read_job(result.job_dir)["failed_attempts"]
+    assert failed["root_cause"]["rank_id"] == 0 and "SIGKILL" in failed["table"]
+    assert failed["resumed"]["reached_step"] == 65  # the half checkpoint says how far it got
+    for rank in ("0", "1"):
+        assert "START 61" in log_text(result.job_dir, rank)
