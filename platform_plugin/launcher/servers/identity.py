@@ -43,8 +43,19 @@ def proposed(place: JobPlace, options: LaunchOptions, environ: dict) -> dict[str
         identity["experiment"] = experiment_name({**environ, **options.env}, options.cwd)
     folder = checkpoint_folder(place, identity["job_id"])
     if place.node_rank == 0 and os.path.isdir(folder):  # node 0 chooses for every server
-        identity.update(resume_keys(folder))
+        identity.update(_reused_checkpoints(folder))
     return identity
+
+
+def _reused_checkpoints(folder: str) -> Dict[str, str]:
+    """The resume keys of a checkpoint folder the first attempt finds (a job that reuses
+    one); {} when it went away meanwhile (the ranks then start from the beginning)."""
+    # (a job whose checkpoint folder exists before its first attempt)
+    from platform_plugin.checkpoint.manifest import CheckpointUnavailable
+    try:
+        return resume_keys(folder)
+    except CheckpointUnavailable:
+        return {}
 
 
 def resume_keys(folder: str) -> Dict[str, str]:
