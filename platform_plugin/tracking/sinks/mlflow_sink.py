@@ -166,6 +166,9 @@ class MlflowSink:
             if config.job.get("parent") and config.parent_run_id is None:
                 config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
+                if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart
+                    client.log_batch(config.parent_run_id, tags=[  # where it begins, for readers
+                        mlflow_rest.entities(client)[1](k, v) for k, v in mlflow_job.attempt_tags(config).items()])
             self._rank_runs(client, config, spool_dir, missing)
 
     def _rank_runs(self, client, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
@@ -244,11 +247,16 @@ class MlflowSink:
                                                             "host") and v is not None}
         tags["job_id"] = config.job.get("job_id", "")
         tags.update(self._standard_tags(config))  # "Created by" and "Source" on every run
-        attempt = int(config.job.get("attempt", 0) or 0)
-        tags[mlflow_job.ATTEMPT_TAG] = str(attempt + 1)
+        tags.update(mlflow_job.attempt_tags(config))
         if config.parent_run_id:
             tags[PARENT_TAG] = config.parent_run_id
-            name = run_name(label) + (f"-attempt{attempt + 1}" if attempt else "")
+            name = run_name(label)
+            # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
+            earlier = mlflow_job.rank_run(client, config, tags.get("rank_id", label)) if config.job.get("attempt") else None
+            if earlier:
+                mlflow_job.continue_run(client, earlier, mlflow_job.attempt_tags(config),
+                                        mlflow_rest.entities(client)[1])
+                return earlier
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
             name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)

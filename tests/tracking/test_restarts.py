@@ -1,0 +1,124 @@
+"""A restarted job's tracking reads as one curve per rank: the attempt that resumes from a
+checkpoint goes on in the rank's run, and every reader (compare from the spools or from the
+store, %dist_compare, the parent's aggregates) keeps the latest attempt's value of a step
+logged twice (docs/tracking.md, Restarts). Real launcher subprocess, real MLflow store."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from platform_plugin.comparison.attempts import by_attempt, stitched
+from platform_plugin.comparison.store import StorePoints, with_store_ranks
+from platform_plugin.comparison.table import job_runs
+from platform_plugin.tracking.delivery.job_folders import spool_dirs_of
+from platform_plugin.tracking.sinks.mlflow_job import attempt_starts
+from tests.tracking.helpers import ASSETS, child_runs, client, wait_for
+
+PY = sys.executable
+
+
+def test_a_later_attempt_replaces_the_steps_it_logged_again():
+    first = [(s, s, 10 + s) for s in range(0, 66)]  # attempt 0: steps 0..65
+    second = [(s, 1000 + s, 200 + s) for s in range(60, 100)]  # resumed at 60
+    curve = stitched([first, second])
+    assert [p[0] for p in curve] == list(range(100))
+    assert [p[1] for p in curve] == list(range(60)) + [1000 + s for s in range(60, 100)]
+
+
+def test_an_earlier_attempt_past_the_resume_point_is_cut_even_where_not_logged_again():
+    """Steps the failed attempt logged beyond the checkpoint belong to a lost trajectory: a
+    later attempt that logs sparsely (every 10 steps) still supersedes them."""
+    first = [(s, 0.0, s) for s in range(0, 70)]
+    second = [(s, 1.0, 100 + s) for s in range(60, 100, 10)]
+    assert [p[0] for p in stitched([first, second])] == list(range(60)) + list(range(60, 100, 10))
+
+
+def test_one_attempt_keeps_a_step_logged_several_times():
+    """A counter reset every epoch logs each step once per epoch: within an attempt nothing goes."""
+    points = [(s, e, e * 10 + s) for e in range(3) for s in range(5)]
+    assert stitched(by_attempt(points, [])) == points
+
+
+def test_a_run_history_is_split_at_the_attempts_starts():
+    points = [(0, 0.0, 100), (1, 0.0, 199), (0, 1.0, 200), (1, 1.0, 250), (1, 2.0, 300)]
+    assert by_attempt(points, [200, 300]) == [points[:2], points[2:4], points[4:]]
+    assert attempt_starts({"platform.attempt_started.3": "300", "attempt": "3",
+                           "platform.attempt_started.2": "200"}) == [200, 300]
+
+
+@pytest.mark.slow
+def test_a_resumed_job_reads_as_one_curve_per_rank(tracking_env, tmp_path):
+    """rank 1 fails after step 65 of attempt 0; attempt 1 resumes both ranks from the step-60
+    checkpoint. The store keeps both attempts' points of steps 60..65 (MLflow keeps every
+    value of a step); compare, %dist_compare, the store's reading and the parent's aggregates
+    show 100 points per rank, attempt 1's where it logged a step again."""
+    shutil.copy(ASSETS / "resume_steps.py", tmp_path / "resume_steps.py")
+    launched = subprocess.run(
+        [PY, "-m", "platform_plugin", "launch", "--nproc", "2", "--backend", "plain",
+         "--tracking", "mlflow", "--max-restarts", "1", "--no-system-metrics", "--",
+         PY, "resume_steps.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    [job_dir] = (tmp_path / "platform_logs").iterdir()
+    attempts = spool_dirs_of(job_dir)
+    assert [p.name for p in attempts] == ["tracking", "tracking-attempt2"]
+    expected = {rank: [s + (1000 if s >= 60 else 0) + rank / 10 for s in range(100)]
+                for rank in (0, 1)}
+
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = job_runs(attempts[-1])
+    parent = runs.config.parent_run_id
+    wait_for(lambda: c.get_run(parent).info.status == "FINISHED", timeout=120,
+             what="the helper ended the job's run")
+    children = child_runs(c, parent)
+    assert [r.info.run_name for r in children] == ["rank-00", "rank-01"]  # one run per rank
+    assert job_runs(attempts[0]).run_ids == runs.run_ids  # attempt 1 went on in them
+    for rank, run in enumerate(children):
+        assert run.data.tags["attempt"] == "2" and run.info.status == "FINISHED"
+        assert run.data.metrics["m"] == pytest.approx(expected[rank][-1])
+        raw = c.get_metric_history(run.info.run_id, "m")
+        assert {m.step for m in raw} == set(range(100))
+        if rank == 1:  # what the store holds: 0..65, then 60..99 again
+            assert len(raw) == 66 + 40
+    store_points = StorePoints(with_store_ranks(runs, c), c)
+    for rank in (0, 1):
+        curve = store_points.series("m")[str(rank)]
+        assert [p.step for p in curve] == list(range(100))
+        assert [p.value for p in curve] == pytest.approx(expected[rank])
+
+    # the parent's m/mean: both attempts' steps 60.. are stored, the latest reads
+    history = [(m.step, m.value, m.timestamp) for m in c.get_metric_history(parent, "m/mean")]
+    assert {p[0] for p in history} == set(range(100))
+    starts = attempt_starts(c.get_run(parent).data.tags)
+    assert len(starts) == 1
+    mean = stitched(by_attempt(history, starts))
+    assert [p[0] for p in mean] == list(range(100))
+    assert [p[1] for p in mean] == pytest.approx([(a + b) / 2 for a, b in zip(expected[0], expected[1])])
+    latest = {}
+    for step, value, timestamp in sorted(history, key=lambda p: p[2]):
+        latest[step] = value
+    assert [latest[s] for s in range(100)] == pytest.approx([p[1] for p in mean])
+
+    # platform-run compare (the spools of both attempts) and %dist_compare's reading
+    compared = subprocess.run([PY, "-m", "platform_plugin", "compare", "--metric", "m"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    rows = {line.split()[0]: line.split() for line in compared.stdout.splitlines()
+            if re.match(r"rank-0[01] ", line)}
+    assert sorted(rows) == ["rank-00", "rank-01"], compared.stdout
+    for rank, name in enumerate(("rank-00", "rank-01")):
+        last, best, points = rows[name][1:4]
+        assert int(points) == 100 and float(last) == pytest.approx(expected[rank][-1], rel=1e-3)
+
+    from platform_plugin.comparison.view import compare
+    shown = compare(str(job_dir), "m", ui=False, show=False)
+    for rank in (0, 1):
+        curve = shown.series[str(rank)]
+        assert [p.step for p in curve] == list(range(100))
+        assert [p.value for p in curve] == pytest.approx(expected[rank])
+    assert json.loads((attempts[-1] / "sink.json").read_text())["job"]["attempt"] == 1
