@@ -5,8 +5,10 @@ logged twice (docs/tracking.md, Restarts). Real launcher subprocess, real MLflow
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,8 @@ from platform_plugin.comparison.store import StorePoints, with_store_ranks
 from platform_plugin.comparison.table import job_runs
 from platform_plugin.tracking.delivery.job_folders import spool_dirs_of
 from platform_plugin.tracking.sinks.mlflow_job import attempt_starts
-from tests.tracking.helpers import ASSETS, child_runs, client, wait_for
+from tests.helpers import REPO
+from tests.tracking.helpers import ASSETS, child_runs, client, hold_port, wait_for
 
 PY = sys.executable
 
@@ -57,7 +60,9 @@ def test_a_resumed_job_reads_as_one_curve_per_rank(tracking_env, tmp_path):
     """rank 1 fails after step 65 of attempt 0; attempt 1 resumes both ranks from the step-60
     checkpoint. The store keeps both attempts' points of steps 60..65 (MLflow keeps every
     value of a step); compare, %dist_compare, the store's reading and the parent's aggregates
-    show 100 points per rank, attempt 1's where it logged a step again."""
+    show 100 points per rank, attempt 1's where it logged a step again. MLflow's page of the
+    ranks draws one line per rank, whose latest value is attempt 1's (with
+    UPDATE_SCREENSHOTS=1 its screenshot replaces docs/mlflow-restart.png)."""
     shutil.copy(ASSETS / "resume_steps.py", tmp_path / "resume_steps.py")
     launched = subprocess.run(
         [PY, "-m", "platform_plugin", "launch", "--nproc", "2", "--backend", "plain",
@@ -122,3 +127,46 @@ def test_a_resumed_job_reads_as_one_curve_per_rank(tracking_env, tmp_path):
         assert [p.step for p in curve] == list(range(100))
         assert [p.value for p in curve] == pytest.approx(expected[rank])
     assert json.loads((attempts[-1] / "sink.json").read_text())["job"]["attempt"] == 1
+
+    mlflow_page(tmp_path, f"{expected[1][-1]:g} (step=99)", f"{expected[1][0]:g} (step=0)")
+
+
+def mlflow_page(folder: Path, latest: str, first: str) -> None:
+    """`platform-run ui --metric m`'s comparison page in headless Chromium: each rank is one run
+    (one line) holding both attempts: its Latest is attempt 1's, its Min attempt 0's step 0."""
+    from playwright.sync_api import sync_playwright
+    held = hold_port()  # the UI's server binds it alongside; nobody else can take it meanwhile
+    port = held.getsockname()[1]
+    ui = subprocess.Popen([PY, "-m", "platform_plugin", "ui", "--port", str(port), "--metric", "m"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder,
+                          start_new_session=True)
+    try:
+        lines: list[str] = []
+        url = wait_for(lambda: lines.append(ui.stdout.readline()) or next(
+            (x.split(": ", 1)[1].strip() for x in lines if "ranks compared:" in x), None),
+            timeout=240, interval=0, what="the UI's comparison URL")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update"])
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 800})
+                page.goto(url, wait_until="load", timeout=120_000)
+                page.get_by_text("rank-01 (m)").wait_for(timeout=120_000)  # the chart legend
+                page.locator(".js-plotly-plot g.trace").first.wait_for(timeout=60_000)
+                page.get_by_text(latest).first.wait_for(timeout=60_000)  # Latest and Max: attempt 1's
+                body = page.inner_text("body")
+                assert "Comparing 2 Runs" in body and "rank-00 (m)" in body
+                assert first in body  # rank-01's Min: attempt 0's step 0, in the same run
+                close = page.locator("[aria-label='Close'], [aria-label='close']")
+                if close.count():  # the assistant side panel opens itself on a local server
+                    close.first.click()
+                page.wait_for_timeout(800)
+                shot = (REPO / "docs" if os.environ.get("UPDATE_SCREENSHOTS") == "1" else folder)
+                page.screenshot(path=str(shot / "mlflow-restart.png"))
+            finally:
+                browser.close()
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)  # `platform-run ui` stops its server on SIGTERM
+        ui.wait(30)
+        held.close()
