@@ -6,9 +6,10 @@ and `.get()` reads and converts it (a value that does not convert is a ConfigErr
 `os.environ["PLATFORM_LOG_DIR"]`; `tests/test_layout.py` checks that every `PLATFORM_` name in
 the package is declared here.
 
-The one exception is the rank side of tracking (tracker, identity): it imports only the stdlib,
-so it reads `PLATFORM_TRACKING_SPOOL_DIR`, `PLATFORM_JOB_NAME` and `PLATFORM_SERVER_ID` with
-`os.environ` — the names are still declared (and documented) here.
+The one exception is the rank side (tracking's tracker and identity, checkpoint/manifest.py): it
+imports only the stdlib, so it reads `PLATFORM_TRACKING_SPOOL_DIR`, `PLATFORM_JOB_NAME`,
+`PLATFORM_SERVER_ID`, `PLATFORM_CHECKPOINT_DIR`, `PLATFORM_RESUME_STEP` and `PLATFORM_ATTEMPT`
+with `os.environ` — the names are still declared (and documented) here.
 
 Stdlib and `errors` only: every layer may import this module.
 """
@@ -150,6 +151,13 @@ PLATFORM_ATTEMPT = Variable("PLATFORM_ATTEMPT", int, None, "which attempt of the
 PLATFORM_JOB_NAME = Variable("PLATFORM_JOB_NAME", str, None, "the job's name", set_by="launcher")
 PLATFORM_JOB_DIR = Variable("PLATFORM_JOB_DIR", str, None, "the job's folder (logs, job.json)",
                             set_by="launcher")
+PLATFORM_CHECKPOINT_DIR = Variable(
+    "PLATFORM_CHECKPOINT_DIR", str, None, "the job's checkpoint folder, kept across its restarts "
+    "(the launcher sets it for every rank: --checkpoint-dir, else this variable, else "
+    "<job folder>/checkpoints)", set_by="launcher")
+PLATFORM_RESUME_STEP = Variable(
+    "PLATFORM_RESUME_STEP", int, None, "the step of the newest complete checkpoint node 0 found "
+    "before a restarted attempt (unset when there is nothing to resume)", set_by="launcher")
 PLATFORM_SERVER_ID = Variable("PLATFORM_SERVER_ID", str, None, "this server's id in the rank "
                               "table (else localhost)", set_by="launcher")
 PLATFORM_TRACKING_HELPER = Variable(
@@ -167,4 +175,4 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_JOB_KEY, PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_CONTROL_PORT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_NOTEBOOK_RUN, PLATFORM_STREAM_TO_TERMINAL,
     PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
-    PLATFORM_TRACKING_SPOOL_DIR)}
+    PLATFORM_TRACKING_SPOOL_DIR, PLATFORM_CHECKPOINT_DIR, PLATFORM_RESUME_STEP)}

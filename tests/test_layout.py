@@ -21,6 +21,7 @@ LAYERS = [
                "platform_plugin.cli")),
     ("workflows", ("platform_plugin.notebook", "platform_plugin.cleanup", "platform_plugin.comparison")),
     ("launcher", ("platform_plugin.launcher",)),
+    ("checkpoint", ("platform_plugin.checkpoint",)),
     ("tracking", ("platform_plugin.tracking",)),
     ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor")),
     ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
@@ -84,6 +85,11 @@ def test_the_rank_side_of_tracking_imports_only_itself():
     leaks = [f"{m} imports {i}" for m, targets in graph().items() if within(m, RANK_SIDE)
              for i in targets if not within(i, RANK_SIDE + ("platform_plugin.tracking",))]
     assert leaks == []
+
+
+def test_the_checkpoint_manifest_imports_nothing_of_the_package():
+    """checkpoint/manifest.py runs in every rank, on Python 3.7 too: the stdlib only."""
+    assert imports_of(PACKAGE / "checkpoint" / "manifest.py") == set()
 
 
 def test_tracking_never_imports_the_launcher_nor_settings():
@@ -201,7 +207,8 @@ def test_the_import_budget_of_the_help_and_of_a_rank(case):
 
 # The rank side of tracking and the lifeline's reaper script run without the package: they read
 # their variables with os.environ, by the names declared in variables.py.
-OWN_READS = ("variables.py", "tracking/rank/tracker.py", "tracking/rank/identity.py", "launcher/processes/reaper.py")
+OWN_READS = ("variables.py", "tracking/rank/tracker.py", "tracking/rank/identity.py",
+             "launcher/processes/reaper.py", "checkpoint/manifest.py")
 
 
 def test_every_platform_variable_has_one_owner():

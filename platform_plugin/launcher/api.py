@@ -23,7 +23,7 @@ from platform_plugin.launcher.planning.backends import default_nproc, npus_prese
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan, job_place
 from platform_plugin.launcher.planning.rank_path import with_rank_side
 from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
-from platform_plugin.launcher.processes.spawn import JobDirLock, start_job
+from platform_plugin.launcher.processes.spawn import JobDirLock, make_checkpoint_dir, start_job
 from platform_plugin.launcher.servers import identity as identity_mod
 from platform_plugin.launcher.servers.link import open_link
 from platform_plugin.launcher.watch import job_summary, watch
@@ -72,6 +72,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
                                     place.server_id)
         with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
             with JobDirLock(plan), libraries_to_log(plan.job_dir, options.verbose):
+                make_checkpoint_dir(plan.checkpoint_dir)
                 result, hidden = _run_attempts(cmd, settings, host, options, plan, shown, link)
     finally:
         link.close()
@@ -112,10 +113,12 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     (all servers together: each attempt is agreed through the job link), same job id.
     Returns (the last attempt's result, lines hidden from the display)."""
     attempts: list[dict] = []
+    spool_dir = ""  # the failed attempt's spools on this server: how far it got
     while True:
         attempt = len(attempts)
         if attempt:  # every server reached this attempt (the first one was agreed in run())
-            plan = restarted(cmd, settings, host, options, plan, link, attempt)
+            plan = restarted(cmd, settings, host, options, plan, link, attempt, attempts[-1],
+                             spool_dir, _note(options.write))
         result, hidden = _supervise(plan, options, shown, link, attempts,
                                     last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
@@ -123,13 +126,16 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
         attempts.append(attempt_record(result, attempt))
+        spool_dir = getattr(result.tracking, "spool_dir", "") or ""
         _print(options.write, restarting(result, attempt, options.max_restarts))
 
 
 def _worked_in(plan: LaunchPlan) -> list[str]:
     """The folders a job writes in: its ranks' working folders (kernel_meta, checkpoints), its
-    job folder and compile cache (not made yet: the folders above them are held)."""
-    return sorted({spec.cwd for spec in plan.ranks} | {plan.job_dir, plan.cache_dir} - {""})
+    job folder, compile cache and checkpoint folder (not made yet: the folders above them are
+    held)."""
+    return sorted({spec.cwd for spec in plan.ranks}
+                  | {plan.job_dir, plan.cache_dir, plan.checkpoint_dir} - {""})
 
 
 def _whole_job(result: JobResult, failed_servers: list[str], server_id: str) -> None:

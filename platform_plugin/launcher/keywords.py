@@ -28,6 +28,7 @@ class LaunchKeywords(TypedDict, total=False):
     control_port: Optional[int]
     log_dir: Optional[str]
     cache_dir: Optional[str]
+    checkpoint_dir: Optional[str]
     job_name: Optional[str]
     timeout: Optional[float]
     silence_timeout: Optional[float]

@@ -23,7 +23,8 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning.backends import BACKENDS
-from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_CONTROL_PORT,
+from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_CHECKPOINT_DIR,
+                                       PLATFORM_CONTROL_PORT,
                                        PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_JOB_ID,
                                        PLATFORM_JOB_KEY, PLATFORM_LOG_DIR, PLATFORM_RUN_MODE,
                                        PLATFORM_TRACKING, RANK_TABLE_CONTROL_PORT, Variable)
@@ -139,6 +140,10 @@ class LaunchOptions:
                                  otherwise="./platform_logs")
     cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs", metavar="DIR",
                                    env=PLATFORM_CACHE_DIR, otherwise="~/.cache/platform_plugin")
+    checkpoint_dir: Optional[str] = opt(
+        None, "the job's checkpoints, kept across its restarts (PLATFORM_CHECKPOINT_DIR in every "
+        "rank); with several servers, a folder they all see", metavar="DIR",
+        env=PLATFORM_CHECKPOINT_DIR, otherwise="<job folder>/checkpoints")
     job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name)
     timeout: Optional[float] = opt(None, "stop the job after S seconds", metavar="S",
                                    check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")

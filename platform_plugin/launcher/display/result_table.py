@@ -53,6 +53,8 @@ def render_result(result: JobResult, width: int | None = None) -> str:
             lines.extend(f"  | {line}" if line.startswith(WHOLE) else clip(f"  | {line}", width)
                          for line in [f"attempt {earlier['attempt']}:"]
                          + earlier["table"].splitlines())  # the table above is
+            if earlier.get("resumed"):  # what the next attempt resumed from (launcher/resume.py):
+                lines.append(f"  {earlier['resumed']['text']}")  # whole, as the logs' folder
     return "\n".join(lines)
 
 

@@ -23,8 +23,9 @@ from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
-from platform_plugin.variables import PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, \
-    PLATFORM_SERVER_ID
+from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+                                       PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
+                                       PLATFORM_SERVER_ID)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,8 @@ class RankSpec:
 class LaunchPlan:
     """Everything about a job before any process exists (build_plan makes it), with what the
     launcher decided while it runs: the job id (given, agreed or new), the port and the process
-    count it chose, the attempt (`--max-restarts`)."""
+    count it chose, the attempt (`--max-restarts`) and the checkpoint step it resumes from
+    (node 0's choice, None: from the beginning)."""
 
     job_id: str
     job_name: str
@@ -74,6 +76,8 @@ class LaunchPlan:
     master_addr: str = "127.0.0.1"
     master_port: Optional[int] = None
     attempt: int = 0
+    checkpoint_dir: str = ""
+    resume_step: Optional[int] = None
 
     @property
     def workers(self) -> tuple[RankSpec, ...]:
@@ -153,6 +157,7 @@ class JobPlace:
     cwd: str
     log_root: str  # the folder the job's folder goes in
     cache_root: str
+    checkpoint_dir: str = ""  # --checkpoint-dir, absolute ("": the job folder's own)
     first_server: str = ""
     rank_table_file: str = ""
 
@@ -172,6 +177,7 @@ def job_place(command: list[str] | str, settings: Settings, options: LaunchOptio
                     node_rank=layout.node_rank, server_id=layout.server_id,
                     master_addr=layout.master_addr, master_port=layout.master_port,
                     command=argv, cwd=cwd, log_root=log_root, cache_root=cache_root,
+                    checkpoint_dir=_checkpoint_root(options, cwd),
                     first_server=table.servers[0].server_id if table else "",
                     rank_table_file=str(layout.rank_table_file or ""))
 
@@ -181,6 +187,14 @@ def _roots(options: LaunchOptions, base_env: dict, cwd: str) -> tuple[str, str]:
     cache_root = (options.cache_dir
                   or os.path.join(os.path.expanduser("~"), ".cache", "platform_plugin"))
     return job_log_dir(options.log_dir, environ=base_env, cwd=cwd), os.path.abspath(cache_root)
+
+
+def _checkpoint_root(options: LaunchOptions, cwd: str) -> str:
+    """--checkpoint-dir (else PLATFORM_CHECKPOINT_DIR, applied by with_environment), absolute
+    against the ranks' folder; "" when neither is given."""
+    if not options.checkpoint_dir:
+        return ""
+    return os.path.abspath(os.path.join(cwd, os.path.expanduser(options.checkpoint_dir)))
 
 
 def _job_name(argv: tuple[str, ...], options: LaunchOptions) -> str:
@@ -199,10 +213,12 @@ def _layout(name: str, settings: Settings, options: LaunchOptions, host: Host,
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None, *, job_id: str | None = None,
-               master_port: int | None = None, attempt: int = 0) -> LaunchPlan:
+               master_port: int | None = None, attempt: int = 0,
+               resume_step: int | None = None) -> LaunchPlan:
     """`job_id`: the id agreed with the other servers (default: the option, else a new one);
     `master_port`: the port of a restarted attempt (default: the option, else a free one when
-    the backend needs one); `attempt`: 0 for the first."""
+    the backend needs one); `attempt`: 0 for the first; `resume_step`: the checkpoint node 0
+    chose for this attempt (None: nothing to resume)."""
     argv = normalize_command(command)
     host = host or Host()
     base_env = dict(host.base_env)
@@ -218,6 +234,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     cwd = os.path.abspath(options.cwd or os.getcwd())
     log_root, cache_root = _roots(options, base_env, cwd)
     job_dir, cache_dir = os.path.join(log_root, job_id), os.path.join(cache_root, job_id)
+    checkpoint_dir = _checkpoint_root(options, cwd) or os.path.join(job_dir, "checkpoints")
+    base_env.pop(PLATFORM_RESUME_STEP.name, None)  # the launcher's word alone (resume_step)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
     common = {"RANK_SIZE": str(layout.world_size), "JOB_ID": ascend_job_id(job_id),
@@ -225,7 +243,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
-              PLATFORM_ATTEMPT.name: str(attempt),
+              PLATFORM_ATTEMPT.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
+              **({} if resume_step is None else {PLATFORM_RESUME_STEP.name: str(resume_step)}),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
@@ -244,7 +263,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       node_rank=layout.node_rank, nnodes=layout.nnodes,
                       ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
-                      master_port=layout.master_port, attempt=attempt)
+                      master_port=layout.master_port, attempt=attempt,
+                      checkpoint_dir=checkpoint_dir, resume_step=resume_step)
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],

@@ -31,6 +31,9 @@ def check_place(place: JobPlace, env: dict) -> None:
     (the PATH the program is looked up on)."""
     _check_job(place.job_name, place.master_addr, place.log_root, place.cache_root,
                list(place.command), env, place.cwd)
+    if place.checkpoint_dir:
+        check_writable_folder(place.checkpoint_dir, "checkpoint", "LAUNCH_CHECKPOINT_DIR",
+                              "--checkpoint-dir")
 
 
 def check_plan(plan: LaunchPlan) -> None:

@@ -26,7 +26,8 @@ from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
 RANK_SIDE = ("__init__.py", "errors.py", "variables.py",
              "tracking/__init__.py", "tracking/job/__init__.py", "tracking/job/sink_choice.py",
              "tracking/rank/__init__.py", "tracking/rank/identity.py", "tracking/rank/job_id.py",
-             "tracking/rank/spool.py", "tracking/rank/tracker.py")
+             "tracking/rank/spool.py", "tracking/rank/tracker.py",
+             "checkpoint/__init__.py", "checkpoint/manifest.py")
 INTEGRATIONS = "tracking/integrations"
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = "rank-side"  # in the job's cache folder; holds platform_plugin/

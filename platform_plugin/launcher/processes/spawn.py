@@ -172,6 +172,16 @@ def make_job_dir(job_dir: str) -> None:
                                   f"{exc.strerror or exc}") from None
 
 
+def make_checkpoint_dir(folder: str) -> None:
+    """The job's checkpoint folder, made before its first attempt and never emptied between
+    attempts: what a restarted attempt resumes from."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:  # checked writable before; a disk can fill, a mount can go
+        raise PlatformPluginError(f"cannot create the checkpoint folder {folder}: "
+                                  f"{exc.strerror or exc}") from None
+
+
 def start_job(plan: LaunchPlan, grace: float) -> Started:
     """Create the job folder and the lifeline, then spawn every process of the plan, each
     registered with the lifeline before the next starts (a launcher killed meanwhile leaves no

@@ -1,0 +1,238 @@
+"""The job's checkpoint folder and the one rule that says which checkpoint is complete.
+
+Every rank of a launched job gets PLATFORM_CHECKPOINT_DIR: one folder per job that outlives its
+restarts (docs/launch.md, "Resuming after a restart"). A checkpoint is a sub-folder
+`step-<step:010d>/` holding data files and `manifest.json`, written LAST:
+
+    {"step": int, "epoch": int|null, "attempt": int, "rank": int,
+     "files": {"<name>": <size in bytes>}, "time": float}
+
+Each file is written under a temporary name and renamed (os.replace is atomic on one file
+system), the manifest too, after the data. A checkpoint is complete when its manifest parses,
+names its own step and every file it lists exists with the listed size; anything else (no
+manifest: the rank died before it; a temporary name; a size that differs) is never chosen.
+
+The launcher (node 0) reads `newest_complete` before an attempt and gives every rank, on every
+server, the step it chose as PLATFORM_RESUME_STEP; a rank calls `resume_point()`.
+
+Rank side: Python 3.7 code and the stdlib only (docs/compat.md), so the variables are read
+with os.environ (their declarations are in variables.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+import time
+from typing import Dict, Iterable, Optional
+
+MANIFEST = "manifest.json"
+STEP_FOLDER = re.compile(r"step-([0-9]{10})")
+PARTIAL = ".partial-"  # in the name of a file still being written
+DIR_VARIABLE = "PLATFORM_CHECKPOINT_DIR"
+RESUME_VARIABLE = "PLATFORM_RESUME_STEP"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """A complete checkpoint: its step, its epoch (None when the writer gave none), its folder
+    and the attempt (0, 1, ...) that wrote it."""
+
+    step: int
+    epoch: Optional[int]
+    path: str
+    attempt: int
+
+
+class CheckpointUnavailable(SystemExit):
+    """The checkpoint folder is not there (never set, removed while the job ran, or not on this
+    server). A rank cannot go on without it: uncaught, the rank exits with status 1 and this
+    message alone, no traceback (the failure table shows the message)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def removed_message(folder: str) -> str:
+    return (f"the checkpoint folder {folder} ({DIR_VARIABLE}) does not exist: it was removed "
+            "while the job ran (by a user or a cleanup), or it is not on this server. Its "
+            "checkpoints are gone; start the job again, or give --checkpoint-dir a folder every "
+            "server sees (a shared mount)")
+
+
+def checkpoint_dir() -> str:
+    """PLATFORM_CHECKPOINT_DIR, which must exist (the launcher creates it before the first
+    attempt and never removes it while the job runs)."""
+    folder = os.environ.get(DIR_VARIABLE, "").strip()
+    if not folder:
+        raise CheckpointUnavailable(
+            f"{DIR_VARIABLE} is not set: this process was not started by the launcher "
+            "(platform-run launch, %dist_run, launch()); set it to a folder to keep checkpoints "
+            "in when running on your own")
+    if not os.path.isdir(folder):
+        raise CheckpointUnavailable(removed_message(folder))
+    return folder
+
+
+def step_path(directory: str, step: int) -> str:
+    return os.path.join(directory, "step-%010d" % step)
+
+
+def step_folder(step: int, directory: Optional[str] = None) -> str:
+    """The folder of the checkpoint of `step` (created): where its data files and manifest go."""
+    folder = step_path(directory if directory is not None else checkpoint_dir(), _step(step))
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:  # the checkpoint folder itself is gone
+        raise CheckpointUnavailable(removed_message(os.path.dirname(folder))) from None
+    return folder
+
+
+def temporary_path(folder: str, name: str) -> str:
+    """Where to write file `name` of a checkpoint before `os.replace` gives it its name: never
+    taken for a complete file."""
+    return os.path.join(folder, "%s%s%d" % (_file_name(name), PARTIAL, os.getpid()))
+
+
+def write_file(folder: str, name: str, data: bytes) -> None:
+    """Write `data` as `folder/name`, atomically (a temporary name, flushed to disk, renamed)."""
+    _write(folder, _file_name(name), data)
+
+
+def _write(folder: str, name: str, data: bytes) -> None:
+    temporary = os.path.join(folder, "%s%s%d" % (name, PARTIAL, os.getpid()))
+    with open(temporary, "wb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, os.path.join(folder, name))
+
+
+def write_manifest(folder: str, step: int, epoch: Optional[int], files: Iterable[str]) -> str:
+    """Record the checkpoint in `folder` as complete: call it after every data file in `files`
+    (names in `folder`) has its final name. Returns the manifest's path."""
+    sizes = {}  # type: Dict[str, int]
+    for name in files:
+        sizes[_file_name(name)] = os.stat(os.path.join(folder, name)).st_size
+    if epoch is not None and (type(epoch) is not int or epoch < 0):
+        raise ValueError("epoch must be a whole number >= 0 or None, not %r" % (epoch,))
+    record = {"step": _step(step), "epoch": epoch, "attempt": _environ_int("PLATFORM_ATTEMPT"),
+              "rank": _environ_int("RANK_ID", _environ_int("RANK")), "files": sizes,
+              "time": time.time()}
+    _write(folder, MANIFEST, json.dumps(record, sort_keys=True).encode("utf-8"))
+    return os.path.join(folder, MANIFEST)
+
+
+def write_checkpoint(step: int, data: Dict[str, bytes], epoch: Optional[int] = None,
+                     directory: Optional[str] = None) -> ResumePoint:
+    """A whole checkpoint from bytes (a plain script's state): every file, then the manifest."""
+    for name in data:
+        _file_name(name)  # refused before anything is written
+    folder = step_folder(step, directory)
+    for name, content in data.items():
+        write_file(folder, name, content)
+    write_manifest(folder, step, epoch, list(data))
+    return ResumePoint(step, epoch, folder, _environ_int("PLATFORM_ATTEMPT"))
+
+
+def complete(folder: str) -> Optional[ResumePoint]:
+    """The checkpoint in `folder` if it is complete, else None."""
+    match = STEP_FOLDER.fullmatch(os.path.basename(folder))
+    try:
+        with open(os.path.join(folder, MANIFEST), "rb") as stream:
+            record = json.loads(stream.read().decode("utf-8"))
+    except (OSError, ValueError):  # missing, unreadable, half a file, not UTF-8, not JSON
+        return None
+    if match is None or not _valid(record) or record["step"] != int(match.group(1)):
+        return None
+    for name, size in record["files"].items():
+        try:
+            found = os.stat(os.path.join(folder, name))
+        except OSError:
+            return None
+        if not stat.S_ISREG(found.st_mode) or found.st_size != size:
+            return None
+    return ResumePoint(record["step"], record["epoch"], folder, record["attempt"])
+
+
+def newest_complete(directory: str) -> Optional[ResumePoint]:
+    """The complete checkpoint of the highest step in `directory`, or None when there is none.
+    A `directory` that is gone raises CheckpointUnavailable."""
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        raise CheckpointUnavailable(removed_message(directory)) from None
+    steps = sorted((int(m.group(1)), m.group(0)) for m in map(STEP_FOLDER.fullmatch, names) if m)
+    for _, name in reversed(steps):
+        point = complete(os.path.join(directory, name))
+        if point is not None:
+            return point
+    return None
+
+
+def resume_point() -> Optional[ResumePoint]:
+    """Where this rank resumes: the checkpoint node 0's launcher chose (PLATFORM_RESUME_STEP,
+    the same on every server), else the newest complete one in PLATFORM_CHECKPOINT_DIR; None
+    when there is none (start from the beginning)."""
+    directory = checkpoint_dir()
+    chosen = os.environ.get(RESUME_VARIABLE, "").strip()
+    if not chosen:
+        return newest_complete(directory)
+    if not chosen.isdigit():
+        raise CheckpointUnavailable("%s=%r is not a step number" % (RESUME_VARIABLE, chosen))
+    folder = step_path(directory, int(chosen))
+    point = complete(folder)
+    if point is None:
+        raise CheckpointUnavailable(
+            "the launcher resumes this job from step %s, but this server has no complete "
+            "checkpoint %s: with several servers, give --checkpoint-dir a folder every server "
+            "sees (a shared mount), or copy the checkpoint there" % (chosen, folder))
+    return point
+
+
+def _valid(record: object) -> bool:
+    if not isinstance(record, dict):
+        return False
+    files = record.get("files")
+    return (_whole(record.get("step")) and _whole(record.get("attempt"))
+            and _whole(record.get("rank")) and (record.get("epoch") is None
+                                                or _whole(record.get("epoch")))
+            and isinstance(files, dict) and all(_plain(n) and _whole(s) for n, s in files.items())
+            and type(record.get("time")) in (int, float))
+
+
+def _whole(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _plain(name: object) -> bool:
+    """A file name in the step folder itself (never a path out of it, never a temporary one)."""
+    return (isinstance(name, str) and name not in ("", ".", "..", MANIFEST) and "/" not in name
+            and os.sep not in name and PARTIAL not in name)
+
+
+def _file_name(name: str) -> str:
+    if not _plain(name):
+        raise ValueError("a checkpoint file is a plain name in its step folder (no '/', not "
+                         "%s, no '%s'), not %r" % (MANIFEST, PARTIAL, name))
+    return name
+
+
+def _step(step: int) -> int:
+    if not _whole(step) or step >= 10 ** 10:
+        raise ValueError("a checkpoint's step is a whole number from 0 to 9999999999, not %r"
+                         % (step,))
+    return step
+
+
+def _environ_int(name: str, default: int = 0) -> int:
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() else default
