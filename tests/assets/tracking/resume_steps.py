@@ -1,8 +1,9 @@
 """A plain rank that resumes: logs `m` at steps 0..99, `m` = step + 1000 * attempt + rank / 10
 (so a test tells which attempt wrote a point). Before steps 0, 10, 20, ... it saves the step in
-its own file in PLATFORM_CHECKPOINT_DIR (temporary name + rename); an attempt resumes from the
-newest step every rank saved. Rank 1 exits 3 after logging step 65 of attempt 0, once rank 0
-has saved step 60 too: the second attempt resumes from step 60 and replays steps 60..65."""
+its own file in PLATFORM_CHECKPOINT_DIR (temporary name + rename: a plain script, not the
+checkpoint helpers' step-N/ folders); an attempt resumes from the newest step every rank
+saved. Rank 1 exits 3 after logging step 65 of attempt 0, once rank 0 has saved step 60 too:
+the second attempt resumes from step 60 and replays steps 60..65."""
 import os
 import sys
 import time
@@ -12,9 +13,7 @@ from platform_plugin.tracking import get_tracker
 rank = int(os.environ["RANK_ID"])
 world = int(os.environ["RANK_SIZE"])
 attempt = int(os.environ.get("PLATFORM_ATTEMPT", "0"))
-folder = (os.environ.get("PLATFORM_CHECKPOINT_DIR")
-          or os.path.join(os.environ["PLATFORM_JOB_DIR"], "checkpoints"))
-os.makedirs(folder, exist_ok=True)
+folder = os.environ["PLATFORM_CHECKPOINT_DIR"]  # the launcher made it; it outlives the attempts
 
 
 def saved(of_rank):
