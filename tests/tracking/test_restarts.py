@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ from platform_plugin.comparison.attempts import by_attempt, stitched
 from platform_plugin.comparison.store import StorePoints, with_store_ranks
 from platform_plugin.comparison.table import job_runs
 from platform_plugin.tracking.delivery.job_folders import spool_dirs_of
-from platform_plugin.tracking.sinks.mlflow_job import attempt_starts
-from tests.helpers import REPO
+from platform_plugin.tracking.sinks.mlflow_job import ROLE_TAG, attempt_starts, job_children
+from tests.helpers import REPO, clean_env
+from tests.launcher.helpers import finish_all, free_port_pair, kill_jobs, start_cli
 from tests.tracking.helpers import ASSETS, child_runs, client, hold_port, wait_for
 
 PY = sys.executable
@@ -170,3 +172,54 @@ def mlflow_page(folder: Path, latest: str, first: str) -> None:
         os.killpg(ui.pid, signal.SIGTERM)  # `platform-run ui` stops its server on SIGTERM
         ui.wait(30)
         held.close()
+
+
+@pytest.mark.slow
+def test_a_job_across_servers_goes_on_in_each_ranks_run(tmp_path, postgres_mlflow):
+    """Two servers (one launcher and one rank each, a shared --checkpoint-dir) tracked into the
+    team server (its bulk route: the helper's REST client marks a continued run RUNNING
+    again): each server's helper goes on in its own rank's run, and `compare`, which reads
+    the ranks of a job across servers from the store, shows 100 points per rank, attempt 1's
+    where it logged a step again."""
+    experiment = f"resume-{uuid.uuid4().hex[:8]}"
+    shutil.copy(ASSETS / "resume_steps.py", tmp_path / "resume_steps.py")
+    env = clean_env(MLFLOW_TRACKING_URI=postgres_mlflow, MLFLOW_EXPERIMENT_NAME=experiment,
+                    PLATFORM_TRACKING_DRAIN_TIMEOUT="90")
+    port = free_port_pair()
+    procs = [start_cli(["--tracking", "mlflow", "--nproc", "1", "--nnodes", "2", "--node-rank",
+                        str(node), "--master-port", str(port), "--backend", "plain", "--show",
+                        "none", "--max-restarts", "1", "--no-system-metrics", "--checkpoint-dir",
+                        str(tmp_path / "shared"), "--", PY, "resume_steps.py"],
+                       tmp_path / f"server{node}", cwd=str(tmp_path), env=env)
+             for node in (0, 1)]
+    outs = finish_all(procs, timeout=240)
+    try:
+        assert [code for code, _ in outs] == [0, 0], outs
+    finally:
+        kill_jobs(tmp_path / f"server{node}" for node in (0, 1))
+    c = client(postgres_mlflow)
+    exp = c.get_experiment_by_name(experiment)
+
+    def ended():
+        found = c.search_runs([exp.experiment_id], f"tags.`{ROLE_TAG}` = 'job'")
+        return found if found and found[0].info.status != "RUNNING" else None
+    [parent] = wait_for(ended, timeout=120, interval=0.5, what="the job's run ended")
+    assert parent.info.status == "FINISHED"
+    children = job_children(c, exp.experiment_id, parent.info.run_id)
+    assert sorted((r.data.tags["rank_id"], r.info.run_name) for r in children) == \
+        [("0", "rank-00"), ("1", "rank-01")]
+    for run in children:
+        assert run.data.tags["attempt"] == "2"
+        wait_for(lambda: c.get_run(run.info.run_id).info.status == "FINISHED", timeout=120,
+                 what="the rank's run ended")
+    [job_dir] = list((tmp_path / "server0").iterdir())
+    shown = subprocess.run([PY, "-m", "platform_plugin", "compare", job_dir.name, "--log-dir",
+                            str(tmp_path / "server0"), "--metric", "m"], capture_output=True,
+                           text=True, timeout=120, cwd=str(tmp_path), env=env)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    rows = {line.split()[0]: line.split() for line in shown.stdout.splitlines()
+            if re.match(r"rank-0[01] ", line)}
+    assert sorted(rows) == ["rank-00", "rank-01"], shown.stdout
+    for rank, name in enumerate(("rank-00", "rank-01")):  # rank, server, last, best, points
+        assert rows[name][1] == f"node{rank}" and int(rows[name][4]) == 100, shown.stdout
+        assert float(rows[name][2]) == pytest.approx(1099 + rank / 10, rel=1e-3)
