@@ -57,6 +57,14 @@ def test_a_run_history_is_split_at_the_attempts_starts():
                            "platform.attempt_started.2": "200"}) == [200, 300]
 
 
+def test_the_attempts_spool_folders_come_in_the_attempts_order(tmp_path):
+    for name in ("tracking", "tracking-attempt10", "tracking-attempt2", "tracking-attempt9"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sink.json").write_text("{}")
+    assert [p.name for p in spool_dirs_of(tmp_path)] == \
+        ["tracking", "tracking-attempt2", "tracking-attempt9", "tracking-attempt10"]
+
+
 @pytest.mark.slow
 def test_a_resumed_job_reads_as_one_curve_per_rank(tracking_env, tmp_path):
     """rank 1 fails after step 65 of attempt 0; attempt 1 resumes both ranks from the step-60
