@@ -151,12 +151,6 @@ def attempt_starts(tags: dict[str, str]) -> list[int]:
     return [ms for _, ms in sorted(starts)]
 
 
-def continue_run(client, run_id: str, tags: dict[str, str], RunTag) -> None:
-    """Mark a run an earlier attempt made as this attempt's (its tags), RUNNING again."""
-    client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-    client.update_run(run_id, "RUNNING")
-
-
 def rank_run(client, config, rank_id: str) -> str | None:
     """The run an earlier attempt of the job made for the rank under the job's parent, or None
     (that attempt delivered nothing of it)."""

@@ -166,9 +166,8 @@ class MlflowSink:
             if config.job.get("parent") and config.parent_run_id is None:
                 config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
-                if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart
-                    client.log_batch(config.parent_run_id, tags=[  # where it begins, for readers
-                        mlflow_rest.entities(client)[1](k, v) for k, v in mlflow_job.attempt_tags(config).items()])
+                if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart:
+                    self._mark_attempt(client, config, config.parent_run_id)  # where it begins
             self._rank_runs(client, config, spool_dir, missing)
 
     def _rank_runs(self, client, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
@@ -252,16 +251,22 @@ class MlflowSink:
             tags[PARENT_TAG] = config.parent_run_id
             name = run_name(label)
             # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
-            earlier = mlflow_job.rank_run(client, config, tags.get("rank_id", label)) if config.job.get("attempt") else None
+            earlier = (mlflow_job.rank_run(client, config, tags.get("rank_id", label))
+                       if config.job.get("attempt") else None)
             if earlier:
-                mlflow_job.continue_run(client, earlier, mlflow_job.attempt_tags(config),
-                                        mlflow_rest.entities(client)[1])
+                self._mark_attempt(client, config, earlier)
+                client.update_run(earlier, "RUNNING")
                 return earlier
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
             name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)
         run_id = client.create_run(config.experiment_id, run_name=name, tags=tags).info.run_id
         return _answered(run_id, "run id", store_uri(config))
+
+    def _mark_attempt(self, client, config: SinkConfig, run_id: str) -> None:
+        """This attempt's tags (mlflow_job.attempt_tags) on a run an earlier attempt made."""
+        RunTag = mlflow_rest.entities(client)[1]
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in mlflow_job.attempt_tags(config).items()])
 
     # --- delivery ---------------------------------------------------------------------------
     def deliver(self, config: SinkConfig, label: str, state: StreamState,
