@@ -4,8 +4,10 @@ store, %dist_compare, the parent's aggregates) keeps the latest attempt's value 
 logged twice (docs/tracking.md, Restarts). Real launcher subprocess, real MLflow store."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import time
 import re
 import shutil
 import signal
@@ -23,7 +25,12 @@ from platform_plugin.tracking.delivery.job_folders import spool_dirs_of
 from platform_plugin.tracking.sinks.mlflow_job import ROLE_TAG, attempt_starts, job_children
 from tests.helpers import REPO, clean_env
 from tests.launcher.helpers import finish_all, free_port_pair, kill_jobs, start_cli
-from tests.tracking.helpers import ASSETS, child_runs, client, hold_port, wait_for
+from tests.tracking.helpers import ASSETS, child_runs, client, hold_port, make_plan, wait_for
+from platform_plugin.tracking.delivery.replay import sync_spool_dir
+from platform_plugin.tracking.delivery.state import JobEnd
+from platform_plugin.tracking.job.handle import JobTracking
+from platform_plugin.tracking.rank.identity import RankIdentity
+from platform_plugin.tracking.rank.tracker import Tracker
 
 PY = sys.executable
 
@@ -63,6 +70,56 @@ def test_the_attempts_spool_folders_come_in_the_attempts_order(tmp_path):
         (tmp_path / name / "sink.json").write_text("{}")
     assert [p.name for p in spool_dirs_of(tmp_path)] == \
         ["tracking", "tracking-attempt2", "tracking-attempt9", "tracking-attempt10"]
+
+
+def _log_attempt(plan, env, attempt: int, steps) -> None:
+    for rank in (0, 1):
+        tracker = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"],
+                          RankIdentity.from_env({**plan.ranks[rank].env, **env}))
+        for step in steps:
+            tracker.log_metric("m", step + 1000 * attempt + rank / 10, step=step)
+        tracker.close()
+
+
+def test_an_earlier_attempt_synced_late_goes_into_the_runs_the_later_one_made(tracking_env, tmp_path):
+    """Attempt 0's points never reached the store (its helper could not deliver them: here it
+    never ran); attempt 1 resumed at step 60 and its helper made the job's runs. `sync` of
+    attempt 0 then delivers into those runs - no second parent, no second run per rank - and
+    leaves them as attempt 1 ended them (FINISHED, not attempt 0's FAILED)."""
+    first = make_plan(tmp_path, 2)
+    attempt_0 = JobTracking.create("mlflow", first)
+    env_0 = attempt_0.prepare()
+    _log_attempt(first, env_0, 0, range(0, 66))
+    JobEnd("FAILED", time.time(), reason="rank 1 exit 3", last=False).save(attempt_0.spool_dir)
+    # attempt 1 starts in a later millisecond than attempt 0's last point, as a launcher's
+    # restart does (the ranks stopped and reaped, new ones spawned): here it would be the same
+    time.sleep(0.01)
+
+    second = dataclasses.replace(first, attempt=1)
+    attempt_1 = JobTracking.create("mlflow", second)
+    env_1 = attempt_1.prepare()
+    _log_attempt(second, env_1, 1, range(60, 100))
+
+    class Ok:
+        ok = True
+    report = attempt_1.finish(Ok())
+    assert report.pending == 0 and report.wait_ended()
+    synced = sync_spool_dir(Path(attempt_0.spool_dir))
+    assert synced.delivered_now == 2 * 66 and synced.ended and not synced.error
+
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    [parent] = c.search_runs([c.get_run(report.parent_run_id).info.experiment_id],
+                             f"tags.`{ROLE_TAG}` = 'job'")
+    assert parent.info.run_id == report.parent_run_id and parent.info.status == "FINISHED"
+    children = child_runs(c, parent.info.run_id)
+    assert [(r.info.run_name, r.info.status, r.data.tags["attempt"]) for r in children] == \
+        [("rank-00", "FINISHED", "2"), ("rank-01", "FINISHED", "2")]
+    runs = job_runs(Path(attempt_1.spool_dir))
+    curves = StorePoints(with_store_ranks(runs, c), c).series("m")
+    for rank in (0, 1):
+        assert len(c.get_metric_history(runs.run_ids[str(rank)], "m")) == 66 + 40
+        assert [p.value for p in curves[str(rank)]] == pytest.approx(
+            [s + (1000 if s >= 60 else 0) + rank / 10 for s in range(100)])
 
 
 @pytest.mark.slow

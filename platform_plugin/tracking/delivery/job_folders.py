@@ -23,6 +23,12 @@ def spool_dirs_of(job_dir: Path) -> list[Path]:
                   key=attempt_number)
 
 
+def later_attempt(spool_dir) -> bool:
+    """Whether the job of this spool folder has a later attempt's (a restart followed)."""
+    spool_dir = Path(spool_dir)
+    return any(attempt_number(p) > attempt_number(spool_dir) for p in spool_dirs_of(spool_dir.parent))
+
+
 def attempt_number(spool_dir: Path) -> int:
     """1 for `tracking`, K for `tracking-attemptK` (tracking/job/handle.py names them)."""
     suffix = spool_dir.name[len("tracking-attempt"):]

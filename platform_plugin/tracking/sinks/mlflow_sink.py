@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.tracking.delivery.job_folders import later_attempt
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.job import conventions
 from platform_plugin.tracking.job.uri_check import sqlite_file
@@ -164,6 +165,8 @@ class MlflowSink:
                 config.experiment_id = self._experiment(client, config)
                 config.save(spool_dir)
             if config.job.get("parent") and config.parent_run_id is None:
+                if later_attempt(spool_dir):  # `sync` of an earlier attempt: the runs may exist
+                    config.job["restarted"] = True
                 config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
                 if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart:
@@ -218,7 +221,7 @@ class MlflowSink:
             awaited = mlflow_job.awaited_parent(client, config)
             if awaited:
                 return awaited
-        if config.servers > 1 or job.get("attempt"):
+        if config.servers > 1 or job.get("attempt") or job.get("restarted"):
             return mlflow_job.shared_parent(client, config, create)  # no node 0 parent: race
         return create()
 
@@ -252,10 +255,11 @@ class MlflowSink:
             name = run_name(label)
             # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
             earlier = (mlflow_job.rank_run(client, config, tags.get("rank_id", label))
-                       if config.job.get("attempt") else None)
-            if earlier:
+                       if config.job.get("attempt") or config.job.get("restarted") else None)
+            if earlier and config.job.get("attempt"):
                 self._mark_attempt(client, config, earlier)
                 client.update_run(earlier, "RUNNING")
+            if earlier:  # (an earlier attempt's points, synced late, go there too)
                 return earlier
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
