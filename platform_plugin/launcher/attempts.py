@@ -9,6 +9,9 @@ from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.processes.spawn import make_checkpoint_dir
 
+NOTE_INDENT = " " * len("[launcher] ")  # a note's next lines start under its text
+
+
 class PeerNotice:
     """A supervisor observer and its stop check: when this server's job stops for a reason of
     its own (a rank failed, a timeout, Ctrl-C) the other servers hear it through the job link,
@@ -61,7 +64,8 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
     make_checkpoint_dir(plan.checkpoint_dir)  # (removed meanwhile on this server: made again)
     resumed = resume.resumed(identity, plan, spool_dir, attempt)
     failed["resumed"] = resumed.to_dict()
-    note(resumed.describe())
+    from platform_plugin.launcher.display.result_table import terminal_width, wrapped
+    note("\n".join(wrapped(resumed.describe(), terminal_width(), NOTE_INDENT))[len(NOTE_INDENT):])
     plan = build_plan(cmd, settings, options, host, job_id=plan.job_id, attempt=attempt,
                       master_port=_port_for(options, plan, attempt), resume_step=resumed.step)
     keep_attempt_logs(plan.job_dir, attempt - 1)

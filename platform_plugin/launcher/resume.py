@@ -2,8 +2,9 @@
 
 Before attempt K >= 1, node 0's launcher reads the newest complete checkpoint of the job's
 checkpoint folder (checkpoint/manifest.py: the rule the ranks apply too) and sends its step
-with the attempt's start (the job link's `go`, identity keys below): every server gives its
-ranks that one step as PLATFORM_RESUME_STEP, whatever its own folder holds. The steps lost are
+with the attempt's start (the job link's `go`, servers/identity.py's keys; the first attempt's
+choice is part of the job's identity): every server gives its ranks that one step as
+PLATFORM_RESUME_STEP, whatever its own folder holds. The steps lost are
 the highest step the failed attempt reached minus the resume step: the ranks' tracking spools
 on this server say that exactly; without them (`--tracking none`) the checkpoint folders the
 failed attempt made give a lower bound; when neither says more than the resume step, "unknown".
@@ -15,15 +16,12 @@ import json
 import os
 from typing import Callable, Dict, Optional
 
-from platform_plugin.checkpoint.manifest import (MANIFEST, STEP_FOLDER, CheckpointUnavailable,
-                                                 newest_complete)
+from platform_plugin.checkpoint.manifest import MANIFEST, STEP_FOLDER, CheckpointUnavailable
 from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.servers.identity import CHECKPOINT_KEY, resume_keys, resume_step
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX
 from platform_plugin.tracking.rank.spool import read_complete
 
-# the job identity's keys ([a-z_], str values: servers/wire.py) that carry node 0's choice
-STEP_KEY, CHECKPOINT_KEY = "resume_step", "resume_checkpoint"
-MAX_PATH_SENT = 2048
 READ_BYTES = 64 << 20
 SYSTEM_PREFIX = "system/"  # the launcher's own samples: not a training step
 
@@ -68,28 +66,18 @@ def proposal(plan: LaunchPlan, note: Callable[[str], None]) -> Dict[str, str]:
     every server gets back). A folder removed while the job ran is made again, empty: the next
     attempt starts from the beginning, and this says why."""
     try:
-        point = newest_complete(plan.checkpoint_dir)
+        return resume_keys(plan.checkpoint_dir)
     except CheckpointUnavailable:
         note(f"the checkpoint folder {plan.checkpoint_dir} was removed while the job ran: "
              f"attempt {plan.attempt + 2} starts from the beginning (made again, empty)")
         os.makedirs(plan.checkpoint_dir, exist_ok=True)
         return {}
-    if point is None:
-        return {}
-    # the path only names the checkpoint in the summaries; the link carries 4096 characters
-    return {STEP_KEY: str(point.step), **({CHECKPOINT_KEY: point.path}
-                                          if len(point.path) <= MAX_PATH_SENT else {})}
-
-
-def agreed_step(identity: Dict[str, str]) -> Optional[int]:
-    text = identity.get(STEP_KEY, "")
-    return int(text) if text.isdigit() else None
 
 
 def resumed(identity: Dict[str, str], failed: LaunchPlan, spool_dir: str,
             attempt: int) -> Resumed:
     """What attempt `attempt` (0-based) resumes from, and the highest step `failed` reached."""
-    step = agreed_step(identity)
+    step = resume_step(identity)
     reached, exactly = highest_spooled_step(spool_dir), True
     if reached is None:
         reached, exactly = highest_checkpoint_step(failed.checkpoint_dir, failed.attempt), False

@@ -194,8 +194,8 @@ def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
     assert proc.returncode == 1
     assert "all 2 attempts failed" in proc.stdout and "attempt 1:" in proc.stdout
     # the table of the earlier attempt says what the next one resumed from: nothing to resume
-    assert ("  attempt 2 resumed from the beginning (no complete checkpoint), steps lost to the "
-            "failure: unknown") in proc.stdout
+    assert ("attempt 2 resumed from the beginning (no complete checkpoint), steps lost to the "
+            "failure: unknown") in " ".join(proc.stdout.split())  # wrapped to the terminal
     [job_dir] = [str(d) for d in log_dir.iterdir()]
     assert len(read_job(job_dir)["failed_attempts"]) == 1
 

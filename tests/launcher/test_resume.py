@@ -16,6 +16,12 @@ from tests.launcher.helpers import ASSETS, PY, log_text, read_job
 RANK = str(ASSETS / "resume_rank.py")
 
 
+@pytest.fixture(autouse=True)
+def unwrapped(monkeypatch):
+    """No COLUMNS: the launcher's lines are checked whole (a terminal's width wraps them)."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def run(log_dir, tmp_path, *args, **options):
     said: list[str] = []
     result = launch([PY, RANK, *args], nproc=2, backend="plain", log_dir=str(log_dir),
@@ -95,3 +101,36 @@ def test_the_highest_checkpoint_step_is_the_failed_attempts_own(tmp_path):
     assert highest_checkpoint_step(str(tmp_path), 0) == 15
     assert highest_checkpoint_step(str(tmp_path), 1) == 20
     assert highest_checkpoint_step(str(tmp_path / "gone"), 0) is None
+
+
+@pytest.mark.slow
+def test_a_job_given_an_earlier_jobs_checkpoint_folder_resumes_it(log_dir, tmp_path,
+                                                                  clean_environ):
+    """Node 0 chooses for the first attempt too: both ranks start after step 20, the earlier
+    job's newest checkpoint, and never from one the other rank of this job just wrote."""
+    shared = tmp_path / "shared"
+    first, _ = run(log_dir, tmp_path, "30", "999", tracking="none", checkpoint_dir=str(shared))
+    assert first.ok and "START 0" in log_text(first.job_dir, "1")
+    second, said = run(log_dir, tmp_path, "50", "999", tracking="none",
+                       checkpoint_dir=str(shared))
+    assert second.ok, said
+    assert f"[launcher] resuming from step 20 (checkpoint {shared / 'step-0000000020'})" in said
+    for rank in ("0", "1"):
+        assert "START 21" in log_text(second.job_dir, rank)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_whose_writer_died_before_the_manifest_is_never_resumed(log_dir, tmp_path,
+                                                                            clean_environ):
+    """Rank 0 is SIGKILLed between the data of step 65's checkpoint and its manifest: attempt
+    2 resumes from step 60, the newest complete one, on both ranks."""
+    result, said = run(log_dir, tmp_path, "80", "65", "half", tracking="none")
+    assert result.ok, said
+    half = os.path.join(result.job_dir, "checkpoints", "step-0000000065")
+    assert os.listdir(half) == ["step"]  # the data without its manifest
+    assert "attempt 2 resumed from step 60 (checkpoint " in said
+    [failed] = read_job(result.job_dir)["failed_attempts"]
+    assert failed["root_cause"]["rank_id"] == 0 and "SIGKILL" in failed["table"]
+    assert failed["resumed"]["reached_step"] == 65  # the half checkpoint says how far it got
+    for rank in ("0", "1"):
+        assert "START 61" in log_text(result.job_dir, rank)
