@@ -48,12 +48,13 @@ def find_job(job: str | None, log_dir: str | None):
     store (the ranks of other servers). A job id with no folder here (it ran on another
     server) is looked up in the tracking store."""
     try:
-        spool_dir = find_spool_dirs(job, log_dir)[0]
+        attempts = find_spool_dirs(job, log_dir)
     except ConfigError:
         found = _in_store_only(job) if job else None
         if found is None:
             raise
         return found
+    spool_dir = attempts[-1]  # the latest attempt's: its runs go on from the earlier ones'
     runs = compare.job_runs(spool_dir)
     job_id = runs.config.job.get("job_id", spool_dir.parent.name)
     db = sqlite_file(runs.config.tracking_uri or "")
@@ -64,7 +65,7 @@ def find_job(job: str | None, log_dir: str | None):
     check_tracking_uri(runs.config.tracking_uri or "", f"job {spool_dir.parent.name}'s store")
     if spools.all_here(spool_dir, runs.config):
         labels = spools.rank_labels(spool_dir, runs.config)
-        return Found(spools.read_points(spool_dir, labels), runs, job_id, None, spool_dir)
+        return Found(spools.read_attempts(attempts, labels), runs, job_id, None, spool_dir)
     from platform_plugin.comparison import store  # MLflow: ranks that are not here
 
     client = store.client(runs.config.tracking_uri)

@@ -74,7 +74,7 @@ def latest_experiment(ui: str, log_dir: str | None) -> str | None:
 
 def _latest_runs(log_dir: str | None):
     try:
-        runs = compare.job_runs(find_spool_dirs(None, log_dir)[0])
+        runs = compare.job_runs(find_spool_dirs(None, log_dir)[-1])  # the latest attempt's
     except ConfigError:
         return None
     try:  # every server's ranks, from the store

@@ -2,12 +2,14 @@
 `rank_<label>.jsonl` (tracking/rank/spool.py), so the comparison of a job that ran here needs
 neither MLflow nor its store (MLflow's import alone takes seconds). The store is read only for
 ranks that are not here: a job of several servers (the other servers' spools are on their
-disks) or a rank whose spool is gone."""
+disks) or a rank whose spool is gone. A restarted job has a spool folder per attempt: its points
+are read from all of them, stitched into one curve per rank (attempts.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from platform_plugin.comparison.attempts import stitched
 from platform_plugin.comparison.table import Point
 from platform_plugin.tracking.delivery.state import SinkConfig
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name
@@ -65,4 +67,19 @@ def read_points(spool_dir: Path, labels: list[str]) -> LocalPoints:
             if chunk.end == offset:
                 break
             offset = chunk.end
+    return points
+
+
+def read_attempts(spool_dirs: list[Path], labels: list[str]) -> LocalPoints:
+    """`read_points` of every attempt's spool folder (in the attempts' order), each rank's
+    metric stitched: the latest attempt wins for the steps it logged again."""
+    if len(spool_dirs) == 1:
+        return read_points(spool_dirs[0], labels)
+    attempts = [read_points(folder, labels).by_metric for folder in spool_dirs]
+    points = LocalPoints()
+    for key in dict.fromkeys(k for by_metric in attempts for k in by_metric):
+        for label in labels:
+            series = stitched([by_metric.get(key, {}).get(label, []) for by_metric in attempts])
+            if series:
+                points.by_metric.setdefault(key, {})[label] = series
     return points

@@ -4,6 +4,7 @@ another machine (found by its job_id tag), a rank whose spool is gone. This is t
 imports MLflow (seconds); a job that ran here is read from its spools (spools.py)."""
 from __future__ import annotations
 
+from platform_plugin.comparison.attempts import by_attempt, stitched
 from platform_plugin.comparison.table import JobRuns, Point
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.state import SinkConfig
@@ -42,21 +43,29 @@ class CheckedClient:
 
 
 class StorePoints:
-    """The points of a job's runs, read through MLflow's client (`get_metric_history`)."""
+    """The points of a job's runs, read through MLflow's client (`get_metric_history`); a run
+    that went on across attempts reads as one curve (attempts.py)."""
 
     def __init__(self, runs: JobRuns, client) -> None:
         self.runs, self.client = runs, client
+        self.starts: dict[str, list[int]] = {}  # run id -> its attempts' starts
+
+    def history(self, run_id: str, key: str) -> list[Point]:
+        """The run's points of `key`, the latest attempt's where attempts logged a step again."""
+        if run_id not in self.starts:
+            self.starts[run_id] = mlflow_job.attempt_starts(self.client.get_run(run_id).data.tags)
+        points = [(m.step, m.value, m.timestamp) for m in self.client.get_metric_history(run_id, key)]
+        return [Point(*p) for p in stitched(by_attempt(points, self.starts[run_id]))]
 
     def series(self, metric: str) -> dict[str, list[Point]]:
-        return {label: [Point(m.step, m.value, m.timestamp)
-                        for m in self.client.get_metric_history(run_id, self.runs.key(metric, label))]
+        return {label: self.history(run_id, self.runs.key(metric, label))
                 for label, run_id in self.runs.run_ids.items()}
 
     def values(self, label: str, key: str) -> list[float]:
         run_id = self.runs.run_ids.get(label)
         if run_id is None:
             return []
-        return [m.value for m in self.client.get_metric_history(run_id, self.runs.key(key, label))]
+        return [p.value for p in self.history(run_id, self.runs.key(key, label))]
 
     def metrics(self) -> list[str]:
         """The metrics the job's ranks logged (the ranks' own first, the launcher's system/ last)."""

@@ -46,10 +46,11 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
     A job whose ranks all ran here is read from its spools (no MLflow import); the MLflow UI
     starts in the background (`ui_ready` is set when its page is shown)."""
     comparing.check_tolerance(tolerance)
-    spool_dir = find_spool_dirs(job, log_dir)[0]
+    attempts = find_spool_dirs(job, log_dir)
+    spool_dir = attempts[-1]  # the latest attempt's: its runs go on from the earlier ones'
     runs = comparing.job_runs(spool_dir)
     job_id = runs.config.job.get("job_id", spool_dir.parent.name)
-    points, runs = _points(spool_dir, runs)
+    points, runs = _points(attempts, runs)
     notes = []
     if metric is None:
         metric, note = comparing.default_metric(points.metrics())
@@ -74,11 +75,12 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
     return result
 
 
-def _points(spool_dir, runs):
-    """(the job's points, its runs): from its spools when every rank ran here, else from the
-    tracking store (the ranks of other servers)."""
+def _points(attempts, runs):
+    """(the job's points, its runs): from its spools (every attempt's) when every rank ran
+    here, else from the tracking store (the ranks of other servers)."""
+    spool_dir = attempts[-1]
     if spools.all_here(spool_dir, runs.config):
-        return spools.read_points(spool_dir, spools.rank_labels(spool_dir, runs.config)), runs
+        return spools.read_attempts(attempts, spools.rank_labels(spool_dir, runs.config)), runs
     with libraries_to_log(str(spool_dir.parent), verbose=False), _interrupt_held():
         from platform_plugin.comparison import store  # MLflow: ranks that are not here
 

@@ -15,9 +15,24 @@ def log_dir(explicit: str | None = None) -> Path:
 
 
 def spool_dirs_of(job_dir: Path) -> list[Path]:
+    """The job's spool folders, one per attempt (`tracking`, `tracking-attempt2`, ...), in the
+    attempts' order: the last one is the latest attempt's."""
     if (job_dir / SINK_FILE).is_file():
         return [job_dir]
-    return sorted(p for p in job_dir.glob("tracking*") if (p / SINK_FILE).is_file())
+    return sorted((p for p in job_dir.glob("tracking*") if (p / SINK_FILE).is_file()),
+                  key=attempt_number)
+
+
+def later_attempt(spool_dir) -> bool:
+    """Whether the job of this spool folder has a later attempt's (a restart followed)."""
+    spool_dir = Path(spool_dir)
+    return any(attempt_number(p) > attempt_number(spool_dir) for p in spool_dirs_of(spool_dir.parent))
+
+
+def attempt_number(spool_dir: Path) -> int:
+    """1 for `tracking`, K for `tracking-attemptK` (tracking/job/handle.py names them)."""
+    suffix = spool_dir.name[len("tracking-attempt"):]
+    return int(suffix) if spool_dir.name.startswith("tracking-attempt") and suffix.isdigit() else 1
 
 
 def find_spool_dirs(job: str | None, explicit_log_dir: str | None = None) -> list[Path]:

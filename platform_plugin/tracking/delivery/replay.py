@@ -19,6 +19,7 @@ from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.tracking.delivery import store_move
 from platform_plugin.tracking.delivery.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import READ_BYTES, Counts, Forwarder
+from platform_plugin.tracking.delivery.job_folders import later_attempt
 from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
 from platform_plugin.tracking.sinks import get_sink
 from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig, StreamState, stream_lock
@@ -115,6 +116,8 @@ def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: flo
     forwarder.config = config
     end = JobEnd.load(spool_dir)
     config.final_status = end_status or config.final_status or (end.status if end else None)
+    if end is not None and not end.last and later_attempt(spool_dir):  # --max-restarts: the
+        config.job["keep_parent_open"] = True  # latest attempt ends the runs it went on in
     ended = config.ended
     _finish_aggregates(forwarder, bool(config.final_status) and counts.pending == 0)
     if config.final_status and not config.ended and counts.pending == 0 and not forwarder.last_error:

@@ -95,7 +95,7 @@ class SpoolingJobTracking(JobTracking):
     def __init__(self, sink_name: str, plan: PlanView, layout: str):
         self.sink = sink_name
         self.plan = plan
-        attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: new runs per attempt
+        attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: a spool per attempt
         self.spool_dir = os.path.join(plan.job_dir, "tracking" if not attempt
                                       else f"tracking-attempt{attempt + 1}")
         self.config = job_sink_config(sink_name, plan, layout)
@@ -357,12 +357,12 @@ def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
         tracking_uri=conventions.default_store(cwd, first_env)[0] if sink_name == "mlflow" else None,
         experiment_name=conventions.experiment_name(first_env, cwd),
         job={"job_id": plan.job_id, "job_name": plan.job_name, "run_name": plan.job_id,
-             # one job across servers: one parent for all (sinks/mlflow_job.py)
-             "servers": int(getattr(plan, "nnodes", 1) or 1),
+             "servers": int(getattr(plan, "nnodes", 1) or 1),  # one parent for all servers
              "server_id": str(getattr(plan, "server_id", "localhost")),
-             # node 0 creates the parent, the other servers find it (sinks/mlflow_job.py)
+             # node 0 creates the parent, the others find it; started_ms: where an attempt's
+             # points begin in a run that goes on across attempts (sinks/mlflow_job.py)
              "node_rank": int(getattr(plan, "node_rank", 0) or 0),
-             "attempt": int(getattr(plan, "attempt", 0) or 0),
+             "attempt": int(getattr(plan, "attempt", 0) or 0), "started_ms": int(time.time() * 1000),
              "parent": True, "tags": tags, "user": conventions.user(), "source": source,
              "source_type": source_type, "params": conventions.notebook_parameters(first_env)},
         ranks=ranks,

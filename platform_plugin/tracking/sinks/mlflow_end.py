@@ -24,6 +24,8 @@ def end_job(client, config: SinkConfig, spool_dir: Path, pending: dict[str, int]
         if run_id:
             _upload_files(client, config, spool_dir, label, info, run_id)
         if state.run_id and state.run_id != config.parent_run_id:
+            if config.job.get("keep_parent_open") and not pending.get(label):
+                continue  # a restart follows: the next attempt goes on in the run and ends it
             _end_or_mark(client, state.run_id, status, pending.get(label, 0))
     if config.parent_run_id and not config.job.get("keep_parent_open"):
         if sum(pending.values()):

@@ -29,7 +29,9 @@ ROLE_TAG = "platform.role"
 ROLE_JOB = "job"
 SERVER_TAG = "platform.server."  # + server id: that server's final status
 FAILED_SERVERS_TAG = "platform.failed_servers"
-ATTEMPT_TAG = "attempt"
+ATTEMPT_TAG = "attempt"  # the latest attempt (1, 2, ...) that wrote to the run
+# + an attempt's number (2, 3, ...): when the launcher started it, ms since the epoch (its clock)
+ATTEMPT_STARTED_TAG = "platform.attempt_started."
 SETTLE_S = 3.0  # longer than a create_run takes on a loaded server
 PARENT_WAIT_S = 60.0  # how long another server's helper waits for node 0's parent
 PARENT_POLL_S = 0.5
@@ -131,9 +133,44 @@ def _end_for_gone(client, config, parent: str, gone: str, by: str) -> None:
         client.set_terminated(run.info.run_id, "FAILED")
 
 
+def attempt_tags(config) -> dict[str, str]:
+    """The attempt's tags for the runs it writes to: its number and, for a restart, when the
+    launcher started it (before any of its ranks existed, after every rank of the attempt
+    before had ended): where one attempt ends in a run's metric history (docs/tracking.md,
+    Restarts)."""
+    attempt = int(config.job.get("attempt", 0) or 0)
+    tags = {ATTEMPT_TAG: str(attempt + 1)}
+    if attempt and config.job.get("started_ms"):
+        tags[ATTEMPT_STARTED_TAG + str(attempt + 1)] = str(config.job["started_ms"])
+    return tags
+
+
+def attempt_starts(tags: dict[str, str]) -> list[int]:
+    """A run's attempt boundaries (ms, in order) from its tags: empty for a run of one attempt."""
+    starts = []
+    for key, value in tags.items():
+        if key.startswith(ATTEMPT_STARTED_TAG) and value.isdigit():
+            starts.append((int(key[len(ATTEMPT_STARTED_TAG):] or 0), int(value)))
+    return [ms for _, ms in sorted(starts)]
+
+
+def rank_run(client, config, rank_id: str) -> str | None:
+    """The run an earlier attempt of the job made for the rank under the job's parent, or None
+    (that attempt delivered nothing of it)."""
+    parent, rank = config.parent_run_id.replace("'", "\\'"), rank_id.replace("'", "\\'")
+    runs = client.search_runs([config.experiment_id], max_results=100,
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and "
+                                            f"tags.rank_id = '{rank}'")
+    # several (a job whose store holds a run per attempt of the rank): the latest attempt's
+    latest = max(runs, default=None,
+                 key=lambda r: (int(r.data.tags.get(ATTEMPT_TAG, "0") or 0), r.info.start_time or 0))
+    return None if latest is None else latest.info.run_id
+
+
 def job_children(client, experiment_id: str, parent_run_id: str) -> list:
-    """Every rank run of the job, from every server (the store, not the local spool); of a
-    restarted job only the latest attempt of each rank."""
+    """Every rank run of the job, from every server (the store, not the local spool): one per
+    rank (a restarted attempt goes on in the rank's run; of a job tracked with a run per
+    attempt, the latest attempt's)."""
     from mlflow.entities import ViewType
     runs = client.search_runs([experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",

@@ -265,6 +265,9 @@ class RestClient:
         self.transport.call("POST", "runs/update", {"run_id": run_id, "status": status or "FINISHED",
                                                     "end_time": end_time or int(time.time() * 1000)})
 
+    def update_run(self, run_id: str, status: str) -> None:
+        self.transport.call("POST", "runs/update", {"run_id": run_id, "status": status})
+
     def delete_run(self, run_id: str) -> None:
         self.transport.call("POST", "runs/delete", {"run_id": run_id})
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.tracking.delivery.job_folders import later_attempt
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.job import conventions
 from platform_plugin.tracking.job.uri_check import sqlite_file
@@ -164,8 +165,12 @@ class MlflowSink:
                 config.experiment_id = self._experiment(client, config)
                 config.save(spool_dir)
             if config.job.get("parent") and config.parent_run_id is None:
+                if later_attempt(spool_dir):  # `sync` of an earlier attempt: the runs may exist
+                    config.job["restarted"] = True
                 config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
+                if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart:
+                    self._mark_attempt(client, config, config.parent_run_id)  # where it begins
             self._rank_runs(client, config, spool_dir, missing)
 
     def _rank_runs(self, client, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
@@ -216,7 +221,7 @@ class MlflowSink:
             awaited = mlflow_job.awaited_parent(client, config)
             if awaited:
                 return awaited
-        if config.servers > 1 or job.get("attempt"):
+        if config.servers > 1 or job.get("attempt") or job.get("restarted"):
             return mlflow_job.shared_parent(client, config, create)  # no node 0 parent: race
         return create()
 
@@ -244,16 +249,28 @@ class MlflowSink:
                                                             "host") and v is not None}
         tags["job_id"] = config.job.get("job_id", "")
         tags.update(self._standard_tags(config))  # "Created by" and "Source" on every run
-        attempt = int(config.job.get("attempt", 0) or 0)
-        tags[mlflow_job.ATTEMPT_TAG] = str(attempt + 1)
+        tags.update(mlflow_job.attempt_tags(config))
         if config.parent_run_id:
             tags[PARENT_TAG] = config.parent_run_id
-            name = run_name(label) + (f"-attempt{attempt + 1}" if attempt else "")
+            name = run_name(label)
+            # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
+            earlier = (mlflow_job.rank_run(client, config, tags.get("rank_id", label))
+                       if config.job.get("attempt") or config.job.get("restarted") else None)
+            if earlier and config.job.get("attempt"):
+                self._mark_attempt(client, config, earlier)
+                client.update_run(earlier, "RUNNING")
+            if earlier:  # (an earlier attempt's points, synced late, go there too)
+                return earlier
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
             name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)
         run_id = client.create_run(config.experiment_id, run_name=name, tags=tags).info.run_id
         return _answered(run_id, "run id", store_uri(config))
+
+    def _mark_attempt(self, client, config: SinkConfig, run_id: str) -> None:
+        """This attempt's tags (mlflow_job.attempt_tags) on a run an earlier attempt made."""
+        RunTag = mlflow_rest.entities(client)[1]
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in mlflow_job.attempt_tags(config).items()])
 
     # --- delivery ---------------------------------------------------------------------------
     def deliver(self, config: SinkConfig, label: str, state: StreamState,
