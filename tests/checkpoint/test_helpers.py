@@ -157,12 +157,20 @@ def test_a_mindspore_checkpoint_killed_before_its_manifest_is_never_chosen(tmp_p
         from platform_plugin.checkpoint.mindspore import resume_point
         print("resume", resume_point().file)
         print("momenta", float(np.abs(optimizer.moments[0].asnumpy()).sum()) > 0)
-        model.train(3, data, callbacks=[CheckpointCallback()], dataset_sink_mode=False,
-                    initial_epoch=initial_epoch)
+        from platform_plugin.tracking.integrations.mindspore import MetricsCallback
+        class Steps:  # records the steps the tracking callback logs the loss at
+            steps = []
+            def log_metric(self, key, value, step=None): self.steps.append(step)
+            def __getattr__(self, name): return lambda *args, **kwargs: None
+        model.train(3, data, callbacks=[CheckpointCallback(), MetricsCallback(tracker=Steps())],
+                    dataset_sink_mode=False, initial_epoch=initial_epoch)
+        print("logged steps", Steps.steps)
     """, tmp_path, attempt=1)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "initial_epoch 1" in resumed.stdout
     assert f"resume {tmp_path / 'step-0000000004' / 'train_network.ckpt'}" in resumed.stdout
     assert "momenta True" in resumed.stdout  # the optimizer's state came back too
+    # the loss curve continues at the job's step 5, not at the resumed train()'s own step 1
+    assert f"logged steps {list(range(5, 13))}" in resumed.stdout
     manifest = json.loads((tmp_path / "step-0000000012" / "manifest.json").read_text())
     assert (manifest["step"], manifest["epoch"], manifest["attempt"]) == (12, 3, 1)
