@@ -3,7 +3,8 @@
 FAIL_RANK / FAIL_EPOCH: that rank exits at the end of that epoch, on attempt 0 only (what a
 device fault does to one rank). EPOCHS (default 6). Each worker writes
 out/attempt<A>_rank<R>.json: the epoch it started after, the checkpoint it resumed from,
-the epochs it ran and a digest of its final parameters.
+the epochs it ran and a digest of its final parameters. SAMPLES (default 64) per rank sets
+an epoch's length: 8 per step.
 """
 import hashlib
 import json
@@ -41,7 +42,8 @@ class FailOnce(Callback):
 
 
 ms.set_seed(0)
-features = np.random.default_rng(rank).normal(size=(64, 8)).astype(np.float32)
+features = np.random.default_rng(rank).normal(size=(int(os.environ.get("SAMPLES", "64")), 8))
+features = features.astype(np.float32)
 labels = (features.sum(axis=1) > 0).astype(np.int32)
 import mindspore.dataset as ds  # noqa: E402
 

@@ -2,7 +2,8 @@
 
 FAIL_RANK / FAIL_EPOCH: that rank exits after that epoch's checkpoint, on attempt 0 only.
 EPOCHS (default 6). Each rank writes out/attempt<A>_rank<R>.json: the epoch it started
-from, the epochs it ran and its final parameters.
+from, the epochs it ran and its final parameters. SAMPLES (default 128) in all sets an
+epoch's length: 8 per step and rank.
 """
 import json
 import os
@@ -21,7 +22,8 @@ rank = dist.get_rank()
 attempt = int(os.environ["PLATFORM_ATTEMPT"])
 epochs = int(os.environ.get("EPOCHS", "6"))
 torch.manual_seed(0)
-features = torch.randn(128, 8, generator=torch.Generator().manual_seed(1))
+features = torch.randn(int(os.environ.get("SAMPLES", "128")), 8,
+                       generator=torch.Generator().manual_seed(1))
 dataset = TensorDataset(features, (features.sum(dim=1) > 0).long())
 sampler = DistributedSampler(dataset, shuffle=True, seed=0, drop_last=True)
 loader = DataLoader(dataset, batch_size=8, sampler=sampler, drop_last=True)
