@@ -157,7 +157,7 @@ PLATFORM_CHECKPOINT_DIR = Variable(
     "<job folder>/checkpoints)", set_by="launcher")
 PLATFORM_RESUME_STEP = Variable(
     "PLATFORM_RESUME_STEP", int, None, "the step of the newest complete checkpoint node 0 found "
-    "before a restarted attempt (unset when there is nothing to resume)", set_by="launcher")
+    "before the attempt, the one every rank resumes from (unset: from the beginning)", set_by="launcher")
 PLATFORM_SERVER_ID = Variable("PLATFORM_SERVER_ID", str, None, "this server's id in the rank "
                               "table (else localhost)", set_by="launcher")
 PLATFORM_TRACKING_HELPER = Variable(

@@ -12,8 +12,10 @@ system), the manifest too, after the data. A checkpoint is complete when its man
 names its own step and every file it lists exists with the listed size; anything else (no
 manifest: the rank died before it; a temporary name; a size that differs) is never chosen.
 
-The launcher (node 0) reads `newest_complete` before an attempt and gives every rank, on every
-server, the step it chose as PLATFORM_RESUME_STEP; a rank calls `resume_point()`.
+The launcher (node 0) reads `newest_complete` before each attempt and gives every rank, on
+every server, the step it chose as PLATFORM_RESUME_STEP; a rank calls `resume_point()`, which
+takes that word alone: the ranks of one attempt start at different moments, and a rank that
+looked for itself could see a checkpoint a faster rank of the same attempt had just written.
 
 Rank side: Python 3.7 code and the stdlib only (docs/compat.md), so the variables are read
 with os.environ (their declarations are in variables.py).
@@ -33,6 +35,7 @@ STEP_FOLDER = re.compile(r"step-([0-9]{10})")
 PARTIAL = ".partial-"  # in the name of a file still being written
 DIR_VARIABLE = "PLATFORM_CHECKPOINT_DIR"
 RESUME_VARIABLE = "PLATFORM_RESUME_STEP"
+ATTEMPT_VARIABLE = "PLATFORM_ATTEMPT"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +127,7 @@ def write_manifest(folder: str, step: int, epoch: Optional[int], files: Iterable
         sizes[_file_name(name)] = os.stat(os.path.join(folder, name)).st_size
     if epoch is not None and (type(epoch) is not int or epoch < 0):
         raise ValueError("epoch must be a whole number >= 0 or None, not %r" % (epoch,))
-    record = {"step": _step(step), "epoch": epoch, "attempt": _environ_int("PLATFORM_ATTEMPT"),
+    record = {"step": _step(step), "epoch": epoch, "attempt": _environ_int(ATTEMPT_VARIABLE),
               "rank": _environ_int("RANK_ID", _environ_int("RANK")), "files": sizes,
               "time": time.time()}
     _write(folder, MANIFEST, json.dumps(record, sort_keys=True).encode("utf-8"))
@@ -140,7 +143,7 @@ def write_checkpoint(step: int, data: Dict[str, bytes], epoch: Optional[int] = N
     for name, content in data.items():
         write_file(folder, name, content)
     write_manifest(folder, step, epoch, list(data))
-    return ResumePoint(step, epoch, folder, _environ_int("PLATFORM_ATTEMPT"))
+    return ResumePoint(step, epoch, folder, _environ_int(ATTEMPT_VARIABLE))
 
 
 def complete(folder: str) -> Optional[ResumePoint]:
@@ -179,12 +182,16 @@ def newest_complete(directory: str) -> Optional[ResumePoint]:
 
 
 def resume_point() -> Optional[ResumePoint]:
-    """Where this rank resumes: the checkpoint node 0's launcher chose (PLATFORM_RESUME_STEP,
-    the same on every server), else the newest complete one in PLATFORM_CHECKPOINT_DIR; None
-    when there is none (start from the beginning)."""
+    """Where this rank resumes: the checkpoint node 0's launcher chose for the attempt
+    (PLATFORM_RESUME_STEP, the same on every server and for every rank; unset: from the
+    beginning, even if a faster rank of this attempt already wrote one). A process the
+    launcher did not start (no PLATFORM_ATTEMPT) takes the newest complete checkpoint in
+    PLATFORM_CHECKPOINT_DIR. None: start from the beginning."""
     directory = checkpoint_dir()
     chosen = os.environ.get(RESUME_VARIABLE, "").strip()
     if not chosen:
+        if os.environ.get(ATTEMPT_VARIABLE, "").strip():  # launched: the launcher chose none
+            return None
         return newest_complete(directory)
     if not chosen.isdigit():
         raise CheckpointUnavailable("%s=%r is not a step number" % (RESUME_VARIABLE, chosen))

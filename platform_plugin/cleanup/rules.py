@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from platform_plugin.checkpoint.manifest import STEP_FOLDER
 from platform_plugin.cleanup.tracking_data import store_paths
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
@@ -35,6 +36,10 @@ NEVER_ENTER = frozenset({".git"})  # neither walked nor deleted, file or folder
 TRACKING_NAMES = frozenset({"mlruns", "mlartifacts"})
 TRACKING_PREFIXES = ("mlflow.db",)
 STAY_NAMES = PROTECTED_NAMES | NEVER_ENTER | TRACKING_NAMES
+# A job's checkpoints (`step-<10 digits>/` of its PLATFORM_CHECKPOINT_DIR: checkpoint/manifest.py)
+# are what a restarted or relaunched job resumes from: kept whole unless asked (--checkpoints).
+CHECKPOINT_PREFIX = "step-"
+CHECKPOINT_CATEGORY = "models"
 # what a protected name leaves in "\0" + "\0".join(names) + "\0" (names_that_stay)
 _STAY_MARKS = (tuple(f"{suffix}\0" for suffix in PROTECTED_SUFFIXES)
                + tuple(f"\0{name}\0" for name in sorted(STAY_NAMES))
@@ -115,6 +120,7 @@ class CleanupRules:
     categories: dict[str, Category]
     keep: tuple[str, ...] = ()  # --keep globs and .platformkeep lines
     protect: tuple[str, ...] = ()  # ROOT-relative paths that must survive, with what is below
+    remove_checkpoints: bool = False  # --checkpoints: jobs' step-N/ folders go too
     _dirs: _PatternIndex = field(init=False, repr=False)
     _files: _PatternIndex = field(init=False, repr=False)
     _keep: re.Pattern | None = field(init=False, repr=False)
@@ -128,7 +134,8 @@ class CleanupRules:
     @classmethod
     def load(cls, root: Path, *, only: Iterable[str] | None = None, keep: Iterable[str] = (),
              protect: Iterable[Path] = (), folder: Path | None = None,
-             environ: Mapping[str, str] | None = None) -> "CleanupRules":
+             environ: Mapping[str, str] | None = None,
+             checkpoints: bool = False) -> "CleanupRules":
         categories = load_categories(folder)
         if only:
             wanted = [name.strip() for name in only if name.strip()]
@@ -140,7 +147,8 @@ class CleanupRules:
         keep_globs = list(keep) + read_keep_file(root)
         paths = [*protect, *store_paths(root, os.environ if environ is None else environ)]
         inside = (_relative_inside(root, p) for p in paths)
-        return cls(categories, tuple(keep_globs), tuple(dict.fromkeys(p for p in inside if p)))
+        return cls(categories, tuple(keep_globs), tuple(dict.fromkeys(p for p in inside if p)),
+                   remove_checkpoints=checkpoints)
 
     # --- what the walk asks
     @property
@@ -151,7 +159,8 @@ class CleanupRules:
     def stays_by_name(self, name: str) -> bool:
         return (name.endswith(PROTECTED_SUFFIXES) or name in STAY_NAMES
                 or name.startswith(TRACKING_PREFIXES)
-                or (self._keep is not None and self._keep.match(name) is not None))
+                or (self._keep is not None and self._keep.match(name) is not None)
+                or self._is_kept_checkpoint(name))
 
     def names_that_stay(self, names: list[str]) -> set[str]:
         """`stays_by_name` for a whole folder at once (a matched folder's hot path). A name
@@ -164,7 +173,13 @@ class CleanupRules:
                      or name in STAY_NAMES or name.startswith(TRACKING_PREFIXES)}
         if self._keep is not None:
             found.update(name for name in names if self._keep.match(name) is not None)
+        if not self.remove_checkpoints and "\0" + CHECKPOINT_PREFIX in joined:
+            found.update(name for name in names if self._is_kept_checkpoint(name))
         return found
+
+    def _is_kept_checkpoint(self, name: str) -> bool:
+        return (not self.remove_checkpoints and name.startswith(CHECKPOINT_PREFIX)
+                and STEP_FOLDER.fullmatch(name) is not None)
 
     def stays_by_path(self, rel: str) -> bool:
         if self._keep is not None and self._keep.match(rel):
@@ -178,7 +193,11 @@ class CleanupRules:
                                                  and self.stays_by_path("/".join(parts)))
 
     def directory_category(self, parts: tuple[str, ...]) -> str | None:
-        return self._dirs.category(parts)
+        category = self._dirs.category(parts)
+        if (category is None and self.remove_checkpoints and CHECKPOINT_CATEGORY in self.categories
+                and STEP_FOLDER.fullmatch(parts[-1]) is not None):
+            return CHECKPOINT_CATEGORY  # a checkpoint goes whole, its manifest too
+        return category
 
     def file_category(self, parts: tuple[str, ...]) -> str | None:
         return None if self.is_protected_name(parts[-1]) else self._files.category(parts)

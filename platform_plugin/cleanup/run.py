@@ -94,16 +94,18 @@ def refuse_read_only(root: Path) -> None:
 
 
 def prepare_cleanup(root: Path, *, only: Iterable[str] | None = None, keep: Iterable[str] = (),
-                    protect: Iterable[Path] = ()) -> PreparedCleanup:
-    return PreparedCleanup(root, CleanupRules.load(root, only=only, keep=keep, protect=protect))
+                    protect: Iterable[Path] = (), checkpoints: bool = False) -> PreparedCleanup:
+    """`checkpoints`: also remove jobs' checkpoint folders (kept otherwise)."""
+    return PreparedCleanup(root, CleanupRules.load(root, only=only, keep=keep, protect=protect,
+                                                   checkpoints=checkpoints))
 
 
 def clean(root: Path, *, only: Iterable[str] | None = None, keep: Iterable[str] = (),
           protect: Iterable[Path] = (), dry_run: bool = False,
-          progress: bool | None = None) -> CleanupReport:
+          progress: bool | None = None, checkpoints: bool = False) -> CleanupReport:
     """The whole cleanup in one call (what `platform-run clean` uses)."""
-    return prepare_cleanup(root, only=only, keep=keep, protect=protect).run(
-        dry_run=dry_run, progress=progress)
+    return prepare_cleanup(root, only=only, keep=keep, protect=protect,
+                           checkpoints=checkpoints).run(dry_run=dry_run, progress=progress)
 
 
 __all__ = ["CleanupReport", "CleanupRules", "Category", "Removal", "KEEP_FILE", "ROOT_ENV",

@@ -32,6 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "ancestor named CODE, else the current folder if it holds a "
                              "notebook or Python source)")
     add_cleanup_options(parser)
+    parser.add_argument("--checkpoints", action="store_true",
+                        help="also remove jobs' checkpoints (the step-N/ folders of "
+                             "PLATFORM_CHECKPOINT_DIR, kept otherwise: a restarted job resumes "
+                             "from them)")
     parser.add_argument("--dry-run", action="store_true",
                         help="list exactly what would be removed and remove nothing")
     parser.add_argument("--list", action="store_true", dest="list_items",
@@ -43,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     root = cleanup.find_root(args.root)
     report = cleanup.clean(root, only=args.only, keep=args.keep, dry_run=args.dry_run,
-                           progress=args.progress)
+                           progress=args.progress, checkpoints=args.checkpoints)
     print(report.render(list_items=args.dry_run or args.list_items))
     return 1 if report.errors else 0
 

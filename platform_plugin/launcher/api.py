@@ -68,7 +68,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
         # node 0 decides the job's identity, every server uses it: one plan per attempt
         identity = link.agree(identity_mod.proposed(place, options, host.base_env), 0)
         options = identity_mod.adopted(identity, options, host.base_env, _note(options.write))
-        plan, shown = _checked_plan(cmd, settings, host, options, identity["job_id"], link,
+        plan, shown = _checked_plan(cmd, settings, host, options, identity, link,
                                     place.server_id)
         with JobHold.take(_worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
             with JobDirLock(plan), libraries_to_log(plan.job_dir, options.verbose):
@@ -85,14 +85,18 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     return result
 
 
-def _checked_plan(cmd, settings, host: Host, options: LaunchOptions, job_id: str, link,
+def _checked_plan(cmd, settings, host: Host, options: LaunchOptions, identity: dict, link,
                   server_id: str) -> tuple[LaunchPlan, object]:
     """The first attempt's plan and what it shows, refused before anything exists. The other
     servers already agreed to start: a refusal here (what needs the plan: `--show`, the
     tracking URI, argv sizes, stale ranks) stops them too, else they would wait for this
     server's ranks in vain."""
     try:
-        plan = build_plan(cmd, settings, options, host, job_id=job_id)
+        plan = build_plan(cmd, settings, options, host, job_id=identity["job_id"],
+                          resume_step=identity_mod.resume_step(identity))
+        if plan.resume_step is not None:  # a job that reuses an earlier one's checkpoints
+            _print(options.write, f"[launcher] resuming from step {plan.resume_step} "
+                   f"(checkpoint {identity.get(identity_mod.CHECKPOINT_KEY, '?')})")
         if options.nproc is None and plan.backend != "rank-table":
             _print(options.write, f"[launcher] --nproc not given: {default_nproc(host)[1]}")
         shown = check_show(options.show, plan)
@@ -113,10 +117,12 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     (all servers together: each attempt is agreed through the job link), same job id.
     Returns (the last attempt's result, lines hidden from the display)."""
     attempts: list[dict] = []
+    spool_dir = ""  # the failed attempt's spools on this server: how far it got
     while True:
         attempt = len(attempts)
         if attempt:  # every server reached this attempt (the first one was agreed in run())
-            plan = restarted(cmd, settings, host, options, plan, link, attempt)
+            plan = restarted(cmd, settings, host, options, plan, link, attempt, attempts[-1],
+                             spool_dir, _note(options.write))
         result, hidden = _supervise(plan, options, shown, link, attempts,
                                     last=attempt >= options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
@@ -124,6 +130,7 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
         if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
             return result, hidden
         attempts.append(attempt_record(result, attempt))
+        spool_dir = getattr(result.tracking, "spool_dir", "") or ""
         _print(options.write, restarting(result, attempt, options.max_restarts))
 
 

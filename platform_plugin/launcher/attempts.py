@@ -7,6 +7,10 @@ import os
 
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
+from platform_plugin.launcher.processes.spawn import make_checkpoint_dir
+
+NOTE_INDENT = " " * len("[launcher] ")  # a note's next lines start under its text
+
 
 class PeerNotice:
     """A supervisor observer and its stop check: when this server's job stops for a reason of
@@ -47,12 +51,23 @@ def keep_attempt_logs(job_dir: str, attempt: int) -> None:
 
 
 def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, link,
-              attempt: int) -> LaunchPlan:
+              attempt: int, failed: dict, spool_dir: str, note) -> LaunchPlan:
     """--max-restarts: the plan of attempt `attempt` (>= 1) once every server reached it, same
-    job id; the earlier attempt's logs kept in `attempt-N/`."""
-    link.agree({"job_id": plan.job_id}, attempt)
+    job id, resuming from the checkpoint node 0 chose; the earlier attempt's logs kept in
+    `attempt-N/`. `failed`: the failed attempt's record, which gets what was resumed and what
+    the failure cost (`spool_dir`: that attempt's spools on this server, "" untracked)."""
+    from platform_plugin.launcher import resume  # (a restarted attempt only)
+    proposed = {"job_id": plan.job_id}
+    if plan.node_rank == 0:  # node 0 chooses for every server
+        proposed.update(resume.proposal(plan, note))
+    identity = link.agree(proposed, attempt)
+    make_checkpoint_dir(plan.checkpoint_dir)  # (removed meanwhile on this server: made again)
+    resumed = resume.resumed(identity, plan, spool_dir, attempt)
+    failed["resumed"] = resumed.to_dict()
+    from platform_plugin.launcher.display.result_table import terminal_width, wrapped
+    note("\n".join(wrapped(resumed.describe(), terminal_width(), NOTE_INDENT))[len(NOTE_INDENT):])
     plan = build_plan(cmd, settings, options, host, job_id=plan.job_id, attempt=attempt,
-                      master_port=_port_for(options, plan, attempt))
+                      master_port=_port_for(options, plan, attempt), resume_step=resumed.step)
     keep_attempt_logs(plan.job_dir, attempt - 1)
     return plan
 

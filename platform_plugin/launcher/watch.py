@@ -168,6 +168,8 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
         held = sum(result.held_back.values())
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"
+        text += "".join(f"\n[launcher] {earlier['resumed']['text']}"
+                        for earlier in result.attempts if earlier.get("resumed"))
     else:
         from platform_plugin.launcher.display.result_table import render_result, terminal_width
         text = render_result(result, terminal_width())  # (a failed job only)

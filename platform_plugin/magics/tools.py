@@ -140,7 +140,7 @@ class PlatformMagics(Magics):
         root = cleanup.find_root(args.root)
         before = folder_size(root)
         report = cleanup.clean(root, only=args.only, keep=args.keep, dry_run=args.dry_run,
-                               progress=False)
+                               progress=False, checkpoints=args.checkpoints)
         print(report.render(list_items=args.dry_run or args.list_items))
         after = before - sum(size for _files, size in report.totals().values()) \
             if args.dry_run else folder_size(root)

@@ -35,6 +35,18 @@ def test_a_complete_checkpoint_is_found_with_its_step_epoch_and_attempt(checkpoi
     assert (record["step"], record["epoch"], record["attempt"], record["rank"]) == (60, 3, 1, 0)
     assert newest_complete(str(checkpoints)) == written == ResumePoint(
         60, 3, str(checkpoints / "step-0000000060"), 1)
+
+
+def test_a_launched_rank_takes_the_launchers_word_alone(checkpoints, monkeypatch):
+    """The ranks of one attempt start at different moments: a slow one must not resume from
+    the checkpoint a fast one of the same attempt just wrote. Without the launcher (no
+    PLATFORM_ATTEMPT) the newest complete checkpoint is the one."""
+    written = write_checkpoint(60, {"a": b"1"})
+    assert resume_point() is None  # launched, and the launcher chose nothing
+    monkeypatch.setenv("PLATFORM_RESUME_STEP", "60")
+    assert resume_point() == written
+    monkeypatch.delenv("PLATFORM_RESUME_STEP")
+    monkeypatch.delenv("PLATFORM_ATTEMPT")
     assert resume_point() == written
 
 
@@ -75,7 +87,8 @@ def test_a_manifest_that_breaks_the_contract_is_never_chosen(checkpoints, change
     assert newest_complete(str(checkpoints)) is None
 
 
-def test_an_empty_folder_resumes_nothing(checkpoints):
+def test_an_empty_folder_resumes_nothing(checkpoints, monkeypatch):
+    monkeypatch.delenv("PLATFORM_ATTEMPT")
     assert newest_complete(str(checkpoints)) is None
     assert resume_point() is None
 

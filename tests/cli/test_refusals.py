@@ -119,15 +119,18 @@ def test_a_90_character_chinese_job_name_is_too_long_for_a_folder(cwd):
                           cwd), "LAUNCH_JOB_NAME")
 
 
-@pytest.mark.parametrize("how", ["--log-dir", "PLATFORM_LOG_DIR", "--cache-dir"])
-def test_a_folder_option_that_is_a_file(cwd, clean_environ, how):
+@pytest.mark.parametrize("how, code", [
+    ("--log-dir", "LAUNCH_LOG_DIR_NOT_DIR"), ("PLATFORM_LOG_DIR", "LAUNCH_LOG_DIR_NOT_DIR"),
+    ("--cache-dir", "LAUNCH_CACHE_DIR_NOT_DIR"),
+    ("--checkpoint-dir", "LAUNCH_CHECKPOINT_DIR_NOT_DIR"),
+    ("PLATFORM_CHECKPOINT_DIR", "LAUNCH_CHECKPOINT_DIR_NOT_DIR")])
+def test_a_folder_option_that_is_a_file(cwd, clean_environ, how, code):
     cwd.joinpath("afile").write_text("x")
     args = ["launch", "--nproc", "1", "--", "true"]
-    if how == "PLATFORM_LOG_DIR":
-        clean_environ.setenv("PLATFORM_LOG_DIR", str(cwd / "afile"))
+    if how.startswith("PLATFORM_"):
+        clean_environ.setenv(how, str(cwd / "afile"))
     else:
         args[1:1] = [how, "afile/sub"]
-    code = "LAUNCH_CACHE_DIR_NOT_DIR" if how == "--cache-dir" else "LAUNCH_LOG_DIR_NOT_DIR"
     refused(run_inprocess(args, cwd), code)
 
 

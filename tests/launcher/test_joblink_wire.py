@@ -17,7 +17,7 @@ from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.servers.hub import Hub
 from platform_plugin.launcher.servers.link_key import link_key
 from platform_plugin.launcher.servers.spoke import Spoke
-from platform_plugin.launcher.servers.wire import TO_NODE_0, Wire
+from platform_plugin.launcher.servers.wire import TO_NODE_0, Wire, valid_identity
 from tests.helpers import wait_for
 from tests.launcher.helpers import free_port_pair
 
@@ -195,3 +195,12 @@ def test_the_key_of_a_job(tmp_path):
     os.chmod(key_file, 0o600)
     assert link_key(f"@{key_file}", None) == link_key("secret", None)
     assert link_key(None, None, derived=b"table") == b"table"
+
+
+@pytest.mark.parametrize("step, valid", [("60", True), ("0", True), ("9999999999", True),
+                                         ("", False), ("-1", False), ("6.0", False),
+                                         ("²", False), ("12345678901", False)])
+def test_a_resume_step_in_the_identity_is_a_checkpoints_step(step, valid):
+    """What node 0 sends with a restarted attempt's `go` (launcher/resume.py): a step number a
+    checkpoint folder can have, else the message is refused before anything acts on it."""
+    assert valid_identity({"job_id": "j", "resume_step": step}) is valid

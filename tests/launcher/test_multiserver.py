@@ -162,6 +162,29 @@ def test_max_restarts_starts_the_whole_job_again_on_every_server(tmp_path):
         assert os.path.isfile(os.path.join(job_dir, "attempt-1", f"rank_{2 * node}.log"))
 
 
+def test_node_0_chooses_the_resume_step_for_every_server(tmp_path):
+    """Each server keeps its checkpoints in its own job folder; only node 0's rank 0 wrote
+    steps 10 and 20. Node 1's ranks still get PLATFORM_RESUME_STEP=20 (node 0's choice, sent
+    with the attempt's start), and one that looks for that checkpoint on its own server is told
+    to share the folder, not shown a traceback."""
+    outs = finish_all(start_servers(tmp_path, 2, ["checkpoint-once"],
+                                    extra=["--max-restarts", "1"]))
+    assert [code for code, _ in outs] == [0, 0], outs
+    dirs = job_dirs(tmp_path, 2)
+    for node, job_dir in enumerate(dirs):
+        for rank in (2 * node, 2 * node + 1):
+            env = rank_env(job_dir, rank)
+            assert env["PLATFORM_RESUME_STEP"] == "20"
+            assert env["PLATFORM_CHECKPOINT_DIR"] == os.path.join(job_dir, "checkpoints")
+        [first] = read_job(job_dir)["failed_attempts"]
+        assert first["resumed"]["step"] == 20 and first["resumed"]["attempt"] == 2
+    assert "RESUMED 20" in log_text(dirs[0], "0") and "RESUMED 20" in log_text(dirs[0], "1")
+    said = log_text(dirs[1], "2")
+    assert "UNAVAILABLE" in said and "--checkpoint-dir" in said and "shared mount" in said
+    assert "Traceback" not in said
+    assert "attempt 2 resumed from step 20 (checkpoint " in outs[0][1], outs[0][1]
+
+
 def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
     log_dir = tmp_path / "logs"
     proc = subprocess.run([PY, "-m", "platform_plugin", "launch", "--log-dir", str(log_dir),
@@ -170,6 +193,9 @@ def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode == 1
     assert "all 2 attempts failed" in proc.stdout and "attempt 1:" in proc.stdout
+    # the table of the earlier attempt says what the next one resumed from: nothing to resume
+    assert ("attempt 2 resumed from the beginning (no complete checkpoint), steps lost to the "
+            "failure: unknown") in " ".join(proc.stdout.split())  # wrapped to the terminal
     [job_dir] = [str(d) for d in log_dir.iterdir()]
     assert len(read_job(job_dir)["failed_attempts"]) == 1
 
@@ -267,6 +293,22 @@ def test_rank_table_servers_restart_together(tmp_path):
         [job_dir] = list((tmp_path / "job" / f"server{node}").iterdir())
         assert (job_dir / "attempt-1").is_dir()
         assert rank_env(str(job_dir), 2 * node)["PLATFORM_ATTEMPT"] == "1"
+
+
+def test_rank_table_servers_resume_from_node_0s_step_in_a_shared_folder(tmp_path):
+    """The rank-table route, one --checkpoint-dir both servers see (a shared mount): every rank
+    of attempt 2 resumes from step 20, which the first attempt's rank 0 wrote."""
+    table = loopback_table(tmp_path, 2, 2)
+    shared = tmp_path / "shared-checkpoints"
+    outs = _table_job(tmp_path, table, "job", args=(RANK, "checkpoint-once"),
+                      extra=("--max-restarts", "1", "--checkpoint-dir", str(shared)))
+    assert [code for code, _ in outs] == [0, 0], outs
+    assert sorted(p.name for p in shared.iterdir()) == ["step-0000000010", "step-0000000020"]
+    for node in (0, 1):
+        [job_dir] = list((tmp_path / "job" / f"server{node}").iterdir())
+        for rank in (2 * node, 2 * node + 1):
+            assert rank_env(str(job_dir), rank)["PLATFORM_RESUME_STEP"] == "20"
+            assert "RESUMED 20" in log_text(str(job_dir), str(rank))
 
 
 def test_rank_table_the_same_server_twice_is_refused(tmp_path):

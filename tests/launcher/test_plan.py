@@ -45,6 +45,29 @@ COMMON = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID", "PLATFORM
           "PLATFORM_JOB_DIR", "PLATFORM_SERVER_ID")
 
 
+def test_the_checkpoint_folder_and_the_resume_step_every_rank_gets():
+    plan = plan_of(["python", "train.py"], NO_TABLE, opts(backend="plain", nproc=2))
+    assert plan.checkpoint_dir == "/tmp/logs/job-1/checkpoints" and plan.resume_step is None
+    for rank in plan.ranks:
+        assert rank.env["PLATFORM_CHECKPOINT_DIR"] == "/tmp/logs/job-1/checkpoints"
+        assert "PLATFORM_RESUME_STEP" not in rank.env
+    host = Host(base_env={"PLATFORM_RESUME_STEP": "7"})  # the launcher's own word only
+    options = LaunchOptions(**{k: v for k, v in opts(backend="plain", nproc=1,
+                                                     checkpoint_dir="ckpt").items()
+                               if k != "base_env"})
+    plan = build_plan(["python", "train.py"], NO_TABLE, options, host, attempt=1,
+                      resume_step=60)
+    assert plan.ranks[0].env["PLATFORM_CHECKPOINT_DIR"] == "/work/code/ckpt"  # the ranks' cwd
+    assert plan.ranks[0].env["PLATFORM_RESUME_STEP"] == "60" and plan.resume_step == 60
+    plan = build_plan(["python", "train.py"], NO_TABLE, options, host)
+    assert "PLATFORM_RESUME_STEP" not in plan.ranks[0].env
+    from_env = Host(base_env={"PLATFORM_CHECKPOINT_DIR": "/shared/ckpt"})
+    options = LaunchOptions(**{k: v for k, v in opts(backend="plain", nproc=1).items()
+                               if k != "base_env"})
+    plan = build_plan(["python", "train.py"], NO_TABLE, options, from_env)
+    assert plan.ranks[0].env["PLATFORM_CHECKPOINT_DIR"] == "/shared/ckpt"
+
+
 def test_plain_sets_only_rank_variables_and_keeps_the_base_env():
     plan = plan_of(["python", "train.py", "--lr", "{0.1}"], NO_TABLE, opts(backend="plain", nproc=3))
     assert plan.backend == "plain" and plan.world_size == 3 and len(plan.ranks) == 3

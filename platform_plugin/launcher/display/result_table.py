@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from typing import TextIO
 from unicodedata import combining, east_asian_width
 
@@ -53,6 +54,8 @@ def render_result(result: JobResult, width: int | None = None) -> str:
             lines.extend(f"  | {line}" if line.startswith(WHOLE) else clip(f"  | {line}", width)
                          for line in [f"attempt {earlier['attempt']}:"]
                          + earlier["table"].splitlines())  # the table above is
+            if earlier.get("resumed"):  # what the next attempt resumed from (launcher/resume.py)
+                lines.extend(wrapped(earlier["resumed"]["text"], width, "  "))
     return "\n".join(lines)
 
 
@@ -127,6 +130,15 @@ def _names(names: list[str], limit: int) -> str:
             break
         shown.append(span)
     return head + ", ".join(shown + ["…"])
+
+
+def wrapped(text: str, width: int | None, indent: str) -> list[str]:
+    """`text` after `indent` in lines of `width` (the next ones indented 2 more); a path is
+    never cut (one longer than a line stands alone on its line)."""
+    if width is None:
+        return [indent + text]
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)
 
 
 def clip(line: str, width: int | None, keep: int = 0) -> str:

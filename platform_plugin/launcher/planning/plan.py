@@ -189,6 +189,14 @@ def _roots(options: LaunchOptions, base_env: dict, cwd: str) -> tuple[str, str]:
     return job_log_dir(options.log_dir, environ=base_env, cwd=cwd), os.path.abspath(cache_root)
 
 
+CHECKPOINTS = "checkpoints"  # the job folder's own checkpoint folder (no --checkpoint-dir)
+
+
+def checkpoint_folder(place: JobPlace, job_id: str) -> str:
+    """The checkpoint folder of job `job_id` here (the plan's PLATFORM_CHECKPOINT_DIR)."""
+    return place.checkpoint_dir or os.path.join(place.log_root, job_id, CHECKPOINTS)
+
+
 def _checkpoint_root(options: LaunchOptions, cwd: str) -> str:
     """--checkpoint-dir (else PLATFORM_CHECKPOINT_DIR, applied by with_environment), absolute
     against the ranks' folder; "" when neither is given."""
@@ -234,7 +242,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     cwd = os.path.abspath(options.cwd or os.getcwd())
     log_root, cache_root = _roots(options, base_env, cwd)
     job_dir, cache_dir = os.path.join(log_root, job_id), os.path.join(cache_root, job_id)
-    checkpoint_dir = _checkpoint_root(options, cwd) or os.path.join(job_dir, "checkpoints")
+    checkpoint_dir = _checkpoint_root(options, cwd) or os.path.join(job_dir, CHECKPOINTS)
     base_env.pop(PLATFORM_RESUME_STEP.name, None)  # the launcher's word alone (resume_step)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}

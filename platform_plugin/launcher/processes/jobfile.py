@@ -17,14 +17,16 @@ from typing import Iterator
 
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.util.jobdirs import JOB_FILE
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_JOB_DIR, PLATFORM_JOB_NAME,
+from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+                                       PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
 
 RESERVE = 64 * 1024  # room for the result when the disk is full by the end of the job
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
 RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
                   PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
-                  PLATFORM_ATTEMPT.name, "PYTHONUNBUFFERED")
+                  PLATFORM_ATTEMPT.name, PLATFORM_CHECKPOINT_DIR.name, PLATFORM_RESUME_STEP.name,
+                  "PYTHONUNBUFFERED")
 
 
 def plan_summary(plan: LaunchPlan) -> dict:
@@ -35,7 +37,8 @@ def plan_summary(plan: LaunchPlan) -> dict:
         "world_size": plan.world_size, "node_rank": plan.node_rank, "nnodes": plan.nnodes,
         "server_id": plan.server_id, "cache_dir": plan.cache_dir, "command": list(plan.command),
         "master_addr": plan.master_addr, "master_port": plan.master_port,
-        "attempt": plan.attempt,
+        "attempt": plan.attempt, "checkpoint_dir": plan.checkpoint_dir,
+        "resume_step": plan.resume_step,
         "ranks": [{"name": r.name, "role": r.role, "rank_id": r.rank_id,
                    "local_rank": r.local_rank, "device_id": r.device_id, "argv": list(r.argv),
                    "cwd": r.cwd, "log_path": r.log_path,

@@ -8,18 +8,29 @@ It is a flat dict of strings sent with the job link's `go` (JobLink.agree):
   (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/job/conventions.py). Servers
   whose project folders are named differently still make one job: one parent run, found by
   its job id in that one experiment (tracking/sinks/mlflow_job.py).
+- `resume_step`, `resume_checkpoint`: node 0's choice of the checkpoint every rank resumes
+  from (the newest complete one in the job's checkpoint folder), absent when there is none;
+  the same keys come with each restarted attempt's "go" (launcher/resume.py). For the first
+  attempt the folder exists only when the job reuses one (`--checkpoint-dir` of an earlier
+  job, or its `--job-id` in the same log folder).
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+from typing import Dict, Optional
 
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.planning.plan import JobPlace
+from platform_plugin.launcher.planning.plan import JobPlace, checkpoint_folder
 from platform_plugin.launcher.servers.job_key import rank_table_job_id
 from platform_plugin.tracking.job.conventions import experiment_name
 from platform_plugin.tracking.rank.job_id import new_job_id
 
 EXPERIMENT_VARIABLE = "MLFLOW_EXPERIMENT_NAME"
+RESUME_STEP, CHECKPOINT_KEY = "resume_step", "resume_checkpoint"
+STEP_TEXT = re.compile(r"[0-9]{1,10}")  # a step a checkpoint folder's name can hold
+MAX_PATH_SENT = 2048  # the path only names the checkpoint in summaries; "go" holds 4096
 
 
 def proposed(place: JobPlace, options: LaunchOptions, environ: dict) -> dict[str, str]:
@@ -30,7 +41,39 @@ def proposed(place: JobPlace, options: LaunchOptions, environ: dict) -> dict[str
     identity = {"job_id": job_id or new_job_id(place.job_name)}
     if place.nnodes > 1:
         identity["experiment"] = experiment_name({**environ, **options.env}, options.cwd)
+    folder = checkpoint_folder(place, identity["job_id"])
+    if place.node_rank == 0 and os.path.isdir(folder):  # node 0 chooses for every server
+        identity.update(_reused_checkpoints(folder))
     return identity
+
+
+def _reused_checkpoints(folder: str) -> Dict[str, str]:
+    """The resume keys of a checkpoint folder the first attempt finds (a job that reuses
+    one); {} when it went away meanwhile (the ranks then start from the beginning)."""
+    # (a job whose checkpoint folder exists before its first attempt)
+    from platform_plugin.checkpoint.manifest import CheckpointUnavailable
+    try:
+        return resume_keys(folder)
+    except CheckpointUnavailable:
+        return {}
+
+
+def resume_keys(folder: str) -> Dict[str, str]:
+    """The identity keys of the newest complete checkpoint in `folder` ({} when there is none).
+    Raises CheckpointUnavailable when `folder` is gone."""
+    # (a job whose checkpoint folder exists: a restart, or a job that reuses one)
+    from platform_plugin.checkpoint.manifest import newest_complete
+    point = newest_complete(folder)
+    if point is None:
+        return {}
+    return {RESUME_STEP: str(point.step),
+            **({CHECKPOINT_KEY: point.path} if len(point.path) <= MAX_PATH_SENT else {})}
+
+
+def resume_step(identity: Dict[str, str]) -> Optional[int]:
+    """The step node 0 chose, None: nothing to resume."""
+    text = identity.get(RESUME_STEP, "")
+    return int(text) if STEP_TEXT.fullmatch(text) else None
 
 
 def adopted(identity: dict[str, str], options: LaunchOptions, environ: dict,

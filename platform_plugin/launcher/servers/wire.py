@@ -19,6 +19,8 @@ import json
 import secrets
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from platform_plugin.launcher.servers.identity import RESUME_STEP, STEP_TEXT
+
 MAX_MESSAGE = 64 * 1024  # ZMQ_MAXMSGSIZE: a larger frame closes the sender's connection
 MAX_NODES = 4096
 MAX_ATTEMPT = 100_000
@@ -42,11 +44,13 @@ def _session(v: Any) -> bool:
 
 
 def _identity(v: Any) -> bool:
-    """Node 0's job identity: a flat str -> str dict, keys `[a-z_]{1,32}`."""
+    """Node 0's job identity: a flat str -> str dict, keys `[a-z_]{1,32}`; a resume step
+    (launcher/resume.py) is 1 to 10 ASCII digits, as a checkpoint folder's name has."""
     return (isinstance(v, dict) and len(v) <= MAX_IDENTITY_KEYS
             and all(isinstance(k, str) and 1 <= len(k) <= 32
                     and all("a" <= c <= "z" or c == "_" for c in k)
-                    and isinstance(x, str) and len(x) <= MAX_TEXT for k, x in v.items()))
+                    and isinstance(x, str) and len(x) <= MAX_TEXT for k, x in v.items())
+            and (RESUME_STEP not in v or STEP_TEXT.fullmatch(v[RESUME_STEP]) is not None))
 
 
 def _servers(v: Any) -> bool:

@@ -7,6 +7,9 @@ until FILE    once FILE exists (at most 120 s), log 5 points and end
 fail-once     on the first attempt (PLATFORM_ATTEMPT=0) rank 0 exits 4; later attempts succeed
 stubborn N    on the first attempt rank 0 exits 4 after 1 s and rank N ignores SIGTERM (prints
               `GOT SIGTERM`: its launcher is then busy stopping it); later attempts succeed
+checkpoint-once  on the first attempt rank 0 writes the checkpoints of steps 10 and 20 into
+              its server's PLATFORM_CHECKPOINT_DIR and exits 4; later attempts print
+              `RESUMED <step>` (resume_point()) or `UNAVAILABLE <message>` and end
 """
 import json
 import os
@@ -56,3 +59,16 @@ elif mode == "stubborn" and os.environ.get("PLATFORM_ATTEMPT") == "0":
         sys.exit(4)
     for _ in range(120):
         time.sleep(1)
+elif mode == "checkpoint-once":
+    from platform_plugin.checkpoint import manifest
+    if os.environ.get("PLATFORM_ATTEMPT") == "0":
+        if rank == 0:
+            for step in (10, 20):
+                manifest.write_checkpoint(step, {"state": str(step).encode()})
+            sys.exit(4)
+    else:
+        try:
+            point = manifest.resume_point()
+            print("RESUMED", None if point is None else point.step, flush=True)
+        except manifest.CheckpointUnavailable as exc:
+            print("UNAVAILABLE", exc, flush=True)

@@ -1,0 +1,139 @@
+"""What a restarted attempt resumes from, and what the failure cost.
+
+Before attempt K >= 1, node 0's launcher reads the newest complete checkpoint of the job's
+checkpoint folder (checkpoint/manifest.py: the rule the ranks apply too) and sends its step
+with the attempt's start (the job link's `go`, servers/identity.py's keys; the first attempt's
+choice is part of the job's identity): every server gives its ranks that one step as
+PLATFORM_RESUME_STEP, whatever its own folder holds. The steps lost are
+the highest step the failed attempt reached minus the resume step: the ranks' tracking spools
+on this server say that exactly; without them (`--tracking none`) the checkpoint folders the
+failed attempt made give a lower bound; when neither says more than the resume step, "unknown".
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Callable, Dict, Optional
+
+from platform_plugin.checkpoint.manifest import MANIFEST, STEP_FOLDER, CheckpointUnavailable
+from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.servers.identity import CHECKPOINT_KEY, resume_keys, resume_step
+from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX
+from platform_plugin.tracking.rank.spool import read_complete
+
+READ_BYTES = 64 << 20
+SYSTEM_PREFIX = "system/"  # the launcher's own samples: not a training step
+
+
+@dataclasses.dataclass
+class Resumed:
+    """Attempt `attempt` (1-based, as the tables count) resumed from `step` (None: from the
+    beginning) of checkpoint `checkpoint`; the failed attempt before it reached `reached`
+    (None: nothing says), known `exactly` (the spools) or as a lower bound (checkpoints)."""
+
+    attempt: int
+    step: Optional[int]
+    checkpoint: str
+    reached: Optional[int]
+    exactly: bool
+
+    @property
+    def lost(self) -> Optional[int]:
+        start = -1 if self.step is None else self.step
+        if self.reached is None or self.reached <= start:
+            return None
+        return self.reached - start  # steps start..reached were done and are done again
+
+    def describe(self) -> str:
+        where = ("from the beginning (no complete checkpoint)" if self.step is None else
+                 f"from step {self.step} (checkpoint {self.checkpoint})")
+        lost = self.lost
+        if lost is None:
+            cost = "steps lost to the failure: unknown"
+        else:
+            cost = f"{'' if self.exactly else 'at least '}{lost} steps lost to the failure"
+        return f"attempt {self.attempt} resumed {where}, {cost}"
+
+    def to_dict(self) -> dict:
+        return {"attempt": self.attempt, "step": self.step, "checkpoint": self.checkpoint,
+                "reached_step": self.reached, "reached_exactly": self.exactly,
+                "steps_lost": self.lost, "text": self.describe()}
+
+
+def proposal(plan: LaunchPlan, note: Callable[[str], None]) -> Dict[str, str]:
+    """The identity keys of this server's choice for the next attempt (node 0's is the one
+    every server gets back). A folder removed while the job ran is made again, empty: the next
+    attempt starts from the beginning, and this says why."""
+    try:
+        return resume_keys(plan.checkpoint_dir)
+    except CheckpointUnavailable:
+        note(f"the checkpoint folder {plan.checkpoint_dir} was removed while the job ran: "
+             f"attempt {plan.attempt + 2} starts from the beginning (made again, empty)")
+        os.makedirs(plan.checkpoint_dir, exist_ok=True)
+        return {}
+
+
+def resumed(identity: Dict[str, str], failed: LaunchPlan, spool_dir: str,
+            attempt: int) -> Resumed:
+    """What attempt `attempt` (0-based) resumes from, and the highest step `failed` reached."""
+    step = resume_step(identity)
+    reached, exactly = highest_spooled_step(spool_dir), True
+    if reached is None:
+        reached, exactly = highest_checkpoint_step(failed.checkpoint_dir, failed.attempt), False
+    return Resumed(attempt + 1, step, identity.get(CHECKPOINT_KEY, "") if step is not None
+                   else "", reached, exactly)
+
+
+def highest_spooled_step(spool_dir: str) -> Optional[int]:
+    """The highest step of any metric this server's ranks logged in the attempt (its spools)."""
+    highest = None
+    try:
+        names = [n for n in os.listdir(spool_dir) if n.startswith("rank_")
+                 and n.endswith(SPOOL_SUFFIX)]
+    except OSError:  # untracked, or nothing spooled
+        return None
+    for name in names:
+        path, offset = os.path.join(spool_dir, name), 0
+        while True:
+            try:
+                chunk = read_complete(path, offset, READ_BYTES)
+            except OSError:
+                break
+            for record, _end in chunk.records:
+                if record[0] == "m" and not record[1].startswith(SYSTEM_PREFIX) \
+                        and isinstance(record[3], int) and (highest is None or record[3] > highest):
+                    highest = record[3]
+            if chunk.end == offset:
+                break
+            offset = chunk.end
+    return highest
+
+
+def highest_checkpoint_step(checkpoint_dir: str, attempt: int) -> Optional[int]:
+    """The highest step of a checkpoint folder attempt `attempt` began (its manifest says the
+    attempt; one without a manifest counts too: a rank died writing it)."""
+    try:
+        names = os.listdir(checkpoint_dir)
+    except OSError:
+        return None
+    steps = []
+    for name in names:
+        match = STEP_FOLDER.fullmatch(name)
+        if match is None:
+            continue
+        written_by = _attempt_of(os.path.join(checkpoint_dir, name, MANIFEST))
+        if written_by is None or written_by == attempt:
+            steps.append(int(match.group(1)))
+    return max(steps, default=None)
+
+
+def _attempt_of(manifest: str) -> Optional[int]:
+    """The attempt a manifest names; None when there is none (or it cannot be read)."""
+    try:
+        with open(manifest, "rb") as stream:
+            record = json.loads(stream.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    attempt = record.get("attempt") if isinstance(record, dict) else None
+    return attempt if type(attempt) is int else None
