@@ -13,10 +13,11 @@ import pytest
 from tests.helpers import REPO, clean_env
 
 
-def run_rank(code: str, checkpoints: Path, attempt: int = 0) -> subprocess.CompletedProcess:
-    """`code` as a lone rank of a job whose checkpoint folder is `checkpoints`."""
-    env = clean_env(PYTHONPATH=str(REPO), PLATFORM_CHECKPOINT_DIR=str(checkpoints),
-                    PLATFORM_ATTEMPT=str(attempt))
+def run_rank(code: str, checkpoints: Path) -> subprocess.CompletedProcess:
+    """`code` as a lone process keeping its checkpoints in `checkpoints`. Without the launcher's
+    PLATFORM_ATTEMPT, `resume_point()` takes the newest complete checkpoint there itself: the
+    rule node 0's launcher applies before an attempt (manifest.newest_complete)."""
+    env = clean_env(PYTHONPATH=str(REPO), PLATFORM_CHECKPOINT_DIR=str(checkpoints))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -60,7 +61,7 @@ def test_torch_state_and_random_generators_come_back_on_a_restart(tmp_path):
                           "weight": model.weight.tolist(), "torch": torch.rand(2).tolist(),
                           "python": random.random(),
                           "momentum": bool(optimizer.state_dict()["state"])}))
-    """, tmp_path, attempt=1)
+    """, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     after = json.loads(resumed.stdout)
     assert (after["step"], after["epoch"]) == (30, 3)
@@ -99,7 +100,7 @@ def test_a_torch_checkpoint_killed_before_its_manifest_is_never_chosen(tmp_path)
         from platform_plugin.checkpoint.torch import load_latest
         state = load_latest()
         print(state["step"], state["w"].tolist())
-    """, tmp_path, attempt=1)
+    """, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.split() == ["10", "[0.0,", "0.0]"]
 
@@ -165,7 +166,7 @@ def test_a_mindspore_checkpoint_killed_before_its_manifest_is_never_chosen(tmp_p
         model.train(3, data, callbacks=[CheckpointCallback(), MetricsCallback(tracker=Steps())],
                     dataset_sink_mode=False, initial_epoch=initial_epoch)
         print("logged steps", Steps.steps)
-    """, tmp_path, attempt=1)
+    """, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "initial_epoch 1" in resumed.stdout
     assert f"resume {tmp_path / 'step-0000000004' / 'train_network.ckpt'}" in resumed.stdout
@@ -173,4 +174,4 @@ def test_a_mindspore_checkpoint_killed_before_its_manifest_is_never_chosen(tmp_p
     # the loss curve continues at the job's step 5, not at the resumed train()'s own step 1
     assert f"logged steps {list(range(5, 13))}" in resumed.stdout
     manifest = json.loads((tmp_path / "step-0000000012" / "manifest.json").read_text())
-    assert (manifest["step"], manifest["epoch"], manifest["attempt"]) == (12, 3, 1)
+    assert (manifest["step"], manifest["epoch"]) == (12, 3)
