@@ -13,7 +13,10 @@ The distributed checklist this script follows:
 - the checkpoint is written once, by rank 0 (in data parallel every rank holds the full
   parameters, so "gathering" is a no-op and N writers would only race on one file);
 - everyone waits at a barrier, then rank 0 reads the file and broadcasts it, so ranks on
-  other servers do not need the file on their own disk.
+  other servers do not need the file on their own disk;
+- under the plugin's launcher (PLATFORM_CHECKPOINT_DIR set) rank 0 also checkpoints every
+  epoch and every rank starts after the newest complete checkpoint: a job restarted by
+  `--max-restarts` continues where it stopped instead of from epoch 0.
 """
 from __future__ import annotations
 
@@ -134,6 +137,17 @@ def tracking_callbacks() -> list[Callback]:
     return [MetricsCallback()]
 
 
+def resume_and_checkpoint(net: nn.Cell, optimizer: nn.Optimizer) -> tuple[int, list[Callback]]:
+    """Under the plugin's launcher: the network and optimizer loaded from the newest complete
+    checkpoint (the epoch to start after, 0 when there is none) and the callback that saves one
+    every epoch. Elsewhere (plain msrun, one process): epoch 0 and no callback."""
+    if not os.environ.get("PLATFORM_CHECKPOINT_DIR"):
+        return 0, []
+    from platform_plugin.checkpoint.mindspore import CheckpointCallback, restore
+
+    return restore(net, optimizer), [CheckpointCallback()]
+
+
 def shard(features, labels, ctx: DistributedContext, batch_size: int, seed: int):
     ds.config.set_seed(seed)  # same shuffle on every rank, so the shards partition the data
     data = ds.NumpySlicesDataset((features, labels), column_names=["x", "y"], shuffle=True,
@@ -183,12 +197,14 @@ def main(argv: list[str]) -> int:
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=args.lr, momentum=0.9)
     model = Model(net, loss_fn=loss_fn, optimizer=optimizer)
     epoch_loss = EpochLoss()
+    initial_epoch, checkpointing = resume_and_checkpoint(net, optimizer)
     print(f"rank {ctx.rank}/{ctx.size}: {data.get_dataset_size()} steps per epoch, "
-          f"{len(y_train)} training samples in all", flush=True)
+          f"{len(y_train)} training samples in all, starting after epoch {initial_epoch}", flush=True)
     log_hyperparameters(args)
     started = time.monotonic()
-    model.train(args.epochs, data, callbacks=[epoch_loss, *tracking_callbacks()],
-                dataset_sink_mode=False)
+    if initial_epoch < args.epochs:  # a checkpoint of the last epoch leaves nothing to train
+        model.train(args.epochs, data, callbacks=[epoch_loss, *checkpointing, *tracking_callbacks()],
+                    dataset_sink_mode=False, initial_epoch=initial_epoch)
 
     out_dir = Path(args.out_dir)
     trained_digest = params_digest(named_params(net))
@@ -197,6 +213,7 @@ def main(argv: list[str]) -> int:
         "framework": "mindspore",
         "rank": ctx.rank,
         "world_size": ctx.size,
+        "initial_epoch": initial_epoch,
         "epoch_loss": epoch_loss.per_epoch,
         "test_accuracy": accuracy(net, x_test, y_test),
         "params_sha256": trained_digest,

@@ -10,7 +10,10 @@ The distributed checklist this script follows:
 - DDP broadcasts rank 0's initial weights and averages gradients, so ranks stay identical;
 - only rank 0 writes the checkpoint (the state_dict of the unwrapped module, so it loads
   without DDP); a barrier makes the others wait until the file is complete;
-- rank 0 reads the checkpoint and broadcasts it, so other servers need no copy of the file.
+- rank 0 reads the checkpoint and broadcasts it, so other servers need no copy of the file;
+- under the plugin's launcher (PLATFORM_CHECKPOINT_DIR set) every epoch ends with a checkpoint
+  (model, optimizer, random generators; rank 0 writes, all wait) and every rank starts from
+  the newest complete one: a job restarted by `--max-restarts` continues where it stopped.
 """
 from __future__ import annotations
 
@@ -83,11 +86,35 @@ def loop_logger():
     return LoopLogger()
 
 
-def train(model, loader, sampler, epochs, lr, device, logger) -> list[float]:
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+def resume(module: nn.Module, optimizer) -> int:
+    """Under the plugin's launcher: the model and optimizer loaded from the newest complete
+    checkpoint, and the epoch to start from (0 when there is none, or without the launcher)."""
+    if not os.environ.get("PLATFORM_CHECKPOINT_DIR"):
+        return 0
+    from platform_plugin.checkpoint.torch import load_latest
+
+    state = load_latest()
+    if state is None:
+        return 0
+    module.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"]
+
+
+def checkpoint(module: nn.Module, optimizer, step: int, epochs_done: int) -> None:
+    if os.environ.get("PLATFORM_CHECKPOINT_DIR"):
+        from platform_plugin.checkpoint.torch import save_checkpoint
+
+        save_checkpoint({"model": module.state_dict(), "optimizer": optimizer.state_dict()},
+                        step=step, epoch=epochs_done)
+
+
+def train(model, module, optimizer, loader, sampler, epochs, start, device, logger) -> list[float]:
     loss_fn = nn.CrossEntropyLoss()
     per_epoch = []
-    for epoch in range(epochs):
+    if logger is not None:  # a resumed curve continues at the checkpoint's step
+        logger.global_step, logger.epoch = start * len(loader), start
+    for epoch in range(start, epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
         losses = []
@@ -103,6 +130,7 @@ def train(model, loader, sampler, epochs, lr, device, logger) -> list[float]:
         print(f"epoch {epoch + 1} loss {per_epoch[-1]:.4f}", flush=True)
         if logger is not None:
             logger.epoch_end()
+        checkpoint(module, optimizer, (epoch + 1) * len(loader), epoch + 1)
     return per_epoch
 
 
@@ -149,12 +177,16 @@ def main(argv: list[str]) -> int:
         return 2
 
     module = digits_mlp().to(device)
+    optimizer = torch.optim.SGD(module.parameters(), lr=args.lr, momentum=0.9)
+    start = resume(module, optimizer)  # before DDP, which broadcasts rank 0's weights
     model = DistributedDataParallel(module) if distributed else module
     print(f"rank {rank}/{world_size} on {device} ({accelerator.process_group_backend}): "
-          f"{len(loader)} steps per epoch, {len(dataset)} training samples in all", flush=True)
+          f"{len(loader)} steps per epoch, {len(dataset)} training samples in all, "
+          f"starting at epoch {start}", flush=True)
     started = time.monotonic()
     log_hyperparameters(args)
-    epoch_loss = train(model, loader, sampler, args.epochs, args.lr, device, loop_logger())
+    epoch_loss = train(model, module, optimizer, loader, sampler, args.epochs, start, device,
+                       loop_logger())
 
     out_dir = Path(args.out_dir)
     trained_digest = params_digest(named_params(module))
@@ -165,6 +197,7 @@ def main(argv: list[str]) -> int:
         "framework": "torch",
         "rank": rank,
         "world_size": world_size,
+        "initial_epoch": start,
         "epoch_loss": epoch_loss,
         "test_accuracy": float((logits.argmax(1).numpy() == y_test).mean()),
         "params_sha256": trained_digest,

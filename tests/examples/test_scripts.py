@@ -44,3 +44,29 @@ def test_sample_too_small_for_a_batch_exits_2_with_the_fix(framework, tmp_path):
     assert "raise --sample-size or lower --batch-size" in result.stderr
     assert not (project / "out").exists()
 
+
+
+@pytest.mark.parametrize("framework", sorted(SCRIPTS))
+def test_script_under_the_launcher_continues_from_its_newest_checkpoint(framework, tmp_path):
+    """What a restarted job's rank sees (the checkpoint folder the launcher gives every rank):
+    a second run with more epochs starts after the first run's last checkpoint."""
+    project = make_project(tmp_path)
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    env = {**example_env(tmp_path), "PLATFORM_TRACKING": "none",
+           "PLATFORM_CHECKPOINT_DIR": str(checkpoints)}
+    args = ["--sample-size", "600", "--out-dir", "out"]
+    first = run_script(project, SCRIPTS[framework], "--epochs", "2", *args, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert len(json.loads((project / "out" / "rank_0.json").read_text())["epoch_loss"]) == 2
+
+    second = run_script(project, SCRIPTS[framework], "--epochs", "3", *args, env=env)
+
+    assert second.returncode == 0, second.stderr[-3000:]
+    summary = json.loads((project / "out" / "rank_0.json").read_text())
+    assert summary["initial_epoch"] == 2
+    assert len(summary["epoch_loss"]) == 1  # epoch 3 only
+    assert "epoch 3 loss" in second.stdout and "epoch 1 loss" not in second.stdout
+    assert summary["restored_params_sha256"] == summary["params_sha256"]
+    manifests = sorted(checkpoints.glob("step-*/manifest.json"))
+    assert [json.loads(p.read_text())["epoch"] for p in manifests] == [2, 3]

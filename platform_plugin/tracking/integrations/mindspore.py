@@ -29,6 +29,16 @@ def _scalar(value) -> float | None:
     return float(array.mean()) if array.size else None
 
 
+def _global_step(cb) -> int:
+    """The step counted from the job's first epoch. `cur_step_num` restarts at 0 in a
+    `Model.train(..., initial_epoch=N)` that resumes a restarted job, so the step is counted
+    from the epoch: every epoch runs `batch_num` steps (one call per step, or per sink of
+    `batch_num` steps), the same number as `cur_step_num` in a run that never stopped."""
+    batch_num = int(cb.batch_num)
+    within_epoch = (int(cb.cur_step_num) - 1) % batch_num + 1
+    return (int(cb.cur_epoch_num) - 1) * batch_num + within_epoch
+
+
 class MetricsCallback(Callback):
     def __init__(self, tracker=None, *, log_every_n_steps: int = 1, prefix: str = ""):
         super().__init__()
@@ -64,8 +74,9 @@ class MetricsCallback(Callback):
         if loss is None:
             return
         self._epoch_losses.append(loss)
-        if cb.cur_step_num % self.every == 0:
-            self.tracker.log_metric(self._name("loss"), loss, step=int(cb.cur_step_num))
+        step = _global_step(cb)
+        if step % self.every == 0:
+            self.tracker.log_metric(self._name("loss"), loss, step=step)
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
