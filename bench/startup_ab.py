@@ -2,7 +2,8 @@
 the imports of `platform-run --help` and `platform-run launch --help` (the sum of the top-level
 cumulative times of `python -X importtime`, as bench/imports.py), and `platform-run launch
 --tracking none` of 8 no-op ranks end to end against the bare Python script that Popens the same
-ranks (as bench/launch.py). Both packages are compiled copies (bench/pkgcopy.py).
+ranks (as bench/launch.py), and that launch ended at its first spawn (the launcher's own
+start-up, without the ranks). Both packages are compiled copies (bench/pkgcopy.py).
 
     .venv/bin/python bench/startup_ab.py --a /path/to/other/checkout [--rounds 15] [--no-write]
 
@@ -27,12 +28,19 @@ from launch import BARE_SCRIPT, NPROC  # bench/launch.py: the CLI's baseline
 from pkgcopy import compiled_package, env_for  # bench/pkgcopy.py
 
 HELP = "from platform_plugin.cli import main\ntry: main({argv!r})\nexcept SystemExit: pass"
+# the same launch ended at its first spawn (the lifeline's, before any rank), at once and with
+# nothing cleaned up: the launcher's own start-up alone, without the ranks' CPU and their noise
+UNTIL_SPAWN = ("import os, sys\n"
+               "def stop(event, args):\n    if event == 'subprocess.Popen': os._exit(0)\n"
+               "sys.addaudithook(stop)\nfrom platform_plugin.cli import main\nmain({argv!r})")
 BIN = Path(sys.executable).parent
 
 
-def wall(argv: list[str], env: dict | None) -> float:
+def wall(argv: list[str], env: dict | None, cwd: str) -> float:
+    """Seconds of `argv` run in `cwd` (not the checkout: `python -c` would import its sources)."""
     start = time.perf_counter()
-    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env,
+                   cwd=cwd)
     return time.perf_counter() - start
 
 
@@ -54,6 +62,7 @@ def run(a: Path, rounds: int, tmp: str) -> dict[str, dict[str, list[float]]]:
     cli = [str(BIN / "platform-run"), "launch", "--nproc", str(NPROC), "--tracking", "none",
            "--show", "none", "--log-dir", tmp, "--backend", "plain", "--", *noop]
     bare = [sys.executable, str(Path(tmp, "bare.py")), str(NPROC), *noop]
+    until_spawn = [sys.executable, "-c", UNTIL_SPAWN.format(argv=cli[1:])]
     cases: dict[str, dict[str, list[float]]] = {}
     with compiled_package(a) as path_a, compiled_package() as path_b:
         envs = {"a": env_for(path_a), "b": env_for(path_b)}
@@ -65,7 +74,9 @@ def run(a: Path, rounds: int, tmp: str) -> dict[str, dict[str, list[float]]]:
                         ("--help", lambda: measure(HELP.format(argv=["--help"]), env)[0]),
                         ("launch --help",
                          lambda: measure(HELP.format(argv=["launch", "--help"]), env)[0]),
-                        ("bare", lambda: wall(bare, None)), ("launch", lambda: wall(cli, env))):
+                        ("bare", lambda: wall(bare, None, tmp)),
+                        ("launch", lambda: wall(cli, env, tmp)),
+                        ("until spawn", lambda: wall(until_spawn, env, tmp))):
                     got[case], got[f"{case} cpu"] = with_cpu(call)
                 if round_no:
                     for case, value in got.items():
@@ -101,6 +112,11 @@ def section(cases: dict, a: Path, rounds: int, load_before: str) -> str:
         rows.append(f"| {what}, wall s | {ms(case, 'a')} | {ms(case, 'b')} | {ratio(case)} |")
         rows.append(f"| the same, CPU s of the process tree | {ms(case + ' cpu', 'a')} | "
                     f"{ms(case + ' cpu', 'b')} | {ratio(case + ' cpu')} |")
+    rows.append(f"| the same launch ended at its first spawn (the launcher's start-up alone), "
+                f"wall s | {ms('until spawn', 'a')} | {ms('until spawn', 'b')} | "
+                f"{ratio('until spawn')} |")
+    rows.append(f"| the same, CPU s of the process | {ms('until spawn cpu', 'a')} | "
+                f"{ms('until spawn cpu', 'b')} | {ratio('until spawn cpu')} |")
     rows.append(f"| launch / the bare script run next to it, wall, per round, median | "
                 f"{over_bare('a')} | {over_bare('b')} | |")
     rows.append(f"| the same for the CPU of the process trees | {over_bare('a', ' cpu')} | "
