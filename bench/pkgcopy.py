@@ -18,10 +18,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
-def compiled_package():
+def compiled_package(source: Path = REPO):
+    """`source`: the checkout whose package is copied (another one for an A/B)."""
     root = tempfile.mkdtemp(prefix="bench_pkg_")
     try:
-        shutil.copytree(REPO / "platform_plugin", Path(root, "platform_plugin"),
+        shutil.copytree(Path(source) / "platform_plugin", Path(root, "platform_plugin"),
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         compileall.compile_dir(root, quiet=1)
         yield root

@@ -191,7 +191,7 @@ HEAVY = ("mlflow", "sqlalchemy", "torch", "mindspore", "papermill", "IPython", "
          "psutil", "requests", "numpy", "pandas")
 BUDGET = {
     "platform-run --help": (help_of(["--help"]), 8),
-    "platform-run launch --help": (help_of(["launch", "--help"]), 15),
+    "platform-run launch --help": (help_of(["launch", "--help"]), 11),
     "a rank's get_tracker": ("from platform_plugin.tracking import get_tracker", 10),
 }
 
@@ -203,6 +203,20 @@ def test_the_import_budget_of_the_help_and_of_a_rank(case):
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
     ours = [m for m in loaded if within(m, ("platform_plugin",))]
     assert len(ours) <= most, ours
+
+
+# What an untracked launch on one server does not need: an HTTP client (a kernel asks its Jupyter
+# server for the notebook's name), OpenSSL (the job link's keys: several servers or a rank
+# table), ZeroMQ (the job link itself).
+NOT_IN_A_PLAIN_LAUNCH = ("urllib.request", "http.client", "ssl", "email", "hashlib", "zmq")
+
+
+def test_an_untracked_launch_on_one_server_loads_no_http_client_nor_openssl(tmp_path):
+    code = help_of(["launch", "--nproc", "1", "--tracking", "none", "--backend", "plain",
+                    "--show", "none", "--log-dir", str(tmp_path), "--", sys.executable, "-c",
+                    "pass"])
+    assert loaded_by(code, prefixes=HEAVY + NOT_IN_A_PLAIN_LAUNCH) == []
+    assert len(list(tmp_path.glob("*/job.json"))) == 1  # the job ran
 
 
 # The rank side of tracking and the lifeline's reaper script run without the package: they read

@@ -15,6 +15,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
+from platform_plugin import ranktable
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning import torch_store
 from platform_plugin.launcher.planning.auto_backend import by_imports
@@ -209,9 +210,6 @@ class RankTableBackend(Backend):
     name = "rank-table"
 
     def layout(self, settings: Settings, placement: Placement) -> Layout:
-        # here: options.py derives --backend's choices from this module, and `launch --help`
-        # needs no rank table parser
-        from platform_plugin import ranktable
         table = settings.rank_table
         if table is None:
             raise fail("LAUNCH_NO_RANK_TABLE", "the rank-table backend needs a rank table: pass "
@@ -243,7 +241,7 @@ class RankTableBackend(Backend):
                 "RANK_START": str(layout.ranks[0][0]), "ASCEND_DEVICE_ID": str(device)}
 
 
-# The backends by name, as --backend lists them (with `auto`).
+# The backends by name, as --backend lists them after `auto` (options.BACKEND_CHOICES).
 REGISTRY: dict[str, Backend] = {b.name: b for b in (
     RankTableBackend(), MsClusterBackend(), TorchBackend(), PlainBackend())}
 BACKENDS = tuple(REGISTRY)

@@ -14,7 +14,6 @@ rank table (the same file content on every server) and the job's own variables. 
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 
@@ -25,6 +24,8 @@ PLATFORM_JOB_VARIABLES = ("MA_JOB_ID", "MA_VJ_NAME", "VC_JOB_NAME", "BATCH_JOB_I
 
 def rank_table_job_id(job_name: str, table_path: str, environ: dict) -> str:
     """The same on every server of one job, different for the next job (see the module doc)."""
+    import hashlib  # (OpenSSL's start: only on the rank-table route)
+
     with open(table_path, "rb") as fh:
         content = fh.read()
     digest = hashlib.sha256(content)

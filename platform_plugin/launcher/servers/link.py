@@ -18,7 +18,6 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import JobPlace
 from platform_plugin.launcher.servers.joblink import JobLink
-from platform_plugin.launcher.servers.link_key import DEFAULT_SILENCE_S, link_key, rank_table_key
 from platform_plugin.variables import RANK_TABLE_CONTROL_PORT
 
 CONTROL_PORT_OFFSET = 1  # --nnodes route: the control port is the rendezvous port + 1
@@ -38,6 +37,8 @@ def open_link(place: JobPlace, options: LaunchOptions, note=None) -> JobLink:
         addr, port = place.master_addr, place.master_port + CONTROL_PORT_OFFSET
     # a multi-server job's path only: ZeroMQ, hmac and hashlib stay out of a single-server launch
     from platform_plugin.launcher.servers.hub import Hub
+    from platform_plugin.launcher.servers.link_key import (DEFAULT_SILENCE_S, link_key,
+                                                           rank_table_key)
     from platform_plugin.launcher.servers.spoke import Spoke
     key = link_key(options.job_key, options.job_id,
                    derived=rank_table_key(place.rank_table_file, options.job_id) if table else None)

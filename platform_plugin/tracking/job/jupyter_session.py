@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import sys
-import urllib.request
 
 from platform_plugin.util.procfs import ancestors
 
@@ -68,6 +67,8 @@ def _servers(environ) -> list[dict]:
 
 
 def _get(server: dict, route: str):
+    import urllib.request  # here: ssl, http.client and email, only inside a Jupyter kernel
+
     request = urllib.request.Request(server["url"].rstrip("/") + "/" + route)
     if server.get("token"):
         request.add_header("Authorization", f"token {server['token']}")
