@@ -7,12 +7,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -22,15 +22,16 @@ from platform_plugin.comparison.attempts import by_attempt, stitched
 from platform_plugin.comparison.store import StorePoints, with_store_ranks
 from platform_plugin.comparison.table import job_runs
 from platform_plugin.tracking.delivery.job_folders import spool_dirs_of
-from platform_plugin.tracking.sinks.mlflow_job import ROLE_TAG, attempt_starts, job_children
-from tests.helpers import REPO, clean_env
-from tests.launcher.helpers import finish_all, free_port_pair, kill_jobs, start_cli
-from tests.tracking.helpers import ASSETS, child_runs, client, hold_port, make_plan, wait_for
 from platform_plugin.tracking.delivery.replay import sync_spool_dir
 from platform_plugin.tracking.delivery.state import JobEnd
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.rank.tracker import Tracker
+from platform_plugin.tracking.sinks.mlflow_job import ROLE_TAG, attempt_starts, job_children
+from tests.helpers import REPO, clean_env
+from tests.launcher.helpers import finish_all, free_port_pair, kill_jobs, start_cli
+from tests.tracking.helpers import ASSETS, child_runs, client, hold_port, make_plan, wait_for
+from tests.tracking.test_ui_browser import headless_chromium, start_ui
 
 PY = sys.executable
 
@@ -204,18 +205,10 @@ def mlflow_page(folder: Path, latest: str, first: str) -> None:
     from playwright.sync_api import sync_playwright
     held = hold_port()  # the UI's server binds it alongside; nobody else can take it meanwhile
     port = held.getsockname()[1]
-    ui = subprocess.Popen([PY, "-m", "platform_plugin", "ui", "--port", str(port), "--metric", "m"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder,
-                          start_new_session=True)
+    ui, url = start_ui(folder, port, "--metric", "m")
     try:
-        lines: list[str] = []
-        url = wait_for(lambda: lines.append(ui.stdout.readline()) or next(
-            (x.split(": ", 1)[1].strip() for x in lines if "ranks compared:" in x), None),
-            timeout=240, interval=0, what="the UI's comparison URL")
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update"])
+            browser = headless_chromium(p)
             try:
                 page = browser.new_page(viewport={"width": 1280, "height": 800})
                 page.goto(url, wait_until="load", timeout=120_000)

@@ -60,8 +60,10 @@ def screenshot(page, tmp_path: Path, name: str) -> None:
     assert shot.read_bytes()[:4] == b"\x89PNG" and shot.stat().st_size > 10_000
 
 
-def start_ui(folder: Path, port: int) -> tuple[subprocess.Popen, str]:
-    ui = subprocess.Popen([str(Path(sys.executable).with_name("platform-run")), "ui", "--port", str(port)],
+def start_ui(folder: Path, port: int, *args: str) -> tuple[subprocess.Popen, str]:
+    """`platform-run ui` in `folder` on `port`; the comparison URL it prints."""
+    ui = subprocess.Popen([str(Path(sys.executable).with_name("platform-run")), "ui", "--port", str(port),
+                           *args],
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=folder,
                           env=dict(os.environ), start_new_session=True)
     lines: list[str] = []
@@ -69,6 +71,13 @@ def start_ui(folder: Path, port: int) -> tuple[subprocess.Popen, str]:
                    next((x.split(": ", 1)[1].strip() for x in lines if "ranks compared:" in x), None),
                    timeout=240, interval=0, what="the UI's comparison URL")
     return ui, url
+
+
+def headless_chromium(playwright):
+    """Debian's chromium, headless, quiet about updates (Playwright drives it)."""
+    return playwright.chromium.launch(executable_path="/usr/bin/chromium", args=[
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update"])
 
 
 def test_experiment_system_metrics_aggregates_and_comparison_render(tracking_env, tmp_path):
@@ -86,9 +95,7 @@ def test_experiment_system_metrics_aggregates_and_comparison_render(tracking_env
     ui, compare_url = start_ui(folder, port)
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update"])
+            browser = headless_chromium(p)
             try:
                 page = browser.new_page(viewport={"width": 1280, "height": 800})
                 # MLflow 3.17 picks an experiment's first tab from the UI's workflow switch (GenAI
