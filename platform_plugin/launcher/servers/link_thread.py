@@ -114,6 +114,11 @@ class Linked(JobLink):
                 if self.closing:
                     self._send_posted(sock)  # what was posted just before the end (a "bye")
                     return
+                # the silence deadline before what waits: a launcher woken after a freeze must
+                # not take the messages queued while it slept for the others being alive
+                if time.monotonic() >= next_tick:
+                    self.tick(time.monotonic())
+                    next_tick = time.monotonic() + self.ping_s
                 try:
                     if sock in events:
                         for _ in range(1000):  # a flood cannot hold the ticks back
@@ -126,9 +131,6 @@ class Linked(JobLink):
                 except (zmq.ZMQError, OSError) as exc:  # (EMFILE in a flood): the link goes on
                     self.refused("socket error", f"{type(exc).__name__}: {exc}")
                     time.sleep(0.01)
-                if time.monotonic() >= next_tick:
-                    self.tick(time.monotonic())
-                    next_tick = time.monotonic() + self.ping_s
         finally:
             if extra is not None:
                 extra.close(0)
