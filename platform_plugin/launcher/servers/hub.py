@@ -348,10 +348,11 @@ class Hub(Linked):
         stalled, self.last_tick = now - self.last_tick, now
         if stalled > self.silence_s:
             # this launcher was the frozen one: every other server has stopped its part by now
-            with self.cond:
-                self.broken = self.broken or (
-                    f"this launcher was frozen for {stalled:.0f} s (past the heartbeat deadline): "
-                    "the other servers took this server for failed")
+            why = (f"this launcher was frozen for {stalled:.0f} s (past the heartbeat deadline): "
+                   "the other servers took this server for failed")
+            with self.cond:  # (before the others' silence below names them instead)
+                self.broken = self.broken or why
+                self.stops.setdefault(self._current(), why)
                 self.cond.notify_all()
         for fd, since in list(self.suspects.items()):
             if now - since >= SUSPECT_RECHECK_S:
