@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from platform_plugin.launcher import resume
+from platform_plugin.launcher.display.result_table import render_result, terminal_width, wrapped
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan
 from platform_plugin.launcher.processes.spawn import make_checkpoint_dir
@@ -30,7 +32,6 @@ class PeerNotice:
 
 def attempt_record(result, attempt: int) -> dict:
     """What job.json and the final error keep of a failed attempt: its root-cause table."""
-    from platform_plugin.launcher.display.result_table import render_result  # (failures only)
     cause = result.root_cause
     return {"attempt": attempt + 1, "status": result.status, "reason": result.reason,
             "duration_s": round(result.duration_s, 3),
@@ -56,7 +57,6 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
     job id, resuming from the checkpoint node 0 chose; the earlier attempt's logs kept in
     `attempt-N/`. `failed`: the failed attempt's record, which gets what was resumed and what
     the failure cost (`spool_dir`: that attempt's spools on this server, "" untracked)."""
-    from platform_plugin.launcher import resume  # (a restarted attempt only)
     proposed = {"job_id": plan.job_id}
     if plan.node_rank == 0:  # node 0 chooses for every server
         proposed.update(resume.proposal(plan, note))
@@ -64,7 +64,6 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
     make_checkpoint_dir(plan.checkpoint_dir)  # (removed meanwhile on this server: made again)
     resumed = resume.resumed(identity, plan, spool_dir, attempt)
     failed["resumed"] = resumed.to_dict()
-    from platform_plugin.launcher.display.result_table import terminal_width, wrapped
     note("\n".join(wrapped(resumed.describe(), terminal_width(), NOTE_INDENT))[len(NOTE_INDENT):])
     plan = build_plan(cmd, settings, options, host, job_id=plan.job_id, attempt=attempt,
                       master_port=_port_for(options, plan, attempt), resume_step=resumed.step)
@@ -74,7 +73,6 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
 
 def restarting(result, attempt: int, max_restarts: int) -> str:
     """The failed attempt's table and what happens next."""
-    from platform_plugin.launcher.display.result_table import render_result, terminal_width
     return (render_result(result, terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
             f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
 

@@ -21,6 +21,7 @@ import os
 import re
 from typing import Dict, Optional
 
+from platform_plugin.checkpoint.manifest import CheckpointUnavailable, newest_complete
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import JobPlace, checkpoint_folder
 from platform_plugin.launcher.servers.job_key import rank_table_job_id
@@ -50,8 +51,6 @@ def proposed(place: JobPlace, options: LaunchOptions, environ: dict) -> dict[str
 def _reused_checkpoints(folder: str) -> Dict[str, str]:
     """The resume keys of a checkpoint folder the first attempt finds (a job that reuses
     one); {} when it went away meanwhile (the ranks then start from the beginning)."""
-    # (a job whose checkpoint folder exists before its first attempt)
-    from platform_plugin.checkpoint.manifest import CheckpointUnavailable
     try:
         return resume_keys(folder)
     except CheckpointUnavailable:
@@ -61,8 +60,6 @@ def _reused_checkpoints(folder: str) -> Dict[str, str]:
 def resume_keys(folder: str) -> Dict[str, str]:
     """The identity keys of the newest complete checkpoint in `folder` ({} when there is none).
     Raises CheckpointUnavailable when `folder` is gone."""
-    # (a job whose checkpoint folder exists: a restart, or a job that reuses one)
-    from platform_plugin.checkpoint.manifest import newest_complete
     point = newest_complete(folder)
     if point is None:
         return {}
