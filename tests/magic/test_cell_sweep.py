@@ -160,18 +160,33 @@ def _failing_job(kernel, name: str, source: str, **run):
     return cell
 
 
+# Rank 1 fails once rank 0 has printed its line: else a rank 0 slower to start is stopped
+# before it prints, and the board has no tail of it to show.
+TRACEBACK_AFTER_RANK_0_PRINTED = """import os, time
+rank = os.environ['RANK_ID']
+def inner(x):
+    return 1 / x
+def outer():
+    return inner(0)
+print('rank', rank, 'starting', flush=True)
+open(PRINTED + '.' + rank, 'w').close()
+while rank == '1' and not os.path.exists(PRINTED + '.0'):
+    time.sleep(0.02)
+if rank == '1': outer()
+"""
+
+
 def test_a_ranks_traceback_is_shown_once_and_whole(kernel):
     """The failing rank's traceback: complete in the failure table, not a second time as the
     board's tail of that rank (the other rank's tail stays on the board)."""
-    cell = _failing_job(kernel, "tb", "import os\ndef inner(x):\n    return 1 / x\ndef outer():\n"
-                        "    return inner(0)\nprint('rank', os.environ['RANK_ID'], 'starting', "
-                        "flush=True)\nif os.environ['RANK_ID'] == '1':\n    outer()\n")
+    cell = _failing_job(kernel, "tb", TRACEBACK_AFTER_RANK_0_PRINTED.replace(
+        "PRINTED", repr(str(kernel[1].cwd / "rank0.printed"))))
     html = cell.displays[-1][1]["text/html"]
-    for frame in ("line 8, in <module>", "line 5, in outer", "line 3, in inner"):
+    for frame in ("line 11, in <module>", "line 6, in outer", "line 4, in inner"):
         assert cell.stream.count(frame) == 1, cell.stream
     assert (cell.board + cell.stream).count("ZeroDivisionError: division by zero") == 2  # row+table
     assert "-- rank 1 (" not in cell.board and "return 1 / x" not in cell.board + html
-    assert "-- rank 0 (1 line) --" in cell.board and "rank 0 starting" in html
+    assert "-- rank 0 (1 line) --" in cell.board and "rank 0 starting" in html, cell.board
 
 
 def test_a_rank_calling_input_fails_at_once_with_a_hint(kernel):
