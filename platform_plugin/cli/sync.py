@@ -66,6 +66,7 @@ def _sync(args) -> int:
               + (f", {c.partial_lines} partial last line(s) ignored" if c.partial_lines else "")
               + ("; runs ended" if res.ended else "")
               + (f"\n  set aside: {res.set_aside}" if res.set_aside else "")
+              + (f"\n  {res.aggregates}" if res.aggregates else "")
               + (f"\n  last error (after {res.attempts} attempt(s)): {res.error}" if res.error else ""))
         waiting += c.pending
     return 1 if waiting else 0

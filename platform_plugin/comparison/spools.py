@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from platform_plugin.comparison.attempts import stitched
+from platform_plugin.tracking.job.attempts import stitched
 from platform_plugin.comparison.table import Point
 from platform_plugin.tracking.delivery.state import SinkConfig
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name

@@ -4,7 +4,7 @@ another machine (found by its job_id tag), a rank whose spool is gone. This is t
 imports MLflow (seconds); a job that ran here is read from its spools (spools.py)."""
 from __future__ import annotations
 
-from platform_plugin.comparison.attempts import by_attempt, stitched
+from platform_plugin.tracking.job.attempts import by_attempt, stitched
 from platform_plugin.comparison.table import JobRuns, Point
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.state import SinkConfig

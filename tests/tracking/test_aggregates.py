@@ -203,3 +203,52 @@ def test_what_was_sent_is_recorded_so_a_later_pass_over_the_same_points_sends_on
         sync.delivered(label, [["m", "loss", value, s, 1] for s in (0, 1, 2, 0)])
     assert sync.finish()
     assert [(step, v) for key, step, v in later.points if key == "loss/mean"] == [(2, 2.0), (0, 2.0)]
+
+
+def test_a_job_on_several_servers_gets_its_aggregates_from_the_store_once_its_parent_ended(
+        tracking_env, tmp_path):
+    """mlflow_aggregates (what a late `sync` runs): nothing while the parent runs; once it
+    ended, NAME/mean|min|max over every rank run of the job in the store, one point per step,
+    a rank's replayed steps read as its latest attempt's; done again, nothing is added (exact
+    repeats); a store that cannot be read is said, never raised."""
+    from mlflow.entities import Metric
+
+    from platform_plugin.tracking.delivery.state import SinkConfig
+    from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_job
+    from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sink = MlflowSink()
+    c = sink.client(uri)
+    exp = c.create_experiment("several-servers")
+    parent = c.create_run(exp, tags={"job_id": "j", mlflow_job.ROLE_TAG: "job"}).info.run_id
+    want: dict[int, list[float]] = defaultdict(list)
+    for rank in range(4):
+        tags = {"mlflow.parentRunId": parent, "rank_id": str(rank), "server_id": f"node{rank // 2}"}
+        if rank == 3:  # a second attempt started at t=5000 and logged steps 3 and 4 again
+            tags[mlflow_job.ATTEMPT_STARTED_TAG + "2"] = "5000"
+        run = c.create_run(exp, tags=tags).info.run_id
+        c.log_batch(run, metrics=[Metric("m", rank * 10 + s, 1000 + s, s) for s in range(5)])
+        if rank == 3:
+            c.log_batch(run, metrics=[Metric("m", 100 + s, 6000 + s, s) for s in (3, 4)])
+        for s in range(5):
+            want[s].append(100 + s if rank == 3 and s >= 3 else rank * 10 + s)
+    config = SinkConfig("mlflow", tracking_uri=uri, experiment_id=exp, parent_run_id=parent,
+                        job={"servers": 2, "parent": True})
+
+    assert mlflow_aggregates.when_parent_ended(sink, config, uri) == ""
+    assert c.get_metric_history(parent, "m/mean") == []  # the server that ends it sends them
+    c.set_terminated(parent, "FINISHED")
+    for _ in range(2):
+        assert mlflow_aggregates.when_parent_ended(sink, config, uri) == ""
+        for stat, numpy_stat in (("mean", np.mean), ("min", np.min), ("max", np.max)):
+            history = c.get_metric_history(parent, f"m/{stat}")
+            assert sorted(m.step for m in history) == list(range(5)), stat
+            assert {m.step: m.value for m in history} == pytest.approx(
+                {s: float(numpy_stat(v)) for s, v in want.items()}, rel=1e-12), stat
+
+    class Unreadable:
+        def search_runs(self, *args, **kwargs):
+            raise OSError("store unreachable")
+    said = mlflow_aggregates.job_wide(Unreadable(), config, sink)
+    assert "job-wide aggregates" in said and "store unreachable" in said
+    assert sink.aggregates_problem == said

@@ -8,6 +8,7 @@ import json
 import subprocess
 import uuid
 
+import numpy as np
 import psutil
 import pytest
 
@@ -69,6 +70,28 @@ def _parents(c, experiment):
 
 def _children(c, exp, parent):
     return mlflow_job.job_children(c, exp.experiment_id, parent.info.run_id)
+
+
+def _one_point_per_step(c, run_id, key) -> dict[int, float]:
+    """The run's history of `key` as step -> value, checked to hold one point per step (one
+    job-wide aggregate, not one per server)."""
+    history = c.get_metric_history(run_id, key)
+    steps = [m.step for m in history]
+    assert len(steps) == len(set(steps)), f"{key}: {sorted(steps)}"
+    return {m.step: m.value for m in history}
+
+
+def _assert_job_wide_aggregates(c, parent, children, metric="loss"):
+    """The parent's NAME/mean|min|max: one point per step, over every rank of every server
+    (numpy over the children's histories in the store)."""
+    per_rank = [_one_point_per_step(c, r.info.run_id, metric) for r in children]
+    steps = sorted({s for rank in per_rank for s in rank})
+    assert steps
+    for stat, numpy_stat in (("mean", np.mean), ("min", np.min), ("max", np.max)):
+        got = _one_point_per_step(c, parent.info.run_id, f"{metric}/{stat}")
+        want = {s: float(numpy_stat([rank[s] for rank in per_rank if s in rank])) for s in steps}
+        assert sorted(got) == steps, stat
+        assert got == pytest.approx(want, rel=1e-12), stat
 
 
 def _compare(tmp_path, args, uri):
@@ -199,8 +222,12 @@ def test_servers_in_differently_named_folders_make_one_job(tmp_path, store, requ
     c = client(uri)
     [parent], exp = _parents(c, f"n0-{tag}")
     assert parent.info.status == "FINISHED"
-    assert sorted(r.data.tags["rank_id"] for r in _children(c, exp, parent)) == ["0", "1", "2",
-                                                                                "3"]
+    children = _children(c, exp, parent)
+    assert sorted(r.data.tags["rank_id"] for r in children) == ["0", "1", "2", "3"]
+    # server_rank.py train: rank r logs loss = 1/(step+1) + r at steps 0..19
+    want = {s: float(np.mean([1.0 / (s + 1) + r for r in range(4)])) for s in range(20)}
+    assert _one_point_per_step(c, parent.info.run_id, "loss/mean") == pytest.approx(want, rel=1e-12)
+    _assert_job_wide_aggregates(c, parent, children)
     assert c.get_experiment_by_name(f"n1-{tag}") is None
     assert c.get_experiment_by_name(f"other-{tag}") is None
     [job_dir] = list((folders[1] / "logs").iterdir())
@@ -233,6 +260,7 @@ def test_a_server_whose_launcher_is_killed_is_reported_for_and_the_parent_ends(
     children = _children(c, exp, parent)
     assert len(children) == 4
     assert all(c.get_run(r.info.run_id).info.status == "FAILED" for r in children)
+    _assert_job_wide_aggregates(c, parent, children)  # no server's partial ones left behind
 
 
 def test_rank_table_a_server_whose_launcher_is_killed_is_reported_for(tmp_path, postgres_mlflow):
@@ -306,6 +334,22 @@ def test_a_server_lost_while_it_finishes_its_tracking_is_reported_by_the_others(
     status = {r.data.tags["rank_id"]: c.get_run(r.info.run_id).info.status
               for r in _children(c, exp, parent)}
     assert status == {"0": "FINISHED", "1": "FINISHED", "2": "FAILED", "3": "FAILED"}
+    # the parent ended with node 0's ranks' points only: one job-wide aggregate per step
+    assert sorted(_one_point_per_step(c, parent.info.run_id, "loss/mean")) == list(range(5))
+    # node 1's points, never delivered, go with a late sync: the parent ends again (node 1's
+    # own word), its aggregates computed again over all four ranks
+    [job_dir] = list((tmp_path / "server1").iterdir())
+    synced = subprocess.run([PY, "-m", "platform_plugin", "sync", str(job_dir), "--wait", "30"],
+                            capture_output=True, text=True, timeout=180, cwd=str(tmp_path),
+                            env=_env(postgres_mlflow, experiment))
+    assert synced.returncode == 0 and "runs ended" in synced.stdout, synced.stdout + synced.stderr
+    for stat, numpy_stat in (("mean", np.mean), ("min", np.min), ("max", np.max)):
+        values: dict[int, list[float]] = {}
+        for m in c.get_metric_history(parent.info.run_id, f"loss/{stat}"):
+            values.setdefault(m.step, []).append(m.value)
+        for step in range(5):  # server_rank.py: rank r logs loss = 1/(step+1) + r
+            whole = float(numpy_stat([1.0 / (step + 1) + r for r in range(4)]))
+            assert any(v == pytest.approx(whole, rel=1e-12) for v in values[step]), (stat, values)
 
 
 def _scale_job(tmp_path, uri, launchers, ranks, args, experiment, env_extra=None):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_plugin.comparison.attempts import by_attempt, stitched
+from platform_plugin.tracking.job.attempts import by_attempt, stitched
 from platform_plugin.comparison.store import StorePoints, with_store_ranks
 from platform_plugin.comparison.table import job_runs
 from platform_plugin.tracking.delivery.job_folders import spool_dirs_of

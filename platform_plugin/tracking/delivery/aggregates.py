@@ -21,6 +21,10 @@ points delivered before it (read back from the spools, not sent again), then the
 delivers, and sends every aggregate beyond that record - the steps open when a forwarding
 helper died and every step after them. An aggregate the helper sent just before dying, before
 its record was written, is sent again identically: the store ignores an exact repeat.
+
+A job on several servers gets none of this while it runs (a server has only its own ranks):
+its parent's aggregates are computed once, over every rank, when the parent ends
+(sinks/mlflow_aggregates.py).
 """
 from __future__ import annotations
 
@@ -261,11 +265,19 @@ class JobAggregates:
         return "\n".join(said)
 
 
+def batch_size(sink, batches: int = 4) -> int:
+    """Aggregates ship in batches as large as `batches` of the points' (a transaction each:
+    aggregates are as many rows as the points)."""
+    limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
+    return limits["m"] * batches
+
+
 def job_aggregates(config, sink, spool_dir, batches: int = 4):
     """Per-step aggregates across ranks into the job's run (layout runs, a sink that has them),
-    shipped in batches as large as `batches` of the points' (a transaction each: aggregates are
-    as many rows as the points)."""
+    as the points are delivered. None for a job on several servers: a server has only its own
+    ranks, and the parent gets the job-wide aggregates when it ends (mlflow_aggregates.py)."""
     if not (hasattr(sink, "deliver_aggregates") and config.layout == "runs" and config.job.get("parent")):
         return None
-    limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
-    return JobAggregates(config.ranks, sink, config, batch=limits["m"] * batches, spool_dir=spool_dir)
+    if config.servers > 1:
+        return None
+    return JobAggregates(config.ranks, sink, config, batch=batch_size(sink, batches), spool_dir=spool_dir)

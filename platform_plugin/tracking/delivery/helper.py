@@ -147,6 +147,9 @@ class Helper:
         except Exception as exc:  # noqa: BLE001 - sync retries the ending
             self._set(error=f"cannot end runs: {type(exc).__name__}: {exc}"[:500])
             return
+        finally:  # a job on several servers: the job-wide aggregates of the parent it ended
+            if getattr(self.forwarder.sink, "aggregates_problem", ""):
+                print(self.forwarder.sink.aggregates_problem, file=sys.stderr, flush=True)
         self.config.ended = bool(ended)
         self.config.save(self.spool_dir)
         self._set(runs_ended=bool(ended))

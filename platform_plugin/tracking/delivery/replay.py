@@ -1,5 +1,6 @@
 """`platform-run sync`: deliver what a job's spool still holds, exactly once (see forwarder),
-recompute the parent run's per-step aggregates of what it delivers (aggregates.py), then end
+recompute the parent run's per-step aggregates of what it delivers (aggregates.py; a job on
+several servers: over every rank from the store, once its parent ended), then end
 the job's runs if the job has ended and they were left open (with the status the launcher
 recorded in end.json, or `--end`).
 
@@ -47,6 +48,7 @@ class SyncResult:
     error: str
     attempts: int = 1
     set_aside: str = ""  # what the store refused for good, and where it is kept
+    aggregates: str = ""  # what the job-wide aggregates of a job on several servers lack
 
 
 def deliver_all(forwarder: Forwarder, wait: float) -> int:
@@ -120,7 +122,9 @@ def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: flo
         config.job["keep_parent_open"] = True  # latest attempt ends the runs it went on in
     ended = config.ended
     _finish_aggregates(forwarder, bool(config.final_status) and counts.pending == 0)
-    if config.final_status and not config.ended and counts.pending == 0 and not forwarder.last_error:
+    ending = bool(config.final_status and not config.ended and counts.pending == 0
+                  and not forwarder.last_error)
+    if ending:
         try:
             forwarder.sink.end_job(config, spool_dir, {})
             config.ended = ended = True
@@ -130,7 +134,23 @@ def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: flo
                 raise store_move.refused(forwarder.refused_access, job) from None
             forwarder.last_error = f"cannot end runs: {type(exc).__name__}: {exc}"
     return SyncResult(spool_dir, counts.delivered - before, counts, ended, forwarder.last_error, attempts,
-                      set_aside(spool_dir, forwarder.labels(), counts.rejected - rejected_before))
+                      set_aside(spool_dir, forwarder.labels(), counts.rejected - rejected_before),
+                      _job_wide(forwarder, config, ending, counts.delivered - before))
+
+
+def _job_wide(forwarder: Forwarder, config: SinkConfig, ending: bool, delivered_now: int) -> str:
+    """A job on several servers: what its parent's job-wide aggregates lack ("" when nothing).
+    Ending this server's runs computes them if that ended the parent (mlflow_job.report_gone);
+    points delivered after the parent had ended are aggregated here again, over every rank."""
+    sink = forwarder.sink
+    if config.servers <= 1 or config.sink != "mlflow" or config.layout != "runs":
+        return ""
+    if ending:
+        return sink.aggregates_problem
+    if not delivered_now or not config.parent_run_id:
+        return ""
+    from platform_plugin.tracking.sinks import mlflow_aggregates  # an MLflow job's only
+    return mlflow_aggregates.when_parent_ended(sink, config, config.tracking_uri or "")
 
 
 def feed_delivered(forwarder: Forwarder, spool_dir: Path) -> None:

@@ -26,11 +26,14 @@ def report_lost(spool_dir: str, gone: list[str]) -> str:
     names = ", ".join(late)
     # the MLflow side loads into the launcher only for such a server
     from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+    sink = MlflowSink()
     try:
-        MlflowSink().report_gone(config, Path(spool_dir), late)
+        sink.report_gone(config, Path(spool_dir), late)
     except Exception as exc:  # noqa: BLE001 - the job's result stands; say what is left to do
         return (f"server(s) {names} vanished after this server's tracking had finished; "
                 f"reporting that on the job's parent run failed ({type(exc).__name__}: "
                 f"{str(exc)[:200]}): `platform-run sync JOB --end FAILED` on that server ends it")
-    return f"server(s) {names} vanished after this server's tracking had finished: reported " \
+    said = f"server(s) {names} vanished after this server's tracking had finished: reported " \
            "FAILED on the job's parent run"
+    # the parent ended here: its job-wide aggregates were computed here too
+    return f"{said}; {sink.aggregates_problem}" if sink.aggregates_problem else said

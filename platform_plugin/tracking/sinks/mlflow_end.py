@@ -8,14 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform_plugin.tracking.rank.identity import stream_name
-from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_job
 from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
 
 PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
 
 
-def end_job(client, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None) -> bool:
-    """True when every run ended (nothing was pending)."""
+def end_job(client, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None,
+            sink=None) -> bool:
+    """True when every run ended (nothing was pending). The parent of a job on several servers
+    gets its job-wide aggregates from `sink` just before it ends (mlflow_aggregates.py)."""
     status = config.final_status or "FINISHED"
     pending = {k: v for k, v in (pending or {}).items() if v}
     for label, info in config.ranks.items():
@@ -33,7 +35,9 @@ def end_job(client, config: SinkConfig, spool_dir: Path, pending: dict[str, int]
         else:  # one job across servers: the last server's launcher ends it (mlflow_job.py)
             if PENDING_TAG in client.get_run(config.parent_run_id).data.tags:
                 client.delete_tag(config.parent_run_id, PENDING_TAG)
-            mlflow_job.end_parent(client, config, status, config.job.get("end_reason", ""))
+            mlflow_job.end_parent(client, config, status, config.job.get("end_reason", ""),
+                                  None if sink is None else
+                                  lambda: mlflow_aggregates.job_wide(client, config, sink))
     return not pending
 
 

@@ -15,7 +15,8 @@ deletes its own.
 The parent ends when the last server ends: each launcher tags the parent
 `platform.server.<server id>` = its status (and reason), reads the tags back and, if every
 server of the job has reported, ends the parent FINISHED only when all are FINISHED, else FAILED
-(KILLED when the only non-FINISHED ones were interrupted), with `platform.failed_servers`. Of
+(KILLED when the only non-FINISHED ones were interrupted), with `platform.failed_servers`,
+after the job-wide aggregates (`before_end`: mlflow_aggregates.py). Of
 two launchers ending at the same instant at least the later writer sees both tags; ending the
 run twice with the same status is harmless. A server whose launcher vanished is reported (and
 its RUNNING runs ended) by the launchers that saw it go over the job link.
@@ -23,7 +24,7 @@ its RUNNING runs ended) by the launchers that saw it go over the job link.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 ROLE_TAG = "platform.role"
 ROLE_JOB = "job"
@@ -80,19 +81,21 @@ def shared_parent(client, config, create) -> str:
     return winner
 
 
-def end_parent(client, config, status: str, reason: str = "") -> str | None:
-    """Record this server's end on the parent; end the parent when every server has.
-    Returns the parent's final status when this call ended it."""
+def end_parent(client, config, status: str, reason: str = "",
+               before_end: Callable[[], object] | None = None) -> str | None:
+    """Record this server's end on the parent; end the parent when every server has, after
+    `before_end()` (the job-wide aggregates: mlflow_aggregates.py). Returns the parent's final
+    status when this call ended it."""
     parent = config.parent_run_id
     if config.servers <= 1:
         client.set_terminated(parent, status)
         return status
     server = config.job.get("server_id", "?")
     client.set_tag(parent, SERVER_TAG + server, f"{status}: {reason}"[:500] if reason else status)
-    return report_gone(client, config, config.job.get("gone_servers") or ())
+    return report_gone(client, config, config.job.get("gone_servers") or (), before_end)
 
 
-def report_gone(client, config, gone) -> str | None:
+def report_gone(client, config, gone, before_end: Callable[[], object] | None = None) -> str | None:
     """Report the servers in `gone` (their launcher vanished) on the parent, then end it when
     every server has reported: end_parent's second half, and all a launcher does when a server
     is lost after this one had reported its own end. Returns the parent's final status when
@@ -113,6 +116,8 @@ def report_gone(client, config, gone) -> str | None:
     failed = sorted(s for s, v in ended.items() if v != "FINISHED")
     final = ("FINISHED" if not failed else
              "KILLED" if all(ended[s] == "KILLED" for s in failed) else "FAILED")
+    if before_end is not None:  # every server's ranks are in: what the parent holds is final
+        before_end()
     if failed:
         client.set_tag(parent, FAILED_SERVERS_TAG, ", ".join(failed))
     client.set_terminated(parent, final)
@@ -171,10 +176,10 @@ def job_children(client, experiment_id: str, parent_run_id: str) -> list:
     """Every rank run of the job, from every server (the store, not the local spool): one per
     rank (a restarted attempt goes on in the rank's run; of a job tracked with a run per
     attempt, the latest attempt's)."""
-    from mlflow.entities import ViewType
+    # the active runs: the default view of MLflow's client and of mlflow_rest's (no MLflow import)
     runs = client.search_runs([experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-                              run_view_type=ViewType.ACTIVE_ONLY, max_results=10000)
+                              max_results=10000)
     latest: dict[str, Any] = {}  # rank label -> mlflow Run
     for run in runs:
         label = run.data.tags.get("rank_id")

@@ -185,10 +185,11 @@ def _run(answer: dict) -> SimpleNamespace:
     run = answer.get("run", {})
     info = run.get("info", {})
     tags = {t["key"]: t.get("value", "") for t in run.get("data", {}).get("tags", [])}
+    metrics = {m["key"]: float(m.get("value", 0)) for m in run.get("data", {}).get("metrics", [])}
     return SimpleNamespace(info=SimpleNamespace(run_id=info.get("run_id"), status=info.get("status"),
                                                 artifact_uri=info.get("artifact_uri"),
                                                 start_time=int(info.get("start_time") or 0)),
-                           data=SimpleNamespace(tags=tags))
+                           data=SimpleNamespace(tags=tags, metrics=metrics))  # metrics: latest values
 
 
 def _mime_type(name: str) -> str:

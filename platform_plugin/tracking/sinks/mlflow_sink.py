@@ -21,7 +21,7 @@ from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, str
 from platform_plugin.tracking.job import conventions
 from platform_plugin.tracking.job.uri_check import sqlite_file
 from platform_plugin.tracking.rank.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_end, mlflow_job, mlflow_rest, sqlite_seed
+from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
@@ -90,6 +90,7 @@ class MlflowSink:
         self._bulk = BulkRoute()  # an http store's bulk route (mlflow_bulk.py), asked once
         self._apis: dict[str, object] = {}  # _api()
         self._transports: dict[str, mlflow_rest.Transport] = {}  # one per server: _transport()
+        self.aggregates_problem = ""  # what the job-wide aggregates lack: mlflow_aggregates.py
 
     def client(self, uri: str):
         if uri not in self._clients:
@@ -372,12 +373,13 @@ class MlflowSink:
         has `pending[label]` records is left RUNNING with a tag saying how many (and so is the
         job's run): `sync` ends them once it has delivered them. True when every run ended."""
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
-            return mlflow_end.end_job(self._api(store_uri(config)), config, spool_dir, pending)
+            return mlflow_end.end_job(self._api(store_uri(config)), config, spool_dir, pending, self)
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
     def report_gone(self, config: SinkConfig, spool_dir: Path, gone: list[str]) -> None:
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
-            mlflow_job.report_gone(self._api(store_uri(config)), config, gone)
+            api = self._api(store_uri(config))
+            mlflow_job.report_gone(api, config, gone, lambda: mlflow_aggregates.job_wide(api, config, self))
 
 
 def _run_of(state: StreamState, label: str) -> str:
