@@ -9,7 +9,7 @@ from platform_plugin.comparison.table import JobRuns, Point
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.tracking.delivery.state import SinkConfig
 from platform_plugin.tracking.sinks import mlflow_job
-from platform_plugin.tracking.sinks.mlflow_rest import access_refusal
+from platform_plugin.tracking.sinks.mlflow_refusals import access_refusal
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
 

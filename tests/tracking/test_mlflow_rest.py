@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import clean_env
 from tests.tracking.helpers import body_limit_proxy, client
-from platform_plugin.tracking.sinks import mlflow_rest
+from platform_plugin.tracking.sinks import mlflow_refusals, mlflow_rest
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 
 # One job of two ranks through the sink, as the forwarding helper drives it; prints what it made
@@ -213,7 +213,7 @@ def test_a_413_on_mlflow_log_batch_through_mlflow_client_is_permanent():
     assert posts and posts[-1][2] == 413  # the refusal really came from the proxy
     assert "413" in str(refused.value)
     assert MlflowSink().is_permanent(refused.value)
-    assert mlflow_rest.http_status(refused.value) == 413
+    assert mlflow_refusals.http_status(refused.value) == 413
 
 
 def test_other_mlflow_client_failures_stay_transient():
@@ -222,8 +222,8 @@ def test_other_mlflow_client_failures_stay_transient():
     from mlflow.exceptions import MlflowException
     busy = MlflowException("API request to endpoint /api/2.0/mlflow/runs/log-batch failed with "
                            "error code 503 != 200. Response body: 'busy'")
-    assert mlflow_rest.http_status(busy) == 503 and not MlflowSink().is_permanent(busy)
-    assert mlflow_rest.http_status(ConnectionError("reset")) is None
+    assert mlflow_refusals.http_status(busy) == 503 and not MlflowSink().is_permanent(busy)
+    assert mlflow_refusals.http_status(ConnectionError("reset")) is None
 
 
 def test_a_refusal_of_the_credentials_says_what_to_fix_from_either_clients_error():
@@ -238,19 +238,19 @@ def test_a_refusal_of_the_credentials_says_what_to_fix_from_either_clients_error
     client_401 = MlflowException("API request to endpoint /api/2.0/mlflow/runs/search failed "
                                  "with error code 401 != 200", error_code=UNAUTHENTICATED)
     for refused in (rest_401, client_401):
-        none = mlflow_rest.access_refusal(refused, uri, {})
+        none = mlflow_refusals.access_refusal(refused, uri, {})
         assert none and "requires credentials (HTTP 401)" in none and uri in none
         assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in none
         assert "platform-run server" in none and ".env" in none
-        wrong = mlflow_rest.access_refusal(refused, uri, {"MLFLOW_TRACKING_USERNAME": "bob",
+        wrong = mlflow_refusals.access_refusal(refused, uri, {"MLFLOW_TRACKING_USERNAME": "bob",
                                                           "MLFLOW_TRACKING_PASSWORD": "secret"})
         assert "refused the credentials of user 'bob'" in wrong and "secret" not in wrong
         assert not MlflowSink().is_permanent(refused)  # the records wait; never set aside
     client_403 = MlflowException("Permission denied", error_code=PERMISSION_DENIED)
     for refused in (mlflow_rest.error_of("POST", "/platform/api/metrics/bulk", 403,
                                          b"Permission denied"), client_403):
-        denied = mlflow_rest.access_refusal(refused, uri, {"MLFLOW_TRACKING_USERNAME": "bob"})
+        denied = mlflow_refusals.access_refusal(refused, uri, {"MLFLOW_TRACKING_USERNAME": "bob"})
         assert "refused user 'bob' (HTTP 403 PERMISSION_DENIED)" in denied and "EDIT" in denied
     for other in (mlflow_rest.error_of("POST", "/x", 500, b"boom"), ConnectionError("reset"),
                   mlflow_rest.error_of("POST", "/x", 400, b'{"error_code": "BAD_REQUEST"}')):
-        assert mlflow_rest.access_refusal(other, uri, {}) is None
+        assert mlflow_refusals.access_refusal(other, uri, {}) is None

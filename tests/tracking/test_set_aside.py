@@ -165,7 +165,8 @@ def test_what_is_permanent_and_what_may_pass(tmp_path):
     import socket
     import sqlite3
 
-    from platform_plugin.tracking.sinks.mlflow_rest import error_of, permanent
+    from platform_plugin.tracking.sinks.mlflow_refusals import permanent
+    from platform_plugin.tracking.sinks.mlflow_rest import error_of
     from tests.tracking.helpers import hold_port
 
     db = tmp_path / "x.db"

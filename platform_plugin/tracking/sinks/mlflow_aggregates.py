@@ -14,15 +14,11 @@ repeat the store ignores; a step whose value changed gets a second point.
 """
 from __future__ import annotations
 
-from urllib.parse import quote
-
 from platform_plugin.tracking.delivery.aggregates import JobAggregates, aggregated, batch_size
 from platform_plugin.tracking.job.attempts import by_attempt, stitched
 from platform_plugin.tracking.sinks import mlflow_job
-from platform_plugin.tracking.sinks.mlflow_rest import RestClient
 
 FEED_SLICE = 1000  # points per rank and turn: the ranks advance together, so few steps stay open
-HISTORY_PAGE = 25000  # points per metrics/get-history request (MLflow's largest page)
 
 
 def job_wide(client, config, sink) -> str:
@@ -68,27 +64,9 @@ def when_parent_ended(sink, config, uri: str) -> str:
 def _history(client, run, key: str) -> list[tuple]:
     """The run's (step, value, timestamp) of `key` in the order they were logged, the latest
     attempt's where attempts logged a step again (as `compare` reads them)."""
-    points = sorted(_metric_history(client, run.info.run_id, key), key=lambda p: (p[2], p[0]))
+    points = sorted(((m.step, m.value, m.timestamp) for m in client.get_metric_history(run.info.run_id, key)),
+                    key=lambda p: (p[2], p[0]))
     return stitched(by_attempt(points, mlflow_job.attempt_starts(run.data.tags)))
-
-
-def _metric_history(client, run_id: str, key: str) -> list[tuple]:
-    """(step, value, timestamp) of every point: MLflow's client, or into a server with the bulk
-    route its REST API page after page (the helper then never imports MLflow)."""
-    if not isinstance(client, RestClient):
-        return [(m.step, m.value, m.timestamp) for m in client.get_metric_history(run_id, key)]
-    points: list[tuple] = []
-    token = ""
-    while True:
-        query = (f"?run_id={quote(run_id, safe='')}&metric_key={quote(key, safe='')}"
-                 f"&max_results={HISTORY_PAGE}" + (f"&page_token={quote(token, safe='')}" if token else ""))
-        answer = client.transport.call("GET", "metrics/get-history", query=query)
-        # NaN and the infinities come as strings ("NaN"), which float() reads
-        points += [(int(m.get("step") or 0), float(m.get("value", 0)), int(m.get("timestamp") or 0))
-                   for m in answer.get("metrics", [])]
-        token = answer.get("next_page_token") or ""
-        if not token:
-            return points
 
 
 def _feed(aggregates: JobAggregates, name: str, series: dict[str, list[tuple]]) -> None:

@@ -21,7 +21,7 @@ from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, str
 from platform_plugin.tracking.job import conventions
 from platform_plugin.tracking.job.uri_check import sqlite_file
 from platform_plugin.tracking.rank.identity import run_name, stream_name
-from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_rest, sqlite_seed
+from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_refusals, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
     standard_tags)
@@ -359,13 +359,13 @@ class MlflowSink:
                                                          metrics=metrics[start:start + step])
 
     def is_permanent(self, exc: BaseException) -> bool:
-        return mlflow_rest.permanent(exc)
+        return mlflow_refusals.permanent(exc)
 
     def refuses_run(self, exc: BaseException) -> bool:
-        return mlflow_rest.refused_run(exc)
+        return mlflow_refusals.refused_run(exc)
 
     def refuses_access(self, uri: str, exc: BaseException) -> str | None:
-        return mlflow_rest.access_refusal(exc, uri)
+        return mlflow_refusals.access_refusal(exc, uri)
 
     # --- end of job -------------------------------------------------------------------------
     def end_job(self, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None = None) -> bool:
