@@ -26,8 +26,11 @@ from platform_plugin.tracking.server.local import (migrate_team_stores, start_te
 from platform_plugin.tracking.server.postgres import (HOST as PG_HOST, LocalPostgres,
                                                       missing_reason, unreachable_parent)
 from platform_plugin.util.folders import check_writable_folder
-from platform_plugin.util.paths import resolved
+from platform_plugin.util.numbers import ANY_PORT, Bounds, number_argument
+from platform_plugin.util.paths import checked_path, resolved
 from platform_plugin.util.ports import check_free, free_port
+
+MAX_WORKERS = 64
 
 
 def default_data_dir() -> Path:
@@ -45,13 +48,18 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the servers of a job need one "
                         "they reach, e.g. this machine's cluster address or 0.0.0.0)")
-    p.add_argument("--port", type=int, default=5000, help="MLflow port (default 5000; 0 = free)")
-    p.add_argument("--workers", type=int, default=4, help="MLflow web workers (default 4)")
-    p.add_argument("--data-dir", help=f"PostgreSQL cluster, password and log (default "
-                                      f"{default_data_dir()})")
-    p.add_argument("--artifacts", help="where run artifacts are stored (default DATA_DIR/"
-                                       "artifacts; a shared mount works too)")
-    p.add_argument("--pg-port", type=int, default=0,
+    p.add_argument("--port", type=number_argument("SERVER_PORT", "--port", int, bounds=ANY_PORT),
+                   default=5000, help="MLflow port (default 5000; 0 = free)")
+    p.add_argument("--workers", type=number_argument("SERVER_WORKERS", "--workers", int,
+                                                     bounds=Bounds(1, MAX_WORKERS)),
+                   default=4, help=f"MLflow web workers (default 4, at most {MAX_WORKERS})")
+    p.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"),
+                   help=f"PostgreSQL cluster, password and log (default {default_data_dir()})")
+    p.add_argument("--artifacts", type=checked_path("SERVER_ARTIFACTS_NOT_DIR", "--artifacts"),
+                   help="where run artifacts are stored (default DATA_DIR/artifacts; a shared "
+                        "mount works too)")
+    p.add_argument("--pg-port", type=number_argument("SERVER_PG_PORT", "--pg-port", int,
+                                                     bounds=ANY_PORT), default=0,
                    help="PostgreSQL port on 127.0.0.1 (default: a free one)")
     p.add_argument("--allowed-hosts", help="Host headers MLflow accepts (its DNS-rebinding "
                    "guard; default: the printed address and localhost)")
@@ -67,7 +75,7 @@ def register(subparsers) -> None:
                            "running server (as its admin) and prints the .env lines once: "
                            "MLflow keeps only the password's hash.")
     add.add_argument("username")
-    add.add_argument("--data-dir", help=f"the server's data folder (default "
+    add.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"), help=f"the server's data folder (default "
                                         f"{default_data_dir()})")
     add.set_defaults(func=run_add_user)
 
@@ -88,8 +96,8 @@ def _check(args) -> None:
     if not 0 <= args.pg_port <= 65535:  # PostgreSQL itself would refuse it after initdb
         problems.append(Problem("SERVER_PG_PORT", f"--pg-port {args.pg_port}: a TCP port is "
                                 "0-65535 (0 = a free one)", "--pg-port"))
-    if not 1 <= args.workers <= 64:
-        problems.append(Problem("SERVER_WORKERS", "--workers must be 1..64", "--workers"))
+    if not 1 <= args.workers <= MAX_WORKERS:
+        problems.append(Problem("SERVER_WORKERS", f"--workers must be 1..{MAX_WORKERS}", "--workers"))
     try:
         socket.getaddrinfo(args.host, None)
     except OSError:
