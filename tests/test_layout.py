@@ -23,7 +23,8 @@ LAYERS = [
     ("launcher", ("platform_plugin.launcher",)),
     ("checkpoint", ("platform_plugin.checkpoint",)),
     ("tracking", ("platform_plugin.tracking",)),
-    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor")),
+    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor",
+               "platform_plugin.folder_locks")),
     ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
 ]
 # The rank side of tracking runs inside every training process: the stdlib only (and the

@@ -23,8 +23,8 @@ import zmq
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.servers.descriptors import connection_cap, peer_address, shut
-from platform_plugin.launcher.servers.joblink_dial import WaitNote, ipv4_of, join_timeout
-from platform_plugin.launcher.servers.link_thread import Linked, socket_options
+from platform_plugin.launcher.servers.reach import WaitNote, ipv4_of, join_timeout
+from platform_plugin.launcher.servers.socket_thread import Linked, socket_options
 from platform_plugin.launcher.servers.wire import PROTOCOL, TO_NODE_0, Counters, valid_identity
 
 MAX_GUESTS = 64  # connections that greeted but did not join yet, beyond the job's nodes
@@ -73,7 +73,7 @@ class Hub(Linked):
             # the kernel queues this many connections for libzmq's accept, no more (a flood's
             # others wait for their SYN to be sent again): what libzmq accepts before the cap
             # shuts it comes in bursts of at most this (every launcher of the job connects
-            # twice at the start: joblink_dial's check, then ZeroMQ)
+            # twice at the start: reach's check, then ZeroMQ)
             sock.setsockopt(zmq.BACKLOG, 2 * nnodes + 32)
             sock.bind(f"tcp://{ipv4_of(addr)}:{port}")
             monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
