@@ -23,7 +23,8 @@ LAYERS = [
     ("launcher", ("platform_plugin.launcher",)),
     ("checkpoint", ("platform_plugin.checkpoint",)),
     ("tracking", ("platform_plugin.tracking",)),
-    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor")),
+    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor",
+               "platform_plugin.folder_locks")),
     ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
 ]
 # The rank side of tracking runs inside every training process: the stdlib only (and the
@@ -243,12 +244,17 @@ def test_every_platform_variable_has_one_owner():
     assert direct == []
 
 
-def test_no_module_over_400_lines_and_no_function_over_60():
+# A module holds one concern whatever its length: past this many lines, look whether it holds
+# several (an alarm, not a reason to split one concern in two). Functions stay short.
+MODULE_SMELL_LINES = 700
+
+
+def test_no_module_over_the_smell_alarm_and_no_function_over_60():
     too_long = []
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         rel = path.relative_to(REPO)
-        if text.count("\n") > 400:
+        if text.count("\n") > MODULE_SMELL_LINES:
             too_long.append(f"{rel}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
