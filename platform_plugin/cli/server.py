@@ -6,7 +6,10 @@ lines every server of a job needs. Runs until Ctrl-C/SIGTERM, then stops MLflow 
 Both die with this command even when it is SIGKILLed: the launcher's lifeline watches it
 (`Lifeline.for_groups`) and then sends SIGTERM to MLflow's process group and to the postmaster
 alone (PostgreSQL puts each of its children in a session of its own), which PostgreSQL takes as
-a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace."""
+a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace.
+The short-lived children too (initdb, pg_ctl, the schema migration): each leads a session of
+its own and is handed to the lifeline before it is waited for (util/children.py), and the
+postmaster as soon as pg_ctl has written its pid."""
 from __future__ import annotations
 
 import fcntl
@@ -200,10 +203,12 @@ def run(args) -> int:
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
     skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
-    pg = LocalPostgres(data, args.pg_port or free_port())
+    lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no child without it
+    # every child (initdb, pg_ctl, the postmaster, the migration, MLflow) is handed to it
+    # before it is waited for: SIGKILLed at any step, this command leaves none behind
+    pg = LocalPostgres(data, args.pg_port or free_port(), started=lifeline.add)
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
     proc = None
-    lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no moment without it
     address = data / ADDRESS_FILE
     try:
         if not pg.initialised:
@@ -211,7 +216,6 @@ def run(args) -> int:
             pg.init()
         step(f"starting PostgreSQL on {PG_HOST}:{pg.port}...")
         pg.start()
-        lifeline.add(pg.postmaster_pid())
         auth_env, credentials, created = None, None, False
         if not args.no_auth:
             credentials, created = team_auth.load_or_create(data)
@@ -221,7 +225,7 @@ def run(args) -> int:
         log = data / "mlflow-server.log"
         step("migrating MLflow's schema" + ("" if args.no_auth else " and its users' database")
              + "...")
-        migrate_team_stores(pg.uri, folder=data, auth_env=auth_env)
+        migrate_team_stores(pg.uri, folder=data, auth_env=auth_env, started=lifeline.add)
         uri = tracking_uri(args.host, port)
         step(f"starting MLflow ({args.workers} worker(s)) on {args.host}:{port}...")
         proc = start_team_server(pg.uri, args.host, port, workers=args.workers, artifacts=artifacts,
