@@ -75,8 +75,9 @@ def test_aliases_map_to_their_field(monkeypatch):
     aliased.name, aliased.type = "nproc", original.type
     monkeypatch.setitem(FIELDS, "nproc", aliased)
     assert from_kwargs({"nproc_per_node": 4}).nproc == 4
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         from_kwargs({"nproc_per_node": 4, "nproc": 2})
+    assert code_of(err) == "LAUNCH_UNKNOWN_OPTION"
 
 
 def test_launch_keywords_list_every_option_with_its_type():
