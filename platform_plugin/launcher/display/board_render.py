@@ -68,7 +68,7 @@ class BoardView:
     metric_names: list = field(default_factory=list)  # the metrics column (choose_metrics)
 
 
-def _number(value) -> str:
+def _number(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)
