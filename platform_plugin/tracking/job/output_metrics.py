@@ -151,8 +151,8 @@ class RankLines:
             self.carry = b""
 
     def _scan(self, data: bytes, start: int, stop: int) -> None:
-        found: set = set()  # (line start, name): the first pattern to name a metric on a line wins
-        for pattern in self.patterns:
+        matches = []  # (line start, pattern's rank, match): read in the order they were printed
+        for order, pattern in enumerate(self.patterns):
             if pattern.literal and data.find(pattern.literal, start, stop) < 0:
                 continue
             for match in pattern.regex.finditer(data, start, stop):
@@ -162,7 +162,10 @@ class RankLines:
                     match = pattern.regex.search(data, line, stop if end < 0 else end)
                     if match is None:
                         continue
-                self._matched(pattern, match, line, found)
+                matches.append((line, order, match))
+        found: set = set()  # (line start, name): the first pattern to name a metric on a line wins
+        for line, order, match in sorted(matches, key=lambda item: item[:2]):
+            self._matched(self.patterns[order], match, line, found)
 
     def _matched(self, pattern: LinePattern, match: re.Match, line: int, found: set) -> None:
         groups = match.groupdict()
