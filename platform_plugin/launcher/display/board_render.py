@@ -153,11 +153,11 @@ CURVE_COLUMN = HEADERS.index("curve")
 
 
 def curve_title(row: RankRow) -> str:
-    """What the curve shows, for its tooltip: `loss 2.3 -> 0.41 (16 points, step 1-16)`."""
+    """What the curve shows, for its tooltip: `rank 0: loss 2.3 → 0.41 (steps 1-16)`."""
     if not row.curve:
         return ""
     (first_step, first), (last_step, last) = row.curve[0], row.curve[-1]
-    return (f"{row.label}: {row.curve_name} {_number(first)} -> {_number(last)} "
+    return (f"{row.label}: {row.curve_name} {_number(first)} → {_number(last)} "
             f"(steps {first_step}-{last_step})")
 
 
