@@ -28,7 +28,8 @@ from platform_plugin.launcher.display.output import Output
 from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.launcher.display.result_table import render_result, terminal_width, wrapped
 from platform_plugin.launcher.display.show import check_show
-from platform_plugin.launcher.options import LaunchOptions, board_metric_names, with_environment
+from platform_plugin.launcher.options import (LaunchOptions, board_metric_names, with_environment,
+                                              with_project_settings)
 from platform_plugin.launcher.planning import preflight
 from platform_plugin.launcher.planning.backends import default_nproc, npus_present
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan, job_place
@@ -42,9 +43,11 @@ from platform_plugin.launcher.servers import identity as identity_mod
 from platform_plugin.launcher.servers.link_choice import open_link
 from platform_plugin.launcher.servers.link_protocol import JobLink
 from platform_plugin.tracking.job.lost_servers import report_lost
+from platform_plugin.tracking.job.output_metrics import OutputMetrics, patterns_for
 from platform_plugin.tracking.job.report import DeliveryReport, Untracked, compare_hint
 from platform_plugin.tracking.job.sysmetrics import SystemMetrics
 from platform_plugin.util.jobdirs import job_log_dir
+from platform_plugin.util.project import launch_settings
 from platform_plugin.variables import (PLATFORM_JOB_KEY, PLATFORM_STREAM_TO_TERMINAL,
                                        PLATFORM_TRACKING_SPOOL_DIR, tracking_off)
 
@@ -63,6 +66,8 @@ class Job:
         self.host = Host(base_env=rank_base_env(dict(os.environ), self.settings.process_env()),
                          npu_present=npus_present())  # (base_env: a copy)
         self.options = with_environment(options, self.host.base_env)
+        self.options = with_project_settings(self.options, *launch_settings(self.options.cwd,
+                                                                            self.host.base_env))
         self.host.base_env.pop(PLATFORM_JOB_KEY.name, None)  # the launchers' secret, not the ranks'
         self.place = job_place(cmd, self.settings, self.options, self.host)
         self.link: JobLink = JobLink()  # the others of a multi-server job, once run() opened it
@@ -265,6 +270,7 @@ class Attempt:
         supervisor, each named for the events it hears."""
         plan, options = self.plan, self.options
         output = self._display()
+        output.metrics = self._output_metrics()
         output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                     f"{''.join(' + ' + HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                     f", backend {plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
@@ -299,6 +305,15 @@ class Attempt:
         if not self.spool_dir or interval <= 0:
             return []
         return [SystemMetrics(self.spool_dir, interval)]
+
+    def _output_metrics(self) -> OutputMetrics | None:
+        """What reads the ranks' lines for metrics into their spools (a tracked job only)."""
+        if not self.spool_dir:
+            return None
+        patterns = patterns_for(self.options.metrics_from_output)
+        labels = {rank.name: str(rank.rank_id) for rank in self.plan.workers
+                  if rank.rank_id is not None}
+        return OutputMetrics(self.spool_dir, patterns, labels) if patterns and labels else None
 
     def _display(self) -> Output:
         """The live board inside a Jupyter kernel unless --show was given; prefixed lines

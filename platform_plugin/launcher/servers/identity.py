@@ -5,7 +5,7 @@ It is a flat dict of strings sent with the job link's `go` (JobLink.agree):
 - `job_id`: `--job-id` / PLATFORM_JOB_ID, else on the rank-table route rank_table_id.py's id (the
   same rule every server could derive), else a new one made from the job's name;
 - `experiment` (a job of several servers): the MLflow experiment node 0 would track into
-  (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/job/conventions.py). Servers
+  (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/shared/conventions.py). Servers
   whose project folders are named differently still make one job: one parent run, found by
   its job id in that one experiment (tracking/sinks/mlflow_job.py).
 - `resume_step`, `resume_checkpoint`: node 0's choice of the checkpoint every rank resumes
@@ -25,7 +25,7 @@ from platform_plugin.checkpoint.manifest import CheckpointUnavailable, newest_co
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import JobPlace, checkpoint_folder
 from platform_plugin.launcher.servers.rank_table_id import rank_table_job_id
-from platform_plugin.tracking.job.conventions import experiment_name
+from platform_plugin.tracking.shared.conventions import experiment_name
 from platform_plugin.tracking.rank.job_id import new_job_id
 
 EXPERIMENT_VARIABLE = "MLFLOW_EXPERIMENT_NAME"

@@ -34,7 +34,7 @@ import math
 import os
 import re
 
-from platform_plugin.tracking.delivery.state import read_json, write_json_atomic
+from platform_plugin.tracking.shared.state import read_json, write_json_atomic
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has
@@ -49,6 +49,11 @@ SENT_FILE = "aggregates.json"  # {"sent": {aggregate key: the highest step key s
 def is_throughput(name: str) -> bool:
     lowered = name.lower()
     return any(w in lowered for w in THROUGHPUT_WORDS) or lowered.endswith("_per_s")
+
+
+def lower_is_better(metric: str) -> bool:
+    """A loss, an error, a time: lower is better (compare's best, the board's curve colour)."""
+    return any(word in metric.lower() for word in ("loss", "err", "perplexity", "time", "mse", "mae"))
 
 
 def is_aggregate(name: str) -> bool:
