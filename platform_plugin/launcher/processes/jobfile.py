@@ -16,7 +16,8 @@ import time
 from typing import Iterator
 
 from platform_plugin.launcher.planning.plan import LaunchPlan
-from platform_plugin.util.jobdirs import JOB_FILE
+from platform_plugin.util.jobdirs import JOB_FILE, MAX_JOB_FILE_BYTES
+from platform_plugin.util.regular_file import read_json
 from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
@@ -158,5 +159,5 @@ def _remove(path: str) -> None:
 
 
 def read(job_dir: str) -> dict:
-    with open(os.path.join(job_dir, JOB_FILE), encoding="utf-8") as fh:
-        return json.load(fh)
+    """job.json as util/regular_file.py reads what others can write (raises OSError, ValueError)."""
+    return read_json(os.path.join(job_dir, JOB_FILE), MAX_JOB_FILE_BYTES, within=job_dir)
