@@ -51,7 +51,7 @@ def set_aside_records(spool_dir, stream: str) -> set:
                     continue
                 if isinstance(entry, dict) and "record" in entry:
                     found.add(json.dumps(entry["record"]))
-    except FileNotFoundError:
+    except OSError:  # none, or no regular file (util/regular_file.py): nothing known set aside
         pass
     return found
 
