@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from platform_plugin.tracking.rank.spool import RECORD_DEPTH, Chunk
-from platform_plugin.tracking.delivery.state import StreamState
+from platform_plugin.tracking.shared.state import StreamState
 from platform_plugin.util.regular_file import loads_json, open_regular_file
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key

@@ -16,10 +16,10 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.tracking.delivery.job_folders import later_attempt
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
-from platform_plugin.tracking.job import conventions
-from platform_plugin.tracking.job.uri_check import sqlite_file
+from platform_plugin.tracking.shared.job_folders import later_attempt
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.shared import conventions
+from platform_plugin.tracking.shared.uri_check import sqlite_file
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_refusals, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
