@@ -23,6 +23,8 @@ KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 # beside a stream's spool: the records its store refused for good, one JSON object a line
 # {"record": [...], "reason": "..."} (a stream's spool keeps them too, at their place)
 REJECTED_SUFFIX = ".jsonl.rejected"
+MAX_REJECTED_BYTES = 256 << 20  # ~2 million records set aside: a bound for its reader
+MAX_REJECTED_LINE = 4 << 20  # a record is at most MAX_LINE_BYTES, escaped in JSON
 
 
 def set_records_aside(spool_dir, stream: str, refused: list) -> None:
@@ -41,10 +43,12 @@ def _set_aside(spool_dir, stream: str, entries: list) -> None:
 def set_aside_records(spool_dir, stream: str) -> set:
     """The records of the stream's rejected file, each as json.dumps spells it (entries that
     are no record, a line set aside or a line no one can read, left out)."""
-    found = set()
+    found: set = set()
     try:
         with open_regular_file(os.path.join(spool_dir, stream + REJECTED_SUFFIX), within=spool_dir) as f:
-            for line in f:
+            if os.fstat(f.fileno()).st_size > MAX_REJECTED_BYTES:
+                return found  # not what the forwarder writes: no record is known set aside
+            for line in iter(lambda: f.readline(MAX_REJECTED_LINE), b""):
                 try:
                     entry = loads_json(line, RECORD_DEPTH + 1)
                 except ValueError:
