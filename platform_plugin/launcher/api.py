@@ -17,7 +17,8 @@ from platform_plugin.launcher.attempts import attempt_record, restarted, restart
 from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.launcher.display.show import check_show
 from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
-from platform_plugin.launcher.options import LaunchOptions, with_environment
+from platform_plugin.launcher.options import (LaunchOptions, with_environment,
+                                              with_project_settings)
 from platform_plugin.launcher.planning import preflight
 from platform_plugin.launcher.planning.backends import default_nproc, npus_present
 from platform_plugin.launcher.planning.plan import Host, LaunchPlan, build_plan, job_place
@@ -29,6 +30,7 @@ from platform_plugin.launcher.servers.link_choice import open_link
 from platform_plugin.launcher.watch import job_summary, watch
 from platform_plugin.folder_locks.protocol import JobHold
 from platform_plugin.util.folders import check_cwd
+from platform_plugin.util.project import launch_settings
 from platform_plugin.variables import PLATFORM_JOB_KEY, PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 
 if TYPE_CHECKING:  # (Unpack is in typing from 3.11; the package runs on 3.9)
@@ -59,6 +61,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     host = Host(base_env=_rank_base_env(dict(os.environ), settings.process_env()),  # a copy
                 npu_present=npus_present())
     options = with_environment(options, host.base_env)
+    options = with_project_settings(options, *launch_settings(options.cwd, host.base_env))
     host.base_env.pop(PLATFORM_JOB_KEY.name, None)  # the launchers' secret, not the ranks'
     place = job_place(cmd, settings, options, host)
     # refused before meeting the others: they would be told to start, then to stop

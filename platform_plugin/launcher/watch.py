@@ -68,6 +68,7 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
            started: Started, job_tracking, spool_dir: str | None) -> tuple[Supervisor, JobFile, list]:
     """The output, job.json, the other servers' notices, tracking: observers of the supervisor."""
     output = _display(options, shown)
+    output.metrics = _output_metrics(spool_dir, options, plan)
     output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                 f", backend "
@@ -103,6 +104,16 @@ def _system_metrics(spool_dir: str | None, options: LaunchOptions) -> list:
         return []
     from platform_plugin.tracking.job.sysmetrics import SystemMetrics  # (a tracked job only)
     return [SystemMetrics(spool_dir, interval)]
+
+
+def _output_metrics(spool_dir: str | None, options: LaunchOptions, plan: LaunchPlan):
+    """What reads the ranks' lines for metrics into their spools (a tracked job only)."""
+    if not spool_dir:
+        return None
+    from platform_plugin.tracking.job.output_metrics import OutputMetrics, patterns_for
+    patterns = patterns_for(options.metrics_from_output)
+    labels = {rank.name: str(rank.rank_id) for rank in plan.workers if rank.rank_id is not None}
+    return OutputMetrics(spool_dir, patterns, labels) if patterns and labels else None
 
 
 def _display(options: LaunchOptions, shown) -> Output:

@@ -95,7 +95,7 @@ class Board(Output):
     # -- Supervisor observer ----------------------------------------------------------------
     def started(self, supervisor) -> None:
         self.supervisor = supervisor
-        self.spools = SpoolTail(supervisor.plan.job_dir)
+        self.spools = SpoolTail(supervisor.plan.job_dir, supervisor.plan.attempt)
 
     def ended(self, result) -> None:
         """The last redraw says how the job ended (the table below it says why)."""
@@ -136,6 +136,8 @@ class Board(Output):
                 runtime_s=((proc.ended or now) - proc.started) if proc else now - self._opened_at,
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
+                curve_name=found.main if found else None,
+                curve=found.curves[found.main].values() if found and found.main else [],
                 lines=self.lines.get(name, 0) + (1 if screen.current else 0),
                 tail=[plain(line) for line in tail], tail_html=[to_html(line) for line in tail],
                 # the failure table below the board prints the root cause's last lines: once

@@ -115,6 +115,8 @@ class _RankStream:
         self.held_total = 0
         self.hide = hide  # lines kept out of the display: `search(chunk)`, `match(line)` (quiet.py)
         self.hidden = 0
+        # metrics read from the lines (tracking/job/output_metrics.RankLines), a tracked rank's
+        self.metrics = None
 
     @property
     def screen(self) -> ScreenTail:
@@ -144,6 +146,8 @@ class _RankStream:
         self._unseen_size += len(data)
         if self._unseen_size > TAIL_HELD or len(self._unseen) > 256:
             self._settle_tail()
+        if self.metrics is not None:
+            self.metrics.scan(data, cut)
         if not cut:  # no line ends in this chunk
             self.partial += data
             if self.partial:
@@ -263,11 +267,16 @@ class Output:
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
         self.tail_lines = TAIL_LINES  # lines each rank's ScreenTail keeps (a board may want more)
+        # tracking/job/output_metrics.OutputMetrics: set (watch.py) when a tracked job parses its
+        # ranks' lines for metrics; its points are written at the display's tick
+        self.metrics = None
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
-        self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s,
-                                          self.hide, self.tail_lines)
+        stream = self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s,
+                                                   self.hide, self.tail_lines)
+        if self.metrics is not None:
+            stream.metrics = self.metrics.rank(name)
 
     def feed(self, name: str, data: bytes) -> None:
         now = time.monotonic()
@@ -296,6 +305,8 @@ class Output:
         """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick).
         sys.stdout is flushed here only: in a kernel each flush waits for ipykernel's IO thread."""
         now = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.tick()
         for stream in self._streams.values():
             if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
                 stream.flush_partial(now, self._pending)
@@ -357,4 +368,6 @@ class Output:
         for stream in self._streams.values():
             stream.close(self._pending)
             self._log_failed(stream.log)
+        if self.metrics is not None:  # the last points, before tracking's end is written
+            self.metrics.close()
         self.flush()
