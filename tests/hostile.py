@@ -25,6 +25,8 @@ SPOOL_LINES = {
     "a name that is no text": (b'["p",5,"x"]\n', "rejected"),
     "a lone surrogate": (b'["t","a\\ud800","x"]\n', "rejected"),
     "too few fields": (b'["m","loss",1.0]\n', "rejected"),
+    "a 401-digit value": (b'["m","loss",' + b"9" * 401 + b',5,1]\n', "rejected"),
+    "a step beyond int64": (b'["m","loss",1.0,' + b"9" * 30 + b',1]\n', "rejected"),
     "an object": (b'{"m": 1}\n', "rejected"),
     "200,000 [": (b"[" * DEEP + b"\n", "skipped"),
     # (half as deep: a line over tracking/rank/spool.py's MAX_LINE_BYTES is quarantined whole)

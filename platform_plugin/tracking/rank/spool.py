@@ -44,6 +44,8 @@ MAX_UNWRITTEN_BYTES = 32 << 20
 # can never hold up the records after it.
 MAX_LINE_BYTES = 1 << 20
 RECORD_DEPTH = 1  # a record is an array of scalars
+MIN_INT64, MAX_INT64 = -(1 << 63), (1 << 63) - 1  # MLflow's steps and times
+MAX_FLOAT = 1.7976931348623157e308  # an integer value beyond it has no float
 
 
 def encode_metric(key_json: str, value: float, step: int, timestamp_ms: int) -> str:
@@ -254,6 +256,12 @@ def refusal(record) -> str:
         if type(record[3]) is not int or type(record[4]) is not int:
             return "the step or time of metric %s is not an integer: %s, %s" % (
                 _shown(record[1]), _shown(record[3]), _shown(record[4]))
+        if not (MIN_INT64 <= record[3] <= MAX_INT64 and MIN_INT64 <= record[4] <= MAX_INT64):
+            return "the step or time of metric %s is out of range (64-bit integers): %s, %s" % (
+                _shown(record[1]), _shown(record[3]), _shown(record[4]))
+        if type(record[2]) is int and not -MAX_FLOAT <= record[2] <= MAX_FLOAT:
+            return "the value of metric %s is out of range (a 64-bit float): %s" % (
+                _shown(record[1]), _shown(record[2]))
         return ""
     if kind == "a":
         return "" if record[2] is None or _text(record[2]) else "an artifact's path is not text"
