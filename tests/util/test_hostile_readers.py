@@ -72,3 +72,12 @@ def test_a_link_out_of_the_folder_is_refused_with_a_one_line_reason(tmp_path):
     with pytest.raises(OSError) as refused:
         read_json(str(tmp_path / "f.json"), 1 << 20, within=str(tmp_path))
     assert "is a link" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_compare_reads_past_a_spool_it_cannot_read(tmp_path):
+    from platform_plugin.comparison.spools import read_points
+    hostile.plant("fifo", tmp_path / "rank_0.jsonl")
+    (tmp_path / "rank_1.jsonl").write_text('["m","loss",0.5,1,5]\n')
+    value, error = answer(lambda d: read_points(d, ["0", "1"]), tmp_path)
+    assert error is None, repr(error)
+    assert value.series("loss")["1"][0].value == 0.5 and "not a regular file" in value.unreadable["0"]
