@@ -4,8 +4,9 @@ the launcher's (an image's Python 3.7 under a plugin installed in an environment
 Such a rank cannot import platform_plugin, so the launcher copies the rank side (RANK_SIDE: the
 3.7 code of docs/compat.md) into the job's cache and appends that folder to the rank's
 PYTHONPATH. What a rank imports from there is exactly this launcher's copy, in a folder only
-this user can change (`write_rank_side`). Only when the rank needs it: PYTHONPATH entries come before site-packages, so a copy
-put there regardless would shadow an install the rank's environment has. The rank's interpreter
+this user can change (`write_rank_side`). Only when the rank needs it: PYTHONPATH entries come
+before site-packages, so a copy put there regardless would shadow an install the rank's
+environment has. The rank's interpreter
 is asked once per attempt, with the rank's own environment, whether it imports the tracker; a
 rank on the launcher's own interpreter is never asked (it imports what the launcher imports).
 """
