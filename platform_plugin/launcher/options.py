@@ -41,7 +41,7 @@ TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
 def _at_least(low: float, *, above: bool = False) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         if above and not value > low:
             return f"must be > {low:g}"
         if not above and not value >= low:
@@ -51,13 +51,13 @@ def _at_least(low: float, *, above: bool = False) -> Check:
 
 
 def _within(low: int, high: int) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         return None if low <= value <= high else f"must be between {low} and {high}"
     return check
 
 
 def _within_float(low: float, high: float) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         return None if low < value <= high else f"must be > {low:g} and <= {high:g}"
     return check
 

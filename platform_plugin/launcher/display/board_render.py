@@ -78,7 +78,7 @@ class BoardView:
         return max(ends) if ends else None
 
 
-def _number(value) -> str:
+def _number(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)
