@@ -6,9 +6,9 @@ Such a rank cannot import platform_plugin, so the launcher copies the rank side 
 PYTHONPATH. What a rank imports from there is exactly this launcher's copy, in a folder only
 this user can change (`write_rank_side`). Only when the rank needs it: PYTHONPATH entries come
 before site-packages, so a copy put there regardless would shadow an install the rank's
-environment has. The rank's interpreter
-is asked once per attempt, with the rank's own environment, whether it imports the tracker; a
-rank on the launcher's own interpreter is never asked (it imports what the launcher imports).
+environment has. The rank's interpreter is asked once per attempt, with the rank's own
+environment, whether it imports the tracker; a rank on the launcher's own interpreter is never
+asked (it imports what the launcher imports).
 """
 from __future__ import annotations
 
@@ -18,11 +18,8 @@ import re
 import shutil
 import subprocess
 import sys
-<<<<<<< HEAD
 import tempfile
-=======
 from typing import Callable
->>>>>>> main
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
