@@ -74,9 +74,7 @@ def start(cmd: list[str] | str, options: LaunchOptions) -> JobResult | Backgroun
     _print(options.write, f"[launcher] job {job.job_id} runs in the background ({flag}): "
            f"{lifetime}; logs in {job.job_dir}")
     if options.write is None and in_kernel():  # the live board, from the job's folder
-        from platform_plugin.launcher.jobs.live import LiveBoard  # (a background job only)
-        job.board = LiveBoard(job.job_dir, ipython_publisher())
-        job.board.in_thread()
+        job.show_board(ipython_publisher())
     return job
 
 

@@ -195,8 +195,8 @@ class LaunchOptions:
     background: bool = opt(
         False, "return at once with the job id and a live board; the job runs in a launcher "
         "process of its own, survives a page reload and other cells, and stops with the kernel "
-        "(%dist_attach, %dist_jobs, %dist_wait, %dist_stop manage it; a notebook run by "
-        "platform-run debug|full runs it in the foreground)")
+        "(the attach, jobs, wait and stop magics manage it; a notebook run by platform-run "
+        "debug|full runs it in the foreground)")
     detach: bool = opt(
         False, "as --background, in a session of its own: the job survives the kernel or the "
         "terminal that started it (platform-run attach|jobs|stop manage it)")

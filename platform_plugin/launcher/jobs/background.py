@@ -25,6 +25,7 @@ import threading
 from typing import IO, Callable
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
+from platform_plugin.launcher.jobs.live import LiveBoard
 from platform_plugin.launcher.jobs.records import read_record
 from platform_plugin.launcher.jobs.stopping import request_stop, wait_ended
 from platform_plugin.launcher.options import FIELDS, LaunchOptions
@@ -61,7 +62,14 @@ class BackgroundJob:
         self.process = process
         self.check = check
         self._result = result
-        self.board = None  # the live board in the cell that started it (live.py)
+        self.board: LiveBoard | None = None  # the live board in the cell that started it
+
+    def show_board(self, publish: Callable[[dict], object]) -> LiveBoard:
+        """The job's live board, published from a thread until the job ended (a kernel: the
+        cell that started it returns, the board goes on)."""
+        self.board = LiveBoard(self.job_dir, publish)
+        self.board.in_thread()
+        return self.board
 
     @property
     def state(self) -> str:
