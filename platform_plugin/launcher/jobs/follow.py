@@ -16,7 +16,7 @@ import time
 
 from platform_plugin.launcher.display.board_colours import to_html
 from platform_plugin.launcher.display.board_render import BoardView, RankRow, choose_metrics
-from platform_plugin.launcher.display.board_tail import plain
+from platform_plugin.launcher.display.screen_tail import plain
 from platform_plugin.launcher.display.output import TAIL_LINES as TABLE_LINES
 from platform_plugin.launcher.display.screen_tail import ScreenTail
 from platform_plugin.launcher.display.spool_tail import SpoolTail

@@ -17,7 +17,7 @@ import time
 from typing import IO, Callable
 
 from platform_plugin.launcher.display.board_render import render_html, render_text
-from platform_plugin.launcher.display.board_tail import plain
+from platform_plugin.launcher.display.screen_tail import plain
 from platform_plugin.launcher.jobs.follow import LAUNCHER, JobFollower
 from platform_plugin.launcher.jobs.records import JobRecord
 from platform_plugin.launcher.processes.result import name_label
