@@ -188,12 +188,16 @@ def test_a_sigkilled_launcher_is_lost_and_attach_says_so(log_dir, launchers):
     assert "lost" in listed.stdout
 
 
-def test_attach_follows_a_running_job_to_its_end_with_the_jobs_code(log_dir, launchers):
+def test_two_attaches_at_once_follow_a_running_job_to_its_end_with_the_jobs_code(log_dir,
+                                                                                 launchers):
     job_id = detach(log_dir, "--nproc", "2", "--tracking", "none", "--", PY, BEHAVE, "crash")
-    attached = cli("attach", job_id, log_dir=log_dir)
-    assert attached.returncode == 1, attached.stderr
-    assert "about to fail: bad batch" in attached.stdout
-    assert "ROOT CAUSE" in attached.stdout
+    attaches = [subprocess.Popen([PY, "-m", "platform_plugin", "attach", job_id, "--log-dir",
+                                  str(log_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=clean_env()) for _ in range(2)]
+    for attach in attaches:
+        out, err = attach.communicate(timeout=120)
+        assert attach.returncode == 1, err
+        assert "about to fail: bad batch" in out and out.count("ROOT CAUSE") == 1, out
 
 
 def test_unknown_and_ambiguous_ids_name_the_candidates_exit_2(log_dir, launchers):
