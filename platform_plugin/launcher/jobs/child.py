@@ -31,7 +31,7 @@ OUTPUT_NAME = "launcher.out"  # (not *.log: a restart moves the logs into attemp
 INTERRUPTED_EXIT = 130
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 

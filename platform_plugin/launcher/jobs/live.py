@@ -21,7 +21,7 @@ from platform_plugin.launcher.display.screen_tail import plain
 from platform_plugin.launcher.jobs.follow import LAUNCHER, JobFollower
 from platform_plugin.launcher.jobs.records import JobRecord
 from platform_plugin.launcher.processes.result import name_label
-from platform_plugin.launcher.watch import job_summary
+from platform_plugin.launcher.job import job_summary
 
 REFRESH_S = 0.5  # as the foreground board: at most two redraws a second
 EXIT_CODES = {"succeeded": 0, "interrupted": 130}  # else 1 (failed, lost)

@@ -189,7 +189,7 @@ def start_job(plan: LaunchPlan, grace: float) -> Started:
     make_job_dir(plan.job_dir)  # made under JobDirLock already, unless called on its own
     started = Started(Lifeline(plan.env_job_id, plan.job_dir, grace))
     if threading.current_thread() is threading.main_thread():
-        def count(signum, frame):
+        def count(signum: int, frame: object) -> None:
             started.interrupts += 1
         started.previous_sigint = signal.signal(signal.SIGINT, count)
         started.caught_sigint = True
