@@ -21,7 +21,6 @@ from platform_plugin import settings as settings_mod
 from platform_plugin.errors import ConfigError
 from platform_plugin.folder_locks.protocol import JobHold
 from platform_plugin.launcher import resume
-from platform_plugin.launcher.display.board import Board
 from platform_plugin.launcher.display.chatter import hide_pattern
 from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.display.output import Output
@@ -241,14 +240,12 @@ class Attempt:
             self.started.abandon()
             raise
         output = supervisor.output
-        board = output if isinstance(output, Board) else None
         result: JobResult | None = None
 
         def waiting() -> None:
             if result is not None:
                 job_file.record(result)
-                if board is not None:  # the board (a notebook) says the cell waits for delivery
-                    board.waiting_for_tracking(True)
+                output.waiting_for_tracking(True)  # the board (a notebook) says the cell waits
         try:
             try:
                 result = supervisor.run()
@@ -257,8 +254,7 @@ class Attempt:
                     report = self._finish_tracking(tracking, result, last, waiting,
                                                    launcher_bytes=written(samplers))
                 finally:
-                    if board is not None:
-                        board.waiting_for_tracking(False)
+                    output.waiting_for_tracking(False)
             result.tracking = report
             result.attempts = list(self.job.attempts)
             result.server_id = self.plan.server_id
@@ -284,12 +280,10 @@ class Attempt:
         # job.json: written when the ranks started and once at the end; a tracked job whose
         # delivery must be waited for also records the ranks' end before that wait (`waiting`)
         job_file = JobFile(plan, self.job.attempts, early_end=False)
-        observers = Observers(started=[job_file.started], ended=[job_file.ended])
-        if isinstance(output, Board):  # the board shows each process's status and the end
-            observers.started.append(output.started)
-            observers.ended.append(output.ended)
-        observers.started += [*(s.started for s in samplers), tracking.started]
-        observers.ended += [s.ended for s in samplers]
+        # the output observes the supervisor too: the board shows each process's status
+        observers = Observers(started=[job_file.started, output.started,
+                                       *(s.started for s in samplers), tracking.started],
+                              ended=[job_file.ended, output.ended, *(s.ended for s in samplers)])
         stop_check = None
         if plan.nnodes > 1:  # the other servers' notices: a job of one server has nobody to tell
             peers = PeerNotice(self.job.link, plan.server_id, plan.attempt)
