@@ -21,7 +21,6 @@ from platform_plugin import settings as settings_mod
 from platform_plugin.errors import ConfigError
 from platform_plugin.folder_locks.protocol import JobHold
 from platform_plugin.launcher import resume
-from platform_plugin.launcher.display.board import Board
 from platform_plugin.launcher.display.chatter import hide_pattern
 from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.display.output import Output
@@ -82,9 +81,10 @@ class Job:
     def write(self, text: str) -> None:
         write_line(self.options.write, text)
 
-    def run(self) -> tuple[JobResult, int]:
+    def run(self, on_job: Callable[[LaunchPlan], object] | None = None) -> tuple[JobResult, int]:
         """Every attempt of the job. Returns (the last attempt's result, lines hidden from the
-        display)."""
+        display). `on_job(plan)`: once the job folder is this launcher's, before any rank
+        starts (api.run)."""
         __tracebackhide__ = True
         # refused before meeting the others: they would be told to start, then to stop
         preflight.check_place(self.place, {**self.host.base_env, **self.options.env})
@@ -98,6 +98,8 @@ class Job:
             plan = self._first_plan(identity)
             with JobHold.take(worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
                 with JobDirLock(plan), libraries_to_log(plan.job_dir, self.options.verbose):
+                    if on_job is not None:
+                        on_job(plan)
                     make_checkpoint_dir(plan.checkpoint_dir)
                     return self._attempts(plan)
         finally:
@@ -238,14 +240,12 @@ class Attempt:
             self.started.abandon()
             raise
         output = supervisor.output
-        board = output if isinstance(output, Board) else None
         result: JobResult | None = None
 
         def waiting() -> None:
             if result is not None:
                 job_file.record(result)
-                if board is not None:  # the board (a notebook) says the cell waits for delivery
-                    board.waiting_for_tracking(True)
+                output.waiting_for_tracking(True)  # the board (a notebook) says the cell waits
         try:
             try:
                 result = supervisor.run()
@@ -254,8 +254,7 @@ class Attempt:
                     report = self._finish_tracking(tracking, result, last, waiting,
                                                    launcher_bytes=written(samplers))
                 finally:
-                    if board is not None:
-                        board.waiting_for_tracking(False)
+                    output.waiting_for_tracking(False)
             result.tracking = report
             result.attempts = list(self.job.attempts)
             result.server_id = self.plan.server_id
@@ -281,12 +280,10 @@ class Attempt:
         # job.json: written when the ranks started and once at the end; a tracked job whose
         # delivery must be waited for also records the ranks' end before that wait (`waiting`)
         job_file = JobFile(plan, self.job.attempts, early_end=False)
-        observers = Observers(started=[job_file.started], ended=[job_file.ended])
-        if isinstance(output, Board):  # the board shows each process's status and the end
-            observers.started.append(output.started)
-            observers.ended.append(output.ended)
-        observers.started += [*(s.started for s in samplers), tracking.started]
-        observers.ended += [s.ended for s in samplers]
+        # the output observes the supervisor too: the board shows each process's status
+        observers = Observers(started=[job_file.started, output.started,
+                                       *(s.started for s in samplers), tracking.started],
+                              ended=[job_file.ended, output.ended, *(s.ended for s in samplers)])
         stop_check = None
         if plan.nnodes > 1:  # the other servers' notices: a job of one server has nobody to tell
             peers = PeerNotice(self.job.link, plan.server_id, plan.attempt)

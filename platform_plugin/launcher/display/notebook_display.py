@@ -1,6 +1,7 @@
 """Which display a job gets: the live board inside a Jupyter kernel, prefixed lines elsewhere.
 
-IPython is imported only when a kernel is running (a CLI launch does without it).
+IPython and the board are imported only when a kernel is running (a CLI launch does without
+them: the board's rendering, curves and colours are the heaviest part of the display).
 """
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from platform_plugin.launcher.display.board import Board
+from platform_plugin.launcher.display.output import Output
 from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 
 # Set by `platform-run debug|full` for its kernel: the board goes to the notebook and the
@@ -60,5 +61,7 @@ def terminal_writer() -> Callable[[str], None] | None:
     return write
 
 
-def make_board(**output_options: Any) -> Board:
+def make_board(**output_options: Any) -> Output:
+    """The notebook's live board (an Output that redraws one block)."""
+    from platform_plugin.launcher.display.board import Board  # (in a kernel only)
     return Board(ipython_publisher(), stream_write=terminal_writer(), **output_options)

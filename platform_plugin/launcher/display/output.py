@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import IO, Callable
+from typing import IO, Any, Callable
 
 from platform_plugin.launcher.display.chatter import Chatter
 from platform_plugin.launcher.display.screen_tail import ScreenTail, last_state
@@ -304,6 +304,17 @@ class Output:
         if stream is not None:
             stream.log.add(data, time.monotonic())
             stream.log.write()  # after what the rank wrote before, at once
+
+    # -- what the supervisor and the job tell a display: prefixed lines need none of it, the
+    # board (board.py) redraws on it
+    def started(self, supervisor: Any) -> None:
+        """The ranks run (`supervisor`: processes.supervisor.Supervisor, which imports this)."""
+
+    def ended(self, result: Any) -> None:
+        """The ranks ended (`result`: the JobResult)."""
+
+    def waiting_for_tracking(self, waiting: bool) -> None:
+        """The ranks ended and the job waits (or no longer) for their points' delivery."""
 
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""
