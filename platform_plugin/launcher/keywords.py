@@ -45,6 +45,7 @@ class LaunchKeywords(TypedDict, total=False):
     job_id: Optional[str]
     job_key: Optional[str]
     heartbeat_timeout: Optional[float]
+    cluster_timeout: Optional[int]
     max_restarts: int
     env: Dict[str, str]
     cwd: Optional[str]

@@ -188,6 +188,11 @@ class LaunchOptions:
         None, "a server whose launcher says nothing for S seconds failed (frozen or cut off): "
         "the others stop", metavar="S", check=_within_float(0, 60), code="LAUNCH_TIMEOUT",
         env=PLATFORM_HEARTBEAT_TIMEOUT, otherwise="60")
+    cluster_timeout: Optional[int] = opt(
+        None, "MindSpore's dynamic cluster: seconds the ranks wait for each other to start "
+        "(MS_TOPO_TIMEOUT; default: yours if set, else 120)", metavar="S",
+        check=_within(1, 86400), code="LAUNCH_TIMEOUT",
+        flags=("--cluster-timeout", "--cluster_time_out", "--cluster-time-out"))
     max_restarts: int = opt(0, "after a failure stop all, then start the whole job again, up to "
                             "N times (same job id, new attempt)", metavar="N",
                             check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",

@@ -72,6 +72,7 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                 f", backend "
                 f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
+                + "".join(f"; {note}" for note in plan.notes)
                 + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
     for note in job_tracking.notes:
         output.note(note)

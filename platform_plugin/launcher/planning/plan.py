@@ -15,9 +15,10 @@ import sys
 from typing import Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.planning.backends import (Backend, Layout, Placement,
+from platform_plugin.launcher.planning.backends import (Backend, JobRun, Layout, Placement,
                                                         backend as backend_named, choose,
                                                         default_nproc)
+from platform_plugin.launcher.planning.threads import thread_default, usable_cores
 from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
@@ -35,6 +36,7 @@ class Host:
 
     base_env: dict = dataclasses.field(default_factory=dict)
     npu_present: bool = False
+    cores: int = dataclasses.field(default_factory=usable_cores)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +80,7 @@ class LaunchPlan:
     attempt: int = 0
     checkpoint_dir: str = ""
     resume_step: Optional[int] = None
+    notes: Tuple[str, ...] = ()  # what the launch line says the launcher chose for the ranks
 
     @property
     def workers(self) -> tuple[RankSpec, ...]:
@@ -257,8 +260,14 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
         common["RANK_START"] = str(layout.ranks[0][0])
+    run = JobRun(job_id=job_id, attempt=attempt, max_restarts=options.max_restarts,
+                 cluster_timeout=options.cluster_timeout, job_dir=job_dir)
+    threads, thread_note = thread_default(len(layout.ranks), host.cores, base_env)
+    # the launcher's defaults under the user's values (exported, .env), its flags over them
+    base_env = {**backend.env_defaults(layout, run), **threads, **base_env,
+                **backend.env_flags(layout, run)}
     ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
-                     cache_dir) for i in range(len(layout.ranks))]
+                     cache_dir, run) for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
@@ -272,14 +281,15 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
                       master_port=layout.master_port, attempt=attempt,
-                      checkpoint_dir=checkpoint_dir, resume_step=resume_step)
+                      checkpoint_dir=checkpoint_dir, resume_step=resume_step,
+                      notes=(thread_note,) if thread_note else ())
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
             base_env: dict, common: dict, options: LaunchOptions, cwd: str, job_dir: str,
-            cache_dir: str) -> RankSpec:
+            cache_dir: str, run: JobRun) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
-    env = {**base_env, **common, **backend.rank_env(layout, local_rank),
+    env = {**base_env, **common, **backend.rank_env(layout, local_rank, run),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
            "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
            **options.env}
