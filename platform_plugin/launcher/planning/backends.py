@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from platform_plugin import ranktable
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning import torch_store
 from platform_plugin.launcher.planning.auto_backend import by_imports
+from platform_plugin.util.devices import visible_npus
 from platform_plugin.util.jobdirs import error_file_name
 
 if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
@@ -96,11 +96,7 @@ CPU_DEFAULT_NPROC = 2
 def default_nproc(host) -> tuple[int, str]:
     """(processes, why) when --nproc is not given: the visible NPUs, else CPU_DEFAULT_NPROC."""
     if host.npu_present:
-        devices = sorted(int(n[len("davinci"):]) for n in _listdir("/dev")
-                         if re.fullmatch(r"davinci\d+", n))
-        visible = (host.base_env or {}).get("ASCEND_RT_VISIBLE_DEVICES", "")
-        if visible.strip():
-            devices = [d for d in devices if str(d) in {v.strip() for v in visible.split(",")}]
+        devices = visible_npus(host.base_env or {})
         if devices:
             return len(devices), f"{len(devices)} visible NPU(s)"
     count = max(1, min(CPU_DEFAULT_NPROC, os.cpu_count() or 1))

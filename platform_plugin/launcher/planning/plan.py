@@ -18,9 +18,10 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning.backends import (Backend, JobRun, Layout, Placement,
                                                         backend as backend_named, choose,
                                                         default_nproc)
-from platform_plugin.launcher.planning.threads import thread_default, usable_cores
+from platform_plugin.launcher.planning.threads import thread_default
 from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.settings import Settings
+from platform_plugin.util.devices import usable_cores
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
@@ -54,6 +55,7 @@ class RankSpec:
     cwd: str
     log_path: str
     role: str = "worker"
+    fresh_cwd: bool = False  # --rank-dir: cwd is removed and made anew before it starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +295,30 @@ def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[st
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
            "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
            **options.env}
+    if options.rank_dir:  # the shell loop's `cd device_$i`, its paths still the user's
+        command = anchored(command, cwd)
+        cwd = os.path.join(cwd, os.path.normpath(options.rank_dir.format(
+            rank_id=rank_id, local_rank=local_rank)))
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
                     device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(job_dir, log_name(str(rank_id))))
+                    log_path=os.path.join(job_dir, log_name(str(rank_id))),
+                    fresh_cwd=bool(options.rank_dir))
+
+
+def anchored(command: tuple[str, ...], cwd: str) -> tuple[str, ...]:
+    """The command of a rank that runs in a folder of its own (--rank-dir): every argument
+    that names an existing file or folder relative to `cwd` (where the user launched), alone or
+    as `--opt=PATH`, made absolute, so `train.py --data ./data` means what it meant there. A
+    path that does not exist yet (an output) stays relative: it lands in the rank's folder,
+    as in the shell loop's `cd device_$i`."""
+    def absolute(arg: str) -> str:
+        if arg and not os.path.isabs(arg) and not arg.startswith("-") \
+                and os.path.exists(os.path.join(cwd, arg)):
+            return os.path.normpath(os.path.join(cwd, arg))
+        return arg
+    out = [command[0]]
+    for arg in command[1:]:
+        name, equals, value = arg.partition("=")
+        out.append(f"{name}={absolute(value)}" if equals and name.startswith("-")
+                   else absolute(arg))
+    return tuple(out)

@@ -11,18 +11,9 @@ The user's value (exported or in .env) always wins; the launch line says the cho
 """
 from __future__ import annotations
 
-import os
 from typing import Mapping
 
 THREAD_VARIABLE = "OMP_NUM_THREADS"
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (a container's or taskset's limit), else the count."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def thread_default(local_ranks: int, cores: int, user_env: Mapping[str, str]) -> tuple[dict, str]:
