@@ -7,12 +7,16 @@ import os
 from typing import Mapping
 
 
-def _numbered(prefix: str) -> list[int]:
+def dev_names() -> list[str]:
+    """The names in /dev (a test gives its own: no NPU exists here)."""
     try:
-        names = os.listdir("/dev")
+        return os.listdir("/dev")
     except OSError:
         return []
-    return sorted(int(n[len(prefix):]) for n in names
+
+
+def _numbered(prefix: str) -> list[int]:
+    return sorted(int(n[len(prefix):]) for n in dev_names()
                   if n.startswith(prefix) and n[len(prefix):].isdigit())
 
 

@@ -270,6 +270,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                 **backend.env_flags(layout, run)}
     ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
                      cache_dir, run) for i in range(len(layout.ranks))]
+    if options.rank_dir:
+        ranks = [in_rank_dir(spec, options.rank_dir) for spec in ranks]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
@@ -295,14 +297,18 @@ def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[st
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
            "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
            **options.env}
-    if options.rank_dir:  # the shell loop's `cd device_$i`, its paths still the user's
-        command = anchored(command, cwd)
-        cwd = os.path.join(cwd, os.path.normpath(options.rank_dir.format(
-            rank_id=rank_id, local_rank=local_rank)))
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
                     device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(job_dir, log_name(str(rank_id))),
-                    fresh_cwd=bool(options.rank_dir))
+                    log_path=os.path.join(job_dir, log_name(str(rank_id))))
+
+
+def in_rank_dir(spec: RankSpec, pattern: str) -> RankSpec:
+    """--rank-dir: the rank in its own folder below its working folder (made anew before it
+    starts: `fresh_cwd`), as the shell loop's `cd device_$i`, its command's paths still the
+    user's (`anchored`)."""
+    folder = os.path.normpath(pattern.format(rank_id=spec.rank_id, local_rank=spec.local_rank))
+    return dataclasses.replace(spec, argv=anchored(spec.argv, spec.cwd), fresh_cwd=True,
+                               cwd=os.path.join(spec.cwd, folder))
 
 
 def anchored(command: tuple[str, ...], cwd: str) -> tuple[str, ...]:

@@ -28,7 +28,8 @@ def recorded_error(path: str | None) -> list[str]:
     message = data.get("message") if isinstance(data, dict) else None
     extra: dict = {}
     if isinstance(message, dict):  # @record's form; a plain string is torchrun's own
-        extra = message.get("extraInfo") if isinstance(message.get("extraInfo"), dict) else {}
+        info = message.get("extraInfo")
+        extra = info if isinstance(info, dict) else {}
         message = message.get("message")
     if not isinstance(message, str) or not message.strip():
         return []

@@ -20,15 +20,10 @@ print("ENV " + json.dumps({name: os.environ.get(name) for name in (
     flush=True)
 
 
-def samples():
-    rng = np.random.default_rng(7)
-    for _ in range(64):
-        x = rng.normal(size=(4,)).astype(np.float32)
-        yield x, np.array([x.sum()], np.float32)
-
-
-data = ms.dataset.GeneratorDataset(samples, ["x", "y"], shuffle=False, num_shards=size,
-                                   shard_id=rank).batch(8)
+inputs = np.random.default_rng(7).normal(size=(64, 4)).astype(np.float32)
+targets = inputs.sum(axis=1, keepdims=True)
+data = ms.dataset.NumpySlicesDataset((inputs, targets), ["x", "y"], shuffle=False,
+                                     num_shards=size, shard_id=rank).batch(8)
 ms.set_seed(0)
 net = nn.Dense(4, 1)
 model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=0.05))
