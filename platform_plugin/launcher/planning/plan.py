@@ -268,8 +268,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     # the launcher's defaults under the user's values (exported, .env), its flags over them
     base_env = {**backend.env_defaults(layout, run), **threads, **base_env,
                 **backend.env_flags(layout, run)}
-    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
-                     cache_dir, run) for i in range(len(layout.ranks))]
+    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, cache_dir, run)
+             for i in range(len(layout.ranks))]
     if options.rank_dir:
         ranks = [in_rank_dir(spec, options.rank_dir) for spec in ranks]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
@@ -290,8 +290,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
-            base_env: dict, common: dict, options: LaunchOptions, cwd: str, job_dir: str,
-            cache_dir: str, run: JobRun) -> RankSpec:
+            base_env: dict, common: dict, options: LaunchOptions, cwd: str, cache_dir: str,
+            run: JobRun) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
     env = {**base_env, **common, **backend.rank_env(layout, local_rank, run),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
@@ -299,7 +299,7 @@ def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[st
            **options.env}
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
                     device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(job_dir, log_name(str(rank_id))))
+                    log_path=os.path.join(run.job_dir, log_name(str(rank_id))))
 
 
 def in_rank_dir(spec: RankSpec, pattern: str) -> RankSpec:
