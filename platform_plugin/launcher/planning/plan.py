@@ -264,14 +264,10 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
         common["RANK_START"] = str(layout.ranks[0][0])
     run = JobRun(job_id=job_id, attempt=attempt, max_restarts=options.max_restarts,
                  cluster_timeout=options.cluster_timeout, job_dir=job_dir)
-    threads, thread_note = thread_default(len(layout.ranks), host.cores, base_env)
-    # the launcher's defaults under the user's values (exported, .env), its flags over them
-    base_env = {**backend.env_defaults(layout, run), **threads, **base_env,
-                **backend.env_flags(layout, run)}
-    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, cache_dir, run)
+    base_env, notes = _with_defaults(backend, layout, run, base_env, host.cores)
+    ranks = [in_rank_dir(_worker(layout, backend, i, argv, base_env, common, options, cwd,
+                                 cache_dir, run), options.rank_dir)
              for i in range(len(layout.ranks))]
-    if options.rank_dir:
-        ranks = [in_rank_dir(spec, options.rank_dir) for spec in ranks]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
@@ -285,8 +281,16 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
                       master_port=layout.master_port, attempt=attempt,
-                      checkpoint_dir=checkpoint_dir, resume_step=resume_step,
-                      notes=(thread_note,) if thread_note else ())
+                      checkpoint_dir=checkpoint_dir, resume_step=resume_step, notes=notes)
+
+
+def _with_defaults(backend: Backend, layout: Layout, run: JobRun, base_env: dict,
+                   cores: int) -> tuple[dict, tuple[str, ...]]:
+    """The environment the ranks inherit: the launcher's defaults under the user's values
+    (exported, .env), the variables of its flags over them; and what the launch line says."""
+    threads, note = thread_default(len(layout.ranks), cores, base_env)
+    return ({**backend.env_defaults(layout, run), **threads, **base_env,
+             **backend.env_flags(layout, run)}, (note,) if note else ())
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
@@ -302,10 +306,12 @@ def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[st
                     log_path=os.path.join(run.job_dir, log_name(str(rank_id))))
 
 
-def in_rank_dir(spec: RankSpec, pattern: str) -> RankSpec:
+def in_rank_dir(spec: RankSpec, pattern: str | None) -> RankSpec:
     """--rank-dir: the rank in its own folder below its working folder (made anew before it
     starts: `fresh_cwd`), as the shell loop's `cd device_$i`, its command's paths still the
-    user's (`anchored`)."""
+    user's (`anchored`). No pattern: the rank as it is."""
+    if not pattern:
+        return spec
     folder = os.path.normpath(pattern.format(rank_id=spec.rank_id, local_rank=spec.local_rank))
     return dataclasses.replace(spec, argv=anchored(spec.argv, spec.cwd), fresh_cwd=True,
                                cwd=os.path.join(spec.cwd, folder))
