@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from platform_plugin import settings as settings_mod
@@ -66,7 +67,7 @@ def run(cmd: list[str] | str, options: LaunchOptions) -> JobResult:
     link = open_link(place, options, _note(options.write))  # the others of a multi-server job
     try:
         # node 0 decides the job's identity, every server uses it: one plan per attempt
-        identity = link.agree(identity_mod.proposed(place, options, host.base_env), 0)
+        identity = link.agree(identity_mod.proposed(place, options, host.base_env), 1)
         options = identity_mod.adopted(identity, options, host.base_env, _note(options.write))
         plan, shown = _checked_plan(cmd, settings, host, options, identity, link,
                                     place.server_id)
@@ -105,8 +106,8 @@ def _checked_plan(cmd, settings, host: Host, options: LaunchOptions, identity: d
         if options.tracking != "none":  # a bad sink, layout or MLflow URI: before the job exists
             tracked_side().check(options.tracking, plan)
     except ConfigError as exc:
-        link.tell_failed(server_id, f"its launcher refused the job ({exc.problems[0].code})", 0)
-        link.conclude(0, False, server_id)
+        link.tell_failed(server_id, f"its launcher refused the job ({exc.problems[0].code})", 1)
+        link.conclude(1, False, server_id)
         raise
     return plan, shown
 
@@ -117,19 +118,22 @@ def _run_attempts(cmd, settings, host: Host, options: LaunchOptions, plan: Launc
     (all servers together: each attempt is agreed through the job link), same job id.
     Returns (the last attempt's result, lines hidden from the display)."""
     attempts: list[dict] = []
+    started = time.monotonic()
     spool_dir = ""  # the failed attempt's spools on this server: how far it got
     while True:
-        attempt = len(attempts)
-        if attempt:  # every server reached this attempt (the first one was agreed in run())
+        attempt = len(attempts) + 1  # 1 for the first attempt, as every word and record counts
+        if attempt > 1:  # every server reached this attempt (the first one was agreed in run())
             plan = restarted(cmd, settings, host, options, plan, link, attempt, attempts[-1],
                              spool_dir, _note(options.write))
         result, hidden = _supervise(plan, options, shown, link, attempts,
-                                    last=attempt >= options.max_restarts)
+                                    last=attempt > options.max_restarts)
         _whole_job(result, link.conclude(attempt, result.ok, plan.server_id), plan.server_id)
         _report_lost_servers(result, link, options.write)
-        if result.ok or result.status == "interrupted" or attempt >= options.max_restarts:
+        if result.ok or result.status == "interrupted" or attempt > options.max_restarts:
+            if attempts:  # the whole job's time, restarts included (the summary gives both)
+                result.job_duration_s = round(time.monotonic() - started, 3)
             return result, hidden
-        attempts.append(attempt_record(result, attempt))
+        attempts.append(attempt_record(result, attempt, options.max_restarts + 1))
         spool_dir = getattr(result.tracking, "spool_dir", "") or ""
         _print(options.write, restarting(result, attempt, options.max_restarts))
 

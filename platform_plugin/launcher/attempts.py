@@ -30,21 +30,22 @@ class PeerNotice:
         return self.link.stop_reason(self.attempt)
 
 
-def attempt_record(result, attempt: int) -> dict:
-    """What job.json and the final error keep of a failed attempt: its root-cause table."""
+def attempt_record(result, attempt: int, attempts_allowed: int) -> dict:
+    """What job.json and the final error keep of a failed attempt (`attempt` of
+    `attempts_allowed`): its root-cause table, headed by the attempt (the job went on)."""
     cause = result.root_cause
-    return {"attempt": attempt + 1, "status": result.status, "reason": result.reason,
+    return {"attempt": attempt, "status": result.status, "reason": result.reason,
             "duration_s": round(result.duration_s, 3),
             "root_cause": None if cause is None else {
                 "name": cause.name, "rank_id": cause.rank_id, "device_id": cause.device_id,
                 "host": cause.host, "how": cause.how, "last_lines": cause.last_lines},
-            "table": render_result(result)}
+            "table": render_result(result, attempt=(attempt, attempts_allowed))}
 
 
 def keep_attempt_logs(job_dir: str, attempt: int) -> None:
-    """Before a restart: move the logs of attempt N into `attempt-N/`, so `rank_K.log` is
-    always the current attempt's and every earlier one is kept."""
-    target = os.path.join(job_dir, f"attempt-{attempt + 1}")
+    """Before a restart: move the logs of attempt N (1, 2, ...) into `attempt-N/`, so
+    `rank_K.log` is always the current attempt's and every earlier one is kept."""
+    target = os.path.join(job_dir, f"attempt-{attempt}")
     os.makedirs(target, exist_ok=True)
     for name in os.listdir(job_dir):
         if name.endswith(".log"):
@@ -53,7 +54,7 @@ def keep_attempt_logs(job_dir: str, attempt: int) -> None:
 
 def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPlan, link,
               attempt: int, failed: dict, spool_dir: str, note) -> LaunchPlan:
-    """--max-restarts: the plan of attempt `attempt` (>= 1) once every server reached it, same
+    """--max-restarts: the plan of attempt `attempt` (>= 2) once every server reached it, same
     job id, resuming from the checkpoint node 0 chose; the earlier attempt's logs kept in
     `attempt-N/`. `failed`: the failed attempt's record, which gets what was resumed and what
     the failure cost (`spool_dir`: that attempt's spools on this server, "" untracked)."""
@@ -72,14 +73,16 @@ def restarted(cmd, settings, host: Host, options: LaunchOptions, plan: LaunchPla
 
 
 def restarting(result, attempt: int, max_restarts: int) -> str:
-    """The failed attempt's table and what happens next."""
-    return (render_result(result, terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
-            f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
+    """The failed attempt's table, headed by the attempt (not "job ... FAILED": the job goes
+    on), and what happens next."""
+    return (render_result(result, terminal_width(), attempt=(attempt, max_restarts + 1))
+            + f"\n[launcher] restarting the whole job as attempt {attempt + 1} of "
+            f"{max_restarts + 1} (--max-restarts)")
 
 
 def _port_for(options: LaunchOptions, plan: LaunchPlan, attempt: int) -> int | None:
     """A restarted single-server job gets a fresh port (the old scheduler's may linger in
     TIME_WAIT); a multi-server one keeps the port every server was given."""
-    if attempt and options.master_port is None and plan.nnodes == 1:
+    if attempt > 1 and options.master_port is None and plan.nnodes == 1:
         return None
     return plan.master_port

@@ -72,9 +72,10 @@ def _set_up(plan: LaunchPlan, options: LaunchOptions, shown, link, attempts: lis
                 f"{''.join(' + ' + _HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                 f", backend "
                 f"{plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
-                + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
+                + (f"; attempt {plan.attempt}" if plan.attempt > 1 else ""))
     for note in job_tracking.notes:
         output.note(note)
+    job_tracking.check_store(output.note_soon)  # said within seconds, the ranks do not wait
     system_metrics = _system_metrics(spool_dir, options)
     # job.json: written when the ranks started and once at the end; a tracked job whose delivery
     # must be waited for also records the ranks' end before that wait (`waiting`)
@@ -163,8 +164,10 @@ def _in_kernel() -> bool:
 
 def job_summary(result: JobResult, hidden: int = 0) -> str:
     if result.ok:
-        text = (f"[launcher] job {result.job_id} succeeded in {result.duration_s:.1f}s "
-                f"({len(result.exitcodes)} processes); logs in {result.job_dir}")
+        from platform_plugin.launcher.display.result_table import attempt_times
+        times = f"; {attempt_times(result)}" if result.attempts else ""
+        text = (f"[launcher] job {result.job_id} succeeded in {result.whole_duration_s:.1f}s "
+                f"({len(result.exitcodes)} processes{times}); logs in {result.job_dir}")
         held = sum(result.held_back.values())
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"

@@ -8,6 +8,7 @@ state. In a notebook a chatty rank is capped to `max_lines_per_s`; the log files
 """
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import time
@@ -263,6 +264,7 @@ class Output:
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
         self.tail_lines = TAIL_LINES  # lines each rank's ScreenTail keeps (a board may want more)
+        self._notes_soon: collections.deque[str] = collections.deque()  # from other threads
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
@@ -292,9 +294,15 @@ class Output:
         """A launcher message in the display (never in a rank's log)."""
         self._pending.append(f"[launcher] {text}\n".encode())
 
+    def note_soon(self, text: str) -> None:
+        """`note` from another thread (a check of the tracking server): shown at the next tick."""
+        self._notes_soon.append(text)
+
     def flush(self) -> None:
         """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick).
         sys.stdout is flushed here only: in a kernel each flush waits for ipykernel's IO thread."""
+        while self._notes_soon:
+            self.note(self._notes_soon.popleft())
         now = time.monotonic()
         for stream in self._streams.values():
             if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
