@@ -38,7 +38,7 @@ def make_job(folder: Path, steps: int) -> tuple[str, dict[str, str]]:
     from platform_plugin.tracking.job.handle import JobTracking
     from platform_plugin.tracking.rank.identity import RankIdentity
     from platform_plugin.tracking.rank.tracker import Tracker
-    from platform_plugin.tracking.delivery.state import StreamState
+    from platform_plugin.tracking.shared.state import StreamState
     from tests.tracking.helpers import make_plan
 
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"

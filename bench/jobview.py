@@ -76,7 +76,7 @@ def run_job(folder: Path, flags: list[str], steps: int) -> dict:
 def aggregator_cost(points: int = 200_000) -> float:
     """µs per point of StepAggregator.add, 8 ranks in lockstep."""
     sys.path.insert(0, str(REPO))
-    from platform_plugin.tracking.delivery.aggregates import StepAggregator
+    from platform_plugin.tracking.shared.aggregates import StepAggregator
     agg = StepAggregator([str(r) for r in range(8)])
     begin = time.perf_counter()
     for i in range(points):

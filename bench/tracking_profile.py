@@ -24,7 +24,7 @@ def write_spools(work: Path, ranks: int, steps: int) -> Path:
     """A job's spool folder as the launcher prepares it, with every rank's points already in."""
     from platform_plugin.tracking.job.handle import JobTracking
     from platform_plugin.tracking.rank.spool import encode_metric
-    from platform_plugin.tracking.delivery.state import JobEnd
+    from platform_plugin.tracking.shared.state import JobEnd
     from tests.tracking.helpers import make_plan
     os.chdir(work)
     plan = make_plan(work, ranks)

@@ -23,7 +23,8 @@ LAYERS = [
     ("launcher", ("platform_plugin.launcher",)),
     ("checkpoint", ("platform_plugin.checkpoint",)),
     ("tracking", ("platform_plugin.tracking",)),
-    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor")),
+    ("facts", ("platform_plugin.settings", "platform_plugin.ranktable", "platform_plugin.doctor",
+               "platform_plugin.folder_locks")),
     ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
 ]
 # The rank side of tracking runs inside every training process: the stdlib only (and the
@@ -31,6 +32,8 @@ LAYERS = [
 RANK_SIDE = ("platform_plugin.tracking.rank.tracker", "platform_plugin.tracking.rank.spool",
              "platform_plugin.tracking.rank.identity", "platform_plugin.tracking.rank.job_id",
              "platform_plugin.tracking.integrations")
+# What every side of tracking shares: the one folder of it the rank side may import
+TRACKING_BOTTOM = "platform_plugin.tracking.shared"
 
 
 def module_name(path) -> str:
@@ -83,7 +86,8 @@ def test_no_import_points_up():
 
 def test_the_rank_side_of_tracking_imports_only_itself():
     leaks = [f"{m} imports {i}" for m, targets in graph().items() if within(m, RANK_SIDE)
-             for i in targets if not within(i, RANK_SIDE + ("platform_plugin.tracking",))]
+             for i in targets if not within(i, RANK_SIDE + (TRACKING_BOTTOM,))
+             and i != "platform_plugin.tracking"]
     assert leaks == []
 
 
@@ -240,12 +244,17 @@ def test_every_platform_variable_has_one_owner():
     assert direct == []
 
 
-def test_no_module_over_400_lines_and_no_function_over_60():
+# A module holds one concern whatever its length: past this many lines, look whether it holds
+# several (an alarm, not a reason to split one concern in two). Functions stay short.
+MODULE_SMELL_LINES = 700
+
+
+def test_no_module_over_the_smell_alarm_and_no_function_over_60():
     too_long = []
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
         rel = path.relative_to(REPO)
-        if text.count("\n") > 400:
+        if text.count("\n") > MODULE_SMELL_LINES:
             too_long.append(f"{rel}: {text.count(chr(10))} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.folder_locks.cleanup import CleanupLock
 from platform_plugin.cleanup.report import CleanupReport, human_bytes
 from platform_plugin.cleanup.root import ROOT_ENV, find_root, looks_like_project
 from platform_plugin.cleanup.rules import (KEEP_FILE, Category, CleanupRules, load_categories,
@@ -66,7 +66,7 @@ class PreparedCleanup:
 
     def run(self, *, dry_run: bool = False, progress: bool | None = None,
             lock: CleanupLock | None = None) -> CleanupReport:
-        """A real run holds CODE/'s locks (cleanup/lock.py): `lock` when the caller holds
+        """A real run holds CODE/'s locks (folder_locks/cleanup.py): `lock` when the caller holds
         them already (a full run), else its own for the cleanup's duration."""
         if dry_run:
             return run_cleanup(self.root, self.rules, dry_run=True, progress=progress)

@@ -21,8 +21,8 @@ from typing import Iterable, Mapping
 from urllib.parse import unquote, urlparse
 
 from platform_plugin.tracking.delivery.forwarder import Forwarder
-from platform_plugin.tracking.delivery.state import SINK_FILE, SinkConfig
-from platform_plugin.tracking.job.uri_check import sqlite_file
+from platform_plugin.tracking.shared.state import SINK_FILE, SinkConfig
+from platform_plugin.tracking.shared.uri_check import sqlite_file
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX
 from platform_plugin.util.envfile import env_file_paths, read_env_file
 from platform_plugin.util.regular_file import read_regular_file

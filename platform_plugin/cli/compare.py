@@ -11,8 +11,8 @@ from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, me
 from platform_plugin.errors import ConfigError
 from platform_plugin.comparison import diagnosis, job_end, report_log, spools, table as compare
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
-from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
-from platform_plugin.tracking.job.uri_check import check_tracking_uri, sqlite_file
+from platform_plugin.tracking.shared.job_folders import find_spool_dirs
+from platform_plugin.tracking.shared.uri_check import check_tracking_uri, sqlite_file
 from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_MLFLOW_UI

@@ -8,7 +8,7 @@ import os
 import shlex
 
 from platform_plugin import settings
-from platform_plugin.tracking.job import conventions
+from platform_plugin.tracking.shared import conventions
 from platform_plugin.util.envfile import env_file_paths
 from platform_plugin.util.texttable import render_rows
 

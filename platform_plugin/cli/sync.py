@@ -8,7 +8,7 @@ import sys
 from platform_plugin.cli import INTERRUPTED_EXIT, interrupt
 from platform_plugin.cli.flags import add_log_dir
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
 from platform_plugin.util.envfile import export_mlflow_settings
 

@@ -11,11 +11,11 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
 from platform_plugin.comparison.jupyter_ui import OwnedUI
 from platform_plugin.comparison import store, table as compare
-from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.server.mlflow_features import detect
 from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server.local import HOST
-from platform_plugin.tracking.job.uri_check import scheme_of, uri_problem
+from platform_plugin.tracking.shared.uri_check import scheme_of, uri_problem
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
 from platform_plugin.util.folders import check_writable_folder
 
@@ -44,7 +44,7 @@ def store_uri(explicit: str | None) -> str:
 
 def _check_store(uri: str) -> None:
     """Refuse a store MLflow's server cannot open before it starts: it would die with a
-    traceback in its log and this command would wait for it first (tracking/job/uri_check.py: an
+    traceback in its log and this command would wait for it first (tracking/shared/uri_check.py: an
     unknown scheme, a folder store this MLflow no longer opens, a file that is no database)."""
     why = uri_problem(uri)
     if why:

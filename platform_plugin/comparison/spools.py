@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from platform_plugin.tracking.job.attempts import stitched
+from platform_plugin.tracking.shared.attempts import stitched
 from platform_plugin.comparison.table import Point
-from platform_plugin.tracking.delivery.state import SinkConfig
+from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name
 from platform_plugin.tracking.rank.spool import read_complete
 

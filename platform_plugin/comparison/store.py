@@ -4,10 +4,10 @@ another machine (found by its job_id tag), a rank whose spool is gone. This is t
 imports MLflow (seconds); a job that ran here is read from its spools (spools.py)."""
 from __future__ import annotations
 
-from platform_plugin.tracking.job.attempts import by_attempt, stitched
+from platform_plugin.tracking.shared.attempts import by_attempt, stitched
 from platform_plugin.comparison.table import JobRuns, Point
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.tracking.delivery.state import SinkConfig
+from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.tracking.sinks import mlflow_job
 from platform_plugin.tracking.sinks.mlflow_refusals import access_refusal
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink

@@ -10,8 +10,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.tracking.delivery.aggregates import is_throughput
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+from platform_plugin.tracking.shared.aggregates import is_throughput
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 
 

@@ -17,8 +17,8 @@ from platform_plugin.comparison import job_end, jupyter_proxy, jupyter_ui, spool
 from platform_plugin.comparison import table as comparing
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.display.quiet import libraries_to_log
-from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
-from platform_plugin.tracking.job.jupyter_session import kernel_id
+from platform_plugin.tracking.shared.job_folders import find_spool_dirs
+from platform_plugin.tracking.shared.jupyter_session import kernel_id
 from platform_plugin.variables import PLATFORM_NOTEBOOK
 
 

@@ -26,9 +26,9 @@ from platform_plugin.launcher.planning.rank_path import with_rank_side
 from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.processes.spawn import JobDirLock, make_checkpoint_dir, start_job
 from platform_plugin.launcher.servers import identity as identity_mod
-from platform_plugin.launcher.servers.link import open_link
+from platform_plugin.launcher.servers.link_choice import open_link
 from platform_plugin.launcher.watch import job_summary, watch
-from platform_plugin.util.code_lock import JobHold
+from platform_plugin.folder_locks.protocol import JobHold
 from platform_plugin.util.folders import check_cwd
 from platform_plugin.variables import PLATFORM_JOB_KEY, PLATFORM_TRACKING_SPOOL_DIR, tracking_off
 

@@ -26,7 +26,7 @@ from typing import Any, Iterable, Iterator
 
 from platform_plugin import settings as settings_module
 from platform_plugin.cleanup import run as cleanup
-from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.folder_locks.cleanup import CleanupLock
 from platform_plugin.cleanup.report import CleanupReport
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.notebook.failure import (CellFailure, CellWatcher, FailureKind,
@@ -39,7 +39,7 @@ from platform_plugin.notebook.live import LiveStream
 from platform_plugin.notebook.options import NotebookOptions
 from platform_plugin.notebook.save import OutputNotSaved, atomic_saves, outputs_folder
 from platform_plugin.notebook.strays import swept
-from platform_plugin.util.code_lock import JobHold
+from platform_plugin.folder_locks.protocol import JobHold
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.paths import resolved
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_RUN_MODE
@@ -370,7 +370,7 @@ def cleanup_before_run(run: NotebookRun, *, only: Iterable[str] | None = None,
 def holding_code(run: NotebookRun, cleaning: cleanup.PreparedCleanup | None
                  ) -> Iterator[CleanupReport | None]:
     """Clean CODE/ first when `cleaning` (a full run), then hold the run's folder until the
-    block ends (util/code_lock.py), so no other cleanup removes what the notebook writes. The
+    block ends (folder_locks/protocol.py), so no other cleanup removes what the notebook writes. The
     cleanup holds CODE/ exclusively and shares it without letting go: none slips in between;
     the folders around it are held (shared) before it starts. Yields the cleanup's report
     (None without one). Raises ConfigError CLEAN_ROOT_BUSY before anything is removed or

@@ -1,4 +1,4 @@
-"""CODE/'s lock (util/code_lock.py): busy while held, shared holders together, and the lock
+"""CODE/'s lock (folder_locks/protocol.py): busy while held, shared holders together, and the lock
 file is removed by its last holder - before, every cleaned folder left one in /tmp (366 after
 a few test runs)."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from platform_plugin.cleanup import lock as cleanup_lock
-from platform_plugin.cleanup.lock import GatedLock
+from platform_plugin.folder_locks import cleanup as cleanup_lock
+from platform_plugin.folder_locks.cleanup import GatedLock
 from platform_plugin.errors import ConfigError
-from platform_plugin.util import code_lock
-from platform_plugin.util.code_lock import RootLock, lock_path
+from platform_plugin.folder_locks import protocol
+from platform_plugin.folder_locks.protocol import RootLock, lock_path
 from tests.helpers import clean_env
 
 
@@ -101,7 +101,7 @@ def test_cleanups_of_nested_folders_refuse_each_other_and_cleanups_apart_do_not(
     assert inner.returncode == 2 and "[CLEAN_ROOT_BUSY]" in inner.stderr, inner.stderr
     assert f"{code} is being cleaned by a cleanup (pid" in inner.stderr, inner.stderr
     assert (exp / "kernel_meta" / "op.o").exists()
-    from platform_plugin.cleanup.lock import CleanupLock
+    from platform_plugin.folder_locks.cleanup import CleanupLock
     inner_lock = CleanupLock.take(exp)
     try:
         done = _clean(code)
@@ -113,7 +113,7 @@ def test_cleanups_of_nested_folders_refuse_each_other_and_cleanups_apart_do_not(
         inner_lock.release()
     assert not (other / "kernel_meta").exists() and (code / "kernel_meta" / "op.o").exists()
     assert _clean(code).returncode == 0 and not (exp / "kernel_meta").exists()
-    assert not [name for name in os.listdir(code_lock.lock_dir())
+    assert not [name for name in os.listdir(protocol.lock_dir())
                 if name.endswith(tuple(f"-{os.stat(f).st_ino:x}.lock" for f in (code, exp)))]
 
 
@@ -122,7 +122,7 @@ def test_a_refusal_says_when_the_holder_it_names_has_ended(tmp_path):
     one to start there - which may have ended while others still run (seen: `%platform_clean`
     in a full run named the run's finished `%dist_run` job as if it were running)."""
     run = RootLock(tmp_path, "a full run of nb.ipynb").acquire(exclusive=False)
-    holder = ("import os, sys\nfrom platform_plugin.util.code_lock import RootLock\n"
+    holder = ("import os, sys\nfrom platform_plugin.folder_locks.protocol import RootLock\n"
               "RootLock(sys.argv[1], 'job j').acquire(exclusive=False)\nprint(os.getpid())")
     try:
         job = subprocess.run([sys.executable, "-c", holder, str(tmp_path)], env=clean_env(),
@@ -178,7 +178,7 @@ def test_a_cleanup_is_not_refused_by_an_instants_exclusive_hold(tmp_path, monkey
         if len(pauses) == 1:
             os.unlink(path)
             os.close(sweeping)
-    monkeypatch.setattr(code_lock, "time", SimpleNamespace(sleep=pause))
-    from platform_plugin.cleanup.lock import CleanupLock
+    monkeypatch.setattr(protocol, "time", SimpleNamespace(sleep=pause))
+    from platform_plugin.folder_locks.cleanup import CleanupLock
     CleanupLock.take(tmp_path).release()
-    assert pauses[:1] == [code_lock.BUSY_WAIT_S]
+    assert pauses[:1] == [protocol.BUSY_WAIT_S]

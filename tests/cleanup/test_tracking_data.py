@@ -11,7 +11,7 @@ import pytest
 from platform_plugin.cleanup import run as cleanup
 from platform_plugin.cleanup.tracking_data import uri_paths
 from platform_plugin.tracking.rank.spool import SpoolWriter, encode, encode_metric
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 
 from tests.notebook.helpers import platform_run, snapshot, write_tree
 

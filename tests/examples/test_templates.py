@@ -75,7 +75,7 @@ def test_env_example_sets_nothing_and_names_what_the_platform_owns():
 
 def test_env_example_says_the_defaults_the_launcher_uses(tmp_path, monkeypatch):
     """Its comments name the experiment and the store a job really gets (conventions.py)."""
-    from platform_plugin.tracking.job import conventions
+    from platform_plugin.tracking.shared import conventions
     text = (TEMPLATES / ".env.example").read_text()
     ranks = tmp_path / "proj" / "CODE" / "exp1"
     environ = {}

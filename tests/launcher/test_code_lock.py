@@ -1,5 +1,5 @@
-"""A running job holds its folders against a cleanup (util/code_lock.py): `platform-run clean`
-during a `platform-run launch` / `launch()` / `%dist_run` job is refused with CLEAN_ROOT_BUSY,
+"""A running job holds its folders against a cleanup (folder_locks/protocol.py): `platform-run
+clean` during a `platform-run launch` / `launch()` / `%dist_run` job is refused with CLEAN_ROOT_BUSY,
 two jobs in one CODE/ never block each other, and a job started during a cleanup is refused
 before anything exists. Real launches, real cleanups, real flocks."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.util import code_lock
-from platform_plugin.util.code_lock import RootLock, held_folders, lock_path
+from platform_plugin.folder_locks import protocol
+from platform_plugin.folder_locks.protocol import RootLock, held_folders, lock_path
 from tests.helpers import clean_env, needs_unshare, on_a_full_tmpfs, wait_for
 
 # a rank that writes what a cleanup removes (an operator cache, a log), then waits for `go`
@@ -120,9 +120,9 @@ def test_a_job_starting_while_another_one_ends_is_not_refused(tmp_path, monkeypa
     def pause(seconds: float) -> None:
         pauses.append(seconds)
         ending.release()
-    monkeypatch.setattr(code_lock, "time", SimpleNamespace(sleep=pause))
+    monkeypatch.setattr(protocol, "time", SimpleNamespace(sleep=pause))
     starting = RootLock(tmp_path, "job starting").acquire(exclusive=False)
-    assert pauses == [code_lock.BUSY_WAIT_S] and starting.fd >= 0
+    assert pauses == [protocol.BUSY_WAIT_S] and starting.fd >= 0
     with pytest.raises(ConfigError, match=r"CLEAN_ROOT_BUSY.*in use by a job, a notebook run or "
                                           r"a cleanup \(the last to start there: job starting"):
         RootLock(tmp_path, "a cleanup").acquire(exclusive=True)  # it holds the file it opened
@@ -133,7 +133,7 @@ def test_a_job_starting_while_another_one_ends_is_not_refused(tmp_path, monkeypa
 HOLD_WITH_A_FULL_LOCK_FOLDER = """
 project = sys.argv[2]
 from platform_plugin.errors import ConfigError
-from platform_plugin.util.code_lock import JobHold, RootLock
+from platform_plugin.folder_locks.protocol import JobHold, RootLock
 hold = JobHold.take([project], "job full")
 try:
     RootLock(project, "a cleanup").acquire(exclusive=True)
@@ -151,7 +151,7 @@ def test_a_full_lock_folder_neither_fails_the_job_nor_leaks_its_lock(tmp_path):
     flock still held by the open descriptor (every later cleanup refused until a restart)."""
     project = tmp_path / "project"
     project.mkdir()
-    done = on_a_full_tmpfs(Path(code_lock.lock_dir()), HOLD_WITH_A_FULL_LOCK_FOLDER, str(project))
+    done = on_a_full_tmpfs(Path(protocol.lock_dir()), HOLD_WITH_A_FULL_LOCK_FOLDER, str(project))
     assert done.returncode == 0, done.stderr
     assert "refused: [CLEAN_ROOT_BUSY]" in done.stdout, done.stdout  # held while the job ran
     assert done.stdout.endswith("free\n"), done.stdout  # and free once it ended
@@ -201,7 +201,7 @@ def test_the_tree_below_a_running_jobs_working_folder_belongs_to_the_job(tmp_pat
         assert _cli("clean", "--root", str(beside), cwd=beside).returncode == 0
     finally:
         _ended(job, project)
-    from platform_plugin.cleanup.lock import CleanupLock
+    from platform_plugin.folder_locks.cleanup import CleanupLock
     below = CleanupLock.take(sub)  # a real cleanup's locks, while its walk would run
     try:
         refused = _launch(project, "job-u")
@@ -244,5 +244,5 @@ def test_cleans_racing_a_launch_never_remove_what_its_rank_writes(tmp_path):
             assert returncode == 0 or "[CLEAN_ROOT_BUSY]" in clean_err, clean_err
         outcomes.add((job.returncode, *(r[0] for r in results)))
     assert any(2 in outcome for outcome in outcomes), outcomes  # they did overlap
-    assert not [n for n in os.listdir(code_lock.lock_dir()) if n.endswith(
+    assert not [n for n in os.listdir(protocol.lock_dir()) if n.endswith(
         (f"-{os.stat(code).st_ino:x}.lock", f"-{os.stat(project).st_ino:x}.lock"))]

@@ -1,5 +1,5 @@
 """How a node >= 1 launcher reaches node 0's control port: real sockets on loopback, the Hub and
-the Spoke of launcher/servers/joblink.py in this process (the launchers around them are in
+the Spoke of launcher/servers/link_protocol.py in this process (the launchers around them are in
 test_multiserver.py)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
-from platform_plugin.launcher.servers import joblink_dial
+from platform_plugin.launcher.servers import reach
 from platform_plugin.launcher.servers.hub import Hub
 from platform_plugin.launcher.servers.spoke import Spoke
 from tests.launcher.helpers import free_port_pair
@@ -93,7 +93,7 @@ def test_another_program_on_the_control_port_is_named_at_once(monkeypatch, banne
     PLATFORM_RENDEZVOUS_TIMEOUT (300 s) for a "go". ZeroMQ's greeting is missing within HELLO_S
     (1 s here): named."""
     monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "60")
-    monkeypatch.setattr(joblink_dial, "HELLO_S", 1.0)
+    monkeypatch.setattr(reach, "HELLO_S", 1.0)
     port = free_port_pair()
     squatter = Squatter(port, banner)
     try:

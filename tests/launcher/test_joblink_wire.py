@@ -15,7 +15,7 @@ import zmq
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.servers.hub import Hub
-from platform_plugin.launcher.servers.link_key import link_key
+from platform_plugin.launcher.servers.signing_key import signing_key
 from platform_plugin.launcher.servers.spoke import Spoke
 from platform_plugin.launcher.servers.wire import TO_NODE_0, Wire, valid_identity
 from tests.helpers import wait_for
@@ -209,20 +209,20 @@ def test_a_frozen_spoke_is_a_failed_server_and_conclude_returns(monkeypatch):
 
 
 def test_the_key_of_a_job(tmp_path):
-    assert link_key(None, None) is None
-    assert link_key(None, "job-7") == link_key(None, "job-7") != link_key(None, "job-8")
-    assert link_key("secret", "job-7") != link_key(None, "job-7")
+    assert signing_key(None, None) is None
+    assert signing_key(None, "job-7") == signing_key(None, "job-7") != signing_key(None, "job-8")
+    assert signing_key("secret", "job-7") != signing_key(None, "job-7")
     key_file = tmp_path / "key"
     key_file.write_text("secret\n")
     os.chmod(key_file, 0o644)
     with pytest.raises(ConfigError) as refused:
-        link_key(f"@{key_file}", None)
+        signing_key(f"@{key_file}", None)
     assert refused.value.problems[0].code == "LAUNCH_JOB_KEY" and "chmod 600" in str(
         refused.value)
     assert "secret" not in str(refused.value)
     os.chmod(key_file, 0o600)
-    assert link_key(f"@{key_file}", None) == link_key("secret", None)
-    assert link_key(None, None, derived=b"table") == b"table"
+    assert signing_key(f"@{key_file}", None) == signing_key("secret", None)
+    assert signing_key(None, None, derived=b"table") == b"table"
 
 
 @pytest.mark.parametrize("step, valid", [("60", True), ("0", True), ("9999999999", True),

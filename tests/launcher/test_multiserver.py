@@ -257,7 +257,7 @@ def _job_ids(tmp_path, tag):
 
 def test_rank_table_servers_share_one_job_id_and_the_next_job_another(tmp_path):
     """HCCL stand-in ranks; each launcher sees only the shared table and its RANK_START; the
-    table's first server hosts the job link and sends the id (job_key.py's rule) to the other."""
+    table's first server hosts the job link and sends the id (rank_table_id.py's rule) to the other."""
     table = loopback_table(tmp_path, 2, 2)
     outs = _table_job(tmp_path, table, "job1")
     assert [code for code, _ in outs] == [0, 0], outs

@@ -149,7 +149,7 @@ def test_a_full_run_refuses_a_busy_parent_before_its_cleanup_removes_anything(
     from platform_plugin.errors import ConfigError
     from platform_plugin.notebook.options import NotebookOptions
     from platform_plugin.notebook.run import cleanup_before_run, holding_code, prepare_run
-    from platform_plugin.util.code_lock import RootLock
+    from platform_plugin.folder_locks.protocol import RootLock
 
     code = tmp_path / "CODE"
     make_notebook(code / "nb.ipynb", ["print(1)"])

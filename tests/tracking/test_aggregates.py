@@ -7,7 +7,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from platform_plugin.tracking.delivery.aggregates import StepAggregator, is_throughput
+from platform_plugin.tracking.shared.aggregates import StepAggregator, is_throughput
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.tracker import Tracker
@@ -53,7 +53,7 @@ def test_a_step_counter_reset_every_epoch_aggregates_each_pass_across_ranks():
 def test_a_point_of_a_step_already_emitted_is_left_out_and_counted(monkeypatch):
     """A rank more than MAX_OPEN_STEPS behind: the oldest steps went out with what they had; its
     late points must not re-open them (a second, one-rank "mean" for the same step)."""
-    from platform_plugin.tracking.delivery import aggregates
+    from platform_plugin.tracking.shared import aggregates
     monkeypatch.setattr(aggregates, "MAX_OPEN_STEPS", 2)
     agg = StepAggregator(["0", "1"])
     out = agg.add_batch("0", [["m", "loss", 1.0, s, 1] for s in range(5)])
@@ -120,9 +120,10 @@ def test_streams_advance_together_so_no_step_is_aggregated_before_every_rank_del
     others'). Streams now take turns a batch at a time: every step is aggregated once, whole."""
     import time
 
-    from platform_plugin.tracking.delivery import aggregates, helper as delivery
+    from platform_plugin.tracking.delivery import helper as delivery
+    from platform_plugin.tracking.shared import aggregates
     from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
-    from platform_plugin.tracking.delivery.state import JobEnd
+    from platform_plugin.tracking.shared.state import JobEnd
     monkeypatch.setattr(aggregates, "MAX_OPEN_STEPS", 50)
     monkeypatch.setattr(MlflowSink, "sql_limits", {**MlflowSink.sql_limits, "m": 20, "total": 20})
     monkeypatch.setattr(delivery, "STREAM_WORKERS", 1)
@@ -171,7 +172,7 @@ def test_a_step_outside_int64_is_left_out_and_does_not_shift_the_ranks_passes():
     out += agg.flush()
     assert [(p.step, p.value) for p in out if p.key == "loss/mean"] == [(s, 2.0) for s in range(3)]
     assert agg.outside == 1 and agg.late == 0
-    from platform_plugin.tracking.delivery import aggregates
+    from platform_plugin.tracking.shared import aggregates
     jobs = aggregates.JobAggregates(["0", "1"], sink=None, config=None)
     jobs.aggregator = agg
     assert "1 points with a step outside MLflow's 64-bit range" in jobs.problems()
@@ -191,7 +192,7 @@ def test_what_was_sent_is_recorded_so_a_later_pass_over_the_same_points_sends_on
     """The helper sends the aggregates of steps 0-1 and dies; `sync` feeds the same points back
     (read from the spools) plus the rest: it sends steps 2-3 only, the last one a pass of its
     own after the step counter went back."""
-    from platform_plugin.tracking.delivery.aggregates import SENT_FILE, JobAggregates
+    from platform_plugin.tracking.shared.aggregates import SENT_FILE, JobAggregates
     first, later = Recording(), Recording()
     helper = JobAggregates(["0", "1"], first, None, spool_dir=str(tmp_path))
     for label, value in (("0", 1.0), ("1", 3.0)):
@@ -213,7 +214,7 @@ def test_a_job_on_several_servers_gets_its_aggregates_from_the_store_once_its_pa
     repeats); a store that cannot be read is said, never raised."""
     from mlflow.entities import Metric
 
-    from platform_plugin.tracking.delivery.state import SinkConfig
+    from platform_plugin.tracking.shared.state import SinkConfig
     from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_job
     from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

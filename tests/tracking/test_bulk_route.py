@@ -188,7 +188,7 @@ def test_a_batch_too_large_for_a_proxy_passes_in_halves_not_point_by_point(track
     from platform_plugin.tracking.rank.identity import RankIdentity
     from platform_plugin.tracking.job.handle import JobTracking
     from platform_plugin.tracking.sinks import get_sink
-    from platform_plugin.tracking.delivery.state import StreamState
+    from platform_plugin.tracking.shared.state import StreamState
     from platform_plugin.tracking.rank.tracker import Tracker
     with body_limit_proxy(40_000, str(postgres_mlflow)) as (uri, posts):
         tracking_env.setenv("MLFLOW_TRACKING_URI", uri)

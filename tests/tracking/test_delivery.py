@@ -17,7 +17,7 @@ from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.delivery.replay import sync_spool_dir
 from platform_plugin.tracking.sinks.mlflow_end import PENDING_TAG
-from platform_plugin.tracking.delivery.state import HelperStatus, StreamState
+from platform_plugin.tracking.shared.state import HelperStatus, StreamState
 from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan
 

@@ -14,7 +14,7 @@ from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.delivery.replay import sync_spool_dir
 from platform_plugin.tracking.sinks import get_sink
-from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig, StreamState
+from platform_plugin.tracking.shared.state import HelperStatus, SinkConfig, StreamState
 from platform_plugin.tracking.rank.tracker import Tracker
 from tests.tracking.helpers import child_runs, client, make_plan, refused_url
 
@@ -366,7 +366,7 @@ def test_sync_waits_a_bounded_time_for_a_stream_another_forwarder_holds(tracking
     """A launcher whose server died mid-request sits in MLflow's HTTP retries for minutes with
     its stream locked: sync waits for it at most --wait seconds, says so, and sends nothing
     twice; once the stream is free, sync delivers it."""
-    from platform_plugin.tracking.delivery.state import stream_lock
+    from platform_plugin.tracking.shared.state import stream_lock
     plan = make_plan(tmp_path, 1)
     jt = JobTracking.create("mlflow", plan)
     env = jt.prepare()

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from platform_plugin.tracking.delivery.state import write_json_atomic
+from platform_plugin.tracking.shared.state import write_json_atomic
 from tests.helpers import needs_unshare, on_a_full_tmpfs
 
 WRITE_ON_A_FULL_DISK = """
 import errno
-from platform_plugin.tracking.delivery.state import write_json_atomic
+from platform_plugin.tracking.shared.state import write_json_atomic
 folder = sys.argv[1]
 try:
     write_json_atomic(os.path.join(folder, "end.json"), {"status": "FINISHED" * 2000})

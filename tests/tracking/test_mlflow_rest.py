@@ -25,7 +25,7 @@ JOB = """
 import json, sys
 from pathlib import Path
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 spool, uri, experiment, source, mode = Path(sys.argv[1]), *sys.argv[2:]
 spool.mkdir(parents=True)  # <tmp>/<mode>/tracking: the rank logs beside it, as in a job folder
 for l in "01":
@@ -160,7 +160,7 @@ def test_credentials_come_from_mlflows_variables_and_unsupported_settings_keep_m
 
 def test_the_health_probe_and_the_rest_client_share_one_transport_per_server(monkeypatch):
     """Each Transport reads the credentials (a file, maybe) and makes a TLS context: once a server."""
-    from platform_plugin.tracking.delivery.state import SinkConfig
+    from platform_plugin.tracking.shared.state import SinkConfig
     made = []
     monkeypatch.setattr(mlflow_rest.Transport, "__init__", _counting(made))
     sink = MlflowSink()
@@ -186,7 +186,7 @@ def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mo
     """Resending a body the server refuses as too large can never succeed: the forwarder must
     hear "permanent" (and send the batch in halves) from MLflow's client too, not retry the
     same batch until the drain deadline."""
-    from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+    from platform_plugin.tracking.shared.state import SinkConfig, StreamState
     sink = MlflowSink()
     with body_limit_proxy(0) as (uri, _):  # the probe answered, every POST refused: 413
         if mode == "mlflow-client":  # what a server without the REST path gets (mlflow_rest.usable)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from platform_plugin.tracking.delivery.state import SinkConfig
+from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.tracking.sinks import mlflow_job
 
 

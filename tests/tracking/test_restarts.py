@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from platform_plugin.tracking.job.attempts import by_attempt, stitched
+from platform_plugin.tracking.shared.attempts import by_attempt, stitched
 from platform_plugin.comparison.store import StorePoints, with_store_ranks
 from platform_plugin.comparison.table import job_runs
-from platform_plugin.tracking.delivery.job_folders import spool_dirs_of
+from platform_plugin.tracking.shared.job_folders import spool_dirs_of
 from platform_plugin.tracking.delivery.replay import sync_spool_dir
-from platform_plugin.tracking.delivery.state import JobEnd
+from platform_plugin.tracking.shared.state import JobEnd
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.rank.tracker import Tracker

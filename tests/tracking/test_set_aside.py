@@ -19,7 +19,7 @@ import pytest
 
 from platform_plugin.launcher import launch
 from platform_plugin.tracking.delivery.forwarder import Forwarder
-from platform_plugin.tracking.delivery.state import StreamState
+from platform_plugin.tracking.shared.state import StreamState
 from platform_plugin.tracking.job.handle import JobTracking
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.rank.tracker import Tracker

@@ -15,7 +15,7 @@ from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.rank import tracker as tracker_mod
 from platform_plugin.tracking.delivery.forwarder import batches
 from platform_plugin.tracking.rank.identity import RankIdentity, run_name
-from platform_plugin.tracking.delivery.job_folders import find_spool_dirs
+from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.offsets import any_spooled, count_pending
 from platform_plugin.tracking.sinks import choose, choose_layout
 from platform_plugin.tracking.rank.spool import SpoolWriter, encode, encode_metric, read_complete

@@ -1,10 +1,10 @@
-"""The spool folder's state files (tracking/delivery/state.py): saved and loaded back as they were, None
+"""The spool folder's state files (tracking/shared/state.py): saved and loaded back as they were, None
 when absent, a damaged one refused with its name."""
 from __future__ import annotations
 
 import pytest
 
-from platform_plugin.tracking.delivery.state import (DamagedStateFile, HelperStatus, JobEnd, SinkConfig,
+from platform_plugin.tracking.shared.state import (DamagedStateFile, HelperStatus, JobEnd, SinkConfig,
                                             StreamState)
 
 

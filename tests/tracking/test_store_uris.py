@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from platform_plugin.launcher import launch
-from platform_plugin.tracking.job.uri_check import sqlite_file, uri_problem
+from platform_plugin.tracking.shared.uri_check import sqlite_file, uri_problem
 from tests.cli.helpers import run_inprocess
 from tests.cli.test_refusals import refused
 from tests.tracking.helpers import client

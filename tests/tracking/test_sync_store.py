@@ -17,8 +17,8 @@ import pytest
 
 from platform_plugin.launcher import launch
 from platform_plugin.tracking.rank.spool import SpoolWriter, encode_metric
-from platform_plugin.tracking.job.uri_check import uri_problem
-from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig
+from platform_plugin.tracking.shared.uri_check import uri_problem
+from platform_plugin.tracking.shared.state import HelperStatus, SinkConfig
 from platform_plugin.util.procfs import alive
 from tests.cli.helpers import run_inprocess
 from tests.helpers import wait_for

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from platform_plugin.tracking.job.uri_check import folder_store_refused, uri_problem
+from platform_plugin.tracking.shared.uri_check import folder_store_refused, uri_problem
 from tests.cli.helpers import run_inprocess
 from tests.cli.test_refusals import refused
 

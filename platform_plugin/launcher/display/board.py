@@ -20,9 +20,8 @@ from typing import Any, Callable
 from platform_plugin.launcher.display.board_render import (BoardView, RankRow, choose_metrics,
                                                             render_html, render_text)
 from platform_plugin.launcher.display.board_colours import to_html
-from platform_plugin.launcher.display.board_tail import plain
 from platform_plugin.launcher.display.output import TAIL_LINES as TABLE_LINES, Output
-from platform_plugin.launcher.display.screen_tail import ScreenTail
+from platform_plugin.launcher.display.screen_tail import ScreenTail, plain
 from platform_plugin.launcher.processes.result import describe_exit
 from platform_plugin.launcher.display.spool_tail import SpoolTail
 

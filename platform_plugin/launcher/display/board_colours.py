@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import re
 
-from platform_plugin.launcher.display.board_tail import ANSI
+from platform_plugin.launcher.display.screen_tail import ANSI
 
 SGR = re.compile(rb"\x1b\[([0-9;]*)m")
 # readable on JupyterLab's light and dark themes

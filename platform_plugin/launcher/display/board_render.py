@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from platform_plugin.launcher.processes.result import name_label
-from platform_plugin.tracking.delivery.aggregates import is_throughput
+from platform_plugin.tracking.shared.aggregates import is_throughput
 from platform_plugin.util.texttable import render_rows
 
 LAST_LINE_CHARS = 60

@@ -1,14 +1,26 @@
 """A rank's tail as a terminal would finally show it: the failure table's quote (CLI and notebook
 alike) and the board's tail. Each rank's output stream (output.py) keeps one.
+
+Shown, a tail's lines are text without ANSI escapes (colours, cursor moves: `plain`): HTML and a
+quoted table would show them as stray `[33m` text, or leave a terminal's colour on after the
+quote; the board's colours are read from the same pattern (`ANSI`, board_colours.py).
 """
 from __future__ import annotations
 
+import re
 from collections import deque
-
-from platform_plugin.launcher.display.board_tail import plain
 
 TAIL_WINDOW = 4096  # where a chunk's last lines are looked for first
 LINE_BYTES = 4096  # a tail's line: far more than a quote or a board cell shows; bounds a 5 MB line
+
+# CSI sequences (colours, cursor moves, erase line: tqdm's `\x1b[A`), OSC sequences (titles,
+# links), lone two-byte escapes, and the other C0 controls a terminal would not print
+ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
+                  rb"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def plain(line: bytes) -> str:
+    return ANSI.sub(b"", line).decode("utf-8", errors="replace")
 
 
 def last_state(line: bytes) -> bytes:

@@ -24,7 +24,7 @@ from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
 # (tests/compat/test_py37.py compiles them with a 3.7 interpreter); every module of
 # tracking/integrations/ is added to these.
 RANK_SIDE = ("__init__.py", "errors.py", "variables.py",
-             "tracking/__init__.py", "tracking/job/__init__.py", "tracking/job/sink_choice.py",
+             "tracking/__init__.py", "tracking/shared/__init__.py", "tracking/shared/sink_choice.py",
              "tracking/rank/__init__.py", "tracking/rank/identity.py", "tracking/rank/job_id.py",
              "tracking/rank/spool.py", "tracking/rank/tracker.py",
              "checkpoint/__init__.py", "checkpoint/manifest.py", "checkpoint/saving.py",

@@ -37,7 +37,7 @@ from typing import IO, Any
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.processes.reaper import JobProcesses
-from platform_plugin.util.code_lock import read_holder, write_holder
+from platform_plugin.folder_locks.protocol import read_holder, write_holder
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command

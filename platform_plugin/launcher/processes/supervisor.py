@@ -321,7 +321,7 @@ class Supervisor:
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
         self.output.note(f"{reason} — SIGTERM to every process now, SIGKILL after {self.grace:g}s")
         self._job.signal(signal.SIGTERM, only_live_groups=False)
-        if not remote:  # the other servers' launchers stop their ranks too (joblink.py)
+        if not remote:  # the other servers' launchers stop their ranks too (link_protocol.py)
             self._notify("stopping", (status, reason))
 
     def _check_logs(self) -> None:

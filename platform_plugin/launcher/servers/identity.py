@@ -2,10 +2,10 @@
 plan exists, and used by every server of the job whatever its folder or .env says.
 
 It is a flat dict of strings sent with the job link's `go` (JobLink.agree):
-- `job_id`: `--job-id` / PLATFORM_JOB_ID, else on the rank-table route job_key.py's id (the
+- `job_id`: `--job-id` / PLATFORM_JOB_ID, else on the rank-table route rank_table_id.py's id (the
   same rule every server could derive), else a new one made from the job's name;
 - `experiment` (a job of several servers): the MLflow experiment node 0 would track into
-  (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/job/conventions.py). Servers
+  (MLFLOW_EXPERIMENT_NAME > notebook > project folder, tracking/shared/conventions.py). Servers
   whose project folders are named differently still make one job: one parent run, found by
   its job id in that one experiment (tracking/sinks/mlflow_job.py).
 - `resume_step`, `resume_checkpoint`: node 0's choice of the checkpoint every rank resumes
@@ -24,8 +24,8 @@ from typing import Dict, Optional
 from platform_plugin.checkpoint.manifest import CheckpointUnavailable, newest_complete
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import JobPlace, checkpoint_folder
-from platform_plugin.launcher.servers.job_key import rank_table_job_id
-from platform_plugin.tracking.job.conventions import experiment_name
+from platform_plugin.launcher.servers.rank_table_id import rank_table_job_id
+from platform_plugin.tracking.shared.conventions import experiment_name
 from platform_plugin.tracking.rank.job_id import new_job_id
 
 EXPERIMENT_VARIABLE = "MLFLOW_EXPERIMENT_NAME"

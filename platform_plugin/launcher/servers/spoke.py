@@ -13,9 +13,9 @@ from typing import Callable, Dict, List, Optional
 import zmq
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.launcher.servers.joblink_dial import (HELLO_S, WaitNote, busy, ipv4_of,
-                                                           join_timeout, reach)
-from platform_plugin.launcher.servers.link_thread import Linked, socket_options
+from platform_plugin.launcher.servers.reach import (HELLO_S, WaitNote, busy, ipv4_of,
+                                                    join_timeout, reach)
+from platform_plugin.launcher.servers.socket_thread import Linked, socket_options
 from platform_plugin.launcher.servers.wire import FROM_NODE_0, PROTOCOL, Counters
 
 

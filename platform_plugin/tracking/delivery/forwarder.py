@@ -36,7 +36,7 @@ from platform_plugin.tracking.delivery import offsets
 from platform_plugin.tracking.delivery.offsets import Counts, drain_timeout, spool_labels  # noqa: F401
 from platform_plugin.tracking.delivery.reading import (Passed, Reading, advance, batches,  # noqa: F401
                                                        next_batch, set_records_aside)
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
 

@@ -25,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from platform_plugin.tracking.delivery.aggregates import job_aggregates
+from platform_plugin.tracking.shared.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import Forwarder
 from platform_plugin.tracking.delivery.observers import make_observers
 from platform_plugin.tracking.delivery.offsets import any_spooled, drain_timeout
-from platform_plugin.tracking.delivery.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
+from platform_plugin.tracking.shared.state import SINK_FILE, HelperStatus, JobEnd, SinkConfig
 from platform_plugin.tracking.sinks import get_sink
 
 PASS_INTERVAL_S = 0.25  # between passes while ranks run; a pass with nothing new is cheap

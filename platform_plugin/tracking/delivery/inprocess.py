@@ -11,12 +11,12 @@ import os
 import sys
 from pathlib import Path
 
-from platform_plugin.tracking.job import conventions
+from platform_plugin.tracking.shared import conventions
 from platform_plugin.tracking.delivery.forwarder import Forwarder, drain_timeout
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.delivery.job_folders import log_dir
+from platform_plugin.tracking.shared.job_folders import log_dir
 from platform_plugin.tracking.sinks import choose_layout, get_sink
-from platform_plugin.tracking.delivery.state import SinkConfig
+from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.variables import PLATFORM_RUN_MODE
 
 

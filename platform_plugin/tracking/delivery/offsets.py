@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from platform_plugin.tracking.delivery.state import StreamState
+from platform_plugin.tracking.shared.state import StreamState
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name
 from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable
 
 from platform_plugin.tracking.rank.spool import Chunk
-from platform_plugin.tracking.delivery.state import StreamState
+from platform_plugin.tracking.shared.state import StreamState
 
 KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 # beside a stream's spool: the records its store refused for good, one JSON object a line

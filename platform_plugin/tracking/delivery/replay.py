@@ -18,12 +18,12 @@ from pathlib import Path
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.tracking.delivery import store_move
-from platform_plugin.tracking.delivery.aggregates import job_aggregates
+from platform_plugin.tracking.shared.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import READ_BYTES, Counts, Forwarder
-from platform_plugin.tracking.delivery.job_folders import later_attempt
+from platform_plugin.tracking.shared.job_folders import later_attempt
 from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
 from platform_plugin.tracking.sinks import get_sink
-from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.shared.state import JobEnd, SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
 

@@ -21,8 +21,8 @@ import os
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.tracking.delivery.offsets import spool_labels
 from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
-from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig, StreamState, stream_lock
-from platform_plugin.tracking.job.uri_check import check_tracking_uri, sqlite_file, uri_problem
+from platform_plugin.tracking.shared.state import HelperStatus, SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.shared.uri_check import check_tracking_uri, sqlite_file, uri_problem
 from platform_plugin.tracking.rank.identity import stream_name
 
 GONE, MOVE, AUTH = "TRACKING_STORE_GONE", "TRACKING_SYNC_TO", "TRACKING_AUTH"

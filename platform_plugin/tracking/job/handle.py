@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 from platform_plugin.errors import ConfigError
 from platform_plugin.ranktable import load as load_rank_table
 from platform_plugin.tracking.delivery import offsets
-from platform_plugin.tracking.delivery.job_folders import spool_folder_name
-from platform_plugin.tracking.delivery.state import HelperStatus, JobEnd, SinkConfig
-from platform_plugin.tracking.job import conventions
+from platform_plugin.tracking.shared.job_folders import spool_folder_name
+from platform_plugin.tracking.shared.state import HelperStatus, JobEnd, SinkConfig
+from platform_plugin.tracking.shared import conventions
 from platform_plugin.tracking.job.report import DeliveryReport, Untracked, compare_hint
-from platform_plugin.tracking.job.sink_choice import choose, choose_layout, wflogger_importable
-from platform_plugin.tracking.job.uri_check import check_tracking_uri
+from platform_plugin.tracking.shared.sink_choice import choose, choose_layout, wflogger_importable
+from platform_plugin.tracking.shared.uri_check import check_tracking_uri
 from platform_plugin.util.envfile import env_file_paths
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
                                        PLATFORM_TRACKING_HELPER, PLATFORM_TRACKING_LAYOUT,
@@ -74,7 +74,7 @@ class JobTracking(Untracked):
     @classmethod
     def check(cls, choice: str, plan: PlanView) -> None:
         """Refuse what `create` would refuse, and an MLFLOW_TRACKING_URI no MLflow client can
-        use (tracking/job/uri_check.py), before anything of the job exists: `create` runs once the
+        use (tracking/shared/uri_check.py), before anything of the job exists: `create` runs once the
         job's folder is made (a bad PLATFORM_TRACKING left it behind)."""
         if choice == "none":
             return

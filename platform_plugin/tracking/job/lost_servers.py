@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from platform_plugin.tracking.delivery.state import JobEnd, SinkConfig
+from platform_plugin.tracking.shared.state import JobEnd, SinkConfig
 
 
 def report_lost(spool_dir: str, gone: list[str]) -> str:

@@ -8,7 +8,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from platform_plugin.tracking.delivery.state import HelperStatus, SinkConfig
+from platform_plugin.tracking.shared.state import HelperStatus, SinkConfig
 from platform_plugin.variables import tracking_off
 
 if TYPE_CHECKING:

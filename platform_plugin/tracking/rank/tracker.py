@@ -18,6 +18,7 @@ by the store or stall a server's request.
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import posixpath
@@ -38,6 +39,10 @@ MAX_NAME_CHARS, MAX_PARAM_CHARS, MAX_TAG_CHARS = 250, 6000, 8000
 # a step is MLflow's long (64-bit); a value any float: NaN and +/-inf are stored as MLflow
 # stores them. The timestamp is this process's clock, always in range.
 MIN_STEP, MAX_STEP = -(1 << 63), (1 << 63) - 1
+# A process started without the launcher forwards from a thread of its own: the delivery
+# layer's work, above the rank side, so loaded by name and only then (the rank side's copy for
+# a Python 3.7 image holds no delivery; there the launcher's helper forwards).
+INPROCESS_FORWARDING = "platform_plugin.tracking.delivery.inprocess"
 REFUSED_KEY = ""  # the key cache's mark for a metric name MLflow refuses (a real key is never empty)
 # mlflow.utils.validation's names (metrics, params, tags): these characters, and a path that
 # names itself (no "a/../b", no leading "/", "." or "..")
@@ -231,7 +236,7 @@ def flush_on_sigterm(tracker: Tracker) -> bool:
 def _create() -> Tracker | NullTracker:
     # Here, not at the top: importing the rank side loads the stdlib only (tests/test_layout.py);
     # the sink choice reads the package's variables and errors.
-    from platform_plugin.tracking.job.sink_choice import choose
+    from platform_plugin.tracking.shared.sink_choice import choose
     sink_name = choose(None)
     if sink_name is None:
         return NullTracker()
@@ -239,5 +244,5 @@ def _create() -> Tracker | NullTracker:
     spool_dir = os.environ.get("PLATFORM_TRACKING_SPOOL_DIR")
     if spool_dir:  # the launcher's supervisor forwards
         return Tracker(spool_dir, identity)
-    from platform_plugin.tracking.delivery.inprocess import start_inprocess_forwarding  # a sink
-    return start_inprocess_forwarding(sink_name, identity, Tracker)
+    inprocess = importlib.import_module(INPROCESS_FORWARDING)
+    return inprocess.start_inprocess_forwarding(sink_name, identity, Tracker)

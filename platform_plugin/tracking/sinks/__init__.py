@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
-from platform_plugin.tracking.job.sink_choice import (CHOICES, LAYOUTS, choose,  # noqa: F401
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState
+from platform_plugin.tracking.shared.sink_choice import (CHOICES, LAYOUTS, choose,  # noqa: F401
                                                       choose_layout, wflogger_importable)
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 from platform_plugin.tracking.sinks.wflogger_sink import WfloggerSink

@@ -6,7 +6,7 @@ per server at each step. So in a job on several servers no helper sends aggregat
 ranks run (aggregates.job_aggregates); the process that ends the parent - the one that finds
 every server reported (mlflow_job.report_gone) - reads every rank run of the job from the
 store, a run that went on across attempts stitched as `compare` reads it (the latest attempt
-wins for a replayed step: tracking/job/attempts.py), feeds the points through the same
+wins for a replayed step: tracking/shared/attempts.py), feeds the points through the same
 aggregator with every rank of the job as a label, and sends the aggregates with the sink's
 aggregate delivery before the parent ends. A `platform-run sync` that delivers points after
 the parent ended computes them again: a step whose aggregates did not change is an exact
@@ -14,8 +14,8 @@ repeat the store ignores; a step whose value changed gets a second point.
 """
 from __future__ import annotations
 
-from platform_plugin.tracking.delivery.aggregates import JobAggregates, aggregated, batch_size
-from platform_plugin.tracking.job.attempts import by_attempt, stitched
+from platform_plugin.tracking.shared.aggregates import JobAggregates, aggregated, batch_size
+from platform_plugin.tracking.shared.attempts import by_attempt, stitched
 from platform_plugin.tracking.sinks import mlflow_job
 
 FEED_SLICE = 1000  # points per rank and turn: the ranks advance together, so few steps stay open

@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
 
+from platform_plugin.tracking.sinks.mlflow_internals import host_credentials
 from platform_plugin.tracking.sinks.mlflow_rest import error_of
 
 # The route's protocol, shared with the server's app (tracking/server/bulk_app.py)
@@ -59,7 +60,7 @@ def _request(client, method: str, body: str | None, allowed: tuple, **options) -
             raise error_of(method, ROUTE, status, data)
         return status, data
     from mlflow.utils.rest_utils import http_request, verify_rest_response
-    response = http_request(client._tracking_client.store.get_host_creds(), ROUTE, method, data=body,
+    response = http_request(host_credentials(client), ROUTE, method, data=body,
                             extra_headers=JSON_HEADERS if body is not None else None, **options)
     if response.status_code not in allowed:
         try:

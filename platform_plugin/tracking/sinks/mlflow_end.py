@@ -9,7 +9,7 @@ from pathlib import Path
 
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_job
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 
 PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
 

@@ -130,7 +130,9 @@ class Transport:
         self.context = None
         if self.base.startswith("https:"):
             if _flag(env.get("MLFLOW_TRACKING_INSECURE_TLS")):
-                self.context = ssl._create_unverified_context()
+                self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # as requests' verify=False
+                self.context.check_hostname = False
+                self.context.verify_mode = ssl.CERT_NONE
             else:
                 self.context = ssl.create_default_context(cafile=env.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None)
 

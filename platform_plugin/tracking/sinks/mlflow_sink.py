@@ -16,13 +16,14 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
-from platform_plugin.tracking.delivery.job_folders import later_attempt
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState, stream_lock
-from platform_plugin.tracking.job import conventions
-from platform_plugin.tracking.job.uri_check import sqlite_file
+from platform_plugin.tracking.shared.job_folders import later_attempt
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState, stream_lock
+from platform_plugin.tracking.shared import conventions
+from platform_plugin.tracking.shared.uri_check import sqlite_file
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_refusals, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
+from platform_plugin.tracking.sinks.mlflow_internals import client_store
 from platform_plugin.tracking.sinks.mlflow_conventions import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG,
     migrations_keep_logging, quiet, standard_tags)
 from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
@@ -124,7 +125,7 @@ class MlflowSink:
         if urlparse(uri).scheme in ("http", "https"):
             return None
         if uri not in self._writers:
-            store = getattr(getattr(self.client(uri), "_tracking_client", None), "store", None)
+            store = client_store(self.client(uri))
             self._writers[uri] = SqlMetricWriter.for_store(store) if store is not None else None
         return self._writers[uri]
 

@@ -21,6 +21,8 @@ import math
 import threading
 from operator import itemgetter
 
+from platform_plugin.tracking.sinks.mlflow_internals import validate_metric_name
+
 FAST_DIALECTS = ("sqlite", "postgresql")
 METRIC_COLUMNS = ("key", "value", "timestamp", "step", "is_nan", "run_uuid")
 PG_ARRAY_TYPES = ("text", "float8", "bigint", "bigint", "boolean", "text")  # of METRIC_COLUMNS
@@ -106,11 +108,10 @@ class SqlMetricWriter:
         conn.exec_driver_sql(self._insert_sql, values)
 
     def _validate_keys(self, keys: set[str]) -> None:
-        from mlflow.utils.validation import _validate_metric_name
         for key in keys - self._valid_keys:
             if not isinstance(key, str):  # the bulk route's body: refused as a bad body
                 raise TypeError(f"metric name {key!r} is not a string")
-            _validate_metric_name(key)  # raises MlflowException(INVALID_PARAMETER_VALUE)
+            validate_metric_name(key)  # raises MlflowException(INVALID_PARAMETER_VALUE)
             self._valid_keys.add(key)
 
     def _check_active(self, conn, run_id: str) -> None:

@@ -13,7 +13,7 @@ import inspect
 import threading
 from pathlib import Path
 
-from platform_plugin.tracking.delivery.state import SinkConfig, StreamState
+from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 from platform_plugin.variables import PLATFORM_WFLOGGER_CALL_TIMEOUT
 
 

@@ -1,4 +1,4 @@
-"""A real cleanup's locks (util/code_lock.py has the lock files and the job side).
+"""A real cleanup's locks (folder_locks/protocol.py has the lock files and the job side).
 
 Its root's `code` lock exclusively (no job or run works in it or below it); `below` shared on
 every folder above the root, so a job starting in one of them refuses; and checks, while
@@ -20,10 +20,10 @@ import time
 from typing import Iterable
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.util.code_lock import (BUSY_TRIES, BUSY_WAIT_S, LockUnavailable, RootLock,
-                                            busy, held_folders, lock_dir, nobody_holds,
-                                            open_lock, still_at)
-from platform_plugin.util import lost_locks
+from platform_plugin.folder_locks import lost
+from platform_plugin.folder_locks.protocol import (BUSY_TRIES, BUSY_WAIT_S, LockUnavailable,
+                                                   RootLock, busy, held_folders, lock_dir,
+                                                   nobody_holds, open_lock, still_at)
 
 GATE = ".gate"  # held by a full run while it turns its exclusive lock into a shared one
 
@@ -104,15 +104,15 @@ def sweep_leftovers() -> int:
 
 def refuse_deleted_holds(locks: list[tuple[RootLock, bool]]) -> None:
     """CLEAN_ROOT_BUSY when a process still holds one of these locks on a file that was
-    deleted under it (util/lost_locks.py: a /tmp cleaner, a user's rm): the new file this
+    deleted under it (folder_locks/lost.py: a /tmp cleaner, a user's rm): the new file this
     cleanup locked or found free does not show it. (lock, exclusive): as in check_free."""
     wanted = {lock.path: exclusive for lock, exclusive in locks if lock.path}
-    found = lost_locks.deleted_holds(wanted)
+    found = lost.deleted_holds(wanted)
     for _ in range(BUSY_TRIES):  # a last holder unlinks its file, then closes it: an instant
         if not found:
             return
         time.sleep(BUSY_WAIT_S)
-        found = lost_locks.deleted_holds(wanted)
+        found = lost.deleted_holds(wanted)
     for path, pid, holder in found:
         lock = next(lock for lock, _ in locks if lock.path == path)
         raise busy(lock.kind, lock.root, lock.what, f"{holder}; its lock file was deleted under "
@@ -176,7 +176,7 @@ class CleanupLock:
         return lock
 
     def paths(self) -> Iterable[str | None]:
-        """The lock files held (code_lock.JobHold.take(besides=) skips them)."""
+        """The lock files held (protocol.JobHold.take(besides=) skips them)."""
         return [lock.path for lock in (self.root, *self.above)]
 
     def share(self) -> None:

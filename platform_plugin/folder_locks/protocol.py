@@ -5,10 +5,11 @@ A cleanup of CODE/ removes checkpoints, logs and operator caches, which jobs (`l
 named after a folder: `code` - a cleanup holds its root's EXCLUSIVELY, jobs hold SHARED ones on
 their working folders and every folder above them a cleanup could clean (`JobHold`); `tree` -
 a job claims the tree below its working folders (SHARED; a cleanup below refuses); `below` - a
-cleanup holds it SHARED on every folder above its root (a job there refuses; cleanup/lock.py).
+cleanup holds it SHARED on every folder above its root (a job there refuses;
+folder_locks/cleanup.py).
 Jobs share, cleanups of folders apart share; a `tree`/`below` check is an instant's exclusive
 request (`nobody_holds`). Refusals are CLEAN_ROOT_BUSY (exit 2), before anything is removed or
-created. A full run turns its exclusive hold shared without a gap (cleanup/lock.py).
+created. A full run turns its exclusive hold shared without a gap (folder_locks/cleanup.py).
 
 flock dies with its holder, even by SIGKILL. The files live in one private folder per user,
 /tmp/platform-run-locks-<uid> (`lock_dir`): not in CODE/ (which the platform snapshots), not in
@@ -212,8 +213,8 @@ class RootLock:
             return
 
     def _admitted(self, path: str) -> bool:
-        """May an exclusive lock just got be used? (cleanup/lock.GatedLock: not in the instant
-        of a full run's hand-over)"""
+        """May an exclusive lock just got be used? (folder_locks/cleanup.GatedLock: not in the
+        instant of a full run's hand-over)"""
         return True
 
     def _close(self) -> None:
@@ -300,7 +301,7 @@ class JobHold:
     def take(cls, paths: Iterable[str | os.PathLike], what: str, *,
              besides: Iterable[str | None] = ()) -> JobHold:
         """`besides`: lock files this process holds already (a full run's own cleanup,
-        cleanup/lock.py): skipped - a second flock of one here would conflict."""
+        folder_locks/cleanup.py): skipped - a second flock of one here would conflict."""
         held, home = set(besides), _home()
         real = [os.path.realpath(p) for p in paths]  # (a stat per part of each path: once)
         working = _working(real, home)

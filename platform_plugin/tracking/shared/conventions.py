@@ -18,7 +18,7 @@ import getpass
 import json
 import os
 
-from platform_plugin.tracking.job.jupyter_session import current_notebook
+from platform_plugin.tracking.shared.jupyter_session import current_notebook
 from platform_plugin.util.project import code_dir, project_dir
 from platform_plugin.variables import PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS
 

@@ -34,7 +34,7 @@ import math
 import os
 import re
 
-from platform_plugin.tracking.delivery.state import read_json, write_json_atomic
+from platform_plugin.tracking.shared.state import read_json, write_json_atomic
 
 THROUGHPUT_WORDS = ("samples_per_s", "throughput")
 MAX_OPEN_STEPS = 10_000  # per metric: beyond this the oldest step is emitted with what it has

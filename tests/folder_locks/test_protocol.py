@@ -1,5 +1,5 @@
-"""A hostile pass over the folder locks (util/code_lock.py, cleanup/lock.py): a holder killed
-with SIGKILL at every lock system call, lock files replaced by a symlink or a FIFO, a lock
+"""A hostile pass over the folder locks (folder_locks/protocol.py, folder_locks/cleanup.py): a
+holder killed with SIGKILL at every lock system call, lock files replaced by a symlink or a FIFO, a lock
 folder that is read-only, planted or removed, folders reached through symlinks and other
 mounts. Real processes, real flocks, real mounts (in a private mount namespace)."""
 from __future__ import annotations
@@ -10,20 +10,20 @@ import sys
 
 import pytest
 
-from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.folder_locks.cleanup import CleanupLock
 from platform_plugin.errors import ConfigError
-from platform_plugin.util import code_lock
-from platform_plugin.util.code_lock import JobHold, RootLock, lock_path
+from platform_plugin.folder_locks import protocol
+from platform_plugin.folder_locks.protocol import JobHold, RootLock, lock_path
 from tests.helpers import clean_env, needs_unshare
 
 # A job's hold and release, then a full run's cleanup lock, its hand-over and release; the
 # process SIGKILLs itself just after its N-th lock system call (every state between two calls).
 KILLED_AT = """
 import os, signal, sys
-from platform_plugin.cleanup.lock import CleanupLock
-from platform_plugin.util import code_lock
-from platform_plugin.util.code_lock import JobHold
-code, exp, n, code_lock.LOCKS_IN = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+from platform_plugin.folder_locks.cleanup import CleanupLock
+from platform_plugin.folder_locks import protocol
+from platform_plugin.folder_locks.protocol import JobHold
+code, exp, n, protocol.LOCKS_IN = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 CALLS = {"flock", "open", "unlink", "close", "mkdir", "ftruncate", "pwrite", "pread"}
 seen = 0
 def count(frame, event, arg):
@@ -57,7 +57,7 @@ def _clean(root, **env: str) -> subprocess.CompletedProcess:
 
 def _our_lock_files(*folders) -> list[str]:
     names = tuple(f"-{os.stat(f).st_dev:x}-{os.stat(f).st_ino:x}.lock" for f in folders)
-    return [n for n in os.listdir(code_lock.lock_dir()) if n.endswith(names) or
+    return [n for n in os.listdir(protocol.lock_dir()) if n.endswith(names) or
             n.endswith(tuple(name + ".gate" for name in names))]
 
 
@@ -67,9 +67,9 @@ def test_a_holder_killed_at_any_lock_call_leaves_nothing_held(tmp_path, monkeypa
     live job still refuses it, and what a dead holder left (a file, a gate) is removed by the
     next holders."""
     monkeypatch.setenv("HOME", str(tmp_path))  # the folders above stop here: fewer calls
-    monkeypatch.setattr(code_lock, "LOCKS_IN", str(tmp_path))  # only this test's files (the
-    monkeypatch.setattr(code_lock, "_checked_dir", [])  # sweep's calls: one per file there)
-    monkeypatch.setattr(code_lock, "BUSY_WAIT_S", 0.001)  # (this side's refusals: not tested)
+    monkeypatch.setattr(protocol, "LOCKS_IN", str(tmp_path))  # only this test's files (the
+    monkeypatch.setattr(protocol, "_checked_dir", [])  # sweep's calls: one per file there)
+    monkeypatch.setattr(protocol, "BUSY_WAIT_S", 0.001)  # (this side's refusals: not tested)
     code = _project(tmp_path / "CODE")
     exp = _project(code / "exp")
     points = 0
@@ -124,20 +124,20 @@ def test_a_lock_folder_that_is_not_this_users_private_folder(tmp_path, monkeypat
     refuses (CLEAN_LOCK_UNAVAILABLE), a job goes on. A lock folder removed while in use (a /tmp
     cleaner) is made anew; one left open to others is made private again."""
     exp = _project(tmp_path / "exp")
-    monkeypatch.setattr(code_lock, "LOCKS_IN", str(tmp_path))
+    monkeypatch.setattr(protocol, "LOCKS_IN", str(tmp_path))
     folder = tmp_path / f"platform-run-locks-{os.getuid()}"
     plants = [lambda: folder.symlink_to(tmp_path / "exp")]
     if os.geteuid() == 0:  # (only root can give a folder to another user)
         plants.append(lambda: (folder.mkdir(), os.chown(folder, os.getuid() + 4242, -1)))
     for plant in plants:
-        monkeypatch.setattr(code_lock, "_checked_dir", [])
+        monkeypatch.setattr(protocol, "_checked_dir", [])
         plant()
         with pytest.raises(ConfigError, match=r"CLEAN_LOCK_UNAVAILABLE.*is not a folder of "
                                               r"this user"):
             CleanupLock.take(exp)
         JobHold.take([exp], "a job").release()
         os.unlink(folder) if folder.is_symlink() else os.rmdir(folder)
-    monkeypatch.setattr(code_lock, "_checked_dir", [])
+    monkeypatch.setattr(protocol, "_checked_dir", [])
     hold = JobHold.take([exp], "a job")
     os.chmod(folder, 0o777)
     for name in os.listdir(folder):
@@ -145,7 +145,7 @@ def test_a_lock_folder_that_is_not_this_users_private_folder(tmp_path, monkeypat
     os.rmdir(folder)
     try:
         RootLock(tmp_path, "a job").acquire(exclusive=False).release()  # made anew
-        monkeypatch.setattr(code_lock, "_checked_dir", [])
+        monkeypatch.setattr(protocol, "_checked_dir", [])
         os.chmod(folder, 0o777)
         CleanupLock.take(tmp_path / "exp" / "kernel_meta").release()
         assert folder.stat().st_mode & 0o777 == 0o700
@@ -156,8 +156,8 @@ def test_a_lock_folder_that_is_not_this_users_private_folder(tmp_path, monkeypat
 READ_ONLY = """
 import sys
 from platform_plugin.errors import ConfigError
-from platform_plugin.cleanup.lock import CleanupLock
-from platform_plugin.util.code_lock import JobHold
+from platform_plugin.folder_locks.cleanup import CleanupLock
+from platform_plugin.folder_locks.protocol import JobHold
 hold = JobHold.take([sys.argv[1]], "a job")
 print("job goes on")
 try:
@@ -172,7 +172,7 @@ def test_a_read_only_lock_folder_makes_cleanups_refuse_clearly(tmp_path):
     """Before: a lock file that could not be created (read-only temporary folder) was taken as
     "cannot coordinate": the cleanup went ahead, blind to every job."""
     exp = _project(tmp_path / "exp")
-    folder = code_lock.lock_dir()
+    folder = protocol.lock_dir()
     script = (f"mount -t tmpfs -o ro,mode=700 tmpfs {folder} && "
               f"{sys.executable} -c '{READ_ONLY}' {exp}")
     done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
@@ -185,8 +185,8 @@ def test_a_read_only_lock_folder_makes_cleanups_refuse_clearly(tmp_path):
 MOUNTS = """
 import os, sys
 from platform_plugin.errors import ConfigError
-from platform_plugin.cleanup.lock import CleanupLock
-from platform_plugin.util.code_lock import JobHold
+from platform_plugin.folder_locks.cleanup import CleanupLock
+from platform_plugin.folder_locks.protocol import JobHold
 real, bind, mnt = sys.argv[1:4]
 for job_in, clean in ((bind, real), (real + "/exp", bind), (mnt + "/exp", mnt),
                       (mnt + "/exp", os.path.dirname(mnt))):
@@ -273,7 +273,7 @@ def test_a_job_working_in_the_home_folder_claims_only_its_own_folders(tmp_path, 
 
 KILLED_HOLDING = """
 import os, signal, sys
-from platform_plugin.util.code_lock import JobHold
+from platform_plugin.folder_locks.protocol import JobHold
 JobHold.take([sys.argv[1]], "job killed")
 os.kill(os.getpid(), signal.SIGKILL)
 """

@@ -1,12 +1,12 @@
 """Which job link a job gets: `open_link(place, options)` gives node 0 of a multi-server job a
-`Hub` and every other server a `Spoke` (joblink.py); a single server gets the no-op `JobLink`.
+`Hub` and every other server a `Spoke` (link_protocol.py); a single server gets the no-op `JobLink`.
 
 Both routes use the same channel:
 - `--nnodes`: node 0's launcher listens on `--master-port + 1` of `--master-addr`;
 - the rank table (several servers): the table's first server listens on its `server_id` (an
   address) and port `--control-port` / PLATFORM_CONTROL_PORT (default RANK_TABLE_CONTROL_PORT);
   the others find it in the same table. The key authenticating the channel comes from the
-  table's bytes (link_key.rank_table_key) unless `--job-key` gives one (link_key.py).
+  table's bytes (signing_key.rank_table_key) unless `--job-key` gives one (signing_key.py).
 A control port node 0 cannot listen on is a configuration error, said here.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import JobPlace
-from platform_plugin.launcher.servers.joblink import JobLink
+from platform_plugin.launcher.servers.link_protocol import JobLink
 from platform_plugin.variables import RANK_TABLE_CONTROL_PORT
 
 CONTROL_PORT_OFFSET = 1  # --nnodes route: the control port is the rendezvous port + 1
@@ -37,11 +37,11 @@ def open_link(place: JobPlace, options: LaunchOptions, note=None) -> JobLink:
         addr, port = place.master_addr, place.master_port + CONTROL_PORT_OFFSET
     # a multi-server job's path only: ZeroMQ, hmac and hashlib stay out of a single-server launch
     from platform_plugin.launcher.servers.hub import Hub
-    from platform_plugin.launcher.servers.link_key import (DEFAULT_SILENCE_S, link_key,
-                                                           rank_table_key)
+    from platform_plugin.launcher.servers.signing_key import (DEFAULT_SILENCE_S,
+                                                              rank_table_key, signing_key)
     from platform_plugin.launcher.servers.spoke import Spoke
-    key = link_key(options.job_key, options.job_id,
-                   derived=rank_table_key(place.rank_table_file, options.job_id) if table else None)
+    key = signing_key(options.job_key, options.job_id,
+                      derived=rank_table_key(place.rank_table_file, options.job_id) if table else None)
     silence_s = options.heartbeat_timeout or DEFAULT_SILENCE_S
     if place.node_rank == 0:
         try:

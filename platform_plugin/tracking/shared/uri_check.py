@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.tracking.job.db_driver import driver_problem, sqlalchemy_unquotes_database
+from platform_plugin.tracking.shared.db_driver import driver_problem, sqlalchemy_unquotes_database
 
 # MLflow's own tracking-store schemes (a "+driver" suffix allowed: postgresql+psycopg2)
 SCHEMES = ("", "file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks",

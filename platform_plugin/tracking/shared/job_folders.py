@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.tracking.delivery.state import SINK_FILE
+from platform_plugin.tracking.shared.state import SINK_FILE
 from platform_plugin.util.jobdirs import job_log_dir, latest_job
 from platform_plugin.util.paths import resolved
 

@@ -1,6 +1,6 @@
 """The key that signs the job link's messages on the `--nnodes` route (wire.py): whoever holds
 it is one of the job's launchers. The rank-table route derives its own from the table's bytes
-(`rank_table_key`) and passes it through `link_key` as `derived`.
+(`rank_table_key`) and passes it through `signing_key` as `derived`.
 
 1. `--job-key` / `PLATFORM_JOB_KEY`: the key itself, or `@FILE`: a file only its owner may
    read (0600, as ssh and Jupyter's connection files), the same on every server;
@@ -21,7 +21,7 @@ from platform_plugin.errors import ConfigError, Problem
 DEFAULT_SILENCE_S = 60.0  # --heartbeat-timeout / PLATFORM_HEARTBEAT_TIMEOUT when unset
 
 
-def link_key(job_key: str | None, job_id: str | None, derived: bytes | None = None
+def signing_key(job_key: str | None, job_id: str | None, derived: bytes | None = None
              ) -> bytes | None:
     """The HMAC key of a job's link (see the module doc), None when the job has none."""
     if job_key:
@@ -38,7 +38,7 @@ def link_key(job_key: str | None, job_id: str | None, derived: bytes | None = No
 def rank_table_key(table_path: str, job_id: str | None) -> bytes:
     """The key that authenticates the job link's messages on the rank-table route: the table's
     bytes (every server of the job has the same file, an outsider does not) mixed with the job id
-    when one is given (`link_key` takes it unless --job-key gives another)."""
+    when one is given (`signing_key` takes it unless --job-key gives another)."""
     digest = hashlib.sha256(b"platform_plugin job link\0")
     with open(table_path, "rb") as fh:
         digest.update(fh.read())

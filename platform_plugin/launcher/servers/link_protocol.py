@@ -28,7 +28,7 @@ others stop (its ranks are gone or cut off, so a collective would hang for its 3
 timeout) and no later attempt can start. One that goes before its "go" started nothing: node 0
 forgets its join and waits on for that node, so a launcher killed while it waits for the
 others can simply be started again. How the others reach node 0 (and tell it from another
-program on its port): joblink_dial.py.
+program on its port): reach.py.
 """
 from __future__ import annotations
 

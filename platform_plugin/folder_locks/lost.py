@@ -1,4 +1,4 @@
-"""Holds on lock files that were deleted under their holders (util/code_lock.py's files).
+"""Holds on lock files that were deleted under their holders (folder_locks/protocol.py's files).
 
 A lock file removed by hand, or the whole lock folder removed by a /tmp cleaner
 (systemd-tmpfiles ages /tmp), while a job holds it: the job keeps its flock on the old inode,
@@ -81,7 +81,7 @@ def _deleted_files(pid: int, inodes: dict[int, str], wanted: dict[str, bool]):
 
 
 def _holder_line(fd_path: str) -> str:
-    """The holder's name the file holds (code_lock.write_holder), read through /proc."""
+    """The holder's name the file holds (protocol.write_holder), read through /proc."""
     try:
         with open(fd_path, "rb") as fh:
             return fh.read(512).decode("utf-8", "replace").strip()

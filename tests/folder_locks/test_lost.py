@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.folder_locks.cleanup import CleanupLock
 from platform_plugin.errors import ConfigError
-from platform_plugin.util import code_lock
-from platform_plugin.util.code_lock import JobHold, held_folders, lock_path
+from platform_plugin.folder_locks import protocol
+from platform_plugin.folder_locks.protocol import JobHold, held_folders, lock_path
 from tests.helpers import clean_env
 
 
@@ -55,9 +55,9 @@ def test_a_cleanup_sees_a_job_whose_lock_files_were_deleted(tmp_path, cleaned):
 
 HOLDER = """
 import sys, time
-from platform_plugin.util import code_lock
-code_lock.LOCKS_IN = sys.argv[2]
-hold = code_lock.JobHold.take([sys.argv[1]], "job in a notebook")
+from platform_plugin.folder_locks import protocol
+protocol.LOCKS_IN = sys.argv[2]
+hold = protocol.JobHold.take([sys.argv[1]], "job in a notebook")
 print("held", flush=True)
 sys.stdin.read()
 """
@@ -74,15 +74,15 @@ def test_a_cleanup_sees_a_job_after_the_lock_folder_was_removed(tmp_path, monkey
         locks_in.symlink_to(tmp_path / "real_tmp")
     else:
         locks_in.mkdir()
-    monkeypatch.setattr(code_lock, "LOCKS_IN", str(locks_in))
-    monkeypatch.setattr(code_lock, "_checked_dir", [])
+    monkeypatch.setattr(protocol, "LOCKS_IN", str(locks_in))
+    monkeypatch.setattr(protocol, "_checked_dir", [])
     exp = _project(tmp_path / "CODE" / "exp")
     job = subprocess.Popen([sys.executable, "-c", HOLDER, str(exp), str(locks_in)],
                            env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            text=True)
     try:
         assert job.stdout.readline() == "held\n"
-        shutil.rmtree(code_lock.lock_dir())  # a /tmp cleaner
+        shutil.rmtree(protocol.lock_dir())  # a /tmp cleaner
         with pytest.raises(ConfigError, match=f"CLEAN_ROOT_BUSY.*job in a notebook.*pid {job.pid}"):
             CleanupLock.take(exp)
         with pytest.raises(ConfigError, match="CLEAN_ROOT_BUSY"):
@@ -95,14 +95,14 @@ def test_a_cleanup_sees_a_job_after_the_lock_folder_was_removed(tmp_path, monkey
 def test_a_last_holder_unlinking_its_file_for_an_instant_is_not_a_refusal(tmp_path, monkeypatch):
     """release()/a check unlink the file they hold, then close it: in that instant /proc shows
     a hold on a deleted file. Seen once (the first look), gone at the next: no refusal."""
-    from platform_plugin.util import lost_locks
+    from platform_plugin.folder_locks import lost
     exp = _project(tmp_path / "CODE" / "exp")
     looks = []
 
     def seen_once(wanted):
         looks.append(1)
         return [(next(iter(wanted)), 1, "job ending (pid 1)")] if len(looks) == 1 else []
-    monkeypatch.setattr(lost_locks, "deleted_holds", seen_once)
+    monkeypatch.setattr(lost, "deleted_holds", seen_once)
     CleanupLock.take(exp).release()
     assert len(looks) == 2
 
@@ -114,16 +114,16 @@ cd "$2" && "$3" -c "$4" "$2"
 """
 CLEAN_AFTER_RM = """
 import shutil, subprocess, sys
-from platform_plugin.cleanup.lock import CleanupLock
+from platform_plugin.folder_locks.cleanup import CleanupLock
 from platform_plugin.errors import ConfigError
-from platform_plugin.util import code_lock
+from platform_plugin.folder_locks import protocol
 locks_in = sys.argv[1] + "/tmp"
-code_lock.LOCKS_IN = locks_in
+protocol.LOCKS_IN = locks_in
 exp = sys.argv[1] + "/CODE/exp"
 job = subprocess.Popen([sys.executable, "-c", %r, exp, locks_in], stdin=subprocess.PIPE,
                        stdout=subprocess.PIPE, text=True)
 assert job.stdout.readline() == "held\\n"
-shutil.rmtree(code_lock.lock_dir())
+shutil.rmtree(protocol.lock_dir())
 try:
     CleanupLock.take(exp).release()
     print("cleaned under a running job")

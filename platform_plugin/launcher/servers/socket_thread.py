@@ -15,7 +15,7 @@ from typing import Callable, Deque, Dict, List, Optional
 
 import zmq
 
-from platform_plugin.launcher.servers.joblink import JobLink
+from platform_plugin.launcher.servers.link_protocol import JobLink
 from platform_plugin.launcher.servers.wire import MAX_MESSAGE, Wire
 
 MAX_SAID = 20  # refusals said on the launcher's output, one per kind, at most this many kinds
@@ -60,7 +60,7 @@ class Linked(JobLink):
         self.socket: zmq.Socket | None = None
 
     def say_unsigned(self, where: str) -> None:
-        """Said once per launcher: the job has no key (link_key.py)."""
+        """Said once per launcher: the job has no key (signing_key.py)."""
         if self.wire.key is None and self.note is not None:
             self.note(f"the job link on {where} is not authenticated: whoever can reach that "
                       "port can stop or start this job (--job-key or PLATFORM_JOB_KEY, the same "
