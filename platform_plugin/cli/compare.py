@@ -160,5 +160,32 @@ def run(args) -> int:
     elif png:
         print(f"plot: {png}")
     if args.url:
-        print(compare.metric_url(ui_base(args.ui, runs.config.tracking_uri), runs, metrics))
+        base = ui_base(args.ui, runs.config.tracking_uri)
+        print(compare.metric_url(base, runs, metrics))
+        silent = ui_silence(base, args.ui)
+        if silent:
+            print(silent)
     return 0
+
+
+def ui_silence(base: str, explicit: str | None) -> str:
+    """"" when the UI the link points at answers; else what to do about it: a link to a UI
+    nobody runs opens "unable to connect" in the browser, with no word why."""
+    import urllib.request  # (only for --url)
+    # through a Jupyter server's proxy the UI itself listens on 127.0.0.1:<its port>
+    target = (DEFAULT_UI if "/proxy/" in base and not explicit and not PLATFORM_MLFLOW_UI.is_set()
+              else base)
+    try:
+        with urllib.request.urlopen(target.rstrip("/") + "/health", timeout=2) as answer:
+            if answer.status == 200:
+                return ""
+    except OSError:
+        pass
+    except ValueError:  # not a URL urllib can open: nothing to say about it
+        return ""
+    if target == DEFAULT_UI:
+        return (f"note: no MLflow UI answers at {DEFAULT_UI} (nothing is running there): start "
+                "one with `platform-run ui` in another terminal (it prints this link too, and "
+                "runs until Ctrl-C), then open the link")
+    return (f"note: nothing answers at {target}/health: start that MLflow server, or give "
+            "--ui the address of one that runs (`platform-run ui` starts one here)")
