@@ -162,8 +162,13 @@ def test_eight_ranks_flag_only_the_real_outlier_and_several_metrics_at_once(trac
     out = capsys.readouterr().out
     tables = out.split("last samples_per_s")
     assert len(tables) == 2 and "last loss" in tables[0]  # two tables, loss once
-    flagged = [line.split()[0] for line in tables[0].splitlines() if "deviates" in line]
+    flagged = [line.split()[0] for line in tables[0].splitlines()
+               if "deviates" in line and line.startswith("rank-")]
     assert flagged == [f"rank-0{OUTLIER}"]
+    # a line under the table says why, as the straggler's does
+    why = next(line for line in tables[0].splitlines() if line.startswith("deviates "))
+    assert why.startswith(f"deviates rank-0{OUTLIER}: its end value (the mean of its last tenth")
+    assert "vs the other ranks' median" in why and "%), an outlier among them" in why, why
     header = next(line for line in tables[1].splitlines() if "mean samples_per_s" in line)
     assert "steps/s" not in header  # a throughput is its own pace, not a step rate
 def test_compare_unknown_job_is_a_configuration_error(tracking_env, capsys):

@@ -35,7 +35,8 @@ def render_result(result: JobResult, width: int | None = None,
     if result.reason and cause is None:
         lines.append(f"  why: {result.reason}")
     if cause is not None:
-        lines.append(f"  root cause: {cause.label} (device {_dash(cause.device_id)}, host "
+        device = "" if cause.device_id is None else f"device {cause.device_id}, "  # (a CPU box: none)
+        lines.append(f"  root cause: {cause.label} ({device}host "
                      f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
                      f"{cause.runtime_s:.1f}s")
         if cause.last_lines:
@@ -99,6 +100,9 @@ def _table(result: JobResult) -> str:
         rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
                      _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", failure.note))
     header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
+    if all(row[2] == "-" for row in rows):  # no device at all (a CPU box): no column of dashes
+        header = header[:2] + header[3:]
+        rows = [row[:2] + row[3:] for row in rows]
     return render_rows(header, rows, indent="  ")
 
 

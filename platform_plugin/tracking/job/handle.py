@@ -312,10 +312,15 @@ def local_store_notes(config: SinkConfig, plan: PlanView) -> list[str]:
     if config.tracking_uri and not env.get("MLFLOW_TRACKING_URI"):
         # a .env the user meant to be read and was not (wrong folder) is silent otherwise
         looked = env_file_paths(str(ranks[0].cwd if ranks and ranks[0].cwd else os.getcwd()), env)
-        if not any(os.path.lexists(path) for path in looked):
+        said = (tuple(looked), config.tracking_uri)  # once per process: a kernel's 2nd job
+        if not any(os.path.lexists(path) for path in looked) and said not in _SAID_NO_ENV:
+            _SAID_NO_ENV.add(said)  # would repeat it in every cell, and it has not changed
             return [f"tracking: no .env found ({', '.join(looked)}): runs go to the local store "
                     f"{config.tracking_uri}"]
     return []
+
+
+_SAID_NO_ENV: set[tuple] = set()  # the folders and store "no .env found" was said of
 
 
 def end_reason(result: ResultView) -> str:
