@@ -87,7 +87,7 @@ STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in
 
 def _table(result: JobResult) -> str:
     by_name = {f.name: f for f in result.failures}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for name, code in result.exitcodes.items():
         failure = by_name.get(name)
         if failure is None:
