@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.tracking.shared.aggregates import is_throughput
+from platform_plugin.tracking.shared.aggregates import is_throughput, lower_is_better
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 
@@ -44,10 +44,6 @@ def check_tolerance(tolerance: float) -> None:
     if not 0 <= tolerance < float("inf"):  # also nan
         raise ConfigError([Problem("COMPARE_TOLERANCE", f"tolerance {tolerance}: give the "
                                    "relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
-
-
-def lower_is_better(metric: str) -> bool:
-    return any(word in metric.lower() for word in ("loss", "err", "perplexity", "time", "mse", "mae"))
 
 
 def rate_label(metric: str) -> str:

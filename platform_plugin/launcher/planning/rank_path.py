@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+from typing import Callable
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
@@ -46,7 +47,8 @@ def rank_side_files() -> list[str]:
     return list(RANK_SIDE) + integrations
 
 
-def with_rank_side(plan: LaunchPlan, note=None) -> LaunchPlan:
+def with_rank_side(plan: LaunchPlan,
+                   note: Callable[[str], None] | None = None) -> LaunchPlan:
     """The plan, its ranks given the copy of the rank side when their interpreter is another
     one than the launcher's and cannot import the tracker (`note(text)` says so); else the
     plan itself."""

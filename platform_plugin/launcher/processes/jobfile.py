@@ -16,6 +16,8 @@ import time
 from typing import Iterator
 
 from platform_plugin.launcher.planning.plan import LaunchPlan
+from platform_plugin.launcher.processes.result import JobResult
+from platform_plugin.launcher.processes.supervisor import Supervisor
 from platform_plugin.util.jobdirs import JOB_FILE
 from platform_plugin.variables import (PLATFORM_ATTEMPT_NUMBER, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
@@ -67,16 +69,16 @@ class JobFile:
                      # --max-restarts: the root-cause table of every earlier failed attempt
                      "attempt": plan.attempt, "failed_attempts": list(attempts or [])}
 
-    def started(self, supervisor) -> None:
+    def started(self, supervisor: Supervisor) -> None:
         self.data["state"] = "running"
         self.data["pids"] = {p.spec.name: p.popen.pid for p in supervisor.procs}
         self._write(reserve=True)
 
-    def ended(self, result) -> None:
+    def ended(self, result: JobResult) -> None:
         if self.early_end:
             self.record(result)
 
-    def record(self, result) -> None:
+    def record(self, result: JobResult) -> None:
         self.data["state"] = "ended"
         self.data["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.data["result"] = result.to_dict()
@@ -100,7 +102,7 @@ class JobFile:
         return written
 
 
-def _document(value, depth: int = 0) -> str:
+def _document(value: object, depth: int = 0) -> str:
     """The document, readable and quick to make: the top two levels one item a line (the
     plan's and the result's fields, one rank or failure a line), deeper values as compact JSON
     on that line. `indent=` would run json's pure-Python encoder, several times slower than the
