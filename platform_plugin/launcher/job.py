@@ -83,9 +83,10 @@ class Job:
     def write(self, text: str) -> None:
         write_line(self.options.write, text)
 
-    def run(self) -> tuple[JobResult, int]:
+    def run(self, on_job: Callable[[LaunchPlan], object] | None = None) -> tuple[JobResult, int]:
         """Every attempt of the job. Returns (the last attempt's result, lines hidden from the
-        display)."""
+        display). `on_job(plan)`: once the job folder is this launcher's, before any rank
+        starts (api.run)."""
         __tracebackhide__ = True
         # refused before meeting the others: they would be told to start, then to stop
         preflight.check_place(self.place, {**self.host.base_env, **self.options.env})
@@ -99,6 +100,8 @@ class Job:
             plan = self._first_plan(identity)
             with JobHold.take(worked_in(plan), f"job {plan.job_id}"):  # no cleanup meanwhile
                 with JobDirLock(plan), libraries_to_log(plan.job_dir, self.options.verbose):
+                    if on_job is not None:
+                        on_job(plan)
                     make_checkpoint_dir(plan.checkpoint_dir)
                     return self._attempts(plan)
         finally:
