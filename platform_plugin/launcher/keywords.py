@@ -35,6 +35,7 @@ class LaunchKeywords(TypedDict, total=False):
     grace: float
     show: Optional[str]
     board_metrics: Optional[str]
+    metrics_from_output: Optional[str]
     max_lines_per_s: Optional[float]
     buffered: bool
     kill_stale: bool
@@ -48,6 +49,8 @@ class LaunchKeywords(TypedDict, total=False):
     rank_dir: Optional[str]
     cluster_timeout: Optional[int]
     max_restarts: int
+    background: bool
+    detach: bool
     env: Dict[str, str]
     cwd: Optional[str]
     check: bool

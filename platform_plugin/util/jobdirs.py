@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
 JOB_FILE = "job.json"  # the plan at the start, the result at the end (launcher/processes/jobfile.py)
+MAX_JOB_FILE_BYTES = 64 << 20  # a bound for its readers: thousands of ranks' plan and result fit
 
 
 def job_log_dir(explicit: str | None = None, *, environ: Mapping[str, str] | None = None,
@@ -31,7 +32,7 @@ def log_name(process: str) -> str:
 
 def error_file_name(process: str, attempt: int) -> str:
     """Where a rank's torch `@record` writes its exception (TORCHELASTIC_ERROR_FILE), one per
-    attempt: `rank_3.attempt0.error.json`."""
+    attempt (1 first): `rank_3.attempt1.error.json`."""
     return f"rank_{process}.attempt{attempt}.error.json"
 
 

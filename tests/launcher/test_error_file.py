@@ -29,7 +29,7 @@ main()
 
 @pytest.mark.slow  # (torch's import)
 def test_the_exception_torchs_record_wrote_is_read_with_its_innermost_frame(tmp_path):
-    path = tmp_path / "rank_1.attempt0.error.json"
+    path = tmp_path / "rank_1.attempt1.error.json"
     done = subprocess.run([sys.executable, "-c", RECORDING], capture_output=True, text=True,
                           env={"TORCHELASTIC_ERROR_FILE": str(path), "PATH": "/usr/bin:/bin"},
                           timeout=120)

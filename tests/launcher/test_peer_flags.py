@@ -179,7 +179,7 @@ def test_torch_ranks_get_torchruns_variables_with_its_values():
                                 "TORCH_NCCL_ASYNC_ERROR_HANDLING")} == {
         "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2",
         "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "4",
-        "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "2",
+        "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "1",
         "TORCHELASTIC_MAX_RESTARTS": "3", "TORCHELASTIC_RUN_ID": "job-1",
         "TORCHELASTIC_USE_AGENT_STORE": "True", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
     assert env["TORCHELASTIC_ERROR_FILE"] == "/tmp/logs/job-1/rank_3.attempt2.error.json"

@@ -88,7 +88,7 @@ def test_a_failing_rank_recorded_exception_and_a_restart_that_resumes_its_own_sn
     assert "from the beginning" not in out and "steps lost" not in out
     [job_dir] = [str(p) for p in (tmp_path / "platform_logs").iterdir()]
     assert "Resuming training from snapshot at Epoch " in log_text(job_dir, "0")
-    recorded = json.loads(open(os.path.join(job_dir, "rank_1.attempt0.error.json")).read())
+    recorded = json.loads(open(os.path.join(job_dir, "rank_1.attempt1.error.json")).read())
     assert recorded["message"]["message"].startswith("RuntimeError: rank 1 failed")
     # torch prefixes the failing rank's traceback with its own `[rank1]:`: never doubled
     assert "[rank 1] [rank1]:" not in out

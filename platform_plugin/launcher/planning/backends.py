@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Callable, Optional, Tuple
+from typing import Callable, Optional, Protocol, Tuple
 
 from platform_plugin import ranktable
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning import torch_store
 from platform_plugin.launcher.planning.auto_backend import by_imports
+from platform_plugin.settings import Settings
 from platform_plugin.util.devices import visible_npus
 from platform_plugin.util.jobdirs import error_file_name
-
-if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
-    from platform_plugin.settings import Settings
 
 # Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
 # rank that never started into a half-hour wait; the launcher watches the processes anyway.
@@ -61,10 +59,10 @@ class Layout:
 @dataclasses.dataclass(frozen=True)
 class JobRun:
     """What a backend's variables say about the run beyond its layout: the job's id, this
-    attempt (0 first), the restarts allowed, and --cluster-timeout (None: not given)."""
+    attempt (1 first), the restarts allowed, and --cluster-timeout (None: not given)."""
 
     job_id: str = ""
-    attempt: int = 0
+    attempt: int = 1
     max_restarts: int = 0
     cluster_timeout: Optional[int] = None
     job_dir: str = ""
@@ -93,7 +91,17 @@ def fail(code: str, message: str, path: str = "") -> ConfigError:
 CPU_DEFAULT_NPROC = 2
 
 
-def default_nproc(host) -> tuple[int, str]:
+class HostDevices(Protocol):
+    """What default_nproc reads of the machine (plan.Host; plan.py imports this module)."""
+
+    @property
+    def npu_present(self) -> bool: ...
+
+    @property
+    def base_env(self) -> dict: ...
+
+
+def default_nproc(host: HostDevices) -> tuple[int, str]:
     """(processes, why) when --nproc is not given: the visible NPUs, else CPU_DEFAULT_NPROC."""
     if host.npu_present:
         devices = visible_npus(host.base_env or {})
@@ -195,7 +203,7 @@ class TorchBackend(Backend):
                 "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(layout.world_size),
                 "ROLE_NAME": TORCHRUN_ROLE, "MASTER_ADDR": layout.master_addr,
                 "MASTER_PORT": str(layout.master_port), **torch_store.AGENT_STORE,
-                "TORCHELASTIC_RESTART_COUNT": str(run.attempt),
+                "TORCHELASTIC_RESTART_COUNT": str(run.attempt - 1),  # torchrun's: 0 first
                 "TORCHELASTIC_MAX_RESTARTS": str(run.max_restarts),
                 "TORCHELASTIC_RUN_ID": run.job_id,
                 # where torch's @record writes a failing rank's exception (the root cause shows it)

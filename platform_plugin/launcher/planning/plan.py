@@ -25,7 +25,7 @@ from platform_plugin.util.devices import usable_cores
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+from platform_plugin.variables import (PLATFORM_ATTEMPT_NUMBER, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
 
@@ -79,7 +79,7 @@ class LaunchPlan:
     cache_dir: str = ""
     master_addr: str = "127.0.0.1"
     master_port: Optional[int] = None
-    attempt: int = 0
+    attempt: int = 1  # 1 for the first attempt, 2 for the first restart, ...
     checkpoint_dir: str = ""
     resume_step: Optional[int] = None
     notes: Tuple[str, ...] = ()  # what the launch line says the launcher chose for the ranks
@@ -226,11 +226,11 @@ def _layout(name: str, settings: Settings, options: LaunchOptions, host: Host,
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None, *, job_id: str | None = None,
-               master_port: int | None = None, attempt: int = 0,
+               master_port: int | None = None, attempt: int = 1,
                resume_step: int | None = None) -> LaunchPlan:
     """`job_id`: the id agreed with the other servers (default: the option, else a new one);
     `master_port`: the port of a restarted attempt (default: the option, else a free one when
-    the backend needs one); `attempt`: 0 for the first; `resume_step`: the checkpoint node 0
+    the backend needs one); `attempt`: 1 for the first, 2 for the first restart; `resume_step`: the checkpoint node 0
     chose for this attempt (None: nothing to resume)."""
     argv = normalize_command(command)
     host = host or Host()
@@ -256,7 +256,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
-              PLATFORM_ATTEMPT.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
+              PLATFORM_ATTEMPT_NUMBER.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
               **({} if resume_step is None else {PLATFORM_RESUME_STEP.name: str(resume_step)}),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
@@ -265,8 +265,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
     run = JobRun(job_id=job_id, attempt=attempt, max_restarts=options.max_restarts,
                  cluster_timeout=options.cluster_timeout, job_dir=job_dir)
     base_env, notes = _with_defaults(backend, layout, run, base_env, host.cores)
-    ranks = [in_rank_dir(_worker(layout, backend, i, argv, base_env, common, options, cwd,
-                                 cache_dir, run), options.rank_dir)
+    shared = RankBase(argv, {**base_env, **common}, options.env, cwd, job_dir, cache_dir, run)
+    ranks = [in_rank_dir(_worker(layout, backend, i, shared), options.rank_dir)
              for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
@@ -293,17 +293,29 @@ def _with_defaults(backend: Backend, layout: Layout, run: JobRun, base_env: dict
              **backend.env_flags(layout, run)}, (note,) if note else ())
 
 
-def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
-            base_env: dict, common: dict, options: LaunchOptions, cwd: str, cache_dir: str,
-            run: JobRun) -> RankSpec:
+@dataclasses.dataclass(frozen=True)
+class RankBase:
+    """What every rank of a plan shares: the command, the environment under its own variables
+    (`env`) and over them (`given`: the options' env wins), its folders."""
+
+    argv: Tuple[str, ...]
+    env: dict
+    given: dict
+    cwd: str
+    job_dir: str
+    cache_dir: str
+    run: JobRun = JobRun()  # what the backend's variables say of the run
+
+
+def _worker(layout: Layout, backend: Backend, local_rank: int, base: RankBase) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
-    env = {**base_env, **common, **backend.rank_env(layout, local_rank, run),
+    env = {**base.env, **backend.rank_env(layout, local_rank, base.run),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
-           "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
-           **options.env}
+           "ASCEND_PROCESS_LOG_PATH": os.path.join(base.cache_dir, "ascend_log", f"rank_{rank_id}"),
+           **base.given}
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
-                    device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(run.job_dir, log_name(str(rank_id))))
+                    device_id=device_id, argv=base.argv, env=env, cwd=base.cwd,
+                    log_path=os.path.join(base.job_dir, log_name(str(rank_id))))
 
 
 def in_rank_dir(spec: RankSpec, pattern: str | None) -> RankSpec:
