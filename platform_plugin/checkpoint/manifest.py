@@ -17,6 +17,13 @@ every server, the step it chose as PLATFORM_RESUME_STEP; a rank calls `resume_po
 takes that word alone: the ranks of one attempt start at different moments, and a rank that
 looked for itself could see a checkpoint a faster rank of the same attempt had just written.
 
+A checkpoint folder is written by every rank and read by the launcher: a manifest is read as
+any file others can write (util/regular_file.py: a regular file only, no link followed beneath
+the checkpoint folder, at most MAX_MANIFEST_BYTES, nested at most a few levels), and a data file
+counts only as a regular file of its own (a link, even to a file of the listed size, does not):
+a FIFO, a 200,000-deep manifest, a step folder linked to one outside or a data file linked to
+/etc/passwd is never a complete checkpoint.
+
 Rank side: Python 3.7 code and the stdlib only (docs/compat.md), so the variables are read
 with os.environ (their declarations are in variables.py).
 """
@@ -28,7 +35,9 @@ import os
 import re
 import stat
 import time
-from typing import Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional
+
+from platform_plugin.util.regular_file import read_json
 
 MANIFEST = "manifest.json"
 STEP_FOLDER = re.compile(r"step-([0-9]{10})")
@@ -36,6 +45,9 @@ PARTIAL = ".partial-"  # in the name of a file still being written
 DIR_VARIABLE = "PLATFORM_CHECKPOINT_DIR"
 RESUME_VARIABLE = "PLATFORM_RESUME_STEP"
 ATTEMPT_VARIABLE = "PLATFORM_ATTEMPT"
+# A manifest lists file names and sizes: far less than this, however many files
+MAX_MANIFEST_BYTES = 1 << 20
+MANIFEST_DEPTH = 2  # {"files": {...}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +103,11 @@ def step_folder(step: int, directory: Optional[str] = None) -> str:
     """The folder of the checkpoint of `step` (created): where its data files and manifest go."""
     folder = step_path(directory if directory is not None else checkpoint_dir(), _step(step))
     try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):  # planted: never written through
+            os.unlink(folder)
+    except FileNotFoundError:
+        pass
+    try:
         os.mkdir(folder)
     except FileExistsError:
         pass
@@ -112,7 +129,12 @@ def write_file(folder: str, name: str, data: bytes) -> None:
 
 def _write(folder: str, name: str, data: bytes) -> None:
     temporary = os.path.join(folder, "%s%s%d" % (name, PARTIAL, os.getpid()))
-    with open(temporary, "wb") as stream:
+    try:  # never through a link planted under the temporary name
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as stream:
         stream.write(data)
         stream.flush()
         os.fsync(stream.fileno())
@@ -149,21 +171,29 @@ def write_checkpoint(step: int, data: Dict[str, bytes], epoch: Optional[int] = N
 def complete(folder: str) -> Optional[ResumePoint]:
     """The checkpoint in `folder` if it is complete, else None."""
     match = STEP_FOLDER.fullmatch(os.path.basename(folder))
-    try:
-        with open(os.path.join(folder, MANIFEST), "rb") as stream:
-            record = json.loads(stream.read().decode("utf-8"))
-    except (OSError, ValueError):  # missing, unreadable, half a file, not UTF-8, not JSON
-        return None
+    record = read_record(folder)
     if match is None or not _valid(record) or record["step"] != int(match.group(1)):
         return None
     for name, size in record["files"].items():
-        try:
-            found = os.stat(os.path.join(folder, name))
+        try:  # lstat: a link is no data file of this checkpoint, whatever its target's size
+            found = os.lstat(os.path.join(folder, name))
         except OSError:
             return None
         if not stat.S_ISREG(found.st_mode) or found.st_size != size:
             return None
     return ResumePoint(record["step"], record["epoch"], folder, record["attempt"])
+
+
+def read_record(folder: str) -> Any:
+    """The JSON value of the step folder's manifest, or None: missing, unreadable, no regular
+    file, a link (the step folder or the manifest), too large or too deep, half a file, not
+    UTF-8, not JSON."""
+    folder = os.path.abspath(folder)
+    try:
+        return read_json(os.path.join(folder, MANIFEST), MAX_MANIFEST_BYTES,
+                         within=os.path.dirname(folder), max_depth=MANIFEST_DEPTH)
+    except (OSError, ValueError):
+        return None
 
 
 def newest_complete(directory: str) -> Optional[ResumePoint]:

@@ -47,6 +47,8 @@ class LaunchKeywords(TypedDict, total=False):
     job_key: Optional[str]
     heartbeat_timeout: Optional[float]
     max_restarts: int
+    background: bool
+    detach: bool
     env: Dict[str, str]
     cwd: Optional[str]
     check: bool

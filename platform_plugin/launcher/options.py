@@ -41,7 +41,7 @@ TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
 def _at_least(low: float, *, above: bool = False) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         if above and not value > low:
             return f"must be > {low:g}"
         if not above and not value >= low:
@@ -51,13 +51,13 @@ def _at_least(low: float, *, above: bool = False) -> Check:
 
 
 def _within(low: int, high: int) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         return None if low <= value <= high else f"must be between {low} and {high}"
     return check
 
 
 def _within_float(low: float, high: float) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         return None if low < value <= high else f"must be > {low:g} and <= {high:g}"
     return check
 
@@ -204,6 +204,14 @@ class LaunchOptions:
                             "N times (same job id, new attempt)", metavar="N",
                             check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",
                             flags=("--max-restarts", "--max_restarts"))
+    background: bool = opt(
+        False, "return at once with the job id and a live board; the job runs in a launcher "
+        "process of its own, survives a page reload and other cells, and stops with the kernel "
+        "(the attach, jobs, wait and stop magics manage it; a notebook run by platform-run "
+        "debug|full runs it in the foreground)")
+    detach: bool = opt(
+        False, "as --background, in a session of its own: the job survives the kernel or the "
+        "terminal that started it (platform-run attach|jobs|stop manage it)")
     # keyword-only (not flags): what an embedding program passes
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",

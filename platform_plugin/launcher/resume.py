@@ -12,11 +12,10 @@ failed attempt made give a lower bound; when neither says more than the resume s
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable, Dict, Optional
 
-from platform_plugin.checkpoint.manifest import MANIFEST, STEP_FOLDER, CheckpointUnavailable
+from platform_plugin.checkpoint.manifest import STEP_FOLDER, CheckpointUnavailable, read_record
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.servers.identity import CHECKPOINT_KEY, resume_keys, resume_step
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX
@@ -122,18 +121,15 @@ def highest_checkpoint_step(checkpoint_dir: str, attempt: int) -> Optional[int]:
         match = STEP_FOLDER.fullmatch(name)
         if match is None:
             continue
-        written_by = _attempt_of(os.path.join(checkpoint_dir, name, MANIFEST))
+        written_by = _attempt_of(os.path.join(checkpoint_dir, name))
         if written_by is None or written_by == attempt:
             steps.append(int(match.group(1)))
     return max(steps, default=None)
 
 
-def _attempt_of(manifest: str) -> Optional[int]:
-    """The attempt a manifest names; None when there is none (or it cannot be read)."""
-    try:
-        with open(manifest, "rb") as stream:
-            record = json.loads(stream.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
+def _attempt_of(step_folder: str) -> Optional[int]:
+    """The attempt a step folder's manifest names; None when there is none (or it cannot be
+    read: checkpoint/manifest.py reads it as any file a rank can write)."""
+    record = read_record(step_folder)
     attempt = record.get("attempt") if isinstance(record, dict) else None
     return attempt if type(attempt) is int else None

@@ -94,7 +94,7 @@ def folder_size(root: Path) -> int:
     return total
 
 
-def _parsed(parser, line: str, magic: str):
+def parsed(parser, line: str, magic: str):
     """The magic's options, or None when `--help` was shown. The current folder must still
     exist, as the `platform-run` command of the same name refuses otherwise."""
     __tracebackhide__ = True
@@ -114,7 +114,7 @@ class PlatformMagics(Magics):
         __tracebackhide__ = True
         with _headline("nothing was compared", "%dist_compare stopped: nothing was compared "
                        "(run it again; the job and its runs are untouched)"):
-            args = _parsed(_compare_parser(), line, "%dist_compare")
+            args = parsed(_compare_parser(), line, "%dist_compare")
             if args is None:
                 return None
             compared = [compare(args.job, metric, log_dir=args.log_dir, tolerance=args.tolerance,
@@ -134,7 +134,7 @@ class PlatformMagics(Magics):
 
     def _clean(self, line: str) -> None:
         __tracebackhide__ = True
-        args = _parsed(_clean_parser(), line, "%platform_clean")
+        args = parsed(_clean_parser(), line, "%platform_clean")
         if args is None:
             return None
         root = cleanup.find_root(args.root)

@@ -15,6 +15,7 @@ import pytest
 from platform_plugin.checkpoint import manifest
 from platform_plugin.checkpoint.manifest import (CheckpointUnavailable, ResumePoint, complete,
                                                  newest_complete, resume_point, write_checkpoint)
+from tests import hostile
 from tests.helpers import REPO, clean_env
 
 
@@ -171,3 +172,53 @@ def test_a_rank_whose_folder_was_removed_exits_with_the_message_and_no_traceback
     assert done.returncode == 1
     assert "was removed while the job ran" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", hostile.FILE_KINDS)
+def test_a_planted_manifest_is_no_checkpoint_and_never_hangs_or_raises(checkpoints, kind):
+    """A manifest that is a FIFO (open() waited for a writer: the launcher hung before any rank
+    started), 200,000 nested brackets (RecursionError), a link, a device, a huge file: not a
+    complete checkpoint, and the older complete one is chosen."""
+    older = write_checkpoint(10, {"a": b"1"})
+    folder = checkpoints / "step-0000000020"
+    folder.mkdir()
+    (folder / "a").write_bytes(b"22")
+    hostile.plant(kind, folder / "manifest.json")
+    assert complete(str(folder)) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_step_folder_linked_out_of_the_checkpoint_folder_is_no_checkpoint(checkpoints, tmp_path):
+    older = write_checkpoint(10, {"a": b"1"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write_checkpoint(20, {"a": b"22"}, directory=str(outside))  # complete where it is
+    hostile.link_step_folder_out(checkpoints, "step-0000000020", outside / "step-0000000020")
+    assert complete(str(outside / "step-0000000020")) is not None
+    assert complete(str(checkpoints / "step-0000000020")) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_data_file_linked_to_a_file_of_the_listed_size_is_no_checkpoint(checkpoints):
+    older = write_checkpoint(10, {"a": b"1"})
+    folder = checkpoints / "step-0000000020"
+    folder.mkdir()
+    (folder / "model.bin").symlink_to(hostile.PASSWD)
+    (folder / "manifest.json").write_text(json.dumps(
+        {"step": 20, "epoch": None, "attempt": 0, "rank": 0, "time": 1.0,
+         "files": {"model.bin": hostile.passwd_size()}}))
+    assert complete(str(folder)) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_link_planted_under_a_temporary_name_is_not_written_through(checkpoints, tmp_path):
+    """A rank writes a checkpoint file under a temporary name first: a link planted under that
+    name is replaced, the file it points to is left as it was."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    folder = checkpoints / "step-0000000010"
+    folder.mkdir()
+    (folder / f"a{manifest.PARTIAL}{os.getpid()}").symlink_to(victim)
+    write_checkpoint(10, {"a": b"1"})
+    assert victim.read_text() == "keep me"
+    assert complete(str(folder)) is not None

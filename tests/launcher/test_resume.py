@@ -134,3 +134,21 @@ def test_a_checkpoint_whose_writer_died_before_the_manifest_is_never_resumed(log
     assert failed["resumed"]["reached_step"] == 65  # the half checkpoint says how far it got
     for rank in ("0", "1"):
         assert "START 61" in log_text(result.job_dir, rank)
+
+
+@pytest.mark.slow
+def test_traps_planted_between_attempts_are_never_resumed_and_the_restart_goes_on(
+        log_dir, tmp_path, clean_environ):
+    """Rank 1 fails after planting, above the newest complete checkpoint (60), a manifest of
+    200,000 `[`, a FIFO manifest, a step folder linked to a complete checkpoint outside and a
+    data file linked to /etc/passwd of the listed size (tests/hostile.py). The launcher, which
+    reads them before attempt 2, neither hangs nor crashes: attempt 2 resumes from 60, the job
+    succeeds and job.json says so."""
+    result, said = run(log_dir, tmp_path, "100", "65", "hostile", tracking="none")
+    assert result.ok, said
+    assert "Traceback" not in said
+    step_60 = os.path.join(result.job_dir, "checkpoints", "step-0000000060")
+    assert f"attempt 2 resumed from step 60 (checkpoint {step_60})" in said, said
+    assert read_job(result.job_dir)["result"]["status"] == "succeeded"
+    for rank in ("0", "1"):
+        assert "START 61" in log_text(result.job_dir, rank) and "DONE" in log_text(result.job_dir, rank)

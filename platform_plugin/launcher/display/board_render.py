@@ -39,6 +39,9 @@ class RankRow:
     tail_html: list | None = None  # the tail as escaped HTML with its colours (board_colours)
     curve_name: str | None = None  # the metric drawn in its row: loss, else the first logged
     curve: list = field(default_factory=list)  # its (step, value) points (sparkline.Curve)
+    # a log followed from its end (attach: launcher/jobs/follow.py): its lines were not all
+    # counted, its size is what the board says of it
+    log_bytes: int | None = None
 
     @property
     def label(self) -> str:  # as the prefix and the failure table name it: "rank 0", "store"
@@ -51,10 +54,20 @@ class RankRow:
     @property
     def counted(self) -> str:
         """"12 lines, 8 earlier lines in the log", "1 line" (not "1 lines")."""
+        if self.log_bytes is not None:
+            return f"last lines of {_size(self.log_bytes)} in the log"
         text = _lines(self.lines)
         held = self.held_back
         return text + (f", {held} earlier {'line' if held == 1 else 'lines'} in the log"
                        if held else "")
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} bytes"
+    if count < 1 << 20:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / (1 << 20):.1f} MiB" if count < 1 << 30 else f"{count / (1 << 30):.1f} GiB"
 
 
 def _lines(count: int) -> str:
@@ -78,7 +91,7 @@ class BoardView:
         return max(ends) if ends else None
 
 
-def _number(value) -> str:
+def _number(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)

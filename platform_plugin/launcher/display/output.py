@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable
+from typing import IO, Any, Callable
 
+from platform_plugin.launcher.display.chatter import Chatter
 from platform_plugin.launcher.display.screen_tail import ScreenTail, last_state
 from platform_plugin.launcher.display.show import parse_show
 from platform_plugin.launcher.processes.result import name_label
+from platform_plugin.tracking.job.output_metrics import OutputMetrics, RankLines
 
 TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
@@ -95,7 +97,7 @@ class _RankLog:
 
 class _RankStream:
     def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None,
-                 hide=None, tail_lines: int = TAIL_LINES):
+                 hide: Chatter | None = None, tail_lines: int = TAIL_LINES) -> None:
         self.name = name
         self.prefix = f"[{name_label(name)}] "
         self.prefix_bytes = self.prefix.encode()
@@ -116,7 +118,7 @@ class _RankStream:
         self.hide = hide  # lines kept out of the display: `search(chunk)`, `match(line)` (quiet.py)
         self.hidden = 0
         # metrics read from the lines (tracking/job/output_metrics.RankLines), a tracked rank's
-        self.metrics = None
+        self.metrics: RankLines | None = None
 
     @property
     def screen(self) -> ScreenTail:
@@ -204,8 +206,11 @@ class _RankStream:
         self._prefixed(b"", complete, len(complete), out)
 
     def _without_hidden(self, complete: bytes) -> bytes:
+        hide = self.hide
+        if hide is None:  # (marked by hide.search only)
+            return complete
         lines = complete[:-1].split(b"\n")
-        kept = [line for line in lines if not self.hide.match(line)]
+        kept = [line for line in lines if not hide.match(line)]
         self.hidden += len(lines) - len(kept)
         return b"\n".join(kept) + b"\n" if kept else b""
 
@@ -241,7 +246,7 @@ class _RankStream:
         self.log.close()
 
 
-def _byte_layer(stdout):
+def _byte_layer(stdout: IO[str]) -> IO[bytes] | None:
     """`stdout`'s byte stream when the display can skip decoding: a UTF-8 TextIOWrapper (a
     terminal, a file, a pipe: the CLI). None in a kernel (ipykernel's stream has no byte
     layer) or for any other encoding (the text path applies the stream's own encoding/errors)."""
@@ -254,7 +259,8 @@ class Output:
     """All streams of one job. `write` defaults to the current sys.stdout at flush time."""
 
     def __init__(self, show: str | set[str] | None = "all", *, max_lines_per_s: float | None = None,
-                 write: Callable[[str], object] | None = None, hide=None):
+                 write: Callable[[str], object] | None = None,
+                 hide: Chatter | None = None) -> None:
         self.hide = hide
         self.show = parse_show(show) if isinstance(show, str) or show is None else set(show)
         self.max_lines_per_s = max_lines_per_s
@@ -263,13 +269,15 @@ class Output:
         # display pieces (bytes or views of them): whole lines, the bytes the ranks wrote
         self._pending: list[bytes | memoryview] = []
         self._stdout_written = False  # written to sys.stdout since its last flush
-        self._stdout = self._stdout_bytes = None  # the sys.stdout last written, its byte layer
+        # the sys.stdout last written, its byte layer
+        self._stdout: IO[str] | None = None
+        self._stdout_bytes: IO[bytes] | None = None
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
         self.tail_lines = TAIL_LINES  # lines each rank's ScreenTail keeps (a board may want more)
         # tracking/job/output_metrics.OutputMetrics: set (watch.py) when a tracked job parses its
         # ranks' lines for metrics; its points are written at the display's tick
-        self.metrics = None
+        self.metrics: OutputMetrics | None = None
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
@@ -296,6 +304,17 @@ class Output:
         if stream is not None:
             stream.log.add(data, time.monotonic())
             stream.log.write()  # after what the rank wrote before, at once
+
+    # -- what the supervisor and the job tell a display: prefixed lines need none of it, the
+    # board (board.py) redraws on it
+    def started(self, supervisor: Any) -> None:
+        """The ranks run (`supervisor`: processes.supervisor.Supervisor, which imports this)."""
+
+    def ended(self, result: Any) -> None:
+        """The ranks ended (`result`: the JobResult)."""
+
+    def waiting_for_tracking(self, waiting: bool) -> None:
+        """The ranks ended and the job waits (or no longer) for their points' delivery."""
 
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""
@@ -334,7 +353,7 @@ class Output:
             for piece in pieces:
                 write(str(piece, "utf-8", "replace"))
 
-    def _stdout_byte_layer(self):
+    def _stdout_byte_layer(self) -> IO[bytes] | None:
         """The byte layer of the current sys.stdout, if it has a usable one (looked up once per
         stream). Its text layer is flushed when the display starts writing to it: the launcher's
         lines printed before the job stay before it (and after it: close() flushes)."""

@@ -182,5 +182,5 @@ def _own_frames(stack: list[str]) -> list[str]:
     return own or stack
 
 
-def _dash(value) -> str:
+def _dash(value: object) -> str:
     return "-" if value is None else str(value)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from platform_plugin.launcher.display.sparkline import Curve
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
@@ -63,7 +64,7 @@ class SpoolTail:
         self._offsets: dict[str, int] = {}
         self.metrics: dict[str, RankMetrics] = {}
 
-    def refresh(self, names) -> None:
+    def refresh(self, names: Iterable[str]) -> None:
         for name in names:
             path = os.path.join(self.folder, f"rank_{name}{SPOOL_SUFFIX}")
             try:

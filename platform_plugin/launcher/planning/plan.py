@@ -257,8 +257,8 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
         common["RANK_START"] = str(layout.ranks[0][0])
-    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
-                     cache_dir) for i in range(len(layout.ranks))]
+    shared = RankBase(argv, {**base_env, **common}, options.env, cwd, job_dir, cache_dir)
+    ranks = [_worker(layout, backend, i, shared) for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
@@ -275,14 +275,25 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       checkpoint_dir=checkpoint_dir, resume_step=resume_step)
 
 
-def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
-            base_env: dict, common: dict, options: LaunchOptions, cwd: str, job_dir: str,
-            cache_dir: str) -> RankSpec:
+@dataclasses.dataclass(frozen=True)
+class RankBase:
+    """What every rank of a plan shares: the command, the environment under its own variables
+    (`env`) and over them (`given`: the options' env wins), its folders."""
+
+    argv: Tuple[str, ...]
+    env: dict
+    given: dict
+    cwd: str
+    job_dir: str
+    cache_dir: str
+
+
+def _worker(layout: Layout, backend: Backend, local_rank: int, base: RankBase) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
-    env = {**base_env, **common, **backend.rank_env(layout, local_rank),
+    env = {**base.env, **backend.rank_env(layout, local_rank),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
-           "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
-           **options.env}
+           "ASCEND_PROCESS_LOG_PATH": os.path.join(base.cache_dir, "ascend_log", f"rank_{rank_id}"),
+           **base.given}
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
-                    device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(job_dir, log_name(str(rank_id))))
+                    device_id=device_id, argv=base.argv, env=env, cwd=base.cwd,
+                    log_path=os.path.join(base.job_dir, log_name(str(rank_id))))

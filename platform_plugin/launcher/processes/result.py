@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 import signal
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_plugin.errors import PlatformPluginError
-
-if TYPE_CHECKING:
-    from platform_plugin.tracking.job.handle import DeliveryReport
+from platform_plugin.tracking.job.report import DeliveryReport
 
 HELPERS = ("sched", "store")  # processes that are not ranks
 # The MIME type under which `%dist_run` publishes `JobResult.to_dict()` in a cell's outputs: the

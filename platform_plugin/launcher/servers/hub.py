@@ -208,7 +208,7 @@ class Hub(Linked):
 
     # -- the link's thread -----------------------------------------------------------------
 
-    def _send(self, rid: bytes, peer: Peer, op: str, **fields) -> None:
+    def _send(self, rid: bytes, peer: Peer, op: str, **fields: object) -> None:
         self.post([rid, *self.wire.pack(op, to=peer.sid, **fields)])
 
     def _stop_all(self, server: str, reason: str, attempt: int, source: Optional[bytes]) -> None:

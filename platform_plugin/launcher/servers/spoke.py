@@ -60,7 +60,7 @@ class Spoke(Linked):
                        "--job-key / PLATFORM_JOB_KEY / PLATFORM_JOB_ID must be the same on "
                        "every server)")
 
-    def _send(self, op: str, **fields) -> None:
+    def _send(self, op: str, **fields: object) -> None:
         self.post(self.wire.pack(op, to=self.hub_sid, **fields))
 
     def agree(self, identity: Dict[str, str], attempt: int) -> Dict[str, str]:

@@ -156,7 +156,7 @@ class SpoolingJobTracking(JobTracking):
         if self.helper is not None:
             self.helper.wait()
 
-    def finish(self, result: ResultView, last: bool = True, waiting=None,
+    def finish(self, result: ResultView | None, last: bool = True, waiting=None,
                gone=(), launcher_bytes=None) -> DeliveryReport:
         """`launcher_bytes`: rank label -> bytes the launcher itself appended to that rank's
         spool (its system samples): when that is all a spool holds, nobody waits for it."""
@@ -306,14 +306,14 @@ def local_store_notes(config: SinkConfig, plan: PlanView) -> list[str]:
     return []
 
 
-def end_reason(result: ResultView) -> str:
+def end_reason(result: ResultView | None) -> str:
     cause = getattr(result, "root_cause", None)
     if cause is not None:
         return f"{cause.label} {cause.how}"
     return str(getattr(result, "reason", "") or "")
 
 
-def final_status(result: ResultView) -> str:
+def final_status(result: ResultView | None) -> str:
     """MLflow RunStatus of a job: an interrupted job was KILLED, it did not fail."""
     if getattr(result, "ok", False):
         return "FINISHED"

@@ -84,7 +84,7 @@ class Untracked:
         """Supervisor observer: the ranks are running."""
         self.start()
 
-    def finish(self, result: ResultView, last: bool = True, waiting=None,
+    def finish(self, result: ResultView | None, last: bool = True, waiting=None,
                gone=(), launcher_bytes=None) -> DeliveryReport:
         """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
         if that wait is not over at once (the launcher records the ranks' end in job.json then,
