@@ -12,6 +12,8 @@ its own and is handed to the lifeline before it is waited for (util/children.py)
 postmaster as soon as pg_ctl has written its pid."""
 from __future__ import annotations
 
+import argparse
+
 import fcntl
 import importlib.util
 import ipaddress
@@ -46,39 +48,48 @@ def default_data_dir() -> Path:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "server", help="run the team's MLflow tracking server on PostgreSQL",
+        usage="platform-run server [-h] [--host HOST] [--port PORT] [--workers N] "
+              "[--data-dir DIR]\n                           [--artifacts DIR] [--pg-port PORT] "
+              "[--allowed-hosts HOSTS] [--no-auth]\n       platform-run server add-user NAME "
+              "[--data-dir DIR]",
         description="mlflow server on a PostgreSQL database of its own, with artifacts served "
-                    "through it; prints the MLFLOW_TRACKING_URI for every server's .env")
+                    "through it; prints the MLFLOW_TRACKING_URI for every server's .env",
+        epilog="add-user NAME: create a team member's user on the running server and print the "
+               "lines of their .env (platform-run server add-user --help)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the servers of a job need one "
                         "they reach, e.g. this machine's cluster address or 0.0.0.0)")
     p.add_argument("--port", type=number_argument("SERVER_PORT", "--port", int, bounds=ANY_PORT),
-                   default=5000, help="MLflow port (default 5000; 0 = free)")
+                   default=5000, metavar="PORT", help="MLflow port (default 5000; 0 = free)")
     p.add_argument("--workers", type=number_argument("SERVER_WORKERS", "--workers", int,
                                                      bounds=Bounds(1, MAX_WORKERS)),
-                   default=4, help=f"MLflow web workers (default 4, at most {MAX_WORKERS})")
-    p.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"),
+                   default=4, metavar="N", help=f"MLflow web workers (default 4, at most "
+                                                f"{MAX_WORKERS})")
+    p.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"), metavar="DIR",
                    help=f"PostgreSQL cluster, password and log (default {default_data_dir()})")
     p.add_argument("--artifacts", type=checked_path("SERVER_ARTIFACTS_NOT_DIR", "--artifacts"),
-                   help="where run artifacts are stored (default DATA_DIR/artifacts; a shared "
-                        "mount works too)")
+                   metavar="DIR", help="where run artifacts are stored (default DATA_DIR/"
+                                       "artifacts; a shared mount works too)")
     p.add_argument("--pg-port", type=number_argument("SERVER_PG_PORT", "--pg-port", int,
-                                                     bounds=ANY_PORT), default=0,
+                                                     bounds=ANY_PORT), default=0, metavar="PORT",
                    help="PostgreSQL port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--allowed-hosts", help="Host headers MLflow accepts (its DNS-rebinding "
+    p.add_argument("--allowed-hosts", metavar="HOSTS", help="Host headers MLflow accepts (its DNS-rebinding "
                    "guard; default: the printed address and localhost)")
     p.add_argument("--no-auth", action="store_true",
                    help="serve without authentication: anyone who reaches the port may read, "
                         "change and delete every run (default: MLflow's basic-auth, with an "
                         "admin generated on the first start)")
     p.set_defaults(func=run)
-    users = p.add_subparsers(dest="server_command", metavar="add-user")
-    add = users.add_parser("add-user", help="create a team member's user on the running server "
+    # listed once, in the usage and the epilog (argparse's own listing named it twice)
+    users = p.add_subparsers(dest="server_command", help=argparse.SUPPRESS)
+    add = users.add_parser("add-user", prog="platform-run server add-user", help="create a team member's user on the running server "
                            "and print the lines of their .env",
-                           description="Creates USERNAME with a generated password through the "
+                           description="Creates NAME with a generated password through the "
                            "running server (as its admin) and prints the .env lines once: "
                            "MLflow keeps only the password's hash.")
-    add.add_argument("username")
-    add.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"), help=f"the server's data folder (default "
+    add.add_argument("username", metavar="NAME")
+    add.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"),
+                     metavar="DIR", help=f"the server's data folder (default "
                                         f"{default_data_dir()})")
     add.set_defaults(func=run_add_user)
 

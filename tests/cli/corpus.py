@@ -195,20 +195,28 @@ def parser_flags(accepts) -> list[tuple[list[str], str, object, list[str]]]:
 
 def number_flag_cases() -> list[Case]:
     """Every number flag of every command, each with what its reading refuses."""
+    from platform_plugin.launcher.options import FIELDS, flags_of
+    kinds = {"int": int, "float": float}
     from platform_plugin.util.numbers import NumberArgument
     cases = []
-    for words, flag, kind, needs in parser_flags(lambda t: isinstance(t, NumberArgument)):
-        values = BAD_WHOLE_NUMBERS if kind.kind is int else BAD_NUMBERS
+    flags = [(words, flag, (kind.kind, kind.code, kind.infinite), needs) for words, flag, kind, needs
+             in parser_flags(lambda t: isinstance(t, NumberArgument)) if words != ["launch"]]
+    # the launch options from their record (some read words of their own too: --nproc auto)
+    for name, f in FIELDS.items():
+        kind = kinds.get(str(f.type).replace("Optional[", "").rstrip("]"))
+        if f.metadata["cli"] and kind is not None:
+            flags.append((["launch"], flags_of(name)[0], (kind, f.metadata["code"], False), []))
+    for words, flag, (kind, code, infinite), needs in flags:
+        values = BAD_WHOLE_NUMBERS if kind is int else BAD_NUMBERS
         for j, value in enumerate(values):
-            if value == "inf" and kind.infinite:  # `sync --wait inf`: documented
+            if value == "inf" and infinite:  # `sync --wait inf`: documented
                 continue
             given = f"{flag}={value}"  # one word: `-inf` is no flag to argparse then
             argv = [*words, given, *needs]
             if words == ["launch"]:  # with a program that runs: a value let through is no refusal
                 argv = ["launch", "--tracking", "none", *(["--nproc", "1"] if flag != "--nproc"
                                                           else []), given, "--", "true"]
-            cases.append(Case(f"number-{'-'.join(words)}{flag}-{j}", argv, {}, "refuse",
-                              kind.code))
+            cases.append(Case(f"number-{'-'.join(words)}{flag}-{j}", argv, {}, "refuse", code))
     return cases
 
 

@@ -73,7 +73,9 @@ class RankFailure:
     "sched"; `exitcode`: Popen's convention (-N = killed by signal N; None = still running when
     stopped); `stopped_by_launcher`: it died of a signal the launcher had sent (`ended_by`);
     `after_signal`: the launcher's last signal to the job before its end was seen (None: it
-    ended before the launcher sent any); `stack`: its innermost Python frames when stopped."""
+    ended before the launcher sent any); `stack`: its innermost Python frames when stopped;
+    `recorded`: what it wrote into TORCHELASTIC_ERROR_FILE (torch's `@record`): the exception's
+    message and its innermost frame."""
 
     name: str
     rank_id: int | None
@@ -88,9 +90,11 @@ class RankFailure:
     stopped_by_launcher: bool = False
     stack: list[str] = dataclasses.field(default_factory=list)
     after_signal: str | None = None
+    recorded: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.last_lines = [_clipped(line) for line in self.last_lines]
+        self.recorded = [_clipped(line) for line in self.recorded]
 
     @property
     def how(self) -> str:
@@ -132,7 +136,8 @@ class JobResult:
 
     exitcodes: rank name -> Popen returncode; tracking: set after the ranks ended; reason: why
     the launcher ended the job (timeout, silence, interrupt), if it did; held_back: lines not
-    displayed, per rank; attempts: earlier failed attempts (--max-restarts); job_file_error:
+    displayed, per rank; attempts: earlier failed attempts (--max-restarts), job_duration_s: the
+    whole job's time then (duration_s is the last attempt's); job_file_error:
     job.json could not be written completely (a full disk); ended_well: a failed job's processes
     that exited 0, name -> [rank id, device id, pid, runtime s] (the table's "ok" rows)."""
 
@@ -153,6 +158,12 @@ class JobResult:
     server_id: str = "localhost"
     job_file_error: str = ""
     ended_well: dict[str, list] = dataclasses.field(default_factory=dict)
+    job_duration_s: float | None = None  # every attempt's (--max-restarts); None: this one's
+
+    @property
+    def whole_duration_s(self) -> float:
+        """The whole job's time, from the first attempt's start (restarts included)."""
+        return self.duration_s if self.job_duration_s is None else self.job_duration_s
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (job.json, the notebook's result output)."""
