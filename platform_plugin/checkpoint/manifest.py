@@ -4,8 +4,12 @@ Every rank of a launched job gets PLATFORM_CHECKPOINT_DIR: one folder per job th
 restarts (docs/launch.md, "Resuming after a restart"). A checkpoint is a sub-folder
 `step-<step:010d>/` holding data files and `manifest.json`, written LAST:
 
-    {"step": int, "epoch": int|null, "attempt": int, "rank": int,
+    {"step": int, "epoch": int|null, "attempt_number": int, "rank": int,
      "files": {"<name>": <size in bytes>}, "time": float}
+
+`attempt_number` is the attempt that wrote it, counted as everywhere else: 1 for the first
+attempt, 2 for the first restart. Manifests of earlier versions hold `"attempt"` counted from 0
+instead; they are read as well (attempt + 1).
 
 Each file is written under a temporary name and renamed (os.replace is atomic on one file
 system), the manifest too, after the data. A checkpoint is complete when its manifest parses,
@@ -44,7 +48,7 @@ STEP_FOLDER = re.compile(r"step-([0-9]{10})")
 PARTIAL = ".partial-"  # in the name of a file still being written
 DIR_VARIABLE = "PLATFORM_CHECKPOINT_DIR"
 RESUME_VARIABLE = "PLATFORM_RESUME_STEP"
-ATTEMPT_VARIABLE = "PLATFORM_ATTEMPT"
+ATTEMPT_VARIABLE = "PLATFORM_ATTEMPT_NUMBER"  # 1, 2, ... (variables.py)
 # A manifest lists file names and sizes: far less than this, however many files
 MAX_MANIFEST_BYTES = 1 << 20
 MANIFEST_DEPTH = 2  # {"files": {...}}
@@ -53,7 +57,8 @@ MANIFEST_DEPTH = 2  # {"files": {...}}
 @dataclasses.dataclass(frozen=True)
 class ResumePoint:
     """A complete checkpoint: its step, its epoch (None when the writer gave none), its folder
-    and the attempt (0, 1, ...) that wrote it."""
+    and the attempt that wrote it (1 for the first attempt, 2 for the first restart, ...; 0
+    when no launcher started the process that wrote it)."""
 
     step: int
     epoch: Optional[int]
@@ -149,7 +154,7 @@ def write_manifest(folder: str, step: int, epoch: Optional[int], files: Iterable
         sizes[_file_name(name)] = os.stat(os.path.join(folder, name)).st_size
     if epoch is not None and (type(epoch) is not int or epoch < 0):
         raise ValueError("epoch must be a whole number >= 0 or None, not %r" % (epoch,))
-    record = {"step": _step(step), "epoch": epoch, "attempt": _environ_int(ATTEMPT_VARIABLE),
+    record = {"step": _step(step), "epoch": epoch, "attempt_number": _environ_int(ATTEMPT_VARIABLE),
               "rank": _environ_int("RANK_ID", _environ_int("RANK")), "files": sizes,
               "time": time.time()}
     _write(folder, MANIFEST, json.dumps(record, sort_keys=True).encode("utf-8"))
@@ -181,7 +186,7 @@ def complete(folder: str) -> Optional[ResumePoint]:
             return None
         if not stat.S_ISREG(found.st_mode) or found.st_size != size:
             return None
-    return ResumePoint(record["step"], record["epoch"], folder, record["attempt"])
+    return ResumePoint(record["step"], record["epoch"], folder, written_by(record))
 
 
 def read_record(folder: str) -> Any:
@@ -215,7 +220,7 @@ def resume_point() -> Optional[ResumePoint]:
     """Where this rank resumes: the checkpoint node 0's launcher chose for the attempt
     (PLATFORM_RESUME_STEP, the same on every server and for every rank; unset: from the
     beginning, even if a faster rank of this attempt already wrote one). A process the
-    launcher did not start (no PLATFORM_ATTEMPT) takes the newest complete checkpoint in
+    launcher did not start (no PLATFORM_ATTEMPT_NUMBER) takes the newest complete checkpoint in
     PLATFORM_CHECKPOINT_DIR. None: start from the beginning."""
     directory = checkpoint_dir()
     chosen = os.environ.get(RESUME_VARIABLE, "").strip()
@@ -235,11 +240,23 @@ def resume_point() -> Optional[ResumePoint]:
     return point
 
 
+def written_by(record: object) -> Optional[int]:
+    """The attempt (1, 2, ...) a manifest's record names; None when it names none. An earlier
+    version's `"attempt"` counted from 0."""
+    if not isinstance(record, dict):
+        return None
+    number = record.get("attempt_number")
+    if _whole(number):
+        return number
+    old = record.get("attempt")
+    return old + 1 if _whole(old) else None
+
+
 def _valid(record: object) -> bool:
     if not isinstance(record, dict):
         return False
     files = record.get("files")
-    return (_whole(record.get("step")) and _whole(record.get("attempt"))
+    return (_whole(record.get("step")) and written_by(record) is not None
             and _whole(record.get("rank")) and (record.get("epoch") is None
                                                 or _whole(record.get("epoch")))
             and isinstance(files, dict) and all(_plain(n) and _whole(s) for n, s in files.items())

@@ -72,6 +72,11 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        from platform_plugin.util.suggest import remember_words  # every bad flag named at once
+        remember_words(self, sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
         self.print_usage(sys.stderr)
         from platform_plugin.util.suggest import with_suggestions  # (difflib: a usage error only)

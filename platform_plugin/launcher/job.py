@@ -15,6 +15,7 @@ import dataclasses
 import os
 import shlex
 import sys
+import time
 from typing import Callable
 
 from platform_plugin import settings as settings_mod
@@ -25,7 +26,8 @@ from platform_plugin.launcher.display.chatter import hide_pattern
 from platform_plugin.launcher.display.notebook_display import in_kernel, make_board
 from platform_plugin.launcher.display.output import Output
 from platform_plugin.launcher.display.quiet import libraries_to_log
-from platform_plugin.launcher.display.result_table import render_result, terminal_width, wrapped
+from platform_plugin.launcher.display.result_table import (attempt_times, render_result,
+                                                             terminal_width, wrapped)
 from platform_plugin.launcher.display.show import check_show
 from platform_plugin.launcher.options import (LaunchOptions, board_metric_names, with_environment,
                                               with_project_settings)
@@ -92,7 +94,7 @@ class Job:
         try:
             # node 0 decides the job's identity, every server uses it: one plan per attempt
             identity = self.link.agree(
-                identity_mod.proposed(self.place, self.options, self.host.base_env), 0)
+                identity_mod.proposed(self.place, self.options, self.host.base_env), 1)
             self.options = identity_mod.adopted(identity, self.options, self.host.base_env,
                                                 self.say)
             plan = self._first_plan(identity)
@@ -128,8 +130,8 @@ class Job:
         except ConfigError as exc:
             server = self.place.server_id
             self.link.tell_failed(server, f"its launcher refused the job "
-                                          f"({exc.problems[0].code})", 0)
-            self.link.conclude(0, False, server)
+                                          f"({exc.problems[0].code})", 1)
+            self.link.conclude(1, False, server)
             raise
         self.plan = plan
         return plan
@@ -138,22 +140,26 @@ class Job:
         """Attempt after attempt until one succeeds, is interrupted or was the last allowed
         (each restart agreed through the job link, same job id)."""
         spool_dir = ""  # the failed attempt's spools on this server: how far it got
+        started = time.monotonic()
+        allowed = self.options.max_restarts + 1
         while True:
-            attempt = len(self.attempts)
-            if attempt:  # every server reached this attempt (the first one was agreed in run())
+            attempt = len(self.attempts) + 1  # 1 for the first attempt, as every word and record
+            if attempt > 1:  # every server reached this attempt (the first one was agreed in run())
                 plan = self._restarted(plan, attempt, spool_dir)
-            last = attempt >= self.options.max_restarts
+            last = attempt >= allowed
             result, hidden = self._supervised(plan, last)
             self._whole_job(result, self.link.conclude(attempt, result.ok, plan.server_id))
             self._report_lost_servers(result)
             if result.ok or result.status == "interrupted" or last:
+                if self.attempts:  # the whole job's time, restarts included (the summary: both)
+                    result.job_duration_s = round(time.monotonic() - started, 3)
                 return result, hidden
-            self.attempts.append(attempt_record(result, attempt))
+            self.attempts.append(attempt_record(result, attempt, allowed))
             spool_dir = result.tracking.spool_dir if result.tracking is not None else ""
             self.write(restarting(result, attempt, self.options.max_restarts))
 
     def _restarted(self, failed: LaunchPlan, attempt: int, spool_dir: str) -> LaunchPlan:
-        """--max-restarts: the plan of attempt `attempt` (>= 1) once every server reached it,
+        """--max-restarts: the plan of attempt `attempt` (>= 2) once every server reached it,
         same job id, resuming from the checkpoint node 0 chose; the earlier attempt's logs kept
         in `attempt-N/`. The failed attempt's record gets what was resumed and what the failure
         cost (`spool_dir`: that attempt's spools on this server, "" untracked)."""
@@ -176,7 +182,7 @@ class Job:
     def _port_for(self, plan: LaunchPlan, attempt: int) -> int | None:
         """A restarted single-server job gets a fresh port (the old scheduler's may linger in
         TIME_WAIT); a multi-server one keeps the port every server was given."""
-        if attempt and self.options.master_port is None and plan.nnodes == 1:
+        if attempt > 1 and self.options.master_port is None and plan.nnodes == 1:
             return None
         return plan.master_port
 
@@ -273,9 +279,10 @@ class Attempt:
         output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                     f"{''.join(' + ' + HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                     f", backend {plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
-                    + (f"; attempt {plan.attempt + 1}" if plan.attempt else ""))
+                    + (f"; attempt {plan.attempt}" if plan.attempt > 1 else ""))
         for note in tracking.notes:
             output.note(note)
+        tracking.check_store(output.note_soon)  # said within seconds, the ranks do not wait
         samplers = self._system_metrics()
         # job.json: written when the ranks started and once at the end; a tracked job whose
         # delivery must be waited for also records the ranks' end before that wait (`waiting`)
@@ -399,21 +406,22 @@ def written(samplers: list[SystemMetrics]) -> dict[str, int]:
     return {label: size for sampler in samplers for label, size in sampler.written.items()}
 
 
-def attempt_record(result: JobResult, attempt: int) -> dict:
-    """What job.json and the final error keep of a failed attempt: its root-cause table."""
+def attempt_record(result: JobResult, attempt: int, attempts_allowed: int) -> dict:
+    """What job.json and the final error keep of a failed attempt (`attempt` of
+    `attempts_allowed`): its root-cause table, headed by the attempt (the job went on)."""
     cause = result.root_cause
-    return {"attempt": attempt + 1, "status": result.status, "reason": result.reason,
+    return {"attempt": attempt, "status": result.status, "reason": result.reason,
             "duration_s": round(result.duration_s, 3),
             "root_cause": None if cause is None else {
                 "name": cause.name, "rank_id": cause.rank_id, "device_id": cause.device_id,
                 "host": cause.host, "how": cause.how, "last_lines": cause.last_lines},
-            "table": render_result(result)}
+            "table": render_result(result, attempt=(attempt, attempts_allowed))}
 
 
 def keep_attempt_logs(job_dir: str, attempt: int) -> None:
-    """Before a restart: move the logs of attempt N into `attempt-N/`, so `rank_K.log` is
-    always the current attempt's and every earlier one is kept."""
-    target = os.path.join(job_dir, f"attempt-{attempt + 1}")
+    """Before a restart: move the logs of attempt N (1, 2, ...) into `attempt-N/`, so
+    `rank_K.log` is always the current attempt's and every earlier one is kept."""
+    target = os.path.join(job_dir, f"attempt-{attempt}")
     os.makedirs(target, exist_ok=True)
     for name in os.listdir(job_dir):
         if name.endswith(".log"):
@@ -421,9 +429,11 @@ def keep_attempt_logs(job_dir: str, attempt: int) -> None:
 
 
 def restarting(result: JobResult, attempt: int, max_restarts: int) -> str:
-    """The failed attempt's table and what happens next."""
-    return (render_result(result, terminal_width()) + f"\n[launcher] attempt {attempt + 1} of "
-            f"{max_restarts + 1} {result.status}: restarting the whole job (--max-restarts)")
+    """The failed attempt's table, headed by the attempt (not "job ... FAILED": the job goes
+    on), and what happens next."""
+    return (render_result(result, terminal_width(), attempt=(attempt, max_restarts + 1))
+            + f"\n[launcher] restarting the whole job as attempt {attempt + 1} of "
+            f"{max_restarts + 1} (--max-restarts)")
 
 
 def _cell_compare_hint(result: JobResult) -> str:
@@ -441,8 +451,9 @@ def _cell_compare_hint(result: JobResult) -> str:
 
 def job_summary(result: JobResult, hidden: int = 0) -> str:
     if result.ok:
-        text = (f"[launcher] job {result.job_id} succeeded in {result.duration_s:.1f}s "
-                f"({len(result.exitcodes)} processes); logs in {result.job_dir}")
+        times = f"; {attempt_times(result)}" if result.attempts else ""
+        text = (f"[launcher] job {result.job_id} succeeded in {result.whole_duration_s:.1f}s "
+                f"({len(result.exitcodes)} processes{times}); logs in {result.job_dir}")
         held = sum(result.held_back.values())
         if held:
             text += f"\n[launcher] {held} lines were held back from the display; all are in the logs"

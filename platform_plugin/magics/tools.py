@@ -24,7 +24,7 @@ from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, me
 from platform_plugin.comparison.view import compare
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.util.suggest import with_suggestions
+from platform_plugin.util.suggest import remember_words, with_suggestions
 
 
 class MagicParser(argparse.ArgumentParser):
@@ -35,6 +35,10 @@ class MagicParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
         self.code = code
+
+    def parse_known_args(self, args=None, namespace=None):
+        remember_words(self, args)  # every bad flag of the line named at once (util/suggest.py)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         text = with_suggestions(self, message)

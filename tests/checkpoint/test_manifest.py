@@ -24,7 +24,7 @@ def checkpoints(tmp_path, clean_environ):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     clean_environ.setenv("PLATFORM_CHECKPOINT_DIR", str(folder))
-    clean_environ.setenv("PLATFORM_ATTEMPT", "1")
+    clean_environ.setenv("PLATFORM_ATTEMPT_NUMBER", "2")
     clean_environ.setenv("RANK_ID", "0")
     return folder
 
@@ -33,21 +33,21 @@ def test_a_complete_checkpoint_is_found_with_its_step_epoch_and_attempt(checkpoi
     written = write_checkpoint(60, {"model.bin": b"x" * 1000, "state.json": b"{}"}, epoch=3)
     record = json.loads((checkpoints / "step-0000000060" / "manifest.json").read_text())
     assert record["files"] == {"model.bin": 1000, "state.json": 2}
-    assert (record["step"], record["epoch"], record["attempt"], record["rank"]) == (60, 3, 1, 0)
+    assert (record["step"], record["epoch"], record["attempt_number"], record["rank"]) == (60, 3, 2, 0)
     assert newest_complete(str(checkpoints)) == written == ResumePoint(
-        60, 3, str(checkpoints / "step-0000000060"), 1)
+        60, 3, str(checkpoints / "step-0000000060"), 2)
 
 
 def test_a_launched_rank_takes_the_launchers_word_alone(checkpoints, monkeypatch):
     """The ranks of one attempt start at different moments: a slow one must not resume from
     the checkpoint a fast one of the same attempt just wrote. Without the launcher (no
-    PLATFORM_ATTEMPT) the newest complete checkpoint is the one."""
+    PLATFORM_ATTEMPT_NUMBER) the newest complete checkpoint is the one."""
     written = write_checkpoint(60, {"a": b"1"})
     assert resume_point() is None  # launched, and the launcher chose nothing
     monkeypatch.setenv("PLATFORM_RESUME_STEP", "60")
     assert resume_point() == written
     monkeypatch.delenv("PLATFORM_RESUME_STEP")
-    monkeypatch.delenv("PLATFORM_ATTEMPT")
+    monkeypatch.delenv("PLATFORM_ATTEMPT_NUMBER")
     assert resume_point() == written
 
 
@@ -71,7 +71,7 @@ def test_the_newest_complete_one_wins_over_older_and_over_broken_newer_ones(chec
 
 @pytest.mark.parametrize("change", [
     {"step": 61},  # another step's manifest copied here
-    {"step": True}, {"epoch": -1}, {"epoch": "3"}, {"attempt": None}, {"rank": 1.5},
+    {"step": True}, {"epoch": -1}, {"epoch": "3"}, {"attempt_number": None}, {"rank": 1.5},
     {"files": {"../outside": 1}}, {"files": {"a.partial-12": 1}}, {"files": ["a"]},
     {"time": "now"},
 ])
@@ -89,7 +89,7 @@ def test_a_manifest_that_breaks_the_contract_is_never_chosen(checkpoints, change
 
 
 def test_an_empty_folder_resumes_nothing(checkpoints, monkeypatch):
-    monkeypatch.delenv("PLATFORM_ATTEMPT")
+    monkeypatch.delenv("PLATFORM_ATTEMPT_NUMBER")
     assert newest_complete(str(checkpoints)) is None
     assert resume_point() is None
 

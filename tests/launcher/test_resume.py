@@ -50,6 +50,22 @@ def test_an_untracked_restart_resumes_from_the_newest_checkpoint(log_dir, tmp_pa
         "attempt": 2, "step": 60, "checkpoint": step_60, "reached_step": 60,
         "reached_exactly": False, "steps_lost": None, "text": failed["resumed"]["text"]}
     assert sorted(os.listdir(checkpoints))[-1] == "step-0000000090"  # kept, not emptied
+    # one way to count attempts: 1 for the first, in the words, the folders, job.json, the
+    # ranks' variable and the manifests they write
+    assert read_job(result.job_dir)["attempt"] == 2 and failed["attempt"] == 1
+    assert read_job(result.job_dir)["plan"]["ranks"][0]["env"]["PLATFORM_ATTEMPT_NUMBER"] == "2"
+    with open(os.path.join(checkpoints, "step-0000000090", "manifest.json")) as stream:
+        assert '"attempt_number": 2' in stream.read()
+    with open(os.path.join(checkpoints, "step-0000000010", "manifest.json")) as stream:
+        assert '"attempt_number": 1' in stream.read()
+    # the failed attempt is headed as an attempt, not as the job failing; the summary gives
+    # the whole job's time and each attempt's
+    assert "[launcher] restarting the whole job as attempt 2 of 2 (--max-restarts)" in said
+    assert "attempt 1 of 2 FAILED after " in said and f"job {result.job_id} FAILED" not in said
+    assert failed["table"].startswith("attempt 1 of 2 FAILED after ")
+    summary = next(line for line in said.splitlines() if " succeeded in " in line)
+    assert "; attempt 1 failed after " in summary and ", attempt 2 ran " in summary, summary
+    assert result.whole_duration_s > result.duration_s
 
 
 @pytest.mark.slow
@@ -65,6 +81,9 @@ def test_a_tracked_restart_counts_the_steps_lost_from_the_spools(log_dir, tmp_pa
     [failed] = read_job(result.job_dir)["failed_attempts"]
     assert (failed["resumed"]["reached_step"], failed["resumed"]["steps_lost"]) == (65, 5)
     assert result.tracking.wait_ended()  # the helper ends the runs after launch() returned
+    from platform_plugin.comparison.view import compare  # says how the job ended, above the table
+    compared = compare(result.job_dir, "m", ui=False, show=False)
+    assert compared.notes[0] == "ended: succeeded; resumed at attempt 2 from step 60"
 
 
 @pytest.mark.slow
@@ -94,13 +113,17 @@ def test_the_highest_step_skips_the_launchers_samples_and_half_lines(tmp_path):
 
 
 def test_the_highest_checkpoint_step_is_the_failed_attempts_own(tmp_path):
-    for name, attempt in (("step-0000000010", 0), ("step-0000000020", 1)):
+    """Attempts count from 1 in a manifest's `attempt_number`; an earlier version's manifest
+    counted from 0 in `attempt`, and is read as such."""
+    for name, record in (("step-0000000010", '{"attempt_number": 1}'),
+                         ("step-0000000020", '{"attempt_number": 2}'),
+                         ("step-0000000025", '{"attempt": 1}')):  # the old way: attempt 2
         (tmp_path / name).mkdir()
-        (tmp_path / name / "manifest.json").write_text(f'{{"attempt": {attempt}}}')
+        (tmp_path / name / "manifest.json").write_text(record)
     (tmp_path / "step-0000000015").mkdir()  # no manifest: died while writing it
-    assert highest_checkpoint_step(str(tmp_path), 0) == 15
-    assert highest_checkpoint_step(str(tmp_path), 1) == 20
-    assert highest_checkpoint_step(str(tmp_path / "gone"), 0) is None
+    assert highest_checkpoint_step(str(tmp_path), 1) == 15
+    assert highest_checkpoint_step(str(tmp_path), 2) == 25
+    assert highest_checkpoint_step(str(tmp_path / "gone"), 1) is None
 
 
 @pytest.mark.slow

@@ -55,6 +55,7 @@ class Board(Output):
         self.outcome = ""  # how the job ended, once `ended()` knows it
         self.cause: str | None = None  # the root-cause rank: its last lines follow in the table
         self.delivering = False  # the ranks ended; the launcher waits for tracking's delivery
+        self.waiting = ""  # why the ranks are silent, shown until the first one writes
 
     # -- Output ---------------------------------------------------------------------------
     def open(self, name: str, log_path: str) -> None:
@@ -73,6 +74,11 @@ class Board(Output):
         self.notes.append(text)
         if self._write is not None:
             super().note(text)
+
+    def quiet_start(self, text: str) -> None:
+        self.waiting = text  # on the board only while nothing came (then it would mislead)
+        if self._write is not None:
+            Output.note(self, text)
 
     def flush(self) -> None:
         super().flush()
@@ -139,7 +145,7 @@ class Board(Output):
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
                 curve_name=found.main if found else None,
-                curve=found.curves[found.main].values() if found and found.main else [],
+                curve=found.main_curve() if found else [],
                 lines=self.lines.get(name, 0) + (1 if screen.current else 0),
                 tail=[plain(line) for line in tail], tail_html=[to_html(line) for line in tail],
                 # the failure table below the board prints the root cause's last lines: once
@@ -151,7 +157,8 @@ class Board(Output):
             if self.delivering:
                 title += " — sending the metrics to tracking (the stop button ends this wait)"
         names = choose_metrics([m.counts for m in metrics.values()], self.board_metrics)
-        return BoardView(title=title, rows=rows, notes=list(self.notes),
+        waiting = [self.waiting] if self.waiting and not self._heard and not final else []
+        return BoardView(title=title, rows=rows, notes=list(self.notes) + waiting,
                          log_dir=plan.job_dir if plan else "", final=final, metric_names=names)
 
 

@@ -8,6 +8,7 @@ state. In a notebook a chatty rank is capped to `max_lines_per_s`; the log files
 """
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 LOG_BATCH = 1 << 20  # a rank's log is written once this much is held ...
+QUIET_START_S = 3.0  # ranks silent this long after the start: say what they are most likely doing
 LOG_DELAY_S = 0.1  # ... or once the oldest byte held is this old (checked at the display's tick)
 TAIL_HELD = 1 << 18  # a rank's chunks kept for its tail before they are fed to it (memory)
 
@@ -275,6 +277,10 @@ class Output:
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
         self.tail_lines = TAIL_LINES  # lines each rank's ScreenTail keeps (a board may want more)
+        self._notes_soon: collections.deque[str] = collections.deque()  # from other threads
+        self._opened_at = time.monotonic()
+        self._heard = False  # a rank wrote something
+        self._quiet_said = False
         # tracking/job/output_metrics.OutputMetrics: set (watch.py) when a tracked job parses its
         # ranks' lines for metrics; its points are written at the display's tick
         self.metrics: OutputMetrics | None = None
@@ -289,6 +295,7 @@ class Output:
     def feed(self, name: str, data: bytes) -> None:
         now = time.monotonic()
         self.last_output = now
+        self._heard = True
         stream = self._streams[name]
         stream.feed(data, now, self._pending)
         if stream.log.error is not None:
@@ -320,10 +327,27 @@ class Output:
         """A launcher message in the display (never in a rank's log)."""
         self._pending.append(f"[launcher] {text}\n".encode())
 
+    def quiet_start(self, text: str) -> None:
+        """The ranks have been silent since the start (QUIET_START_S): say what they wait for."""
+        self.note(text)
+
+    def note_soon(self, text: str) -> None:
+        """`note` from another thread (a check of the tracking server): shown at the next tick."""
+        self._notes_soon.append(text)
+
     def flush(self) -> None:
         """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick).
         sys.stdout is flushed here only: in a kernel each flush waits for ipykernel's IO thread."""
+        while self._notes_soon:
+            self.note(self._notes_soon.popleft())
         now = time.monotonic()
+        if not (self._heard or self._quiet_said) and self._streams \
+                and now - self._opened_at >= QUIET_START_S:
+            self._quiet_said = True  # the first seconds of a job: silence, unexplained
+            self.quiet_start(f"the ranks started {now - self._opened_at:.0f}s ago and have printed "
+                             "nothing yet: most often they are importing their framework (torch, "
+                             "MindSpore: seconds on a CPU), then each waits for the others at "
+                             "the rendezvous (init_process_group, init())")
         if self.metrics is not None:
             self.metrics.tick()
         for stream in self._streams.values():

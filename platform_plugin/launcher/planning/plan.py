@@ -23,7 +23,7 @@ from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+from platform_plugin.variables import (PLATFORM_ATTEMPT_NUMBER, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
 
@@ -75,7 +75,7 @@ class LaunchPlan:
     cache_dir: str = ""
     master_addr: str = "127.0.0.1"
     master_port: Optional[int] = None
-    attempt: int = 0
+    attempt: int = 1  # 1 for the first attempt, 2 for the first restart, ...
     checkpoint_dir: str = ""
     resume_step: Optional[int] = None
 
@@ -221,11 +221,11 @@ def _layout(name: str, settings: Settings, options: LaunchOptions, host: Host,
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None, *, job_id: str | None = None,
-               master_port: int | None = None, attempt: int = 0,
+               master_port: int | None = None, attempt: int = 1,
                resume_step: int | None = None) -> LaunchPlan:
     """`job_id`: the id agreed with the other servers (default: the option, else a new one);
     `master_port`: the port of a restarted attempt (default: the option, else a free one when
-    the backend needs one); `attempt`: 0 for the first; `resume_step`: the checkpoint node 0
+    the backend needs one); `attempt`: 1 for the first, 2 for the first restart; `resume_step`: the checkpoint node 0
     chose for this attempt (None: nothing to resume)."""
     argv = normalize_command(command)
     host = host or Host()
@@ -251,7 +251,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
-              PLATFORM_ATTEMPT.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
+              PLATFORM_ATTEMPT_NUMBER.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
               **({} if resume_step is None else {PLATFORM_RESUME_STEP.name: str(resume_step)}),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}

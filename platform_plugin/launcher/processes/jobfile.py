@@ -21,7 +21,7 @@ from platform_plugin.launcher.processes.supervisor import Supervisor
 from platform_plugin.util.jobdirs import JOB_FILE, MAX_JOB_FILE_BYTES
 from platform_plugin.util.procfs import start_ticks
 from platform_plugin.util.regular_file import read_json
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+from platform_plugin.variables import (PLATFORM_ATTEMPT_NUMBER, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
 
@@ -29,7 +29,7 @@ RESERVE = 64 * 1024  # room for the result when the disk is full by the end of t
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
 RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
                   PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
-                  PLATFORM_ATTEMPT.name, PLATFORM_CHECKPOINT_DIR.name, PLATFORM_RESUME_STEP.name,
+                  PLATFORM_ATTEMPT_NUMBER.name, PLATFORM_CHECKPOINT_DIR.name, PLATFORM_RESUME_STEP.name,
                   "PYTHONUNBUFFERED")
 
 
@@ -90,7 +90,7 @@ class JobFile:
                      "started_epoch": round(time.time(), 3), "plan": plan_summary(plan),
                      "pids": {}, "result": None,
                      # --max-restarts: the root-cause table of every earlier failed attempt
-                     "attempt": plan.attempt + 1, "failed_attempts": list(attempts or [])}
+                     "attempt": plan.attempt, "failed_attempts": list(attempts or [])}
 
     def started(self, supervisor: Supervisor) -> None:
         self.data["state"] = "running"

@@ -84,6 +84,10 @@ class Untracked:
         """Supervisor observer: the ranks are running."""
         self.start()
 
+    def check_store(self, say) -> None:
+        """Check the tracking server from a thread; `say(message)` when it will not take the
+        job's points (credentials, unreachable, permission). Nothing to check here."""
+
     def finish(self, result: ResultView | None, last: bool = True, waiting=None,
                gone=(), launcher_bytes=None) -> DeliveryReport:
         """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once

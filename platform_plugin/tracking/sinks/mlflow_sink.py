@@ -24,12 +24,10 @@ from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_refusals, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.sinks.mlflow_internals import client_store
-from platform_plugin.tracking.sinks.mlflow_conventions import (migrations_keep_logging, quiet,
-    standard_tags)
+from platform_plugin.tracking.sinks.mlflow_conventions import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG,
+    migrations_keep_logging, quiet, standard_tags)
 from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
 
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
 PARENT_TAG = "mlflow.parentRunId"
 LOG_FILE = "mlflow.log"  # MLflow's own console output, kept out of the user's cell
 
@@ -171,7 +169,7 @@ class MlflowSink:
                     config.job["restarted"] = True
                 config.parent_run_id = self._parent_run(client, config)
                 config.save(spool_dir)
-                if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart:
+                if mlflow_job.restart(config.job) and not config.job.get("node_rank"):  # a restart:
                     self._mark_attempt(client, config, config.parent_run_id)  # where it begins
             self._rank_runs(client, config, spool_dir, missing)
 
@@ -223,7 +221,7 @@ class MlflowSink:
             awaited = mlflow_job.awaited_parent(client, config)
             if awaited:
                 return awaited
-        if config.servers > 1 or job.get("attempt") or job.get("restarted"):
+        if config.servers > 1 or mlflow_job.restart(job) or job.get("restarted"):
             return mlflow_job.shared_parent(client, config, create)  # no node 0 parent: race
         return create()
 
@@ -257,8 +255,8 @@ class MlflowSink:
             name = run_name(label)
             # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
             earlier = (mlflow_job.rank_run(client, config, tags.get("rank_id", label))
-                       if config.job.get("attempt") or config.job.get("restarted") else None)
-            if earlier and config.job.get("attempt"):
+                       if mlflow_job.restart(config.job) or config.job.get("restarted") else None)
+            if earlier and mlflow_job.restart(config.job):
                 self._mark_attempt(client, config, earlier)
                 client.update_run(earlier, "RUNNING")
             if earlier:  # (an earlier attempt's points, synced late, go there too)

@@ -24,7 +24,7 @@ steps, fail_at = int(sys.argv[1]), int(sys.argv[2])
 remove, half, hostile = (sys.argv[3:] == ["remove"], sys.argv[3:] == ["half"],
                          sys.argv[3:] == ["hostile"])
 rank = int(os.environ["RANK_ID"])
-first = os.environ["PLATFORM_ATTEMPT"] == "0"
+first = os.environ["PLATFORM_ATTEMPT_NUMBER"] == "1"
 point = manifest.resume_point()
 start = 0 if point is None else point.step + 1
 print("START", start, flush=True)
