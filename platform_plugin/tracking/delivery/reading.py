@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Iterator
 
 from platform_plugin.tracking.rank.spool import Chunk
 from platform_plugin.tracking.shared.state import StreamState
@@ -19,14 +19,14 @@ KEYED_KINDS = ("p", "t")  # MLflow refuses a batch that repeats a param key
 REJECTED_SUFFIX = ".jsonl.rejected"
 
 
-def set_records_aside(spool_dir, stream: str, refused: list) -> None:
+def set_records_aside(spool_dir: str | os.PathLike[str], stream: str, refused: list) -> None:
     """Append (record, reason) pairs to the stream's rejected file, in one write."""
     lines = "".join(json.dumps({"record": record, "reason": reason}) + "\n" for record, reason in refused)
     with open(os.path.join(spool_dir, stream + REJECTED_SUFFIX), "a", encoding="utf-8") as f:
         f.write(lines)
 
 
-def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]):
+def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]) -> Iterator[Any]:
     """Consecutive slices of (record, end offset) pairs that a sink accepts in one call."""
     batch: list[tuple[list, int]] = []
     counts: dict[str, int] = {}

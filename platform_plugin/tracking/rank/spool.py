@@ -24,6 +24,7 @@ import warnings
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX  # noqa: F401 - the spool's name
 
@@ -43,7 +44,7 @@ def encode_metric(key_json: str, value: float, step: int, timestamp_ms: int) -> 
     return f'["m",{key_json},{number},{step},{timestamp_ms}]\n'
 
 
-def encode(kind: str, *fields) -> str:
+def encode(kind: str, *fields: Any) -> str:
     return json.dumps([kind, *fields], separators=(",", ":")) + "\n"
 
 
@@ -159,7 +160,7 @@ def read_complete(path: str | os.PathLike, offset: int, max_bytes: int = 8 << 20
     return Chunk(records, offset + len(complete), bad_ends, partial, big)
 
 
-def _decode_lines(complete: bytes, offset: int):
+def _decode_lines(complete: bytes, offset: int) -> Any:
     """(records with end offsets, ends of bad lines, (start, end) of oversized lines). One
     `json.loads` of the lines joined into an array (2.5x faster than one call per line), checked
     to hold exactly one valid record per line; any doubt (a bad or oversized line) decodes line
@@ -186,7 +187,7 @@ def _decode_lines(complete: bytes, offset: int):
     return records, bad_ends, big
 
 
-def _long_line(f, offset: int) -> Chunk:
+def _long_line(f: Any, offset: int) -> Chunk:
     """Find the end of a line that started at `offset` and did not fit in one read."""
     position = f.tell()
     while True:
@@ -208,7 +209,7 @@ def _decode(raw: bytes) -> list | None:
     return record if _valid(record) else None
 
 
-def _valid(record) -> bool:
+def _valid(record: Any) -> bool:
     return (type(record) is list and len(record) > 0 and record[0] in KINDS
             and len(record) == KINDS[record[0]])
 
