@@ -104,6 +104,7 @@ bench: $(STAMP)
 	$(PY) bench/cleanup.py
 	$(PY) bench/imports.py
 	$(PY) bench/jobview.py
+	$(PY) bench/jobs.py
 	$(PY) bench/multiserver.py
 	$(PY) bench/summary.py
 

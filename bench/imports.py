@@ -39,7 +39,7 @@ CASES = {
     "`platform-run launch --help`": _MAIN.format(argv=["launch", "--help"]),
     "`platform-run launch --tracking none` of one no-op rank (all it imports)":
         _MAIN.format(argv=_LAUNCH),
-    # spawn first (launcher/watch.py is imported after the spawn): what delays the first rank
+    # spawn first: what delays the first rank
     "the same launch, what it imports before its first process is spawned":
         _BEFORE_SPAWN + _MAIN.format(argv=_LAUNCH).replace("SystemExit", "(SystemExit, Spawned)"),
 }

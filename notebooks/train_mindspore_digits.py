@@ -199,7 +199,9 @@ def main(argv: list[str]) -> int:
     epoch_loss = EpochLoss()
     initial_epoch, checkpointing = resume_and_checkpoint(net, optimizer)
     print(f"rank {ctx.rank}/{ctx.size}: {data.get_dataset_size()} steps per epoch, "
-          f"{len(y_train)} training samples in all, starting after epoch {initial_epoch}", flush=True)
+          f"{len(y_train)} training samples in all, "
+          + (f"resuming after epoch {initial_epoch} (its checkpoint)" if initial_epoch
+             else "from epoch 1 (no checkpoint to resume)"), flush=True)
     log_hyperparameters(args)
     started = time.monotonic()
     if initial_epoch < args.epochs:  # a checkpoint of the last epoch leaves nothing to train

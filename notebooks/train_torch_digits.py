@@ -182,7 +182,8 @@ def main(argv: list[str]) -> int:
     model = DistributedDataParallel(module) if distributed else module
     print(f"rank {rank}/{world_size} on {device} ({accelerator.process_group_backend}): "
           f"{len(loader)} steps per epoch, {len(dataset)} training samples in all, "
-          f"starting at epoch {start}", flush=True)
+          + (f"resuming after epoch {start} (its checkpoint)" if start
+             else "from epoch 1 (no checkpoint to resume)"), flush=True)
     started = time.monotonic()
     log_hyperparameters(args)
     epoch_loss = train(model, module, optimizer, loader, sampler, args.epochs, start, device,

@@ -8,7 +8,7 @@ the package is declared here.
 
 The one exception is the rank side (tracking's tracker and identity, checkpoint/manifest.py): it
 imports only the stdlib, so it reads `PLATFORM_TRACKING_SPOOL_DIR`, `PLATFORM_JOB_NAME`,
-`PLATFORM_SERVER_ID`, `PLATFORM_CHECKPOINT_DIR`, `PLATFORM_RESUME_STEP` and `PLATFORM_ATTEMPT`
+`PLATFORM_SERVER_ID`, `PLATFORM_CHECKPOINT_DIR`, `PLATFORM_RESUME_STEP` and `PLATFORM_ATTEMPT_NUMBER`
 with `os.environ` — the names are still declared (and documented) here.
 
 Stdlib and `errors` only: every layer may import this module.
@@ -146,8 +146,9 @@ PLATFORM_STREAM_TO_TERMINAL = Variable(
     "PLATFORM_STREAM_TO_TERMINAL", str, None, "1: %dist_run in a notebook run by `platform-run "
     "debug|full` also streams rank output to the terminal", set_by="notebook runner")
 # set by the launcher for every rank
-PLATFORM_ATTEMPT = Variable("PLATFORM_ATTEMPT", int, None, "which attempt of the job this is "
-                            "(0 = the first)", set_by="launcher")
+PLATFORM_ATTEMPT_NUMBER = Variable(
+    "PLATFORM_ATTEMPT_NUMBER", int, None, "which attempt of the job this is: 1 for the first, 2 "
+    "for the first restart (--max-restarts), ...", set_by="launcher")
 PLATFORM_JOB_NAME = Variable("PLATFORM_JOB_NAME", str, None, "the job's name", set_by="launcher")
 PLATFORM_JOB_DIR = Variable("PLATFORM_JOB_DIR", str, None, "the job's folder (logs, job.json)",
                             set_by="launcher")
@@ -174,5 +175,5 @@ VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
     PLATFORM_JOB_KEY, PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_CONTROL_PORT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_NOTEBOOK_RUN, PLATFORM_STREAM_TO_TERMINAL,
-    PLATFORM_ATTEMPT, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
+    PLATFORM_ATTEMPT_NUMBER, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
     PLATFORM_TRACKING_SPOOL_DIR, PLATFORM_CHECKPOINT_DIR, PLATFORM_RESUME_STEP)}

@@ -28,10 +28,11 @@ LAYERS = [
     ("util", ("platform_plugin.util", "platform_plugin.errors", "platform_plugin.variables")),
 ]
 # The rank side of tracking runs inside every training process: the stdlib only (and the
-# framework an integration helps), never the rest of the package.
+# framework an integration helps), never the rest of the package - but the one reader of files
+# others can write (util/regular_file.py, stdlib-only 3.7 code), which a spool's reader uses.
 RANK_SIDE = ("platform_plugin.tracking.rank.tracker", "platform_plugin.tracking.rank.spool",
              "platform_plugin.tracking.rank.identity", "platform_plugin.tracking.rank.job_id",
-             "platform_plugin.tracking.integrations")
+             "platform_plugin.tracking.integrations", "platform_plugin.util.regular_file")
 # What every side of tracking shares: the one folder of it the rank side may import
 TRACKING_BOTTOM = "platform_plugin.tracking.shared"
 
@@ -92,8 +93,10 @@ def test_the_rank_side_of_tracking_imports_only_itself():
 
 
 def test_the_checkpoint_manifest_imports_nothing_of_the_package():
-    """checkpoint/manifest.py runs in every rank, on Python 3.7 too: the stdlib only."""
-    assert imports_of(PACKAGE / "checkpoint" / "manifest.py") == set()
+    """checkpoint/manifest.py runs in every rank, on Python 3.7 too: the stdlib only, and the
+    reader of files others can write, which imports nothing of the package either."""
+    assert imports_of(PACKAGE / "checkpoint" / "manifest.py") == {"platform_plugin.util.regular_file"}
+    assert imports_of(PACKAGE / "util" / "regular_file.py") == set()
 
 
 def test_tracking_never_imports_the_launcher_nor_settings():
@@ -179,7 +182,7 @@ def test_importing_tracking_in_a_rank_loads_only_its_rank_side():
         "platform_plugin", "platform_plugin.tracking"]  # every name loads on first use
     loaded = loaded_by("from platform_plugin.tracking import get_tracker")
     assert [m for m in loaded if not within(m, RANK_SIDE + ("platform_plugin.tracking.rank",))
-            and m not in ("platform_plugin", "platform_plugin.tracking")] == []
+            and m not in ("platform_plugin", "platform_plugin.tracking", "platform_plugin.util")] == []
 
 
 def help_of(argv: list[str]) -> str:

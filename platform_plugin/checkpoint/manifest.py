@@ -4,8 +4,12 @@ Every rank of a launched job gets PLATFORM_CHECKPOINT_DIR: one folder per job th
 restarts (docs/launch.md, "Resuming after a restart"). A checkpoint is a sub-folder
 `step-<step:010d>/` holding data files and `manifest.json`, written LAST:
 
-    {"step": int, "epoch": int|null, "attempt": int, "rank": int,
+    {"step": int, "epoch": int|null, "attempt_number": int, "rank": int,
      "files": {"<name>": <size in bytes>}, "time": float}
+
+`attempt_number` is the attempt that wrote it, counted as everywhere else: 1 for the first
+attempt, 2 for the first restart. Manifests of earlier versions hold `"attempt"` counted from 0
+instead; they are read as well (attempt + 1).
 
 Each file is written under a temporary name and renamed (os.replace is atomic on one file
 system), the manifest too, after the data. A checkpoint is complete when its manifest parses,
@@ -16,6 +20,13 @@ The launcher (node 0) reads `newest_complete` before each attempt and gives ever
 every server, the step it chose as PLATFORM_RESUME_STEP; a rank calls `resume_point()`, which
 takes that word alone: the ranks of one attempt start at different moments, and a rank that
 looked for itself could see a checkpoint a faster rank of the same attempt had just written.
+
+A checkpoint folder is written by every rank and read by the launcher: a manifest is read as
+any file others can write (util/regular_file.py: a regular file only, no link followed beneath
+the checkpoint folder, at most MAX_MANIFEST_BYTES, nested at most a few levels), and a data file
+counts only as a regular file of its own (a link, even to a file of the listed size, does not):
+a FIFO, a 200,000-deep manifest, a step folder linked to one outside or a data file linked to
+/etc/passwd is never a complete checkpoint.
 
 Rank side: Python 3.7 code and the stdlib only (docs/compat.md), so the variables are read
 with os.environ (their declarations are in variables.py).
@@ -28,20 +39,26 @@ import os
 import re
 import stat
 import time
-from typing import Dict, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional
+
+from platform_plugin.util.regular_file import read_json
 
 MANIFEST = "manifest.json"
 STEP_FOLDER = re.compile(r"step-([0-9]{10})")
 PARTIAL = ".partial-"  # in the name of a file still being written
 DIR_VARIABLE = "PLATFORM_CHECKPOINT_DIR"
 RESUME_VARIABLE = "PLATFORM_RESUME_STEP"
-ATTEMPT_VARIABLE = "PLATFORM_ATTEMPT"
+ATTEMPT_VARIABLE = "PLATFORM_ATTEMPT_NUMBER"  # 1, 2, ... (variables.py)
+# A manifest lists file names and sizes: far less than this, however many files
+MAX_MANIFEST_BYTES = 1 << 20
+MANIFEST_DEPTH = 2  # {"files": {...}}
 
 
 @dataclasses.dataclass(frozen=True)
 class ResumePoint:
     """A complete checkpoint: its step, its epoch (None when the writer gave none), its folder
-    and the attempt (0, 1, ...) that wrote it."""
+    and the attempt that wrote it (1 for the first attempt, 2 for the first restart, ...; 0
+    when no launcher started the process that wrote it)."""
 
     step: int
     epoch: Optional[int]
@@ -91,6 +108,11 @@ def step_folder(step: int, directory: Optional[str] = None) -> str:
     """The folder of the checkpoint of `step` (created): where its data files and manifest go."""
     folder = step_path(directory if directory is not None else checkpoint_dir(), _step(step))
     try:
+        if stat.S_ISLNK(os.lstat(folder).st_mode):  # planted: never written through
+            os.unlink(folder)
+    except FileNotFoundError:
+        pass
+    try:
         os.mkdir(folder)
     except FileExistsError:
         pass
@@ -112,7 +134,12 @@ def write_file(folder: str, name: str, data: bytes) -> None:
 
 def _write(folder: str, name: str, data: bytes) -> None:
     temporary = os.path.join(folder, "%s%s%d" % (name, PARTIAL, os.getpid()))
-    with open(temporary, "wb") as stream:
+    try:  # never through a link planted under the temporary name
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    with os.fdopen(fd, "wb") as stream:
         stream.write(data)
         stream.flush()
         os.fsync(stream.fileno())
@@ -127,7 +154,7 @@ def write_manifest(folder: str, step: int, epoch: Optional[int], files: Iterable
         sizes[_file_name(name)] = os.stat(os.path.join(folder, name)).st_size
     if epoch is not None and (type(epoch) is not int or epoch < 0):
         raise ValueError("epoch must be a whole number >= 0 or None, not %r" % (epoch,))
-    record = {"step": _step(step), "epoch": epoch, "attempt": _environ_int(ATTEMPT_VARIABLE),
+    record = {"step": _step(step), "epoch": epoch, "attempt_number": _environ_int(ATTEMPT_VARIABLE),
               "rank": _environ_int("RANK_ID", _environ_int("RANK")), "files": sizes,
               "time": time.time()}
     _write(folder, MANIFEST, json.dumps(record, sort_keys=True).encode("utf-8"))
@@ -149,21 +176,29 @@ def write_checkpoint(step: int, data: Dict[str, bytes], epoch: Optional[int] = N
 def complete(folder: str) -> Optional[ResumePoint]:
     """The checkpoint in `folder` if it is complete, else None."""
     match = STEP_FOLDER.fullmatch(os.path.basename(folder))
-    try:
-        with open(os.path.join(folder, MANIFEST), "rb") as stream:
-            record = json.loads(stream.read().decode("utf-8"))
-    except (OSError, ValueError):  # missing, unreadable, half a file, not UTF-8, not JSON
-        return None
+    record = read_record(folder)
     if match is None or not _valid(record) or record["step"] != int(match.group(1)):
         return None
     for name, size in record["files"].items():
-        try:
-            found = os.stat(os.path.join(folder, name))
+        try:  # lstat: a link is no data file of this checkpoint, whatever its target's size
+            found = os.lstat(os.path.join(folder, name))
         except OSError:
             return None
         if not stat.S_ISREG(found.st_mode) or found.st_size != size:
             return None
-    return ResumePoint(record["step"], record["epoch"], folder, record["attempt"])
+    return ResumePoint(record["step"], record["epoch"], folder, written_by(record))
+
+
+def read_record(folder: str) -> Any:
+    """The JSON value of the step folder's manifest, or None: missing, unreadable, no regular
+    file, a link (the step folder or the manifest), too large or too deep, half a file, not
+    UTF-8, not JSON."""
+    folder = os.path.abspath(folder)
+    try:
+        return read_json(os.path.join(folder, MANIFEST), MAX_MANIFEST_BYTES,
+                         within=os.path.dirname(folder), max_depth=MANIFEST_DEPTH)
+    except (OSError, ValueError):
+        return None
 
 
 def newest_complete(directory: str) -> Optional[ResumePoint]:
@@ -185,7 +220,7 @@ def resume_point() -> Optional[ResumePoint]:
     """Where this rank resumes: the checkpoint node 0's launcher chose for the attempt
     (PLATFORM_RESUME_STEP, the same on every server and for every rank; unset: from the
     beginning, even if a faster rank of this attempt already wrote one). A process the
-    launcher did not start (no PLATFORM_ATTEMPT) takes the newest complete checkpoint in
+    launcher did not start (no PLATFORM_ATTEMPT_NUMBER) takes the newest complete checkpoint in
     PLATFORM_CHECKPOINT_DIR. None: start from the beginning."""
     directory = checkpoint_dir()
     chosen = os.environ.get(RESUME_VARIABLE, "").strip()
@@ -205,11 +240,23 @@ def resume_point() -> Optional[ResumePoint]:
     return point
 
 
+def written_by(record: object) -> Optional[int]:
+    """The attempt (1, 2, ...) a manifest's record names; None when it names none. An earlier
+    version's `"attempt"` counted from 0."""
+    if not isinstance(record, dict):
+        return None
+    number = record.get("attempt_number")
+    if _whole(number):
+        return number
+    old = record.get("attempt")
+    return old + 1 if _whole(old) else None
+
+
 def _valid(record: object) -> bool:
     if not isinstance(record, dict):
         return False
     files = record.get("files")
-    return (_whole(record.get("step")) and _whole(record.get("attempt"))
+    return (_whole(record.get("step")) and written_by(record) is not None
             and _whole(record.get("rank")) and (record.get("epoch") is None
                                                 or _whole(record.get("epoch")))
             and isinstance(files, dict) and all(_plain(n) and _whole(s) for n, s in files.items())

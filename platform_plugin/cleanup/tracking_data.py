@@ -14,7 +14,6 @@ Pending counts come from the tracking package itself (the forwarder's own `count
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -25,7 +24,7 @@ from platform_plugin.tracking.shared.state import SINK_FILE, SinkConfig
 from platform_plugin.tracking.shared.uri_check import sqlite_file
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX
 from platform_plugin.util.envfile import env_file_paths, read_env_file
-from platform_plugin.util.regular_file import read_regular_file
+from platform_plugin.util.regular_file import read_json, read_regular_file
 
 URI_VARIABLE = "MLFLOW_TRACKING_URI"
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal", ".lock")
@@ -103,8 +102,8 @@ def _job_uris(root: Path) -> list[str]:
 
 
 def _read_sink(path: Path) -> dict:
-    try:  # a FIFO named sink.json must not hang the cleanup
-        data = json.loads(read_regular_file(str(path), ENV_FILE_MAX_BYTES))
+    try:  # a FIFO named sink.json must not hang the cleanup (a log folder may be a link: kept)
+        data = read_json(str(path), ENV_FILE_MAX_BYTES, within=str(path.parent))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -50,6 +50,9 @@ COMMANDS = [
     ("ranktable", "ranktable", "check, show, generate or merge HCCL rank tables"),
     ("doctor", "doctor", "check rank table, variables, running ranks and limits"),
     ("launch", "launch", "start one process per device and supervise them"),
+    ("jobs", "jobs", "list this project's jobs: running, succeeded, failed, interrupted, lost"),
+    ("attach", "jobs", "follow a running job (the newest by default): its board and new lines"),
+    ("stop", "jobs", "stop a running job as Ctrl-C or the stop button would"),
     ("debug", "notebook", "run a notebook in the debug environment (调试环境) through papermill"),
     ("full", "notebook", "full run (全量运行): clean CODE/, then run a notebook through papermill"),
     ("clean", "clean", "remove operator caches, logs and models from CODE/"),
@@ -68,6 +71,11 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        from platform_plugin.util.suggest import remember_words  # every bad flag named at once
+        remember_words(self, sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str):
         self.print_usage(sys.stderr)

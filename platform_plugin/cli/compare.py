@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
-from platform_plugin.comparison import diagnosis, report_log, spools, table as compare
+from platform_plugin.comparison import diagnosis, job_end, report_log, spools, table as compare
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.shared.uri_check import check_tracking_uri, sqlite_file
@@ -95,6 +95,18 @@ def _in_store_only(job: str) -> Found | None:
     return None if runs is None else Found(store.StorePoints(runs, client), runs, job, client, None)
 
 
+def _ending(found: Found) -> job_end.JobEnding | None:
+    """How the job ended: its job.json here, else its parent run's status in the store."""
+    ending = job_end.from_job_folder(found.spool_dir.parent if found.spool_dir else None)
+    if ending is None and found.client is not None and found.runs.config.parent_run_id:
+        try:
+            run = found.client.get_run(found.runs.config.parent_run_id)
+        except Exception:  # noqa: BLE001 - the table stands without the headline
+            return None
+        ending = job_end.from_run_status(run.info.status)
+    return ending
+
+
 def _check(args) -> None:
     """Before the store is opened: a tolerance that flags nothing (nan) or everything, and a
     plot that cannot be written after all the work."""
@@ -120,13 +132,16 @@ def run(args) -> int:
         raise compare.no_such_metric(job_id, missing, points.metrics())
     system = diagnosis.system_summary(points.values, sorted({lb for m in series.values() for lb in m}))
     print(f"job {job_id}  ({runs.config.tracking_uri})")
+    ending = _ending(found)
+    for line in ending.lines() if ending else []:
+        print(line)
     if note:
         print(note)
     target = runs.config.parent_run_id or next(iter(runs.run_ids.values()), None)
     tables = {}
     for metric in metrics:
         rows = compare.rank_rows(series[metric], metric, tolerance=args.tolerance)
-        print(compare.render(rows, metric, runs.servers))
+        print(compare.render(rows, metric, runs.servers, ending.unfinished if ending else None))
         for line in diagnosis.render(rows, system):
             print(line)
         tables[f"compare/{metric}.json"] = compare.table_data(rows, metric)
@@ -145,5 +160,32 @@ def run(args) -> int:
     elif png:
         print(f"plot: {png}")
     if args.url:
-        print(compare.metric_url(ui_base(args.ui, runs.config.tracking_uri), runs, metrics))
+        base = ui_base(args.ui, runs.config.tracking_uri)
+        print(compare.metric_url(base, runs, metrics))
+        silent = ui_silence(base, args.ui)
+        if silent:
+            print(silent)
     return 0
+
+
+def ui_silence(base: str, explicit: str | None) -> str:
+    """"" when the UI the link points at answers; else what to do about it: a link to a UI
+    nobody runs opens "unable to connect" in the browser, with no word why."""
+    import urllib.request  # (only for --url)
+    # through a Jupyter server's proxy the UI itself listens on 127.0.0.1:<its port>
+    target = (DEFAULT_UI if "/proxy/" in base and not explicit and not PLATFORM_MLFLOW_UI.is_set()
+              else base)
+    try:
+        with urllib.request.urlopen(target.rstrip("/") + "/health", timeout=2) as answer:
+            if answer.status == 200:
+                return ""
+    except OSError:
+        pass
+    except ValueError:  # not a URL urllib can open: nothing to say about it
+        return ""
+    if target == DEFAULT_UI:
+        return (f"note: no MLflow UI answers at {DEFAULT_UI} (nothing is running there): start "
+                "one with `platform-run ui` in another terminal (it prints this link too, and "
+                "runs until Ctrl-C), then open the link")
+    return (f"note: nothing answers at {target}/health: start that MLflow server, or give "
+            "--ui the address of one that runs (`platform-run ui` starts one here)")

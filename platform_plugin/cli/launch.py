@@ -2,11 +2,13 @@
 130 interrupted as asked (Ctrl-C, SIGTERM, SIGHUP), as every platform-run command."""
 from __future__ import annotations
 
+import dataclasses
 import gc
 import signal
 import sys
 
 from platform_plugin.cli import INTERRUPTED_EXIT, interrupt, skip_the_last_collection
+from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
 
 
@@ -47,10 +49,19 @@ def _import_uncollected() -> bool:
 
 
 def _run(args) -> int:
-    from platform_plugin.launcher.api import run as run_job  # (above: with the collector off)
+    from platform_plugin.launcher.api import run as run_job, start  # (above: collector off)
     skip_the_last_collection()  # (its docstring: the launcher closes and writes everything itself)
     options = from_arguments(args, check=False)  # a failed job is exit 1: its table is printed
     command = command_of(args)
+    if options.background and not options.detach:
+        raise ConfigError("--background ties the job to the process that started it, which "
+                          "ends here at once: in a terminal, --detach runs a job that survives "
+                          "it (`platform-run attach|jobs|stop` manage it)",
+                          code="LAUNCH_BACKGROUND_TERMINAL")
+    if options.detach:  # the job's id on stdout, as `docker run -d`; the notes on stderr
+        job = start(command, dataclasses.replace(options, write=sys.stderr.write))
+        print(job.job_id)
+        return 0
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = run_job(command, options)

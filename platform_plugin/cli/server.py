@@ -9,6 +9,8 @@ alone (PostgreSQL puts each of its children in a session of its own), which Post
 a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace."""
 from __future__ import annotations
 
+import argparse
+
 import fcntl
 import importlib.util
 import ipaddress
@@ -40,34 +42,41 @@ def default_data_dir() -> Path:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "server", help="run the team's MLflow tracking server on PostgreSQL",
+        usage="platform-run server [-h] [--host HOST] [--port PORT] [--workers N] "
+              "[--data-dir DIR]\n                           [--artifacts DIR] [--pg-port PORT] "
+              "[--allowed-hosts HOSTS] [--no-auth]\n       platform-run server add-user NAME "
+              "[--data-dir DIR]",
         description="mlflow server on a PostgreSQL database of its own, with artifacts served "
-                    "through it; prints the MLFLOW_TRACKING_URI for every server's .env")
+                    "through it; prints the MLFLOW_TRACKING_URI for every server's .env",
+        epilog="add-user NAME: create a team member's user on the running server and print the "
+               "lines of their .env (platform-run server add-user --help)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the servers of a job need one "
                         "they reach, e.g. this machine's cluster address or 0.0.0.0)")
     p.add_argument("--port", type=int, default=5000, help="MLflow port (default 5000; 0 = free)")
-    p.add_argument("--workers", type=int, default=4, help="MLflow web workers (default 4)")
-    p.add_argument("--data-dir", help=f"PostgreSQL cluster, password and log (default "
+    p.add_argument("--workers", type=int, default=4, metavar="N", help="MLflow web workers (default 4)")
+    p.add_argument("--data-dir", metavar="DIR", help=f"PostgreSQL cluster, password and log (default "
                                       f"{default_data_dir()})")
-    p.add_argument("--artifacts", help="where run artifacts are stored (default DATA_DIR/"
+    p.add_argument("--artifacts", metavar="DIR", help="where run artifacts are stored (default DATA_DIR/"
                                        "artifacts; a shared mount works too)")
-    p.add_argument("--pg-port", type=int, default=0,
+    p.add_argument("--pg-port", type=int, default=0, metavar="PORT",
                    help="PostgreSQL port on 127.0.0.1 (default: a free one)")
-    p.add_argument("--allowed-hosts", help="Host headers MLflow accepts (its DNS-rebinding "
+    p.add_argument("--allowed-hosts", metavar="HOSTS", help="Host headers MLflow accepts (its DNS-rebinding "
                    "guard; default: the printed address and localhost)")
     p.add_argument("--no-auth", action="store_true",
                    help="serve without authentication: anyone who reaches the port may read, "
                         "change and delete every run (default: MLflow's basic-auth, with an "
                         "admin generated on the first start)")
     p.set_defaults(func=run)
-    users = p.add_subparsers(dest="server_command", metavar="add-user")
-    add = users.add_parser("add-user", help="create a team member's user on the running server "
+    # listed once, in the usage and the epilog (argparse's own listing named it twice)
+    users = p.add_subparsers(dest="server_command", help=argparse.SUPPRESS)
+    add = users.add_parser("add-user", prog="platform-run server add-user", help="create a team member's user on the running server "
                            "and print the lines of their .env",
-                           description="Creates USERNAME with a generated password through the "
+                           description="Creates NAME with a generated password through the "
                            "running server (as its admin) and prints the .env lines once: "
                            "MLflow keeps only the password's hash.")
-    add.add_argument("username")
-    add.add_argument("--data-dir", help=f"the server's data folder (default "
+    add.add_argument("username", metavar="NAME")
+    add.add_argument("--data-dir", metavar="DIR", help=f"the server's data folder (default "
                                         f"{default_data_dir()})")
     add.set_defaults(func=run_add_user)
 

@@ -77,4 +77,16 @@ def render(rows, system: dict[str, dict[str, float]]) -> list[str]:
             if not system:
                 lines.append("  (no system metrics in this job: run with them on to see CPU and "
                              "memory per rank)")
+        if "deviates" in row.flags:
+            lines.append(deviation_line(row, rows))
     return lines
+
+
+def deviation_line(row, rows) -> str:
+    """Why a rank is flagged `deviates`: where its end value lies against the others'."""
+    others = statistics.median(r.end for r in rows if r is not row)
+    gap = (row.end - others) / abs(others) * 100 if others else float("inf")
+    return (f"deviates {run_name(row.label)}: its end value (the mean of its last tenth of "
+            f"points) {row.end:.4g} vs the other ranks' median {others:.4g} ({gap:+.0f}%), an "
+            "outlier among them; in data parallel look at its data shard, its seed, or whether "
+            "it stopped learning")

@@ -14,7 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from platform_plugin.util.regular_file import read_json
+
 LOG_FILE = "compare.log"
+MAX_REQUEST_BYTES = 64 << 20  # compare's tables of every rank, as JSON: a bound for its reader
 LOCK_FILE = "compare.lock"
 
 
@@ -74,7 +77,7 @@ def main(argv: list[str]) -> int:
     request = Path(argv[0])
     with open(request.parent / LOCK_FILE, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        data = json.loads(request.read_text(encoding="utf-8"))
+        data = read_json(str(request), MAX_REQUEST_BYTES, within=str(request.parent))
         from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink  # MLflow: this process's work
 
         client = MlflowSink().client(data["uri"])

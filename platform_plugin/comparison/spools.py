@@ -14,6 +14,7 @@ from platform_plugin.comparison.table import Point
 from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name
 from platform_plugin.tracking.rank.spool import read_complete
+from platform_plugin.util.regular_file import reason
 
 READ_BYTES = 64 << 20  # one read per spool of a usual job; a larger spool takes several
 
@@ -22,6 +23,7 @@ READ_BYTES = 64 << 20  # one read per spool of a usual job; a larger spool takes
 class LocalPoints:
     """metric -> rank label -> [(step, value, timestamp_ms)], in the order the rank logged them."""
     by_metric: dict[str, dict[str, list[tuple[int, float, int]]]] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)  # rank label -> why its spool was not read
 
     def series(self, metric: str) -> dict[str, list[Point]]:
         return {label: [Point(*point) for point in points]
@@ -58,7 +60,11 @@ def read_points(spool_dir: Path, labels: list[str]) -> LocalPoints:
         path = spool_dir / f"{stream_name(label)}{SPOOL_SUFFIX}"
         offset = 0
         while True:
-            chunk = read_complete(path, offset, READ_BYTES)
+            try:
+                chunk = read_complete(path, offset, READ_BYTES)
+            except OSError as exc:  # gone, or no regular file of the folder (a FIFO, a link)
+                points.unreadable[label] = reason(exc)
+                break
             for record, _end in chunk.records:
                 if record[0] == "m":
                     _kind, key, value, step, timestamp = record

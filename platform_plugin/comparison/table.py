@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.tracking.shared.aggregates import is_throughput
+from platform_plugin.tracking.shared.aggregates import is_throughput, lower_is_better
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 
@@ -44,10 +44,6 @@ def check_tolerance(tolerance: float) -> None:
     if not 0 <= tolerance < float("inf"):  # also nan
         raise ConfigError([Problem("COMPARE_TOLERANCE", f"tolerance {tolerance}: give the "
                                    "relative gap as a number >= 0, e.g. 0.1", "--tolerance")])
-
-
-def lower_is_better(metric: str) -> bool:
-    return any(word in metric.lower() for word in ("loss", "err", "perplexity", "time", "mse", "mae"))
 
 
 def rate_label(metric: str) -> str:
@@ -109,9 +105,12 @@ def deviating(value: float, others: list[float], tolerance: float) -> bool:
     return mad == 0 or gap > OUTLIER_Z * MAD_TO_SIGMA * mad
 
 
-def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = None) -> str:
+def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = None,
+           unfinished: dict[str, str] | None = None) -> str:
     """`servers` (label -> server id): a server column when the ranks ran on several servers.
+    `unfinished` (label -> how it ended): ranks flagged `did not finish` (comparison/job_end.py).
     Every number to NUMBER_FORMAT; the last line says what the columns are."""
+    unfinished = unfinished or {}
     servers = servers if servers and len(set(servers.values())) > 1 else {}
     column = max([len(v) for v in servers.values()] + [6]) + 2 if servers else 0
     pace = rate_label(metric)
@@ -126,7 +125,7 @@ def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = No
         server = f"{servers.get(r.label, '?'):<{column}}" if servers else ""
         lines.append(f"{run_name(r.label):<10}{server}{number(r.final):>{value_width}}"
                      f"{number(r.best):>12}{r.steps:>8}{r.wall_s:>9.1f}{rate:>{width}}  "
-                     f"{', '.join(r.flags)}")
+                     f"{', '.join(_flags(r, unfinished))}")
     if not any("straggler" in r.flags for r in rows) and len(rows) > 1:
         lines.append("no straggler: every rank within tolerance of the median pace")
     best = "lowest" if lower_is_better(metric) else "highest"
@@ -134,6 +133,11 @@ def render(rows: list[RankRow], metric: str, servers: dict[str, str] | None = No
                  f"{'mean of the throughput' if is_throughput(metric) else 'steps per second'}"
                  f"{'' if is_throughput(metric) else ' of wall time'}")
     return "\n".join(lines)
+
+
+def _flags(row: RankRow, unfinished: dict[str, str]) -> list[str]:
+    how = unfinished.get(row.label)
+    return ([f"did not finish ({how})"] if how else []) + list(row.flags)
 
 
 NUMBER_FORMAT = ".4g"  # 4 significant digits: the notebooks' tables print the same way

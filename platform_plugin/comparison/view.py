@@ -13,7 +13,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from platform_plugin.comparison import jupyter_proxy, jupyter_ui, spools
+from platform_plugin.comparison import job_end, jupyter_proxy, jupyter_ui, spools
 from platform_plugin.comparison import table as comparing
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.display.quiet import libraries_to_log
@@ -51,7 +51,8 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
     runs = comparing.job_runs(spool_dir)
     job_id = runs.config.job.get("job_id", spool_dir.parent.name)
     points, runs = _points(attempts, runs)
-    notes = []
+    ending = job_end.from_job_folder(spool_dir.parent)
+    notes = ending.lines() if ending else []
     if metric is None:
         metric, note = comparing.default_metric(points.metrics())
         notes += [note] if note else []
@@ -60,7 +61,9 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
     if not rows:  # the metrics there are, as `platform-run compare` names them
         with libraries_to_log(str(spool_dir.parent), verbose=False):
             raise comparing.no_such_metric(job_id, [metric], points.metrics())
-    result = Comparison(job_id, metric, rows, series, comparing.render(rows, metric), notes=notes,
+    result = Comparison(job_id, metric, rows, series,
+                        comparing.render(rows, metric, unfinished=ending.unfinished if ending else None),
+                        notes=notes,
                         colours=comparing.run_colours(runs),
                         experiment=runs.config.experiment_name)
     if show:  # the table and chart first: the UI takes seconds to start

@@ -7,14 +7,14 @@ Jupyter kernels are skipped: in the debug environment the kernel itself holds RA
 """
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 
-from platform_plugin.util.jobdirs import JOB_FILE, latest_job, log_name
+from platform_plugin.util.jobdirs import JOB_FILE, MAX_JOB_FILE_BYTES, latest_job, log_name
 from platform_plugin.util.numbers import whole_number
 from platform_plugin.util.procfs import alive, user_processes
+from platform_plugin.util.regular_file import read_json, reason
 from platform_plugin.ranktable import RankTableError, load, parse_visible_devices
 
 RowTuple = tuple[str, str, str, str]  # (status, check, detail, fix)
@@ -138,12 +138,11 @@ def last_job_rows(log_dir: str) -> list[RowTuple]:
         return [("SKIP", "last job", f"no job.json under {log_dir}: no job to inspect", "")]
     path = os.path.join(job_dir, JOB_FILE)
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = read_json(path, MAX_JOB_FILE_BYTES, within=job_dir)
         state = data.get("state")
         job_id = (data.get("plan") or {}).get("job_id") or os.path.basename(os.path.dirname(path))
     except (OSError, ValueError, AttributeError) as exc:
-        return [("SKIP", "last job", f"cannot read {path}: {exc}", "")]
+        return [("SKIP", "last job", f"cannot read {path}: {reason(exc)}", "")]
     if state == "running" and alive(data.get("supervisor_pid")):
         dead = sorted(name for name, pid in (data.get("pids") or {}).items() if not alive(pid))
         if dead:

@@ -35,6 +35,7 @@ class LaunchKeywords(TypedDict, total=False):
     grace: float
     show: Optional[str]
     board_metrics: Optional[str]
+    metrics_from_output: Optional[str]
     max_lines_per_s: Optional[float]
     buffered: bool
     kill_stale: bool
@@ -46,6 +47,8 @@ class LaunchKeywords(TypedDict, total=False):
     job_key: Optional[str]
     heartbeat_timeout: Optional[float]
     max_restarts: int
+    background: bool
+    detach: bool
     env: Dict[str, str]
     cwd: Optional[str]
     check: bool

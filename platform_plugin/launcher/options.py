@@ -41,7 +41,7 @@ TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
 def _at_least(low: float, *, above: bool = False) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         if above and not value > low:
             return f"must be > {low:g}"
         if not above and not value >= low:
@@ -51,13 +51,13 @@ def _at_least(low: float, *, above: bool = False) -> Check:
 
 
 def _within(low: int, high: int) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         return None if low <= value <= high else f"must be between {low} and {high}"
     return check
 
 
 def _within_float(low: float, high: float) -> Check:
-    def check(value):
+    def check(value: float) -> str | None:
         return None if low < value <= high else f"must be > {low:g} and <= {high:g}"
     return check
 
@@ -82,6 +82,11 @@ def _name(value: str) -> Optional[str]:
 
 def _metric_names(value: str) -> Optional[str]:
     return None if board_metric_names(value) else "give metric names separated by commas, e.g. loss,acc"
+
+
+def _metrics_regex(value: str) -> Optional[str]:
+    from platform_plugin.tracking.job.output_metrics import regex_problem  # (when given only)
+    return regex_problem(value)
 
 
 def board_metric_names(value: str | None) -> Tuple[str, ...]:
@@ -161,6 +166,13 @@ class LaunchOptions:
         None, "metrics of the notebook board's metrics column, in this order (default: up to 4 "
         "the ranks log most often, a throughput such as samples_per_s last)", metavar="A,B,C",
         check=_metric_names)
+    metrics_from_output: Optional[str] = opt(
+        None, "read metrics from the ranks' lines with this regex, each named group a metric "
+        "(`step`, `epoch` give the step), e.g. 'loss[: ]+(?P<loss>[0-9.eE+-]+)'; into each rank's "
+        "run unless the rank logs that name itself; `none`: no parsing at all (default: "
+        "[launch] metrics_from_output of platform.toml, else MindSpore's LossMonitor and "
+        "TimeMonitor lines only)", metavar="REGEX", check=_metrics_regex,
+        code="LAUNCH_METRICS_REGEX")
     max_lines_per_s: Optional[float] = opt(
         None, "display at most N lines per second per rank (the rest: logs only)",
         flags=("--max-lines-per-sec",), metavar="N", check=_at_least(0, above=True))
@@ -192,6 +204,14 @@ class LaunchOptions:
                             "N times (same job id, new attempt)", metavar="N",
                             check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",
                             flags=("--max-restarts", "--max_restarts"))
+    background: bool = opt(
+        False, "return at once with the job id and a live board; the job runs in a launcher "
+        "process of its own, survives a page reload and other cells, and stops with the kernel "
+        "(the attach, jobs, wait and stop magics manage it; a notebook run by platform-run "
+        "debug|full runs it in the foreground)")
+    detach: bool = opt(
+        False, "as --background, in a session of its own: the job survives the kernel or the "
+        "terminal that started it (platform-run attach|jobs|stop manage it)")
     # keyword-only (not flags): what an embedding program passes
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",
@@ -317,6 +337,34 @@ def with_environment(options: LaunchOptions, environ: Dict[str, str]) -> LaunchO
     found = {f.name: f.metadata["env"].get(environ) for f in FIELDS.values()
              if f.metadata["env"] is not None and getattr(options, f.name) is None
              and f.metadata["env"].is_set(environ)}
+    return dataclasses.replace(options, **found) if found else options
+
+
+# the options the `[launch]` table of a project's platform.toml may set (util/project.py)
+PROJECT_SETTINGS = ("metrics_from_output",)
+
+
+def with_project_settings(options: LaunchOptions, table: Dict[str, Any],
+                          path: str | None) -> LaunchOptions:
+    """The options not given take the value of the project's platform.toml `[launch]` table
+    (`table`, read from `path`); a key it may not set, or a bad value, is refused naming it."""
+    problems = []
+    for key in sorted(set(table) - set(PROJECT_SETTINGS)):
+        problems.append(Problem("LAUNCH_PROJECT_FILE", f"{path}: [launch] {key} is no setting "
+                                f"of it (it may set: {', '.join(PROJECT_SETTINGS)})", str(path)))
+    found = {}
+    for key in PROJECT_SETTINGS:
+        if key not in table or getattr(options, key) is not None:
+            continue
+        f, value = FIELDS[key], table[key]
+        where = f"{path} [launch] {key}"
+        complaint = (f"is {value!r}: give text" if not isinstance(value, str) else
+                     f.metadata["check"](value) if f.metadata["check"] else None)
+        if complaint:
+            problems.append(Problem(f.metadata["code"], f"{where} {complaint}", where))
+        found[key] = value
+    if problems:
+        raise ConfigError(problems)
     return dataclasses.replace(options, **found) if found else options
 
 

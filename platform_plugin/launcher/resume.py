@@ -1,6 +1,6 @@
 """What a restarted attempt resumes from, and what the failure cost.
 
-Before attempt K >= 1, node 0's launcher reads the newest complete checkpoint of the job's
+Before attempt K >= 2, node 0's launcher reads the newest complete checkpoint of the job's
 checkpoint folder (checkpoint/manifest.py: the rule the ranks apply too) and sends its step
 with the attempt's start (the job link's `go`, servers/identity.py's keys; the first attempt's
 choice is part of the job's identity): every server gives its ranks that one step as
@@ -12,11 +12,11 @@ failed attempt made give a lower bound; when neither says more than the resume s
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable, Dict, Optional
 
-from platform_plugin.checkpoint.manifest import MANIFEST, STEP_FOLDER, CheckpointUnavailable
+from platform_plugin.checkpoint.manifest import (STEP_FOLDER, CheckpointUnavailable, read_record,
+                                                 written_by)
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.servers.identity import CHECKPOINT_KEY, resume_keys, resume_step
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX
@@ -69,19 +69,19 @@ def proposal(plan: LaunchPlan, note: Callable[[str], None]) -> Dict[str, str]:
         return resume_keys(plan.checkpoint_dir)
     except CheckpointUnavailable:
         note(f"the checkpoint folder {plan.checkpoint_dir} was removed while the job ran: "
-             f"attempt {plan.attempt + 2} starts from the beginning (made again, empty)")
+             f"attempt {plan.attempt + 1} starts from the beginning (made again, empty)")
         os.makedirs(plan.checkpoint_dir, exist_ok=True)
         return {}
 
 
 def resumed(identity: Dict[str, str], failed: LaunchPlan, spool_dir: str,
             attempt: int) -> Resumed:
-    """What attempt `attempt` (0-based) resumes from, and the highest step `failed` reached."""
+    """What attempt `attempt` (2, 3, ...) resumes from, and the highest step `failed` reached."""
     step = resume_step(identity)
     reached, exactly = highest_spooled_step(spool_dir), True
     if reached is None:
         reached, exactly = highest_checkpoint_step(failed.checkpoint_dir, failed.attempt), False
-    return Resumed(attempt + 1, step, identity.get(CHECKPOINT_KEY, "") if step is not None
+    return Resumed(attempt, step, identity.get(CHECKPOINT_KEY, "") if step is not None
                    else "", reached, exactly)
 
 
@@ -111,7 +111,7 @@ def highest_spooled_step(spool_dir: str) -> Optional[int]:
 
 
 def highest_checkpoint_step(checkpoint_dir: str, attempt: int) -> Optional[int]:
-    """The highest step of a checkpoint folder attempt `attempt` began (its manifest says the
+    """The highest step of a checkpoint folder attempt `attempt` (1, 2, ...) began (its manifest says the
     attempt; one without a manifest counts too: a rank died writing it)."""
     try:
         names = os.listdir(checkpoint_dir)
@@ -122,18 +122,13 @@ def highest_checkpoint_step(checkpoint_dir: str, attempt: int) -> Optional[int]:
         match = STEP_FOLDER.fullmatch(name)
         if match is None:
             continue
-        written_by = _attempt_of(os.path.join(checkpoint_dir, name, MANIFEST))
+        written_by = _attempt_of(os.path.join(checkpoint_dir, name))
         if written_by is None or written_by == attempt:
             steps.append(int(match.group(1)))
     return max(steps, default=None)
 
 
-def _attempt_of(manifest: str) -> Optional[int]:
-    """The attempt a manifest names; None when there is none (or it cannot be read)."""
-    try:
-        with open(manifest, "rb") as stream:
-            record = json.loads(stream.read().decode("utf-8"))
-    except (OSError, ValueError):
-        return None
-    attempt = record.get("attempt") if isinstance(record, dict) else None
-    return attempt if type(attempt) is int else None
+def _attempt_of(step_folder: str) -> Optional[int]:
+    """The attempt a step folder's manifest names; None when there is none (or it cannot be
+    read: checkpoint/manifest.py reads it as any file a rank can write)."""
+    return written_by(read_record(step_folder))

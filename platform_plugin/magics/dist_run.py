@@ -29,7 +29,9 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.magics import tools as magic_tools
 from platform_plugin.magics.tools import MagicParser, split_line
 from platform_plugin.util.jobdirs import job_log_dir
-from platform_plugin.launcher.api import run as run_job
+from platform_plugin.launcher.api import start as start_job
+from platform_plugin.launcher.jobs.background import BackgroundJob
+from platform_plugin.magics import jobs as job_magics
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
 from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobFailed, JobResult, JobStatus
 from platform_plugin.util.folders import check_cwd, check_writable_folder
@@ -120,7 +122,15 @@ class DistRunMagics(Magics):
             command = [sys.executable, _cell_script(cell, options.log_dir), *extra]
         result = None
         try:
-            result = run_job(command, options)
+            started = start_job(command, options)
+            if isinstance(started, BackgroundJob):
+                if started.result is None:  # running: its board is live above, the cell is done
+                    job_magics.remember(started)
+                    self.shell.user_ns["_dist_job"] = started
+                    return None
+                result = started.result  # (a notebook run: it ran in the foreground)
+            else:
+                result = started
         except JobFailed as exc:
             result = exc.result
             if result.status == JobStatus.INTERRUPTED:  # the user's own stop, not a failure
@@ -156,3 +166,4 @@ def _publish(result: JobResult) -> None:
 def register(ipython) -> None:
     ipython.register_magics(DistRunMagics)
     magic_tools.register(ipython)
+    job_magics.register(ipython)

@@ -24,7 +24,7 @@ from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, me
 from platform_plugin.comparison.view import compare
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.util.suggest import with_suggestions
+from platform_plugin.util.suggest import remember_words, with_suggestions
 
 
 class MagicParser(argparse.ArgumentParser):
@@ -35,6 +35,10 @@ class MagicParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # NO_ABBREVIATIONS (launcher/options.py)
         super().__init__(*args, **kwargs)
         self.code = code
+
+    def parse_known_args(self, args=None, namespace=None):
+        remember_words(self, args)  # every bad flag of the line named at once (util/suggest.py)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         text = with_suggestions(self, message)
@@ -94,7 +98,7 @@ def folder_size(root: Path) -> int:
     return total
 
 
-def _parsed(parser, line: str, magic: str):
+def parsed(parser, line: str, magic: str):
     """The magic's options, or None when `--help` was shown. The current folder must still
     exist, as the `platform-run` command of the same name refuses otherwise."""
     __tracebackhide__ = True
@@ -114,7 +118,7 @@ class PlatformMagics(Magics):
         __tracebackhide__ = True
         with _headline("nothing was compared", "%dist_compare stopped: nothing was compared "
                        "(run it again; the job and its runs are untouched)"):
-            args = _parsed(_compare_parser(), line, "%dist_compare")
+            args = parsed(_compare_parser(), line, "%dist_compare")
             if args is None:
                 return None
             compared = [compare(args.job, metric, log_dir=args.log_dir, tolerance=args.tolerance,
@@ -134,7 +138,7 @@ class PlatformMagics(Magics):
 
     def _clean(self, line: str) -> None:
         __tracebackhide__ = True
-        args = _parsed(_clean_parser(), line, "%platform_clean")
+        args = parsed(_clean_parser(), line, "%platform_clean")
         if args is None:
             return None
         root = cleanup.find_root(args.root)

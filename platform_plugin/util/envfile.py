@@ -12,18 +12,13 @@ import io
 import os
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.util.project import project_dir
+from platform_plugin.util.project import nearby_paths
 from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 
 
 def env_file_paths(cwd: str, environ) -> list[str]:
     """The default `.env` files the rule looks for, nearest first."""
-    folder, top = os.path.abspath(cwd), project_dir(cwd, environ)
-    paths = [os.path.join(folder, ".env")]
-    while folder != top and os.path.dirname(folder) != folder:
-        folder = os.path.dirname(folder)
-        paths.append(os.path.join(folder, ".env"))
-    return paths
+    return nearby_paths(cwd, environ, ".env")
 
 
 def read_env_files(env_file: str | None, cwd: str, environ) -> tuple[dict[str, str], list[str]]:

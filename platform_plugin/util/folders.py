@@ -1,9 +1,42 @@
-"""Can a folder hold what we are about to write? Asked before anything is created."""
+"""Can a folder hold what we are about to write? Asked before anything is created. Is a folder
+we write code into our own?"""
 from __future__ import annotations
 
 import os
+import stat
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.regular_file import LinkRefused, Refused
+
+_OWN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def own_folder(path: str) -> None:
+    """Make `path` a folder only this user can change, before anything is copied into it or
+    imported from it: created with mode 0700 when missing (its parents as usual); when it
+    exists, it must be a folder, not a link, owned by this user, and group and world write
+    are taken off it (a umask of 002 made it so; once off, no one else adds an entry). Raises
+    util/regular_file.Refused with the reason, or another OSError."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    try:  # the descriptor, not the name: what is checked is what is changed
+        fd = os.open(path, _OWN_FLAGS)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise LinkRefused(f"{path} is a link, not a folder of this user's") from None
+        raise Refused(f"{path} is not a folder ({exc.strerror})") from None
+    try:
+        found = os.fstat(fd)
+        if found.st_uid != os.geteuid():
+            raise Refused(f"{path} belongs to another user (uid {found.st_uid}), not to this one")
+        if found.st_mode & 0o022:
+            os.fchmod(fd, stat.S_IMODE(found.st_mode) & ~0o022)
+    finally:
+        os.close(fd)
 
 
 def check_writable_folder(folder: str, what: str, code: str, flag: str) -> None:

@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
 JOB_FILE = "job.json"  # the plan at the start, the result at the end (launcher/processes/jobfile.py)
+MAX_JOB_FILE_BYTES = 64 << 20  # a bound for its readers: thousands of ranks' plan and result fit
 
 
 def job_log_dir(explicit: str | None = None, *, environ: Mapping[str, str] | None = None,

@@ -125,6 +125,28 @@ def alive(pid: int) -> bool:
         return False
 
 
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks after boot (/proc/<pid>/stat's 22nd field): with the
+    pid, what names one process for good (a pid is reused, the pair is not). None when gone."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            stat = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        return int(stat[stat.rfind(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def owner(pid: int) -> int | None:
+    """The real uid of `pid` (None when it is gone)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
 def _stat(pid: int) -> tuple[str, int, int]:
     """(state, ppid, pgid) from /proc/<pid>/stat."""
     fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)

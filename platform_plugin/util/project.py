@@ -33,3 +33,49 @@ def project_dir(cwd: str | os.PathLike | None, environ) -> str:
     """The folder holding CODE/ when the ranks run inside one, else the ranks' folder."""
     code = code_dir(cwd, environ)
     return os.path.dirname(code) if code is not None else os.path.abspath(cwd or os.getcwd())
+
+
+PROJECT_FILE = "platform.toml"
+LAUNCH_TABLE = "launch"
+MAX_PROJECT_FILE_BYTES = 1 << 20  # settings, not data
+
+
+def nearby_paths(cwd: str | os.PathLike | None, environ, name: str) -> list[str]:
+    """`name` in the working folder and in every folder above it up to the project folder,
+    nearest first (the `.env` rule: util/envfile.py)."""
+    folder = os.path.abspath(cwd or os.getcwd())
+    top = project_dir(folder, environ)
+    paths = [os.path.join(folder, name)]
+    while folder != top and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+        paths.append(os.path.join(folder, name))
+    return paths
+
+
+def launch_settings(cwd: str | os.PathLike | None, environ) -> tuple[dict, str | None]:
+    """The `[launch]` table of the nearest platform.toml (the project's launch defaults, beside
+    its notebook parameters) and that file; ({}, None) when there is none. A file that is there
+    but unreadable, not TOML, or whose `[launch]` is no table is refused (LAUNCH_PROJECT_FILE):
+    skipping it would run the job without the project's settings."""
+    from platform_plugin.errors import ConfigError, Problem
+    from platform_plugin.util.regular_file import read_regular_file
+    from platform_plugin.util.toml import tomllib
+    for path in nearby_paths(cwd, environ, PROJECT_FILE):
+        try:
+            text = read_regular_file(path, MAX_PROJECT_FILE_BYTES).decode("utf-8")
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:  # not a regular file, too large, not UTF-8
+            raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} cannot be read: {exc}",
+                                       path)]) from None
+        try:
+            table = tomllib.loads(text).get(LAUNCH_TABLE, {})
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} is not valid TOML: {exc}",
+                                       path)]) from None
+        if not isinstance(table, dict):
+            raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path}: [{LAUNCH_TABLE}] must be "
+                                       "a table, e.g. [launch] metrics_from_output = '...'",
+                                       path)])
+        return table, path
+    return {}, None

@@ -48,8 +48,8 @@ def test_mindspore_job_resumes_after_the_newest_complete_checkpoint(tmp_path):
     done, job_dir = run_job(tmp_path / "restarted", MS_JOB)
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert not list((tmp_path / "restarted" / "out").glob("attempt0_*"))  # attempt 0 failed
-    first, second = reports(tmp_path / "restarted", 1)
+    assert not list((tmp_path / "restarted" / "out").glob("attempt1_*"))  # attempt 1 failed
+    first, second = reports(tmp_path / "restarted", 2)
     # rank 0 saves epoch 2's checkpoint before epoch 3's steps, which rank 1 needs to reach its
     # exit: epoch 2 is complete for sure, epoch 3 only if rank 0 finished writing it in time
     assert first["initial_epoch"] == second["initial_epoch"] in (2, 3)
@@ -59,27 +59,27 @@ def test_mindspore_job_resumes_after_the_newest_complete_checkpoint(tmp_path):
     assert first["ran"] == second["ran"] == list(range(first["initial_epoch"] + 1, 7))
     assert first["params"] == second["params"]
     log = (job_dir / "rank_1.log").read_text()
-    assert f"rank 1 attempt 1 starts after epoch {first['initial_epoch']}" in log
+    assert f"rank 1 attempt 2 starts after epoch {first['initial_epoch']}" in log
 
     # the network and the optimizer's state were restored: the same as a run never stopped
     done, _ = run_job(tmp_path / "uninterrupted", MS_JOB, fail=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert reports(tmp_path / "uninterrupted", 0)[0]["params"] == first["params"]
+    assert reports(tmp_path / "uninterrupted", 1)[0]["params"] == first["params"]
 
 
 def test_torch_ddp_job_resumes_after_the_newest_complete_checkpoint(tmp_path):
     done, job_dir = run_job(tmp_path / "restarted", TORCH_JOB, "--backend", "torch")
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    first, second = reports(tmp_path / "restarted", 1)
+    first, second = reports(tmp_path / "restarted", 2)
     # rank 1 exits after epoch 3's save_checkpoint, whose barrier rank 0 passed after writing
     assert first["start"] == second["start"] == 3
     assert first["ran"] == second["ran"] == [4, 5, 6]
     assert first["params"] == second["params"]
-    assert "rank 1 attempt 1 starts at epoch 3" in (job_dir / "rank_1.log").read_text()
+    assert "rank 1 attempt 2 starts at epoch 3" in (job_dir / "rank_1.log").read_text()
 
     # model, optimizer, sampler epoch and random generators restored: the same as a run
     # never stopped
     done, _ = run_job(tmp_path / "uninterrupted", TORCH_JOB, "--backend", "torch", fail=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert reports(tmp_path / "uninterrupted", 0)[0]["params"] == first["params"]
+    assert reports(tmp_path / "uninterrupted", 1)[0]["params"] == first["params"]

@@ -15,7 +15,7 @@ from tests.helpers import REPO, clean_env
 
 def run_rank(code: str, checkpoints: Path) -> subprocess.CompletedProcess:
     """`code` as a lone process keeping its checkpoints in `checkpoints`. Without the launcher's
-    PLATFORM_ATTEMPT, `resume_point()` takes the newest complete checkpoint there itself: the
+    PLATFORM_ATTEMPT_NUMBER, `resume_point()` takes the newest complete checkpoint there itself: the
     rule node 0's launcher applies before an attempt (manifest.newest_complete)."""
     env = clean_env(PYTHONPATH=str(REPO), PLATFORM_CHECKPOINT_DIR=str(checkpoints))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,

@@ -15,6 +15,7 @@ import pytest
 from platform_plugin.checkpoint import manifest
 from platform_plugin.checkpoint.manifest import (CheckpointUnavailable, ResumePoint, complete,
                                                  newest_complete, resume_point, write_checkpoint)
+from tests import hostile
 from tests.helpers import REPO, clean_env
 
 
@@ -23,7 +24,7 @@ def checkpoints(tmp_path, clean_environ):
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     clean_environ.setenv("PLATFORM_CHECKPOINT_DIR", str(folder))
-    clean_environ.setenv("PLATFORM_ATTEMPT", "1")
+    clean_environ.setenv("PLATFORM_ATTEMPT_NUMBER", "2")
     clean_environ.setenv("RANK_ID", "0")
     return folder
 
@@ -32,21 +33,21 @@ def test_a_complete_checkpoint_is_found_with_its_step_epoch_and_attempt(checkpoi
     written = write_checkpoint(60, {"model.bin": b"x" * 1000, "state.json": b"{}"}, epoch=3)
     record = json.loads((checkpoints / "step-0000000060" / "manifest.json").read_text())
     assert record["files"] == {"model.bin": 1000, "state.json": 2}
-    assert (record["step"], record["epoch"], record["attempt"], record["rank"]) == (60, 3, 1, 0)
+    assert (record["step"], record["epoch"], record["attempt_number"], record["rank"]) == (60, 3, 2, 0)
     assert newest_complete(str(checkpoints)) == written == ResumePoint(
-        60, 3, str(checkpoints / "step-0000000060"), 1)
+        60, 3, str(checkpoints / "step-0000000060"), 2)
 
 
 def test_a_launched_rank_takes_the_launchers_word_alone(checkpoints, monkeypatch):
     """The ranks of one attempt start at different moments: a slow one must not resume from
     the checkpoint a fast one of the same attempt just wrote. Without the launcher (no
-    PLATFORM_ATTEMPT) the newest complete checkpoint is the one."""
+    PLATFORM_ATTEMPT_NUMBER) the newest complete checkpoint is the one."""
     written = write_checkpoint(60, {"a": b"1"})
     assert resume_point() is None  # launched, and the launcher chose nothing
     monkeypatch.setenv("PLATFORM_RESUME_STEP", "60")
     assert resume_point() == written
     monkeypatch.delenv("PLATFORM_RESUME_STEP")
-    monkeypatch.delenv("PLATFORM_ATTEMPT")
+    monkeypatch.delenv("PLATFORM_ATTEMPT_NUMBER")
     assert resume_point() == written
 
 
@@ -70,7 +71,7 @@ def test_the_newest_complete_one_wins_over_older_and_over_broken_newer_ones(chec
 
 @pytest.mark.parametrize("change", [
     {"step": 61},  # another step's manifest copied here
-    {"step": True}, {"epoch": -1}, {"epoch": "3"}, {"attempt": None}, {"rank": 1.5},
+    {"step": True}, {"epoch": -1}, {"epoch": "3"}, {"attempt_number": None}, {"rank": 1.5},
     {"files": {"../outside": 1}}, {"files": {"a.partial-12": 1}}, {"files": ["a"]},
     {"time": "now"},
 ])
@@ -88,7 +89,7 @@ def test_a_manifest_that_breaks_the_contract_is_never_chosen(checkpoints, change
 
 
 def test_an_empty_folder_resumes_nothing(checkpoints, monkeypatch):
-    monkeypatch.delenv("PLATFORM_ATTEMPT")
+    monkeypatch.delenv("PLATFORM_ATTEMPT_NUMBER")
     assert newest_complete(str(checkpoints)) is None
     assert resume_point() is None
 
@@ -171,3 +172,53 @@ def test_a_rank_whose_folder_was_removed_exits_with_the_message_and_no_traceback
     assert done.returncode == 1
     assert "was removed while the job ran" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("kind", hostile.FILE_KINDS)
+def test_a_planted_manifest_is_no_checkpoint_and_never_hangs_or_raises(checkpoints, kind):
+    """A manifest that is a FIFO (open() waited for a writer: the launcher hung before any rank
+    started), 200,000 nested brackets (RecursionError), a link, a device, a huge file: not a
+    complete checkpoint, and the older complete one is chosen."""
+    older = write_checkpoint(10, {"a": b"1"})
+    folder = checkpoints / "step-0000000020"
+    folder.mkdir()
+    (folder / "a").write_bytes(b"22")
+    hostile.plant(kind, folder / "manifest.json")
+    assert complete(str(folder)) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_step_folder_linked_out_of_the_checkpoint_folder_is_no_checkpoint(checkpoints, tmp_path):
+    older = write_checkpoint(10, {"a": b"1"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    write_checkpoint(20, {"a": b"22"}, directory=str(outside))  # complete where it is
+    hostile.link_step_folder_out(checkpoints, "step-0000000020", outside / "step-0000000020")
+    assert complete(str(outside / "step-0000000020")) is not None
+    assert complete(str(checkpoints / "step-0000000020")) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_data_file_linked_to_a_file_of_the_listed_size_is_no_checkpoint(checkpoints):
+    older = write_checkpoint(10, {"a": b"1"})
+    folder = checkpoints / "step-0000000020"
+    folder.mkdir()
+    (folder / "model.bin").symlink_to(hostile.PASSWD)
+    (folder / "manifest.json").write_text(json.dumps(
+        {"step": 20, "epoch": None, "attempt": 0, "rank": 0, "time": 1.0,
+         "files": {"model.bin": hostile.passwd_size()}}))
+    assert complete(str(folder)) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_link_planted_under_a_temporary_name_is_not_written_through(checkpoints, tmp_path):
+    """A rank writes a checkpoint file under a temporary name first: a link planted under that
+    name is replaced, the file it points to is left as it was."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    folder = checkpoints / "step-0000000010"
+    folder.mkdir()
+    (folder / f"a{manifest.PARTIAL}{os.getpid()}").symlink_to(victim)
+    write_checkpoint(10, {"a": b"1"})
+    assert victim.read_text() == "keep me"
+    assert complete(str(folder)) is not None

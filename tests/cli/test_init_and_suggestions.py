@@ -43,6 +43,9 @@ def test_templates_are_package_data_and_the_top_level_folder_links_there(repo_ro
     (["debug", "nb.ipynb", "--outptu", "x.ipynb"], "usage: platform-run debug",
      "--outptu: did you mean --output?"),
     (["lanch"], "usage: platform-run", "did you mean 'launch'?"),
+    # a value glued on: the flag and its value, not the flag alone
+    (["launch", "--show-all", "--", "python", "t.py"], "usage: platform-run launch",
+     "--show-all: did you mean --show all?"),
 ])
 def test_typos_get_the_sub_command_usage_and_a_suggestion(argv, usage, hint, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -101,3 +104,33 @@ def test_doctor_warns_when_code_holds_what_a_full_run_would_clean(tmp_path, monk
     out = capsys.readouterr().out
     assert "WARN  CODE/ cleanup" in out and "caches 1 files 2.0 KiB" in out, out
     assert "%platform_clean --dry-run" in out
+
+
+def test_every_bad_flag_of_a_line_is_named_at_once(capsys):
+    """`2` after an unknown flag is its value, not the command's start: the flags after it are
+    checked too (argparse alone named only --nprocs)."""
+    with pytest.raises(SystemExit):
+        main(["launch", "--nprocs", "2", "--show-all", "--trackin", "none", "--", "python", "t.py"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --nprocs --show-all --trackin" in err, err
+    for hint in ("--nprocs: did you mean --nproc?", "--show-all: did you mean --show all?",
+                 "--trackin: did you mean --tracking?"):
+        assert hint in err, err
+
+
+def test_every_bad_flag_of_a_dist_run_line_is_named_at_once():
+    from platform_plugin.errors import ConfigError
+    from platform_plugin.magics.dist_run import _parser
+    with pytest.raises(ConfigError) as refused:
+        _parser().parse_args(["--nprocs", "2", "--show-all", "python", "train.py"])
+    text = str(refused.value)
+    assert "--nprocs: did you mean --nproc?" in text and "--show-all: did you mean --show all?" in text
+
+
+def test_server_help_names_its_sub_command_once_apart_from_the_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["server", "--help"])
+    out = capsys.readouterr().out
+    assert "[--no-auth] add-user" not in out and "\n  add-user " not in out, out
+    assert "       platform-run server add-user NAME [--data-dir DIR]" in out
+    assert "add-user NAME: create a team member's user" in out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -134,7 +135,10 @@ def test_a_37_rank_with_its_own_install_keeps_it(python37, tmp_path, clean_envir
     env37 = tmp_path / "env37"
     subprocess.run([python37, "-m", "venv", "--without-pip", str(env37)], check=True)
     [site] = env37.glob("lib/python3.7/site-packages")
-    write_rank_side(str(site))
+    for relative in rank_side_files():  # installed beside what site-packages holds
+        target = site / "platform_plugin" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO / "platform_plugin" / relative, target)
     (tmp_path / "where.py").write_text(WHERE)
     clean_environ.delenv("PYTHONPATH", raising=False)
     result = launch([str(env37 / "bin" / "python"), "where.py"], nproc=2, backend="plain",

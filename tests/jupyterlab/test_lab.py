@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 QUEUED_OR_RUN = re.compile(r"\[[*0-9]+\]")  # a cell's prompt once it is queued, running or run
 SHOTS = {"running": "notebook-board-running.png", "done": "notebook-board.png",
          "starting": "notebook-compare-starting.png", "page": "notebook-compare-mlflow.png",
-         "reopened": "notebook-compare-reopened.png"}
+         "reopened": "notebook-compare-reopened.png", "curves": "notebook-board-curves.png"}
 # a rank logging metrics with long names beside loss (the board's metrics column)
 LONG_NAMES_RANK = """
 import sys
@@ -216,3 +216,49 @@ def mlflow_ui_running(lab) -> bool:
             if b"mlflow" in cmdline and b"server" in cmdline and marker in cmdline:
                 return True
     return False
+
+
+CURVE_CELLS = [
+    "%load_ext platform_plugin",
+    "import os; os.environ['MS_DIVERGE'] = '1'; os.environ['MS_EPOCHS'] = '3'",
+    "%dist_run --nproc 2 --backend plain --job-name curves python ms_monitors.py",
+]
+
+
+def test_a_diverging_rank_stands_out_on_the_board(lab, browser, tmp_path):
+    """A real 2-rank MindSpore job printing LossMonitor's lines (no tracking code), rank 1's
+    learning rate too large: the board draws each rank's loss as a curve in its row, live and
+    in the end, and rank 1's rises in red beside rank 0's falling one."""
+    shutil.copy2(ASSETS.parent / "tracking" / "ms_monitors.py", lab.root / "ms_monitors.py")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in CURVE_CELLS]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nbformat.write(nb, lab.root / "curves.ipynb")
+    page = browser.new_page(viewport={"width": 1280, "height": 700})
+    page.goto(lab.notebook_url("curves.ipynb"), wait_until="load", timeout=120_000)
+    page.locator(".jp-Notebook .jp-Cell").nth(2).wait_for(timeout=120_000)
+    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=120_000)
+    for index in range(3):
+        run_cell(page, index)
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(2)
+    curves = cell.locator(".jp-OutputArea table svg.curve")
+    # live: both rows draw their curve while the ranks run
+    wait_for(lambda: curves.count() == 2 and "running" in output_text(page, 2), timeout=180,
+             what="a curve in each running rank's row")
+    wait_for(lambda: "succeeded" in output_text(page, 2), timeout=240, what="the job's end")
+    # the cell's end (the board is redrawn once more when tracking's delivery is over)
+    expect(cell.locator(".jp-InputArea-prompt")).to_have_text(re.compile(r"\[\d+\]"),
+                                                               timeout=120_000)
+    assert curves.count() == 2
+    colours = [curves.nth(i).locator("path").evaluate("p => getComputedStyle(p).stroke")
+               for i in range(2)]
+    assert colours == ["rgb(21, 101, 192)", "rgb(198, 40, 40)"], colours  # blue, then red
+    paths = [curves.nth(i).locator("path").get_attribute("d") for i in range(2)]
+    ys = [[float(p.split(",")[1]) for p in d[1:].split(" L")] for d in paths]
+    assert ys[0][-1] > ys[0][0] and ys[1][-1] < ys[1][0], ys  # SVG's y grows downwards
+    boxes = [curves.nth(i).bounding_box() for i in range(2)]
+    assert all(b["width"] >= 100 and b["height"] >= 15 for b in boxes), boxes  # drawn, visible
+    cell.locator(".jp-OutputArea table").scroll_into_view_if_needed()
+    page.screenshot(path=str(shot_path(tmp_path, "curves")))
+    page.close()

@@ -96,3 +96,20 @@ def test_an_8_rank_timeout_says_where_the_ranks_were_stuck_in_80_and_200_columns
     assert ("    ranks 0-1, 3-7: allreduce_of_the_gradients_in_bucket_number_3 (job.py:6) < "
             "<module> (job.py:9)") in wide.splitlines(), wide
     assert _too_wide(wide, 200) == []
+
+
+def test_a_job_without_devices_gets_no_device_column(tmp_path):
+    """A CPU box: every rank's device is unknown; a column of dashes (and "device -" in the
+    root cause) said nothing."""
+    from platform_plugin.launcher.processes.result import RankFailure
+    cause = RankFailure("1", 1, None, "box", 42, 3, None, 1.5, ["boom"], root_cause=True)
+    stopped = RankFailure("0", 0, None, "box", 41, -15, "SIGTERM", 1.6, stopped_by_launcher=True)
+    result = JobResult("j", "j", str(tmp_path), "plain", "failed", False, 1.7,
+                       {"0": -15, "1": 3}, [stopped, cause], cause)
+    text = render_result(result)
+    assert "root cause: rank 1 (host box, pid 42) exit 3" in text, text
+    header = next(line for line in text.splitlines() if line.startswith("  process"))
+    assert header.split() == ["process", "rank", "pid", "ended", "runtime", "note"], text
+    with_device = JobResult("j", "j", str(tmp_path), "plain", "failed", False, 1.7, {"1": 3},
+                            [RankFailure("1", 1, 4, "box", 42, 3, None, 1.5, root_cause=True)])
+    assert "device" in render_result(with_device)

@@ -44,10 +44,10 @@ def test_a_spoke_connected_to_itself_retries_until_node_0_answers(monkeypatch):
         assert len(calls) == 2, calls  # the self-connection was dropped, node 0 called again
         hub_said = []
         agreeing = threading.Thread(
-            target=lambda: hub_said.append(hub.agree({"job_id": "job-7"}, 0)))
+            target=lambda: hub_said.append(hub.agree({"job_id": "job-7"}, 1)))
         agreeing.start()
         # node 0's identity, through the real link
-        assert spoke.agree({"job_id": "job-0"}, 0) == {"job_id": "job-7"}
+        assert spoke.agree({"job_id": "job-0"}, 1) == {"job_id": "job-7"}
         agreeing.join(20)
         assert hub_said == [{"job_id": "job-7"}]
     finally:

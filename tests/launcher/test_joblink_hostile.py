@@ -78,10 +78,10 @@ def as_zeromq(port: int, key: bytes | None) -> None:
         sock.send_multipart(outsider.pack("hello", protocol=2))
         to = json.loads(sock.recv_multipart()[1])["sid"] if sock.poll(5000) else "0" * 32
         sock.send_multipart(outsider.pack("failed", to=to, server="node1", reason="forged",
-                                          attempt=0))
-        sock.send_multipart(outsider.pack("join", to=to, node=99, server="x", attempt=0,
+                                          attempt=1))
+        sock.send_multipart(outsider.pack("join", to=to, node=99, server="x", attempt=1,
                                           nnodes=2))
-        sock.send_multipart(outsider.pack("ended", to=to, attempt=0, ok=False, server="node1"))
+        sock.send_multipart(outsider.pack("ended", to=to, attempt=1, ok=False, server="node1"))
         sock.close()
     finally:
         context.term()

@@ -33,9 +33,9 @@ HUB = textwrap.dedent("""
     flood.wait()
     spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=None, silence_s=10)
     agreed = []
-    joining = threading.Thread(target=lambda: agreed.append(hub.agree({"job_id": "j"}, 0)))
+    joining = threading.Thread(target=lambda: agreed.append(hub.agree({"job_id": "j"}, 1)))
     joining.start()
-    spoke.agree({"job_id": "x"}, 0)
+    spoke.agree({"job_id": "x"}, 1)
     joining.join(30)
     spoke.close()
     hub.close()

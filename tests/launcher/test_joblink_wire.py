@@ -87,9 +87,9 @@ def linked(monkeypatch):
     hub = Hub("127.0.0.1", port, 2, key=KEY, note=notes.append, silence_s=10)
     spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=KEY, silence_s=10)
     agreed = []
-    agreeing = threading.Thread(target=lambda: agreed.append(hub.agree({"job_id": "j1"}, 0)))
+    agreeing = threading.Thread(target=lambda: agreed.append(hub.agree({"job_id": "j1"}, 1)))
     agreeing.start()
-    assert spoke.agree({"job_id": "x"}, 0) == {"job_id": "j1"}
+    assert spoke.agree({"job_id": "x"}, 1) == {"job_id": "j1"}
     agreeing.join(20)
     yield hub, spoke, port, [f for f in packed if json.loads(f[1])["sid"] == spoke.wire.sid], \
         notes
@@ -115,9 +115,9 @@ def test_a_disconnect_read_while_the_next_connection_greets_keeps_that_connectio
     hub = Hub("127.0.0.1", port, 2, key=KEY, note=notes.append, silence_s=10)
     try:
         spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=KEY, silence_s=10)
-        agreeing = threading.Thread(target=lambda: hub.agree({"job_id": "j1"}, 0))
+        agreeing = threading.Thread(target=lambda: hub.agree({"job_id": "j1"}, 1))
         agreeing.start()
-        assert spoke.agree({"job_id": "x"}, 0) == {"job_id": "j1"}, notes
+        assert spoke.agree({"job_id": "x"}, 1) == {"job_id": "j1"}, notes
         agreeing.join(20)
         assert not spoke.broken and not notes, notes
         spoke.close()
@@ -136,12 +136,12 @@ def test_a_replayed_message_of_a_joined_launcher_is_refused(linked):
         outsider.send(hello)
         outsider.send(join)
         wait_for(lambda: any("replayed" in n for n in notes), 10, what="the replay refused")
-        assert hub.stop_reason(0) is None
+        assert hub.stop_reason(1) is None
         assert [p.node for p in hub.peers.values()] == [1]
         assert not any("another launcher already joined" in n for n in notes)
     finally:
         outsider.close()
-    assert spoke.stop_reason(0) is None and not spoke.broken
+    assert spoke.stop_reason(1) is None and not spoke.broken
 
 
 def test_a_signed_failed_from_a_peer_that_did_not_join_is_refused(linked):
@@ -155,9 +155,9 @@ def test_a_signed_failed_from_a_peer_that_did_not_join_is_refused(linked):
         assert welcome is not None
         hub_sid = json.loads(welcome[1])["sid"]
         peer.send(peer.wire.pack("failed", to=hub_sid, server="node1", reason="forged",
-                                 attempt=0))
+                                 attempt=1))
         wait_for(lambda: any("not joined" in n for n in notes), 10, what="the refusal")
-        assert hub.stop_reason(0) is None and spoke.stop_reason(0) is None
+        assert hub.stop_reason(1) is None and spoke.stop_reason(1) is None
     finally:
         peer.close()
 
@@ -179,11 +179,11 @@ def test_hostile_frames_leave_the_link_working(linked):
     finally:
         peer.close()
     assert hub.alive() and spoke.alive()
-    assert hub.stop_reason(0) is None and spoke.stop_reason(0) is None
+    assert hub.stop_reason(1) is None and spoke.stop_reason(1) is None
     assert len(notes) <= 20
-    spoke.tell_failed("node1", "a real failure", 0)
-    wait_for(lambda: hub.stop_reason(0), 10, what="the real stop at node 0")
-    assert hub.stop_reason(0) == "server node1: a real failure"
+    spoke.tell_failed("node1", "a real failure", 1)
+    wait_for(lambda: hub.stop_reason(1), 10, what="the real stop at node 0")
+    assert hub.stop_reason(1) == "server node1: a real failure"
 
 
 def test_a_frozen_spoke_is_a_failed_server_and_conclude_returns(monkeypatch):
@@ -194,15 +194,15 @@ def test_a_frozen_spoke_is_a_failed_server_and_conclude_returns(monkeypatch):
     hub = Hub("127.0.0.1", port, 2, key=None, silence_s=2)
     spoke = Spoke("127.0.0.1", port, 1, 2, "node1", key=None, silence_s=2)
     try:
-        agreeing = threading.Thread(target=lambda: hub.agree({"job_id": "j"}, 0))
+        agreeing = threading.Thread(target=lambda: hub.agree({"job_id": "j"}, 1))
         agreeing.start()
-        spoke.agree({"job_id": "j"}, 0)
+        spoke.agree({"job_id": "j"}, 1)
         agreeing.join(20)
         spoke.tick = lambda now: None  # type: ignore  # it pings no more
-        wait_for(lambda: hub.stop_reason(0), 15, what="node 0 names the silent server")
-        assert hub.stop_reason(0) == "server node1: silent for 2 s (frozen or cut off)"
+        wait_for(lambda: hub.stop_reason(1), 15, what="node 0 names the silent server")
+        assert hub.stop_reason(1) == "server node1: silent for 2 s (frozen or cut off)"
         assert hub.gone() == ["node1"]
-        assert hub.conclude(0, True, "node0") == ["node1"]
+        assert hub.conclude(1, True, "node0") == ["node1"]
     finally:
         spoke.close()
         hub.close()

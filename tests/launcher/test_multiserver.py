@@ -158,7 +158,7 @@ def test_max_restarts_starts_the_whole_job_again_on_every_server(tmp_path):
         assert first["attempt"] == 1 and first["status"] == "failed"
         if node == 0:
             assert first["root_cause"]["rank_id"] == 0 and "exit 4" in first["table"]
-        assert rank_env(job_dir, 2 * node)["PLATFORM_ATTEMPT"] == "1"
+        assert rank_env(job_dir, 2 * node)["PLATFORM_ATTEMPT_NUMBER"] == "2"
         assert os.path.isfile(os.path.join(job_dir, "attempt-1", f"rank_{2 * node}.log"))
 
 
@@ -292,7 +292,7 @@ def test_rank_table_servers_restart_together(tmp_path):
     for node in (0, 1):
         [job_dir] = list((tmp_path / "job" / f"server{node}").iterdir())
         assert (job_dir / "attempt-1").is_dir()
-        assert rank_env(str(job_dir), 2 * node)["PLATFORM_ATTEMPT"] == "1"
+        assert rank_env(str(job_dir), 2 * node)["PLATFORM_ATTEMPT_NUMBER"] == "2"
 
 
 def test_rank_table_servers_resume_from_node_0s_step_in_a_shared_folder(tmp_path):

@@ -50,6 +50,22 @@ def test_an_untracked_restart_resumes_from_the_newest_checkpoint(log_dir, tmp_pa
         "attempt": 2, "step": 60, "checkpoint": step_60, "reached_step": 60,
         "reached_exactly": False, "steps_lost": None, "text": failed["resumed"]["text"]}
     assert sorted(os.listdir(checkpoints))[-1] == "step-0000000090"  # kept, not emptied
+    # one way to count attempts: 1 for the first, in the words, the folders, job.json, the
+    # ranks' variable and the manifests they write
+    assert read_job(result.job_dir)["attempt"] == 2 and failed["attempt"] == 1
+    assert read_job(result.job_dir)["plan"]["ranks"][0]["env"]["PLATFORM_ATTEMPT_NUMBER"] == "2"
+    with open(os.path.join(checkpoints, "step-0000000090", "manifest.json")) as stream:
+        assert '"attempt_number": 2' in stream.read()
+    with open(os.path.join(checkpoints, "step-0000000010", "manifest.json")) as stream:
+        assert '"attempt_number": 1' in stream.read()
+    # the failed attempt is headed as an attempt, not as the job failing; the summary gives
+    # the whole job's time and each attempt's
+    assert "[launcher] restarting the whole job as attempt 2 of 2 (--max-restarts)" in said
+    assert "attempt 1 of 2 FAILED after " in said and f"job {result.job_id} FAILED" not in said
+    assert failed["table"].startswith("attempt 1 of 2 FAILED after ")
+    summary = next(line for line in said.splitlines() if " succeeded in " in line)
+    assert "; attempt 1 failed after " in summary and ", attempt 2 ran " in summary, summary
+    assert result.whole_duration_s > result.duration_s
 
 
 @pytest.mark.slow
@@ -65,6 +81,9 @@ def test_a_tracked_restart_counts_the_steps_lost_from_the_spools(log_dir, tmp_pa
     [failed] = read_job(result.job_dir)["failed_attempts"]
     assert (failed["resumed"]["reached_step"], failed["resumed"]["steps_lost"]) == (65, 5)
     assert result.tracking.wait_ended()  # the helper ends the runs after launch() returned
+    from platform_plugin.comparison.view import compare  # says how the job ended, above the table
+    compared = compare(result.job_dir, "m", ui=False, show=False)
+    assert compared.notes[0] == "ended: succeeded; resumed at attempt 2 from step 60"
 
 
 @pytest.mark.slow
@@ -94,13 +113,17 @@ def test_the_highest_step_skips_the_launchers_samples_and_half_lines(tmp_path):
 
 
 def test_the_highest_checkpoint_step_is_the_failed_attempts_own(tmp_path):
-    for name, attempt in (("step-0000000010", 0), ("step-0000000020", 1)):
+    """Attempts count from 1 in a manifest's `attempt_number`; an earlier version's manifest
+    counted from 0 in `attempt`, and is read as such."""
+    for name, record in (("step-0000000010", '{"attempt_number": 1}'),
+                         ("step-0000000020", '{"attempt_number": 2}'),
+                         ("step-0000000025", '{"attempt": 1}')):  # the old way: attempt 2
         (tmp_path / name).mkdir()
-        (tmp_path / name / "manifest.json").write_text(f'{{"attempt": {attempt}}}')
+        (tmp_path / name / "manifest.json").write_text(record)
     (tmp_path / "step-0000000015").mkdir()  # no manifest: died while writing it
-    assert highest_checkpoint_step(str(tmp_path), 0) == 15
-    assert highest_checkpoint_step(str(tmp_path), 1) == 20
-    assert highest_checkpoint_step(str(tmp_path / "gone"), 0) is None
+    assert highest_checkpoint_step(str(tmp_path), 1) == 15
+    assert highest_checkpoint_step(str(tmp_path), 2) == 25
+    assert highest_checkpoint_step(str(tmp_path / "gone"), 1) is None
 
 
 @pytest.mark.slow
@@ -134,3 +157,21 @@ def test_a_checkpoint_whose_writer_died_before_the_manifest_is_never_resumed(log
     assert failed["resumed"]["reached_step"] == 65  # the half checkpoint says how far it got
     for rank in ("0", "1"):
         assert "START 61" in log_text(result.job_dir, rank)
+
+
+@pytest.mark.slow
+def test_traps_planted_between_attempts_are_never_resumed_and_the_restart_goes_on(
+        log_dir, tmp_path, clean_environ):
+    """Rank 1 fails after planting, above the newest complete checkpoint (60), a manifest of
+    200,000 `[`, a FIFO manifest, a step folder linked to a complete checkpoint outside and a
+    data file linked to /etc/passwd of the listed size (tests/hostile.py). The launcher, which
+    reads them before attempt 2, neither hangs nor crashes: attempt 2 resumes from 60, the job
+    succeeds and job.json says so."""
+    result, said = run(log_dir, tmp_path, "100", "65", "hostile", tracking="none")
+    assert result.ok, said
+    assert "Traceback" not in said
+    step_60 = os.path.join(result.job_dir, "checkpoints", "step-0000000060")
+    assert f"attempt 2 resumed from step 60 (checkpoint {step_60})" in said, said
+    assert read_job(result.job_dir)["result"]["status"] == "succeeded"
+    for rank in ("0", "1"):
+        assert "START 61" in log_text(result.job_dir, rank) and "DONE" in log_text(result.job_dir, rank)

@@ -176,18 +176,19 @@ def test_a_daemon_left_by_a_successful_rank_is_removed(run):
 
 
 def test_a_failure_to_set_up_the_watch_stops_the_ranks_already_started(tmp_path, monkeypatch):
-    """The ranks are spawned before the supervisor, output and job.json are imported (watch.py,
-    start-up time): when that set-up fails (here an interrupt: the CLI's SIGTERM), every rank
+    """The ranks are spawned before the supervisor, output and job.json are set up (job.py's
+    Attempt, start-up time): when that set-up fails (here an interrupt: the CLI's SIGTERM), every rank
     already started is stopped, and Ctrl-C goes back to its handler."""
     import signal
 
-    from platform_plugin.launcher import watch
+    from platform_plugin.launcher.job import Attempt
     seen: dict = {}
 
-    def broken(plan, *args):
+    def broken(attempt, *args):
+        plan = attempt.plan
         seen["job_dir"], seen["running"] = plan.job_dir, job_processes(plan.job_dir)
         raise KeyboardInterrupt
-    monkeypatch.setattr(watch, "_set_up", broken)
+    monkeypatch.setattr(Attempt, "_set_up", broken)
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
         launch([PY, "-c", "import time; time.sleep(600)"], nproc=2, backend="plain",

@@ -1,6 +1,8 @@
 """The cell experience in a real kernel: the live board, errors as one block, quiet output."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.launcher.helpers import ASSETS, log_text
@@ -8,6 +10,7 @@ from tests.magic.helpers import run_cell
 
 pytestmark = pytest.mark.slow
 RANK = ASSETS / "board_rank.py"
+TRACKING_ASSETS = ASSETS.parent / "tracking"
 
 
 def test_board_rows_metrics_tail_and_quiet(kernel):
@@ -181,3 +184,25 @@ def test_long_metric_names_leave_the_throughput_on_the_board(kernel, tmp_path):
     # the metrics column as the user ordered it, the long name shortened to fit
     assert "samples_per_s=811 learning_rate_a…e_warmup_phase=0.1 " in row, row
     assert "vali" not in row and "epoc" not in row, row
+
+
+def test_each_rank_draws_its_loss_curve_and_a_diverging_rank_stands_out(kernel):
+    """A real 2-rank MindSpore job that knows nothing of the platform (LossMonitor's lines, read
+    into each rank's spool): the board's HTML holds one curve per rank, the rank made to diverge
+    (a learning rate too large) rising in red, the other falling; the text board its blocks."""
+    km, kc = kernel
+    assert run_cell(kc, "%load_ext platform_plugin").ok
+    assert run_cell(kc, "import os; os.environ['MS_DIVERGE'] = '1'").ok
+    script = TRACKING_ASSETS / "ms_monitors.py"
+    cell = run_cell(kc, f"%dist_run --nproc 2 --backend plain --log-dir {kc.log_dir} "
+                        f"--job-name curves python {script}")
+    assert run_cell(kc, "del os.environ['MS_DIVERGE']").ok
+    assert cell.ok, cell.stream + "\n".join(cell.error)
+    html = cell.displays[-1][1]["text/html"]
+    curves = re.findall(r"<svg class='curve (\w+)'.*?<title>([^<]*)</title>", html)
+    assert [(kind, title.split(":")[0]) for kind, title in curves] == [
+        ("falling", "rank 0"), ("rising", "rank 1")], curves
+    assert "loss" in curves[1][1] and " → " in curves[1][1]
+    rows = {r: next(line for line in cell.board.splitlines() if line.strip().startswith(f"rank {r} "))
+            for r in (0, 1)}
+    assert any(block in rows[1] for block in "▆▇█") and "▁" in rows[0], rows

@@ -297,3 +297,20 @@ def test_a_job_tracked_into_the_local_store_for_want_of_a_env_says_where_it_look
     (code.parent / ".env").write_text("MLFLOW_EXPERIMENT_NAME=mine\n")
     done = launch()
     assert done.returncode == 0 and "no .env found" not in done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_no_env_found_is_said_once_per_kernel_not_in_every_cell(tmp_path, clean_environ):
+    """Two jobs of one process (a kernel's two cells): the second says nothing of it again."""
+    import sys
+
+    from platform_plugin.launcher import launch
+    code = tmp_path / "project" / "CODE"
+    code.mkdir(parents=True)
+    clean_environ.chdir(code)
+    said: list[str] = []
+    for _ in range(2):
+        launch([sys.executable, "-c", "print('trained')"], nproc=1, backend="plain",
+               tracking="mlflow", show="none", log_dir=str(tmp_path / "logs"), cwd=str(code),
+               write=said.append, no_system_metrics=True)
+    assert "".join(said).count("tracking: no .env found") == 1, said

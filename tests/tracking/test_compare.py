@@ -100,6 +100,8 @@ def test_compare_cli_table_plot_and_url(tracking_env, tmp_path, capsys):
              what="the table (log_table) and the plot logged by compare's own process")
 
     url = next(line for line in out.splitlines() if line.startswith("http://127.0.0.1:5999/#/metric?"))
+    # nothing listens there: said under the link, with what to do
+    assert "note: nothing answers at http://127.0.0.1:5999/health: start that MLflow server" in out
     query = parse_qs(urlsplit(url.replace("/#/", "/")).query)
     children = child_runs(c, report.parent_run_id)
     by_rank = sorted(children, key=lambda r: int(r.data.tags["rank_id"]))
@@ -160,8 +162,13 @@ def test_eight_ranks_flag_only_the_real_outlier_and_several_metrics_at_once(trac
     out = capsys.readouterr().out
     tables = out.split("last samples_per_s")
     assert len(tables) == 2 and "last loss" in tables[0]  # two tables, loss once
-    flagged = [line.split()[0] for line in tables[0].splitlines() if "deviates" in line]
+    flagged = [line.split()[0] for line in tables[0].splitlines()
+               if "deviates" in line and line.startswith("rank-")]
     assert flagged == [f"rank-0{OUTLIER}"]
+    # a line under the table says why, as the straggler's does
+    why = next(line for line in tables[0].splitlines() if line.startswith("deviates "))
+    assert why.startswith(f"deviates rank-0{OUTLIER}: its end value (the mean of its last tenth")
+    assert "vs the other ranks' median" in why and "%), an outlier among them" in why, why
     header = next(line for line in tables[1].splitlines() if "mean samples_per_s" in line)
     assert "steps/s" not in header  # a throughput is its own pace, not a step rate
 def test_compare_unknown_job_is_a_configuration_error(tracking_env, capsys):
@@ -217,3 +224,34 @@ def test_without_metric_compare_takes_loss_else_the_first_metric_and_says_so(tra
     spool_dir = tmp_path / "platform_logs" / plan.job_id / "tracking"
     wait_for(lambda: not list(spool_dir.glob(".compare-*.json")), timeout=120,
              what="the table logged by compare's own process")
+
+
+def test_compare_url_says_when_no_ui_answers_and_how_to_start_one(monkeypatch):
+    """The default link points at `platform-run ui`'s address: when nothing answers there the
+    note says so and how to start it; a UI that answers gets no note."""
+    import http.server
+    import threading
+
+    from platform_plugin.cli import compare as compare_cli
+    from tests.tracking.helpers import refused_url
+    with refused_url() as url:
+        monkeypatch.setattr(compare_cli, "DEFAULT_UI", url)
+        said = compare_cli.ui_silence(url, None)
+    assert said.startswith(f"note: no MLflow UI answers at {url} (nothing is running there)")
+    assert "`platform-run ui`" in said
+
+    class Health(http.server.BaseHTTPRequestHandler):  # answers /health as MLflow's UI does
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert compare_cli.ui_silence(f"http://127.0.0.1:{server.server_port}", None) == ""
+    finally:
+        server.shutdown()
+        server.server_close()

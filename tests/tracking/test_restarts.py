@@ -66,11 +66,13 @@ def test_a_run_history_is_split_at_the_attempts_starts():
 
 
 def test_the_attempts_spool_folders_come_in_the_attempts_order(tmp_path):
-    for name in ("tracking", "tracking-attempt10", "tracking-attempt2", "tracking-attempt9"):
+    """Attempt K's folder is `tracking-attempt-K`; an earlier version's `tracking-attemptK` is
+    read as well."""
+    for name in ("tracking", "tracking-attempt-10", "tracking-attempt2", "tracking-attempt-9"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "sink.json").write_text("{}")
     assert [p.name for p in spool_dirs_of(tmp_path)] == \
-        ["tracking", "tracking-attempt2", "tracking-attempt9", "tracking-attempt10"]
+        ["tracking", "tracking-attempt2", "tracking-attempt-9", "tracking-attempt-10"]
 
 
 def _log_attempt(plan, env, attempt: int, steps) -> None:
@@ -78,28 +80,28 @@ def _log_attempt(plan, env, attempt: int, steps) -> None:
         tracker = Tracker(env["PLATFORM_TRACKING_SPOOL_DIR"],
                           RankIdentity.from_env({**plan.ranks[rank].env, **env}))
         for step in steps:
-            tracker.log_metric("m", step + 1000 * attempt + rank / 10, step=step)
+            tracker.log_metric("m", step + 1000 * (attempt - 1) + rank / 10, step=step)
         tracker.close()
 
 
 def test_an_earlier_attempt_synced_late_goes_into_the_runs_the_later_one_made(tracking_env, tmp_path):
-    """Attempt 0's points never reached the store (its helper could not deliver them: here it
-    never ran); attempt 1 resumed at step 60 and its helper made the job's runs. `sync` of
-    attempt 0 then delivers into those runs - no second parent, no second run per rank - and
-    leaves them as attempt 1 ended them (FINISHED, not attempt 0's FAILED)."""
+    """Attempt 1's points never reached the store (its helper could not deliver them: here it
+    never ran); attempt 2 resumed at step 60 and its helper made the job's runs. `sync` of
+    attempt 1 then delivers into those runs - no second parent, no second run per rank - and
+    leaves them as attempt 2 ended them (FINISHED, not attempt 1's FAILED)."""
     first = make_plan(tmp_path, 2)
     attempt_0 = JobTracking.create("mlflow", first)
     env_0 = attempt_0.prepare()
-    _log_attempt(first, env_0, 0, range(0, 66))
+    _log_attempt(first, env_0, 1, range(0, 66))
     JobEnd("FAILED", time.time(), reason="rank 1 exit 3", last=False).save(attempt_0.spool_dir)
-    # attempt 1 starts in a later millisecond than attempt 0's last point, as a launcher's
+    # attempt 2 starts in a later millisecond than attempt 1's last point, as a launcher's
     # restart does (the ranks stopped and reaped, new ones spawned): here it would be the same
     time.sleep(0.01)
 
-    second = dataclasses.replace(first, attempt=1)
+    second = dataclasses.replace(first, attempt=2)
     attempt_1 = JobTracking.create("mlflow", second)
     env_1 = attempt_1.prepare()
-    _log_attempt(second, env_1, 1, range(60, 100))
+    _log_attempt(second, env_1, 2, range(60, 100))
 
     class Ok:
         ok = True
@@ -139,7 +141,7 @@ def test_a_resumed_job_reads_as_one_curve_per_rank(tracking_env, tmp_path):
     assert launched.returncode == 0, launched.stdout + launched.stderr
     [job_dir] = (tmp_path / "platform_logs").iterdir()
     attempts = spool_dirs_of(job_dir)
-    assert [p.name for p in attempts] == ["tracking", "tracking-attempt2"]
+    assert [p.name for p in attempts] == ["tracking", "tracking-attempt-2"]
     expected = {rank: [s + (1000 if s >= 60 else 0) + rank / 10 for s in range(100)]
                 for rank in (0, 1)}
 
@@ -194,7 +196,7 @@ def test_a_resumed_job_reads_as_one_curve_per_rank(tracking_env, tmp_path):
         curve = shown.series[str(rank)]
         assert [p.step for p in curve] == list(range(100))
         assert [p.value for p in curve] == pytest.approx(expected[rank])
-    assert json.loads((attempts[-1] / "sink.json").read_text())["job"]["attempt"] == 1
+    assert json.loads((attempts[-1] / "sink.json").read_text())["job"]["attempt_number"] == 2
 
     mlflow_page(tmp_path, f"{expected[1][-1]:g} (step=99)", f"{expected[1][0]:g} (step=0)")
 

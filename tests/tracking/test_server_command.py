@@ -249,11 +249,8 @@ def _without_the_right_credentials(server: ServerCommand, data: Path, project: P
               "refused user 'alice' (HTTP 403 PERMISSION_DENIED)")]
     for lines, what in cases:
         env_file.write_text("\n".join(lines) + "\n")
-        job = _platform_run(project, "launch", "--tracking", "mlflow", "--nproc", "2",
-                            "--backend", "plain", "--show", "none", "--", sys.executable,
-                            str(ASSETS / "launch" / "server_rank.py"), "train", "20")
-        out = job.stdout + job.stderr
-        assert job.returncode == 0 and "Traceback" not in out, out
+        returncode, out = _launch_told_early(project, what)
+        assert returncode == 0 and "Traceback" not in out, out
         assert "0 records delivered" in out and what in out and "platform-run sync" in out, out
         helper = json.loads(next((project / "logs").rglob("helper.json")).read_text())
         assert helper["phase"] == "done" and what in helper["error"], helper
@@ -276,6 +273,48 @@ def _without_the_right_credentials(server: ServerCommand, data: Path, project: P
     done = _platform_run(project, "sync")
     assert done.returncode == 0 and "pending 0" in done.stdout, done.stdout + done.stderr
     assert _loss_histories(server, "later") == [20, 20]
+
+
+def _launch_told_early(project: Path, what: str) -> tuple[int, str]:
+    """A job whose ranks wait for a file the test makes only once the launcher said `what` (the
+    store's refusal, checked at the start): said while the job runs, not when it ends."""
+    go = project / "go"
+    go.unlink(missing_ok=True)
+    job = subprocess.Popen([sys.executable, "-m", "platform_plugin", "launch", "--log-dir",
+                            str(project / "logs"), "--tracking", "mlflow", "--nproc", "2",
+                            "--backend", "plain", "--show", "none", "--", sys.executable,
+                            str(ASSETS / "launch" / "server_rank.py"), "until", str(go)],
+                           cwd=str(project), env=clean_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    said = []
+    for line in job.stdout:  # the ranks wait (up to 120 s) for `go`: the job has not ended
+        said.append(line)
+        if "The job goes on" in line:
+            assert what in line and "platform-run sync" in line, line
+            break
+    go.touch()
+    said.extend(job.stdout)
+    return job.wait(timeout=240), "".join(said)
+
+
+def test_the_store_check_tells_each_refusal_apart(data_dir):
+    """What the launcher checks at a job's start, against the real team server: a wrong
+    password, a user who may only read the experiment, the admin (nothing to say)."""
+    from platform_plugin.tracking.job.store_check import store_problem
+    server = ServerCommand(data_dir)
+    admin, url = server.auth, server.url
+    assert call(url, "/api/2.0/mlflow/experiments/create", {"name": "theirs"}, admin)[0] == 200
+    alice = _add_user(data_dir, "alice")
+    env = {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "not-it-4711"}
+    assert "refused the credentials of user 'admin' (HTTP 401" in store_problem(url, "theirs", env)
+    env = {"MLFLOW_TRACKING_USERNAME": "alice", "MLFLOW_TRACKING_PASSWORD": alice[1]}
+    assert "refused user 'alice' (HTTP 403 PERMISSION_DENIED)" in store_problem(url, "theirs", env)
+    assert store_problem(url, "hers-to-create", env) == ""  # a new experiment: hers
+    env = {"MLFLOW_TRACKING_USERNAME": admin[0], "MLFLOW_TRACKING_PASSWORD": admin[1]}
+    assert store_problem(url, "theirs", env) == ""
+    os.kill(server.proc.pid, signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0, "".join(server.lines)
+    wait_for(server.all_gone, timeout=30, what="everything stopped after SIGTERM")
 
 
 def _loss_histories(server: ServerCommand, experiment_name: str) -> list[int] | None:

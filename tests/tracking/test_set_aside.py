@@ -25,6 +25,7 @@ from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.rank.tracker import Tracker
 from platform_plugin.tracking.sinks import get_sink
 from platform_plugin.util.jobdirs import JOB_FILE
+from tests import hostile
 from tests.tracking.helpers import child_runs, client, make_plan
 
 CLI = str(Path(sys.executable).with_name("platform-run"))
@@ -235,3 +236,79 @@ def test_the_rank_refuses_a_name_mlflow_refuses(tracking_env, tmp_path, name):
     t.close()
     lines = [json.loads(line) for line in (Path(jt.spool_dir) / "rank_0.jsonl").read_text().splitlines()]
     assert [line[:2] for line in lines] == [["r", "m"], ["r", "p"], ["r", "t"], ["m", "loss/mean-0 top:1"]]
+
+
+def _hostile_spool(tmp_path: Path, good: int):
+    """One rank's spool: `good` points, every line of tests/hostile.py's SPOOL_LINES, `good`
+    more points (steps after the first ones)."""
+    jt, tracker = _spool_job(tmp_path, 1, good)
+    spool = Path(jt.spool_dir)
+    with open(spool / "rank_0.jsonl", "ab") as f:
+        f.write(b"".join(line for line, _ in hostile.SPOOL_LINES.values()))
+    t = tracker(0)
+    for step in range(good, 2 * good):
+        t.log_metric("loss", float(step), step=step)
+    t.close()
+    return jt, spool
+
+
+def _check_set_aside(spool: Path, state: StreamState) -> None:
+    counted = [how for _, how in hostile.SPOOL_LINES.values()]
+    assert (state.rejected, state.skipped) == (counted.count("rejected"), counted.count("skipped"))
+    kept = [json.loads(line) for line in (spool / "rank_0.jsonl.rejected").read_text().splitlines()]
+    assert len(kept) == len(hostile.SPOOL_LINES) and all(entry["reason"] for entry in kept)
+    reasons = " ".join(entry["reason"] for entry in kept)
+    assert "is not a number: 'abc'" in reasons and "200000 deep" in reasons and "not UTF-8" in reasons
+
+
+@pytest.mark.parametrize("route", ["forwarder", "sync"])
+def test_any_line_no_sink_can_take_costs_only_itself(tracking_env, tmp_path, route):
+    """Raw spool lines (a hand-edited or corrupted spool, an older tracker): a value "abc",
+    200,000 `[`, bytes that are not UTF-8, a lone surrogate... Each is set aside with its reason
+    and counted, every good point before and after it is delivered once, `sync` ends 0 with no
+    traceback, and the run is not left RUNNING."""
+    jt, spool = _hostile_spool(tmp_path, 100)
+    if route == "forwarder":
+        forwarder = Forwarder(jt.spool_dir, jt.config, get_sink(jt.sink))
+        assert forwarder.pump(), forwarder.last_error
+    else:
+        sync = _sync(str(spool.parent), "--end", "FINISHED")
+        assert sync.returncode == 0, sync.stdout + sync.stderr
+        assert "Traceback" not in sync.stdout + sync.stderr
+        assert "delivered 200, pending 0" in sync.stdout, sync.stdout
+    state = StreamState.load(spool, "rank_0")
+    assert state.delivered == 200
+    _check_set_aside(spool, state)
+    c = client(jt.config.tracking_uri)
+    history = c.get_metric_history(state.run_id, "loss")
+    assert sorted(m.step for m in history) == list(range(200))
+    if route == "sync":
+        assert c.get_run(state.run_id).info.status == "FINISHED"
+
+
+@pytest.mark.slow
+def test_a_launched_job_with_hostile_lines_delivers_every_good_point(tracking_env, tmp_path):
+    """The same lines written by a rank into its own spool mid-job: the launcher's drain and
+    the forwarding helper set them aside, the report and job.json count them, and the runs end."""
+    lines = b"".join(line for line, _ in hostile.SPOOL_LINES.values())
+    (tmp_path / "lines.bin").write_bytes(lines)
+    (tmp_path / "rank.py").write_text(RANK.replace(
+        "f.write(json.dumps([\"m\", \"loss\", 7.0, 9223372036854775808, int(time.time() * 1000)]) + \"\\n\")",
+        "f.write(open('lines.bin', encoding='latin-1').read())").replace('"a")', '"a", encoding="latin-1")'))
+    assert "lines.bin" in (tmp_path / "rank.py").read_text()
+    result = launch([sys.executable, "rank.py"], nproc=2, cwd=str(tmp_path), no_system_metrics=True,
+                    write=lambda text: None)
+    assert result.ok
+    assert result.tracking.wait_ended(300)
+    report = result.tracking
+    counted = [how for _, how in hostile.SPOOL_LINES.values()]
+    assert (report.delivered, report.pending) == (2 * POINTS, 0), report.reason
+    assert (report.rejected, report.skipped) == (counted.count("rejected"), counted.count("skipped"))
+    saved = json.loads((Path(result.job_dir) / JOB_FILE).read_text())["result"]["tracking"]
+    assert (saved["delivered"], saved["rejected"], saved["skipped"]) == (
+        2 * POINTS, report.rejected, report.skipped)
+    _check_set_aside(Path(report.spool_dir), StreamState.load(Path(report.spool_dir), "rank_0"))
+    c = client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    for run in child_runs(c, report.parent_run_id):
+        assert sorted(m.step for m in c.get_metric_history(run.info.run_id, "loss")) == list(range(POINTS))
+        assert run.info.status == "FINISHED"

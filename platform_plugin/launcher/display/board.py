@@ -22,7 +22,8 @@ from platform_plugin.launcher.display.board_render import (BoardView, RankRow, c
 from platform_plugin.launcher.display.board_colours import to_html
 from platform_plugin.launcher.display.output import TAIL_LINES as TABLE_LINES, Output
 from platform_plugin.launcher.display.screen_tail import ScreenTail, plain
-from platform_plugin.launcher.processes.result import describe_exit
+from platform_plugin.launcher.processes.result import JobResult, describe_exit
+from platform_plugin.launcher.processes.supervisor import Proc, Supervisor
 from platform_plugin.launcher.display.spool_tail import SpoolTail
 
 REFRESH_S = 0.5  # at most two redraws a second: each one is a message to the browser
@@ -32,7 +33,8 @@ TAIL_LINES = 4  # 8 ranks x 4 lines + the table fit one screen
 class Board(Output):
     def __init__(self, publish: Callable[[dict], object], *,
                  stream_write: Callable[[str], object] | None = None, refresh_s: float = REFRESH_S,
-                 tail_lines: int = TAIL_LINES, board_metrics: tuple = (), **output_options):
+                 tail_lines: int = TAIL_LINES, board_metrics: tuple = (),
+                 **output_options: Any) -> None:
         super().__init__("all" if stream_write else "none", write=stream_write, **output_options)
         self.publish = publish
         self.board_metrics = board_metrics  # --board-metrics: the metrics column, as given
@@ -43,7 +45,7 @@ class Board(Output):
         self.board_lines = tail_lines
         self.notes: list[str] = []
         self.lines: dict[str, int] = {}
-        self.supervisor = None
+        self.supervisor: Supervisor | None = None
         self.spools: SpoolTail | None = None
         self._drawn_at = 0.0
         self._opened_at = time.monotonic()
@@ -53,6 +55,7 @@ class Board(Output):
         self.outcome = ""  # how the job ended, once `ended()` knows it
         self.cause: str | None = None  # the root-cause rank: its last lines follow in the table
         self.delivering = False  # the ranks ended; the launcher waits for tracking's delivery
+        self.waiting = ""  # why the ranks are silent, shown until the first one writes
 
     # -- Output ---------------------------------------------------------------------------
     def open(self, name: str, log_path: str) -> None:
@@ -71,6 +74,11 @@ class Board(Output):
         self.notes.append(text)
         if self._write is not None:
             super().note(text)
+
+    def quiet_start(self, text: str) -> None:
+        self.waiting = text  # on the board only while nothing came (then it would mislead)
+        if self._write is not None:
+            Output.note(self, text)
 
     def flush(self) -> None:
         super().flush()
@@ -93,11 +101,11 @@ class Board(Output):
             self.publish(bundle)
 
     # -- Supervisor observer ----------------------------------------------------------------
-    def started(self, supervisor) -> None:
+    def started(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
-        self.spools = SpoolTail(supervisor.plan.job_dir)
+        self.spools = SpoolTail(supervisor.plan.job_dir, supervisor.plan.attempt)
 
-    def ended(self, result) -> None:
+    def ended(self, result: JobResult) -> None:
         """The last redraw says how the job ended (the table below it says why)."""
         self.outcome = "succeeded" if result.ok else result.status.upper()
         cause = result.root_cause
@@ -136,6 +144,8 @@ class Board(Output):
                 runtime_s=((proc.ended or now) - proc.started) if proc else now - self._opened_at,
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
+                curve_name=found.main if found else None,
+                curve=found.curves[found.main].values() if found and found.main else [],
                 lines=self.lines.get(name, 0) + (1 if screen.current else 0),
                 tail=[plain(line) for line in tail], tail_html=[to_html(line) for line in tail],
                 # the failure table below the board prints the root cause's last lines: once
@@ -147,11 +157,12 @@ class Board(Output):
             if self.delivering:
                 title += " — sending the metrics to tracking (the stop button ends this wait)"
         names = choose_metrics([m.counts for m in metrics.values()], self.board_metrics)
-        return BoardView(title=title, rows=rows, notes=list(self.notes),
+        waiting = [self.waiting] if self.waiting and not self._heard and not final else []
+        return BoardView(title=title, rows=rows, notes=list(self.notes) + waiting,
                          log_dir=plan.job_dir if plan else "", final=final, metric_names=names)
 
 
-def _status(proc) -> str:
+def _status(proc: Proc | None) -> str:
     if proc is None:
         return "starting"
     code = proc.popen.returncode

@@ -10,8 +10,9 @@ import html
 import math
 from dataclasses import dataclass, field
 
+from platform_plugin.launcher.display.sparkline import sparkline, svg_sparkline
 from platform_plugin.launcher.processes.result import name_label
-from platform_plugin.tracking.shared.aggregates import is_throughput
+from platform_plugin.tracking.shared.aggregates import is_throughput, lower_is_better
 from platform_plugin.util.texttable import render_rows
 
 LAST_LINE_CHARS = 60
@@ -36,6 +37,11 @@ class RankRow:
     tail: list = field(default_factory=list)  # its last lines (decoded)
     tail_block: bool = True  # shown below the table (the last one is in its row anyway)
     tail_html: list | None = None  # the tail as escaped HTML with its colours (board_colours)
+    curve_name: str | None = None  # the metric drawn in its row: loss, else the first logged
+    curve: list = field(default_factory=list)  # its (step, value) points (sparkline.Curve)
+    # a log followed from its end (attach: launcher/jobs/follow.py): its lines were not all
+    # counted, its size is what the board says of it
+    log_bytes: int | None = None
 
     @property
     def label(self) -> str:  # as the prefix and the failure table name it: "rank 0", "store"
@@ -48,10 +54,20 @@ class RankRow:
     @property
     def counted(self) -> str:
         """"12 lines, 8 earlier lines in the log", "1 line" (not "1 lines")."""
+        if self.log_bytes is not None:
+            return f"last lines of {_size(self.log_bytes)} in the log"
         text = _lines(self.lines)
         held = self.held_back
         return text + (f", {held} earlier {'line' if held == 1 else 'lines'} in the log"
                        if held else "")
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count} bytes"
+    if count < 1 << 20:
+        return f"{count / 1024:.1f} KiB"
+    return f"{count / (1 << 20):.1f} MiB" if count < 1 << 30 else f"{count / (1 << 30):.1f} GiB"
 
 
 def _lines(count: int) -> str:
@@ -67,8 +83,15 @@ class BoardView:
     final: bool = False
     metric_names: list = field(default_factory=list)  # the metrics column (choose_metrics)
 
+    @property
+    def last_step(self) -> int | None:
+        """The highest step any rank's curve reached: every curve's x axis ends there, so a
+        rank that stalled ends short of the others."""
+        ends = [row.curve[-1][0] for row in self.rows if row.curve]
+        return max(ends) if ends else None
 
-def _number(value) -> str:
+
+def _number(value: object) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return f"{value:.4g}" if isinstance(value, float) else str(value)
@@ -130,19 +153,36 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _cells(row: RankRow, names: list) -> tuple:
+def _cells(row: RankRow, names: list, last_step: int | None = None) -> tuple:
     rate = f"{row.steps_per_s:.2f}" if row.steps_per_s is not None else ""
     last = row.tail[-1] if row.tail else ""
     return (row.label, row.status, f"{row.runtime_s:.0f}s", "" if row.step is None else
-            str(row.step), metrics_text(row.metrics, names), rate, _clip(last, LAST_LINE_CHARS))
+            str(row.step), metrics_text(row.metrics, names), sparkline(row.curve, last_step),
+            rate, _clip(last, LAST_LINE_CHARS))
 
 
-HEADERS = ["process", "status", "time", "step", "metrics", "steps/s", "last line"]
+HEADERS = ["process", "status", "time", "step", "metrics", "curve", "steps/s", "last line"]
+CURVE_COLUMN = HEADERS.index("curve")
+
+
+def curve_title(row: RankRow) -> str:
+    """What the curve shows, for its tooltip: `rank 0: loss 2.3 → 0.41 (steps 1-16)`."""
+    if not row.curve:
+        return ""
+    (first_step, first), (last_step, last) = row.curve[0], row.curve[-1]
+    return (f"{row.label}: {row.curve_name} {_number(first)} → {_number(last)} "
+            f"(steps {first_step}-{last_step})")
+
+
+def _curve_html(row: RankRow, last_step: int | None) -> str:
+    return svg_sparkline(row.curve, last_step, title=curve_title(row),
+                         lower_is_better=lower_is_better(row.curve_name or ""))
 
 
 def render_text(view: BoardView) -> str:
-    lines = [view.title, render_rows(HEADERS, [_cells(r, view.metric_names) for r in view.rows],
-                                     indent="  ")]
+    last_step = view.last_step
+    lines = [view.title, render_rows(HEADERS, [_cells(r, view.metric_names, last_step)
+                                               for r in view.rows], indent="  ")]
     lines += [f"  {note}" for note in view.notes]
     for row in view.rows:
         if not (row.tail and row.tail_block):
@@ -162,7 +202,7 @@ _STYLE = ("<style>.ppb{font:12px/1.35 var(--jp-code-font-family,monospace);}"
           ".ppb .tails{display:grid;grid-template-columns:repeat(auto-fill,minmax(300px,1fr));"
           "gap:4px 12px}.ppb .tail{overflow:hidden}.ppb .tail pre{margin:0;white-space:pre;"
           "overflow:hidden;text-overflow:ellipsis;background:rgba(128,128,128,.08);padding:2px 4px}"
-          ".ppb .head{color:gray}</style>")
+          ".ppb .head{color:gray}.ppb td.curve{padding:0 8px;line-height:0}</style>")
 
 
 def _status_class(status: str) -> str:
@@ -175,10 +215,12 @@ def render_html(view: BoardView) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
     body = []
+    last_step = view.last_step
     for row in view.rows:
-        cells = list(_cells(row, view.metric_names))
+        cells = list(_cells(row, view.metric_names, last_step))
         tds = [f"<td>{esc(c)}</td>" for c in cells]
         tds[1] = f"<td class='{_status_class(row.status)}'>{esc(row.status)}</td>"
+        tds[CURVE_COLUMN] = f"<td class='curve'>{_curve_html(row, last_step)}</td>"
         body.append("<tr>" + "".join(tds) + "</tr>")
     parts = [_STYLE, "<div class='ppb'>", f"<div><b>{esc(view.title)}</b></div>",
              f"<table><tr>{head}</tr>{''.join(body)}</table>"]

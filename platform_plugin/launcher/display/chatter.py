@@ -16,7 +16,7 @@ _NAME_END = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ_"  # what stands before the `(` of ever
 _PARENS_LOOKED_AT = 32  # more `(` than that in a chunk: the substring searches instead
 
 
-class _Chatter:
+class Chatter:
     """What the display hides. `search(chunk)`: could the chunk hold a chatter line (the display
     then `match`es each line, which anchors the pattern at the line's start). The cheap test
     matters: it runs over every byte a rank prints. A regex scan steps through the chunk byte
@@ -45,8 +45,8 @@ class _Chatter:
         return CHATTER_LINE.match(line) is not None
 
 
-CHATTER = _Chatter()
+CHATTER = Chatter()
 
 
-def hide_pattern(verbose: bool):
+def hide_pattern(verbose: bool) -> Chatter | None:
     return None if verbose else CHATTER

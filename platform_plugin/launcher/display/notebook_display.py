@@ -1,22 +1,20 @@
 """Which display a job gets: the live board inside a Jupyter kernel, prefixed lines elsewhere.
 
 IPython and the board are imported only when a kernel is running (a CLI launch does without
-them).
+them: the board's rendering, curves and colours are the heaviest part of the display).
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
+from platform_plugin.launcher.display.output import Output
 from platform_plugin.variables import PLATFORM_STREAM_TO_TERMINAL
 
 # Set by `platform-run debug|full` for its kernel: the board goes to the notebook and the
 # prefixed lines to the terminal that runs platform-run.
 TERMINAL_ENV = PLATFORM_STREAM_TO_TERMINAL.name
-
-if TYPE_CHECKING:
-    from platform_plugin.launcher.display.board import Board
 
 
 def in_kernel() -> bool:
@@ -63,6 +61,7 @@ def terminal_writer() -> Callable[[str], None] | None:
     return write
 
 
-def make_board(**output_options) -> Board:
+def make_board(**output_options: Any) -> Output:
+    """The notebook's live board (an Output that redraws one block)."""
     from platform_plugin.launcher.display.board import Board  # (in a kernel only)
     return Board(ipython_publisher(), stream_write=terminal_writer(), **output_options)

@@ -8,19 +8,23 @@ state. In a notebook a chatty rank is capped to `max_lines_per_s`; the log files
 """
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import time
-from typing import Callable
+from typing import IO, Any, Callable
 
+from platform_plugin.launcher.display.chatter import Chatter
 from platform_plugin.launcher.display.screen_tail import ScreenTail, last_state
 from platform_plugin.launcher.display.show import parse_show
 from platform_plugin.launcher.processes.result import name_label
+from platform_plugin.tracking.job.output_metrics import OutputMetrics, RankLines
 
 TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
 PARTIAL_MAX = 64 * 1024
 LOG_BATCH = 1 << 20  # a rank's log is written once this much is held ...
+QUIET_START_S = 3.0  # ranks silent this long after the start: say what they are most likely doing
 LOG_DELAY_S = 0.1  # ... or once the oldest byte held is this old (checked at the display's tick)
 TAIL_HELD = 1 << 18  # a rank's chunks kept for its tail before they are fed to it (memory)
 
@@ -95,7 +99,7 @@ class _RankLog:
 
 class _RankStream:
     def __init__(self, name: str, log_path: str, shown: bool, max_lines_per_s: float | None,
-                 hide=None, tail_lines: int = TAIL_LINES):
+                 hide: Chatter | None = None, tail_lines: int = TAIL_LINES) -> None:
         self.name = name
         self.prefix = f"[{name_label(name)}] "
         self.prefix_bytes = self.prefix.encode()
@@ -115,6 +119,8 @@ class _RankStream:
         self.held_total = 0
         self.hide = hide  # lines kept out of the display: `search(chunk)`, `match(line)` (quiet.py)
         self.hidden = 0
+        # metrics read from the lines (tracking/job/output_metrics.RankLines), a tracked rank's
+        self.metrics: RankLines | None = None
 
     @property
     def screen(self) -> ScreenTail:
@@ -144,6 +150,8 @@ class _RankStream:
         self._unseen_size += len(data)
         if self._unseen_size > TAIL_HELD or len(self._unseen) > 256:
             self._settle_tail()
+        if self.metrics is not None:
+            self.metrics.scan(data, cut)
         if not cut:  # no line ends in this chunk
             self.partial += data
             if self.partial:
@@ -200,8 +208,11 @@ class _RankStream:
         self._prefixed(b"", complete, len(complete), out)
 
     def _without_hidden(self, complete: bytes) -> bytes:
+        hide = self.hide
+        if hide is None:  # (marked by hide.search only)
+            return complete
         lines = complete[:-1].split(b"\n")
-        kept = [line for line in lines if not self.hide.match(line)]
+        kept = [line for line in lines if not hide.match(line)]
         self.hidden += len(lines) - len(kept)
         return b"\n".join(kept) + b"\n" if kept else b""
 
@@ -237,7 +248,7 @@ class _RankStream:
         self.log.close()
 
 
-def _byte_layer(stdout):
+def _byte_layer(stdout: IO[str]) -> IO[bytes] | None:
     """`stdout`'s byte stream when the display can skip decoding: a UTF-8 TextIOWrapper (a
     terminal, a file, a pipe: the CLI). None in a kernel (ipykernel's stream has no byte
     layer) or for any other encoding (the text path applies the stream's own encoding/errors)."""
@@ -250,7 +261,8 @@ class Output:
     """All streams of one job. `write` defaults to the current sys.stdout at flush time."""
 
     def __init__(self, show: str | set[str] | None = "all", *, max_lines_per_s: float | None = None,
-                 write: Callable[[str], object] | None = None, hide=None):
+                 write: Callable[[str], object] | None = None,
+                 hide: Chatter | None = None) -> None:
         self.hide = hide
         self.show = parse_show(show) if isinstance(show, str) or show is None else set(show)
         self.max_lines_per_s = max_lines_per_s
@@ -259,19 +271,31 @@ class Output:
         # display pieces (bytes or views of them): whole lines, the bytes the ranks wrote
         self._pending: list[bytes | memoryview] = []
         self._stdout_written = False  # written to sys.stdout since its last flush
-        self._stdout = self._stdout_bytes = None  # the sys.stdout last written, its byte layer
+        # the sys.stdout last written, its byte layer
+        self._stdout: IO[str] | None = None
+        self._stdout_bytes: IO[bytes] | None = None
         self.last_output = time.monotonic()
         self.log_failure = ""  # set when a rank's log could not be written (e.g. disk full)
         self.tail_lines = TAIL_LINES  # lines each rank's ScreenTail keeps (a board may want more)
+        self._notes_soon: collections.deque[str] = collections.deque()  # from other threads
+        self._opened_at = time.monotonic()
+        self._heard = False  # a rank wrote something
+        self._quiet_said = False
+        # tracking/job/output_metrics.OutputMetrics: set (watch.py) when a tracked job parses its
+        # ranks' lines for metrics; its points are written at the display's tick
+        self.metrics: OutputMetrics | None = None
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
-        self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s,
-                                          self.hide, self.tail_lines)
+        stream = self._streams[name] = _RankStream(name, log_path, shown, self.max_lines_per_s,
+                                                   self.hide, self.tail_lines)
+        if self.metrics is not None:
+            stream.metrics = self.metrics.rank(name)
 
     def feed(self, name: str, data: bytes) -> None:
         now = time.monotonic()
         self.last_output = now
+        self._heard = True
         stream = self._streams[name]
         stream.feed(data, now, self._pending)
         if stream.log.error is not None:
@@ -288,14 +312,44 @@ class Output:
             stream.log.add(data, time.monotonic())
             stream.log.write()  # after what the rank wrote before, at once
 
+    # -- what the supervisor and the job tell a display: prefixed lines need none of it, the
+    # board (board.py) redraws on it
+    def started(self, supervisor: Any) -> None:
+        """The ranks run (`supervisor`: processes.supervisor.Supervisor, which imports this)."""
+
+    def ended(self, result: Any) -> None:
+        """The ranks ended (`result`: the JobResult)."""
+
+    def waiting_for_tracking(self, waiting: bool) -> None:
+        """The ranks ended and the job waits (or no longer) for their points' delivery."""
+
     def note(self, text: str) -> None:
         """A launcher message in the display (never in a rank's log)."""
         self._pending.append(f"[launcher] {text}\n".encode())
 
+    def quiet_start(self, text: str) -> None:
+        """The ranks have been silent since the start (QUIET_START_S): say what they wait for."""
+        self.note(text)
+
+    def note_soon(self, text: str) -> None:
+        """`note` from another thread (a check of the tracking server): shown at the next tick."""
+        self._notes_soon.append(text)
+
     def flush(self) -> None:
         """Partial lines quiet for PARTIAL_FLUSH_S, then everything pending (the display's tick).
         sys.stdout is flushed here only: in a kernel each flush waits for ipykernel's IO thread."""
+        while self._notes_soon:
+            self.note(self._notes_soon.popleft())
         now = time.monotonic()
+        if not (self._heard or self._quiet_said) and self._streams \
+                and now - self._opened_at >= QUIET_START_S:
+            self._quiet_said = True  # the first seconds of a job: silence, unexplained
+            self.quiet_start(f"the ranks started {now - self._opened_at:.0f}s ago and have printed "
+                             "nothing yet: most often they are importing their framework (torch, "
+                             "MindSpore: seconds on a CPU), then each waits for the others at "
+                             "the rendezvous (init_process_group, init())")
+        if self.metrics is not None:
+            self.metrics.tick()
         for stream in self._streams.values():
             if stream.partial and now - stream.partial_since >= PARTIAL_FLUSH_S:
                 stream.flush_partial(now, self._pending)
@@ -323,7 +377,7 @@ class Output:
             for piece in pieces:
                 write(str(piece, "utf-8", "replace"))
 
-    def _stdout_byte_layer(self):
+    def _stdout_byte_layer(self) -> IO[bytes] | None:
         """The byte layer of the current sys.stdout, if it has a usable one (looked up once per
         stream). Its text layer is flushed when the display starts writing to it: the launcher's
         lines printed before the job stay before it (and after it: close() flushes)."""
@@ -357,4 +411,6 @@ class Output:
         for stream in self._streams.values():
             stream.close(self._pending)
             self._log_failed(stream.log)
+        if self.metrics is not None:  # the last points, before tracking's end is written
+            self.metrics.close()
         self.flush()

@@ -76,7 +76,8 @@ class _Route:
             logger.propagate = False
         self.handler = handler
 
-    def warning(self, message, category, filename, lineno, file=None, line=None) -> None:
+    def warning(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                file: object = None, line: str | None = None) -> None:
         self.start()
         logging.getLogger(WARNINGS_LOGGER).warning("%s:%s: %s: %s", filename, lineno,
                                                    category.__name__, message)

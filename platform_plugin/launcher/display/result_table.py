@@ -13,19 +13,30 @@ from platform_plugin.util.jobdirs import log_name
 from platform_plugin.util.texttable import render_rows
 
 
-def render_result(result: JobResult, width: int | None = None) -> str:
+def render_result(result: JobResult, width: int | None = None,
+                  attempt: tuple[int, int] | None = None) -> str:
     """A compact table: one headline, the root cause with its last lines, one row per rank,
     then where the ranks were (a stopped job; "stuck in" for a hang). `width`: the terminal's columns (the CLI);
-    the table fits them, a stack line is clipped (every frame is in the job's stacks/)."""
+    the table fits them, a stack line is clipped (every frame is in the job's stacks/).
+    `attempt`: (number, of how many) for an attempt that is restarted (--max-restarts): the
+    headline names the attempt, not the job, which goes on."""
     ranks = len(result.exitcodes)
-    head = (f"job {result.job_id} {result.status.upper()} after {result.duration_s:.1f}s "
-            f"(backend {result.backend}, {ranks} process{'es' if ranks != 1 else ''})")
+    what = f"(backend {result.backend}, {ranks} process{'es' if ranks != 1 else ''})"
+    if attempt is not None:
+        head = (f"attempt {attempt[0]} of {attempt[1]} {result.status.upper()} after "
+                f"{result.duration_s:.1f}s {what}")
+    elif result.attempts:
+        head = (f"job {result.job_id} {result.status.upper()} after "
+                f"{result.whole_duration_s:.1f}s, {attempt_times(result)} {what}")
+    else:
+        head = f"job {result.job_id} {result.status.upper()} after {result.duration_s:.1f}s {what}"
     lines = [head]
     cause = result.root_cause
     if result.reason and cause is None:
         lines.append(f"  why: {result.reason}")
     if cause is not None:
-        lines.append(f"  root cause: {cause.label} (device {_dash(cause.device_id)}, host "
+        device = "" if cause.device_id is None else f"device {cause.device_id}, "  # (a CPU box: none)
+        lines.append(f"  root cause: {cause.label} ({device}host "
                      f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
                      f"{cause.runtime_s:.1f}s")
         if cause.last_lines:
@@ -51,12 +62,22 @@ def render_result(result: JobResult, width: int | None = None) -> str:
     if result.attempts and not result.ok:
         lines.append(f"  all {len(result.attempts) + 1} attempts failed; the earlier ones:")
         for earlier in result.attempts:  # rendered whole when it failed: clipped here as
+            table = earlier["table"].splitlines()  # headed "attempt K of N ..." (older: "job ...")
+            label = [] if table and table[0].startswith("attempt ") else [f"attempt {earlier['attempt']}:"]
             lines.extend(f"  | {line}" if line.startswith(WHOLE) else clip(f"  | {line}", width)
-                         for line in [f"attempt {earlier['attempt']}:"]
-                         + earlier["table"].splitlines())  # the table above is
+                         for line in label + table)  # the table above is
             if earlier.get("resumed"):  # what the next attempt resumed from (launcher/resume.py)
                 lines.extend(wrapped(earlier["resumed"]["text"], width, "  "))
     return "\n".join(lines)
+
+
+def attempt_times(result: JobResult) -> str:
+    """Each attempt's time, in order: "attempt 1 failed after 12.0s, attempt 2 ran 30.5s"."""
+    earlier = [f"attempt {a['attempt']} {a['status']} after {a['duration_s']:.1f}s"
+               for a in result.attempts]
+    last = len(result.attempts) + 1
+    verb = "ran" if result.ok else f"{result.status} after"
+    return ", ".join(earlier + [f"attempt {last} {verb} {result.duration_s:.1f}s"])
 
 
 WHOLE = ("    | ", "  logs: ")  # a root cause's quoted lines (clipped on their own), a folder
@@ -66,7 +87,7 @@ STACK_FRAMES = 2  # innermost frames per rank in the table; the full stack is in
 
 def _table(result: JobResult) -> str:
     by_name = {f.name: f for f in result.failures}
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for name, code in result.exitcodes.items():
         failure = by_name.get(name)
         if failure is None:
@@ -79,6 +100,9 @@ def _table(result: JobResult) -> str:
         rows.append((failure.label, _dash(failure.rank_id), _dash(failure.device_id),
                      _dash(failure.pid), failure.how, f"{failure.runtime_s:.1f}s", failure.note))
     header = ["process", "rank", "device", "pid", "ended", "runtime", "note"]
+    if all(row[2] == "-" for row in rows):  # no device at all (a CPU box): no column of dashes
+        header = header[:2] + header[3:]
+        rows = [row[:2] + row[3:] for row in rows]
     return render_rows(header, rows, indent="  ")
 
 
@@ -182,5 +206,5 @@ def _own_frames(stack: list[str]) -> list[str]:
     return own or stack
 
 
-def _dash(value) -> str:
+def _dash(value: object) -> str:
     return "-" if value is None else str(value)

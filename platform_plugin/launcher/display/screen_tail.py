@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from platform_plugin.launcher.display.chatter import Chatter
+
 TAIL_WINDOW = 4096  # where a chunk's last lines are looked for first
 LINE_BYTES = 4096  # a tail's line: far more than a quote or a board cell shows; bounds a 5 MB line
 
@@ -57,7 +59,7 @@ class ScreenTail:
     one line in its last state), a line is one line however long (kept to about LINE_BYTES, its
     start and its end) and `shown()` removes ANSI escapes (board_tail.py)."""
 
-    def __init__(self, size: int, hide=None):
+    def __init__(self, size: int, hide: Chatter | None = None) -> None:
         self.lines: deque[bytes] = deque(maxlen=size)
         self.current = b""
         self.hide = hide  # quiet.py's chatter filter: `search(chunk)`, `match(line)`
@@ -116,7 +118,7 @@ class ScreenTail:
             pieces[0] = self.current + pieces[0]
         return pieces
 
-    def _keep(self, pieces: list[bytes], hide) -> None:
+    def _keep(self, pieces: list[bytes], hide: Chatter | None) -> None:
         """The last `size` complete lines of `pieces` that are not hidden."""
         size = self.lines.maxlen or 1
         last = pieces[-size:]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Iterable
 
+from platform_plugin.launcher.display.sparkline import Curve
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
 
 READ_LIMIT = 4 << 20  # per refresh: a rank that logged more than this catches up next time
@@ -20,6 +22,13 @@ class RankMetrics:
     step: int | None = None  # the highest step seen
     first: tuple | None = None  # (step, timestamp_ms) of the first metric point
     last: tuple | None = None  # (step, timestamp_ms) of the latest one
+    # the curves the board can draw (sparkline.py, bounded): `loss` and the first metric logged
+    curves: dict = field(default_factory=dict)
+
+    @property
+    def main(self) -> str | None:
+        """The metric the board draws: loss, else the first one logged."""
+        return "loss" if "loss" in self.curves else next(iter(self.curves), None)
 
     @property
     def steps_per_s(self) -> float | None:
@@ -31,6 +40,11 @@ class RankMetrics:
 
     def add(self, key: str, value: float, step: int, timestamp_ms: int) -> None:
         self.values[key] = value
+        curve = self.curves.get(key)
+        if curve is None and (key == "loss" or not self.curves):
+            curve = self.curves[key] = Curve()
+        if curve is not None:
+            curve.add(step, float(value))
         self.counts[key] = self.counts.get(key, 0) + 1
         if self.step is None or step >= self.step:
             self.step = step
@@ -40,14 +54,17 @@ class RankMetrics:
 
 
 class SpoolTail:
-    """Follows `<job_dir>/tracking/rank_<name>.jsonl` of every rank."""
+    """Follows `<job_dir>/tracking/rank_<name>.jsonl` of every rank (a restarted job's attempt:
+    `tracking-attempt<K>/`)."""
 
-    def __init__(self, job_dir: str):
-        self.folder = os.path.join(job_dir, "tracking")
+    def __init__(self, job_dir: str, attempt: int = 0):
+        # the attempt's own spools (tracking/job/handle.py names them)
+        self.folder = os.path.join(job_dir, "tracking" if not attempt
+                                   else f"tracking-attempt{attempt + 1}")
         self._offsets: dict[str, int] = {}
         self.metrics: dict[str, RankMetrics] = {}
 
-    def refresh(self, names) -> None:
+    def refresh(self, names: Iterable[str]) -> None:
         for name in names:
             path = os.path.join(self.folder, f"rank_{name}{SPOOL_SUFFIX}")
             try:

@@ -13,15 +13,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import TYPE_CHECKING, Callable, Optional, Tuple
+from typing import Callable, Optional, Protocol, Tuple
 
 from platform_plugin import ranktable
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning import torch_store
 from platform_plugin.launcher.planning.auto_backend import by_imports
-
-if TYPE_CHECKING:  # annotations only: plan.py imports settings at run time
-    from platform_plugin.settings import Settings
+from platform_plugin.settings import Settings
 
 # Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
 # rank that never started into a half-hour wait; the launcher watches the processes anyway.
@@ -79,7 +77,17 @@ def fail(code: str, message: str, path: str = "") -> ConfigError:
 CPU_DEFAULT_NPROC = 2
 
 
-def default_nproc(host) -> tuple[int, str]:
+class HostDevices(Protocol):
+    """What default_nproc reads of the machine (plan.Host; plan.py imports this module)."""
+
+    @property
+    def npu_present(self) -> bool: ...
+
+    @property
+    def base_env(self) -> dict: ...
+
+
+def default_nproc(host: HostDevices) -> tuple[int, str]:
     """(processes, why) when --nproc is not given: the visible NPUs, else CPU_DEFAULT_NPROC."""
     if host.npu_present:
         devices = sorted(int(n[len("davinci"):]) for n in _listdir("/dev")

@@ -23,7 +23,7 @@ from platform_plugin.settings import Settings
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+from platform_plugin.variables import (PLATFORM_ATTEMPT_NUMBER, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
 
@@ -75,7 +75,7 @@ class LaunchPlan:
     cache_dir: str = ""
     master_addr: str = "127.0.0.1"
     master_port: Optional[int] = None
-    attempt: int = 0
+    attempt: int = 1  # 1 for the first attempt, 2 for the first restart, ...
     checkpoint_dir: str = ""
     resume_step: Optional[int] = None
 
@@ -221,11 +221,11 @@ def _layout(name: str, settings: Settings, options: LaunchOptions, host: Host,
 
 def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
                host: Host | None = None, *, job_id: str | None = None,
-               master_port: int | None = None, attempt: int = 0,
+               master_port: int | None = None, attempt: int = 1,
                resume_step: int | None = None) -> LaunchPlan:
     """`job_id`: the id agreed with the other servers (default: the option, else a new one);
     `master_port`: the port of a restarted attempt (default: the option, else a free one when
-    the backend needs one); `attempt`: 0 for the first; `resume_step`: the checkpoint node 0
+    the backend needs one); `attempt`: 1 for the first, 2 for the first restart; `resume_step`: the checkpoint node 0
     chose for this attempt (None: nothing to resume)."""
     argv = normalize_command(command)
     host = host or Host()
@@ -251,14 +251,14 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               PLATFORM_SERVER_ID.name: layout.server_id,
               # live output: a print reaches the display at once (costs a write per print)
               **({} if options.buffered else {"PYTHONUNBUFFERED": "1"}),
-              PLATFORM_ATTEMPT.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
+              PLATFORM_ATTEMPT_NUMBER.name: str(attempt), PLATFORM_CHECKPOINT_DIR.name: checkpoint_dir,
               **({} if resume_step is None else {PLATFORM_RESUME_STEP.name: str(resume_step)}),
               # compile caches and Ascend process logs go to the job's cache, not into CODE/
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
         common["RANK_START"] = str(layout.ranks[0][0])
-    ranks = [_worker(layout, backend, i, argv, base_env, common, options, cwd, job_dir,
-                     cache_dir) for i in range(len(layout.ranks))]
+    shared = RankBase(argv, {**base_env, **common}, options.env, cwd, job_dir, cache_dir)
+    ranks = [_worker(layout, backend, i, shared) for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
@@ -275,14 +275,25 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       checkpoint_dir=checkpoint_dir, resume_step=resume_step)
 
 
-def _worker(layout: Layout, backend: Backend, local_rank: int, command: tuple[str, ...],
-            base_env: dict, common: dict, options: LaunchOptions, cwd: str, job_dir: str,
-            cache_dir: str) -> RankSpec:
+@dataclasses.dataclass(frozen=True)
+class RankBase:
+    """What every rank of a plan shares: the command, the environment under its own variables
+    (`env`) and over them (`given`: the options' env wins), its folders."""
+
+    argv: Tuple[str, ...]
+    env: dict
+    given: dict
+    cwd: str
+    job_dir: str
+    cache_dir: str
+
+
+def _worker(layout: Layout, backend: Backend, local_rank: int, base: RankBase) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
-    env = {**base_env, **common, **backend.rank_env(layout, local_rank),
+    env = {**base.env, **backend.rank_env(layout, local_rank),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
-           "ASCEND_PROCESS_LOG_PATH": os.path.join(cache_dir, "ascend_log", f"rank_{rank_id}"),
-           **options.env}
+           "ASCEND_PROCESS_LOG_PATH": os.path.join(base.cache_dir, "ascend_log", f"rank_{rank_id}"),
+           **base.given}
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
-                    device_id=device_id, argv=command, env=env, cwd=cwd,
-                    log_path=os.path.join(job_dir, log_name(str(rank_id))))
+                    device_id=device_id, argv=base.argv, env=env, cwd=base.cwd,
+                    log_path=os.path.join(base.job_dir, log_name(str(rank_id))))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from typing import Callable
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
@@ -149,7 +150,7 @@ def _arg_max() -> int:
 
 
 def check_ports_and_devices(plan: LaunchPlan, options: LaunchOptions, npu_present: bool,
-                            note) -> None:
+                            note: Callable[[str], None]) -> None:
     """A requested port in use, devices held by an earlier job (`--kill-stale` kills those)."""
     if options.master_port and plan.node_rank == 0 and plan.master_port:
         what = "MS_SCHED_PORT" if plan.backend == "ms-cluster" else "MASTER_PORT"

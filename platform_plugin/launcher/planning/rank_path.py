@@ -3,10 +3,12 @@ the launcher's (an image's Python 3.7 under a plugin installed in an environment
 
 Such a rank cannot import platform_plugin, so the launcher copies the rank side (RANK_SIDE: the
 3.7 code of docs/compat.md) into the job's cache and appends that folder to the rank's
-PYTHONPATH. Only when the rank needs it: PYTHONPATH entries come before site-packages, so a copy
-put there regardless would shadow an install the rank's environment has. The rank's interpreter
-is asked once per attempt, with the rank's own environment, whether it imports the tracker; a
-rank on the launcher's own interpreter is never asked (it imports what the launcher imports).
+PYTHONPATH. What a rank imports from there is exactly this launcher's copy, in a folder only
+this user can change (`write_rank_side`). Only when the rank needs it: PYTHONPATH entries come
+before site-packages, so a copy put there regardless would shadow an install the rank's
+environment has. The rank's interpreter is asked once per attempt, with the rank's own
+environment, whether it imports the tracker; a rank on the launcher's own interpreter is never
+asked (it imports what the launcher imports).
 """
 from __future__ import annotations
 
@@ -16,9 +18,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from typing import Callable
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
+from platform_plugin.util.folders import own_folder
+from platform_plugin.util.regular_file import Refused
 
 # The modules a rank imports, relative to the package folder: they are Python 3.7 code
 # (tests/compat/test_py37.py compiles them with a 3.7 interpreter); every module of
@@ -28,7 +34,8 @@ RANK_SIDE = ("__init__.py", "errors.py", "variables.py",
              "tracking/rank/__init__.py", "tracking/rank/identity.py", "tracking/rank/job_id.py",
              "tracking/rank/spool.py", "tracking/rank/tracker.py",
              "checkpoint/__init__.py", "checkpoint/manifest.py", "checkpoint/saving.py",
-             "checkpoint/mindspore.py", "checkpoint/torch.py")
+             "checkpoint/mindspore.py", "checkpoint/torch.py",
+             "util/__init__.py", "util/regular_file.py")
 INTEGRATIONS = "tracking/integrations"
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = "rank-side"  # in the job's cache folder; holds platform_plugin/
@@ -46,7 +53,8 @@ def rank_side_files() -> list[str]:
     return list(RANK_SIDE) + integrations
 
 
-def with_rank_side(plan: LaunchPlan, note=None) -> LaunchPlan:
+def with_rank_side(plan: LaunchPlan,
+                   note: Callable[[str], None] | None = None) -> LaunchPlan:
     """The plan, its ranks given the copy of the rank side when their interpreter is another
     one than the launcher's and cannot import the tracker (`note(text)` says so); else the
     plan itself."""
@@ -117,15 +125,45 @@ def first_path(argv: tuple[str, ...], cwd: str) -> str:
 
 
 def write_rank_side(folder: str) -> str:
-    """Copy the rank side into `folder`/platform_plugin; returns `folder`."""
+    """Copy the rank side into `folder`/platform_plugin; returns `folder`.
+
+    The copy is imported by every rank, so nothing in `folder` is trusted: its parent (the
+    job's cache folder) must be this user's own (util/folders.own_folder: made 0700, or a
+    folder of this user's with group and world write taken off, never a link), the copy is
+    made in a fresh folder of its own (0700, nothing else in it) and then takes `folder`'s
+    name, whatever was there before (a planted sitecustomize.py, a stale .pyc, a link out of
+    the cache) set aside and removed. The .pyc files a rank then writes are in its own copy."""
+    parent = os.path.dirname(os.path.abspath(folder))
     try:
+        own_folder(parent)
+    except Refused as exc:
+        raise ConfigError(f"the rank side of tracking is not copied into {folder}: {exc}; nothing "
+                          "in a folder another user can change is imported by a rank. Remove it, "
+                          "or give another --cache-dir", code="LAUNCH_RANK_SIDE_NOT_OWN") from None
+    fresh = ""
+    try:
+        fresh = tempfile.mkdtemp(prefix=f".{FOLDER}-", dir=parent)
         for relative in rank_side_files():
-            target = os.path.join(folder, "platform_plugin", relative)
+            target = os.path.join(fresh, "platform_plugin", relative)
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copyfile(os.path.join(PACKAGE_DIR, relative), target)
+        _take_name(fresh, folder)
     except OSError as exc:
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)  # half a copy is never left behind
         raise ConfigError(f"cannot copy the rank side of tracking into {folder} for ranks whose "
                           f"interpreter cannot import platform_plugin: {exc.strerror or exc}; "
                           "free space there or give another --cache-dir",
                           code="LAUNCH_RANK_SIDE") from None
     return folder
+
+
+def _take_name(fresh: str, folder: str) -> None:
+    """Rename `fresh` to `folder`; what had that name (a folder, a file, a link: never followed)
+    is moved into a new folder of ours first and removed with it (what cannot be removed - a
+    planted folder of another user - stays there, out of every rank's path)."""
+    if os.path.lexists(folder):
+        old = tempfile.mkdtemp(prefix=f".{FOLDER}-old-", dir=os.path.dirname(fresh))
+        os.rename(folder, os.path.join(old, FOLDER))
+        shutil.rmtree(old, ignore_errors=True)
+    os.rename(fresh, folder)

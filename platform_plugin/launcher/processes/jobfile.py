@@ -16,8 +16,12 @@ import time
 from typing import Iterator
 
 from platform_plugin.launcher.planning.plan import LaunchPlan
-from platform_plugin.util.jobdirs import JOB_FILE
-from platform_plugin.variables import (PLATFORM_ATTEMPT, PLATFORM_CHECKPOINT_DIR,
+from platform_plugin.launcher.processes.result import JobResult
+from platform_plugin.launcher.processes.supervisor import Supervisor
+from platform_plugin.util.jobdirs import JOB_FILE, MAX_JOB_FILE_BYTES
+from platform_plugin.util.procfs import start_ticks
+from platform_plugin.util.regular_file import read_json
+from platform_plugin.variables import (PLATFORM_ATTEMPT_NUMBER, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_JOB_DIR, PLATFORM_JOB_NAME, PLATFORM_RESUME_STEP,
                                        PLATFORM_SERVER_ID)
 
@@ -25,8 +29,27 @@ RESERVE = 64 * 1024  # room for the result when the disk is full by the end of t
 # Variables the launcher owns; job.json records these (never the whole env: it may hold secrets).
 RANK_VARIABLES = ("RANK_ID", "DEVICE_ID", "RANK_SIZE", "LOCAL_RANK", "JOB_ID",
                   PLATFORM_JOB_NAME.name, PLATFORM_JOB_DIR.name, PLATFORM_SERVER_ID.name,
-                  PLATFORM_ATTEMPT.name, PLATFORM_CHECKPOINT_DIR.name, PLATFORM_RESUME_STEP.name,
+                  PLATFORM_ATTEMPT_NUMBER.name, PLATFORM_CHECKPOINT_DIR.name, PLATFORM_RESUME_STEP.name,
                   "PYTHONUNBUFFERED")
+
+
+# how this process's launches run: "foreground" (a cell, a terminal), "background" (its own
+# process, tied to the kernel that started it) or "detached" (its own session, survives it).
+# Set by the background job's process (launcher/jobs/child.py) for itself: never an
+# environment variable, which the ranks (and a launcher a rank starts) would inherit
+_LAUNCHED_AS = ["foreground"]
+
+
+def launched_as(how: str) -> None:
+    _LAUNCHED_AS[0] = how
+
+
+def launcher_identity() -> dict:
+    """This launcher as `platform-run jobs|stop|attach` tell it from a later process: pid AND
+    start time (clock ticks after boot: a reused pid has another), host, user, how it runs."""
+    pid = os.getpid()
+    return {"pid": pid, "start_ticks": start_ticks(pid), "uid": os.getuid(),
+            "host": os.uname().nodename, "how": _LAUNCHED_AS[0]}
 
 
 def plan_summary(plan: LaunchPlan) -> dict:
@@ -62,21 +85,23 @@ class JobFile:
         self.path = os.path.join(plan.job_dir, JOB_FILE)
         self.error = ""  # why the last write failed, if it did
         self.data = {"schema": 1, "state": "starting", "supervisor_pid": os.getpid(),
-                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "plan": plan_summary(plan),
+                     "launcher": launcher_identity(),
+                     "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     "started_epoch": round(time.time(), 3), "plan": plan_summary(plan),
                      "pids": {}, "result": None,
                      # --max-restarts: the root-cause table of every earlier failed attempt
-                     "attempt": plan.attempt + 1, "failed_attempts": list(attempts or [])}
+                     "attempt": plan.attempt, "failed_attempts": list(attempts or [])}
 
-    def started(self, supervisor) -> None:
+    def started(self, supervisor: Supervisor) -> None:
         self.data["state"] = "running"
         self.data["pids"] = {p.spec.name: p.popen.pid for p in supervisor.procs}
         self._write(reserve=True)
 
-    def ended(self, result) -> None:
+    def ended(self, result: JobResult) -> None:
         if self.early_end:
             self.record(result)
 
-    def record(self, result) -> None:
+    def record(self, result: JobResult) -> None:
         self.data["state"] = "ended"
         self.data["ended_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.data["result"] = result.to_dict()
@@ -100,7 +125,7 @@ class JobFile:
         return written
 
 
-def _document(value, depth: int = 0) -> str:
+def _document(value: object, depth: int = 0) -> str:
     """The document, readable and quick to make: the top two levels one item a line (the
     plan's and the result's fields, one rank or failure a line), deeper values as compact JSON
     on that line. `indent=` would run json's pure-Python encoder, several times slower than the
@@ -158,5 +183,5 @@ def _remove(path: str) -> None:
 
 
 def read(job_dir: str) -> dict:
-    with open(os.path.join(job_dir, JOB_FILE), encoding="utf-8") as fh:
-        return json.load(fh)
+    """job.json as util/regular_file.py reads what others can write (raises OSError, ValueError)."""
+    return read_json(os.path.join(job_dir, JOB_FILE), MAX_JOB_FILE_BYTES, within=job_dir)

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from typing import Iterable
 
 if __package__:
     from platform_plugin.util.procfs import group_members, user_processes
@@ -101,7 +102,7 @@ class TaggedProcesses(JobProcesses):
                 if p.env.get(self.variable) == self.value]
 
 
-def described(pids) -> str:
+def described(pids: Iterable[int]) -> str:
     """`1234 (python serve.py), 1240 (sleep 100)`: what a note names (the first two words of a
     command line; a process gone meanwhile is its pid alone)."""
     words = []
@@ -123,7 +124,7 @@ def signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def signal_pids(pids, sig: int) -> None:
+def signal_pids(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         try:
             os.kill(pid, sig)

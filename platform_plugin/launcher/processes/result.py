@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 import signal
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from platform_plugin.errors import PlatformPluginError
-
-if TYPE_CHECKING:
-    from platform_plugin.tracking.job.handle import DeliveryReport
+from platform_plugin.tracking.job.report import DeliveryReport
 
 HELPERS = ("sched", "store")  # processes that are not ranks
 # The MIME type under which `%dist_run` publishes `JobResult.to_dict()` in a cell's outputs: the
@@ -134,7 +132,8 @@ class JobResult:
 
     exitcodes: rank name -> Popen returncode; tracking: set after the ranks ended; reason: why
     the launcher ended the job (timeout, silence, interrupt), if it did; held_back: lines not
-    displayed, per rank; attempts: earlier failed attempts (--max-restarts); job_file_error:
+    displayed, per rank; attempts: earlier failed attempts (--max-restarts), job_duration_s: the
+    whole job's time then (duration_s is the last attempt's); job_file_error:
     job.json could not be written completely (a full disk); ended_well: a failed job's processes
     that exited 0, name -> [rank id, device id, pid, runtime s] (the table's "ok" rows)."""
 
@@ -155,6 +154,12 @@ class JobResult:
     server_id: str = "localhost"
     job_file_error: str = ""
     ended_well: dict[str, list] = dataclasses.field(default_factory=dict)
+    job_duration_s: float | None = None  # every attempt's (--max-restarts); None: this one's
+
+    @property
+    def whole_duration_s(self) -> float:
+        """The whole job's time, from the first attempt's start (restarts included)."""
+        return self.duration_s if self.job_duration_s is None else self.job_duration_s
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON (job.json, the notebook's result output)."""

@@ -12,7 +12,7 @@ The same watchdog ties a server to the process that started it (`Lifeline.for_gr
 MLflow UI of `%dist_compare` and `platform-run ui`, see comparison/jupyter_ui.py).
 
 `start_job(plan, grace)` starts a job's processes and nothing else: the supervisor takes them
-over once it returned (watch.py), while the ranks' interpreters start.
+over once it returned (job.Attempt), while the ranks' interpreters start.
 
 Ranks are spawned without a `preexec_fn` on purpose: any preexec_fn forces CPython into
 fork + wait-for-exec, whose cost grows with the parent's memory (a notebook kernel with MindSpore
@@ -189,7 +189,7 @@ def start_job(plan: LaunchPlan, grace: float) -> Started:
     make_job_dir(plan.job_dir)  # made under JobDirLock already, unless called on its own
     started = Started(Lifeline(plan.env_job_id, plan.job_dir, grace))
     if threading.current_thread() is threading.main_thread():
-        def count(signum, frame):
+        def count(signum: int, frame: object) -> None:
             started.interrupts += 1
         started.previous_sigint = signal.signal(signal.SIGINT, count)
         started.caught_sigint = True

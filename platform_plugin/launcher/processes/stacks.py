@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from platform_plugin.launcher.display.output import Output
+
 DUMP_TIMEOUT_S = 10.0  # all ranks are dumped at once; a stop never waits longer for them
 STACK_DIR = "stacks"
 _THREAD = re.compile(r"^Thread (\d+) \(([^)]*)\)(?::\s*\"([^\"]*)\")?")
@@ -124,7 +126,8 @@ def log_block(dump: StackDump, why: str) -> bytes:
     return f"\n[launcher] Python stack of pid {dump.pid} when the job was stopped ({why}):\n{body}\n".encode()
 
 
-def dump_live(live: dict[str, int], output, job_dir: str, why: str) -> dict[str, list[str]]:
+def dump_live(live: dict[str, int], output: Output, job_dir: str,
+              why: str) -> dict[str, list[str]]:
     """The supervisor's dump before a stop: each live rank's stack into its log (`output`),
     `<job_dir>/stacks` and the result (returned: name -> innermost frames)."""
     frames = {}

@@ -22,13 +22,14 @@ import selectors
 import signal
 import subprocess
 import time
-from typing import IO
+from typing import IO, Callable
 
 from platform_plugin.launcher.display.output import Output
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.processes.reaper import JobProcesses, described, signal_pids
 from platform_plugin.launcher.processes.result import (JobResult, JobStatus, RankFailure,
                                                        describe_exit, ended_by, how_it_ended)
+from platform_plugin.launcher.processes.stacks import dump_live
 from platform_plugin.launcher.processes.spawn import PIPE_SIZE, Started, enlarge_pipe, pidfd, piped
 
 POLL_S = 0.05  # the longest wait between two passes (quiet ranks: the display lags <= 50 ms)
@@ -74,11 +75,25 @@ class _Stop:
         return (signal.SIGTERM,) * self.terminated + (signal.SIGKILL,) * self.killed
 
 
+@dataclasses.dataclass
+class Observers:
+    """Who hears what of a supervised attempt, each named when the attempt is set up (job.py):
+    `started(supervisor)` once the ranks run, `stopping((status, reason))` when this server
+    stops the job for a reason of its own (not another server's), `ended(result)` at the end."""
+
+    started: list[Callable[[Supervisor], None]] = dataclasses.field(default_factory=list)
+    stopping: list[Callable[[tuple[JobStatus, str]], None]] = dataclasses.field(
+        default_factory=list)
+    ended: list[Callable[[JobResult], None]] = dataclasses.field(default_factory=list)
+
+
 class Supervisor:
-    def __init__(self, plan: LaunchPlan, started: Started, output: Output, observers=(), *,
-                 timeout: float | None = None, silence_timeout: float | None = None,
-                 grace: float = 3.0, stop_check=None):
-        self.plan, self.output, self.observers = plan, output, list(observers)
+    def __init__(self, plan: LaunchPlan, started: Started, output: Output,
+                 observers: Observers | None = None, *, timeout: float | None = None,
+                 silence_timeout: float | None = None, grace: float = 3.0,
+                 stop_check: Callable[[], str | None] | None = None) -> None:
+        self.plan, self.output = plan, output
+        self.observers = observers or Observers()
         self._started = started
         # another server's launcher asking this one to stop: () -> reason or None
         self.stop_check = stop_check
@@ -109,7 +124,8 @@ class Supervisor:
                 if started.error is not None:
                     self._begin_stop(JobStatus(started.error[0]), started.error[1])
                 else:
-                    self._notify("started", self)
+                    for started_ in self.observers.started:
+                        started_(self)
             except KeyboardInterrupt:
                 self._begin_stop(JobStatus.INTERRUPTED, "interrupted while starting the ranks")
             except OSError as exc:  # a rank's log cannot be opened: the job cannot keep its logs
@@ -125,7 +141,8 @@ class Supervisor:
             self._selector.close()
             started.release(wait=False)  # watch() reaps the lifeline after job.json
         result = self._result()
-        self._notify("ended", result)
+        for ended in self.observers.ended:
+            ended(result)
         return result
 
     # -- taking over the started processes --------------------------------------------------
@@ -186,7 +203,7 @@ class Supervisor:
         if not self._started.caught_sigint:
             return
 
-        def on_sigint(signum, frame):
+        def on_sigint(signum: int, frame: object) -> None:
             self._interrupts += 1
         signal.signal(signal.SIGINT, on_sigint)
         self._interrupts += self._started.interrupts
@@ -316,13 +333,13 @@ class Supervisor:
             live = {p.spec.name: p.popen.pid for p in self.procs
                     if p.ended is None and p.popen.poll() is None}
             if live:
-                from platform_plugin.launcher.processes.stacks import dump_live  # (a hang only)
                 self._stacks.update(dump_live(live, self.output, self.plan.job_dir, reason))
         self._stop = _Stop(status, reason, kill_at=time.monotonic() + self.grace)
         self.output.note(f"{reason} — SIGTERM to every process now, SIGKILL after {self.grace:g}s")
         self._job.signal(signal.SIGTERM, only_live_groups=False)
         if not remote:  # the other servers' launchers stop their ranks too (link_protocol.py)
-            self._notify("stopping", (status, reason))
+            for stopping in self.observers.stopping:
+                stopping((status, reason))
 
     def _check_logs(self) -> None:
         """The logs are the job's record: a job that cannot keep them (a full or failing disk)
@@ -382,10 +399,4 @@ class Supervisor:
             stopped_by_launcher=ended_by(proc.popen.returncode, proc.sent),
             after_signal=signal.Signals(proc.sent[-1]).name if proc.sent else None,
             stack=self._stacks.get(proc.spec.name, []))
-
-    def _notify(self, event: str, payload) -> None:
-        for observer in self.observers:
-            handler = getattr(observer, event, None)
-            if handler:
-                handler(payload)
 

@@ -84,7 +84,7 @@ class Peer:
     sid: str
     heard: float  # when it last said anything
     node: Optional[int] = None  # set once node 0 accepted its join
-    joined: int = -1  # the attempt it last joined
+    joined: int = 0  # the attempt (1, 2, ...) it last joined; 0: none yet
     server: str = ""  # the server id it joined with (the rank table's, or node<I>)
     went: Set[int] = dataclasses.field(default_factory=set)  # the attempts told to start
     said_bye: bool = False
@@ -149,7 +149,7 @@ class Hub(Linked):
                 if ended:
                     raise PlatformPluginError(
                         f"the launcher of {', '.join(f'node{n}' for n in ended)} ended without "
-                        f"starting attempt {attempt + 1} (interrupted, its --max-restarts used "
+                        f"starting attempt {attempt} (interrupted, its --max-restarts used "
                         "up, or it failed: its output says)")
                 left = deadline - time.monotonic()
                 if not self.alive():
@@ -161,7 +161,7 @@ class Hub(Linked):
                         f"{join_timeout():g}s (they connect to --master-addr:--master-port+1 "
                         "before starting their ranks); PLATFORM_RENDEZVOUS_TIMEOUT sets the wait")
                 waiting.check(lambda: f"waiting for node(s) {self._missing(attempt)} to join "
-                                      + (f"attempt {attempt + 1} " if attempt else "")
+                                      + (f"attempt {attempt} " if attempt > 1 else "")
                                       + f"on {self.where} (up to {join_timeout():g}s, "
                                       "PLATFORM_RENDEZVOUS_TIMEOUT)")
                 self.cond.wait(min(left, 0.5))
@@ -208,7 +208,7 @@ class Hub(Linked):
 
     # -- the link's thread -----------------------------------------------------------------
 
-    def _send(self, rid: bytes, peer: Peer, op: str, **fields) -> None:
+    def _send(self, rid: bytes, peer: Peer, op: str, **fields: object) -> None:
         self.post([rid, *self.wire.pack(op, to=peer.sid, **fields)])
 
     def _stop_all(self, server: str, reason: str, attempt: int, source: Optional[bytes]) -> None:
@@ -223,7 +223,7 @@ class Hub(Linked):
 
     def _current(self) -> int:
         with self.cond:
-            return max(self.joined, default=0)
+            return max(self.joined, default=1)
 
     def handle_event(self, monitor: zmq.Socket) -> bool:
         """An accepted connection (capped) or a closed one (what it meant for the job)."""

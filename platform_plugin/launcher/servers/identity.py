@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from platform_plugin.checkpoint.manifest import CheckpointUnavailable, newest_complete
 from platform_plugin.launcher.options import LaunchOptions
@@ -74,7 +74,7 @@ def resume_step(identity: Dict[str, str]) -> Optional[int]:
 
 
 def adopted(identity: dict[str, str], options: LaunchOptions, environ: dict,
-            note=None) -> LaunchOptions:
+            note: Callable[[str], None] | None = None) -> LaunchOptions:
     """The options with node 0's experiment in every rank's environment (options.env wins over
     the rest, so the ranks and this server's tracking both use it). A server whose own
     MLFLOW_EXPERIMENT_NAME names another experiment says so once."""

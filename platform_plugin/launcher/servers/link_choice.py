@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from typing import Callable
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
@@ -23,7 +24,8 @@ from platform_plugin.variables import RANK_TABLE_CONTROL_PORT
 CONTROL_PORT_OFFSET = 1  # --nnodes route: the control port is the rendezvous port + 1
 
 
-def open_link(place: JobPlace, options: LaunchOptions, note=None) -> JobLink:
+def open_link(place: JobPlace, options: LaunchOptions,
+              note: Callable[[str], None] | None = None) -> JobLink:
     """The link of a job: node 0 listens, the others connect; a single server needs none.
     `note(text)`: what a launcher says once it has waited a moment for the others."""
     if place.nnodes <= 1:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import socket
 import time
+from typing import Callable
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.variables import PLATFORM_RENDEZVOUS_TIMEOUT
@@ -27,10 +28,10 @@ class WaitNote:
     """Says `text()` once, when a wait has lasted NOTE_AFTER_S: a launcher may wait for the
     others up to PLATFORM_RENDEZVOUS_TIMEOUT (300 s), and its user must know why."""
 
-    def __init__(self, note) -> None:
+    def __init__(self, note: Callable[[str], None] | None) -> None:
         self.note, self.since = note, time.monotonic()
 
-    def check(self, text) -> None:
+    def check(self, text: Callable[[], str]) -> None:
         if self.note is not None and time.monotonic() - self.since >= NOTE_AFTER_S:
             note, self.note = self.note, None
             note(text())
@@ -42,7 +43,7 @@ def ipv4_of(addr: str) -> str:
     return str(socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
 
 
-def reach(addr: str, port: int, note=None) -> None:
+def reach(addr: str, port: int, note: Callable[[str], None] | None = None) -> None:
     """Returns once a ZeroMQ socket listens on node 0's control port (checked on a plain TCP
     connection of its own, closed again; the link's own connection is ZeroMQ's)."""
     timeout = join_timeout()

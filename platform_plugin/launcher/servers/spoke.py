@@ -60,7 +60,7 @@ class Spoke(Linked):
                        "--job-key / PLATFORM_JOB_KEY / PLATFORM_JOB_ID must be the same on "
                        "every server)")
 
-    def _send(self, op: str, **fields) -> None:
+    def _send(self, op: str, **fields: object) -> None:
         self.post(self.wire.pack(op, to=self.hub_sid, **fields))
 
     def agree(self, identity: Dict[str, str], attempt: int) -> Dict[str, str]:
@@ -77,7 +77,7 @@ class Spoke(Linked):
                 if self.said_bye:  # it closed cleanly without starting this attempt
                     raise PlatformPluginError(
                         f"{self.hub_name}'s launcher ended without starting " +
-                        ("the job" if attempt == 0 else f"attempt {attempt + 1}") +
+                        ("the job" if attempt == 1 else f"attempt {attempt}") +
                         " (interrupted, or it failed or decided not to restart: its output says)")
                 left = deadline - time.monotonic()
                 if not self.alive():
@@ -87,7 +87,7 @@ class Spoke(Linked):
                     raise PlatformPluginError(f"{self.hub_name} did not start the job within "
                                               f"{join_timeout():g}s (other nodes missing?)")
                 waiting.check(lambda: f"joined {self.hub_name}; waiting for it to start "
-                                      + (f"attempt {attempt + 1}" if attempt else "the job")
+                                      + (f"attempt {attempt}" if attempt > 1 else "the job")
                                       + " (once every server's launcher has joined; up to "
                                       f"{join_timeout():g}s)")
                 self.cond.wait(min(left, 0.5))

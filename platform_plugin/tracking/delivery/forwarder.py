@@ -40,6 +40,7 @@ from platform_plugin.tracking.shared.aggregates import JobAggregates
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
+from platform_plugin.util.regular_file import reason
 
 # bytes of a stream decoded at a time (kept between turns): more than one line's maximum
 READ_BYTES = 2 * MAX_LINE_BYTES
@@ -130,7 +131,10 @@ class Forwarder:
             if not held or self.past_deadline():  # not held: another forwarder (a sync) is on it
                 return self._not_held(stream, blocking and not held)
             state = StreamState.load(self.spool_dir, stream)
-            reading = self._reading(label, stream, state)
+            try:
+                reading = self._reading(label, stream, state)
+            except OSError as exc:  # gone, or no regular file (a FIFO, a link planted there)
+                return self._unreadable(stream, exc)
             if reading is None:
                 return True, False  # nothing complete after the offset
             return self._deliver_turn(label, stream, state, reading), True
@@ -189,7 +193,11 @@ class Forwarder:
                     results[label] = self._not_held(stream, blocking and not held)
                     continue
                 state = StreamState.load(self.spool_dir, stream)
-                reading = self._reading(label, stream, state)
+                try:
+                    reading = self._reading(label, stream, state)
+                except OSError as exc:
+                    results[label] = self._unreadable(stream, exc)
+                    continue
                 if reading is None:
                     results[label] = (True, False)
                     continue
@@ -200,6 +208,12 @@ class Forwarder:
                         else not batch or self._send(label, state, batch))
                 results[label] = (self._after_send(label, stream, state, reading, batch, sent), True)
         return [results[label] for label in labels]
+
+    def _unreadable(self, stream: str, exc: OSError) -> tuple[bool, bool]:
+        if isinstance(exc, FileNotFoundError):
+            return True, False  # removed meanwhile: nothing to deliver
+        self.last_error = f"cannot read the spool of {stream}: {reason(exc)}"[:500]
+        return False, False
 
     def _not_held(self, stream: str, failed: bool) -> tuple[bool, bool]:
         if failed:

@@ -11,6 +11,7 @@ import os
 
 from platform_plugin.tracking.shared.state import StreamState
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX, stream_name
+from platform_plugin.util.regular_file import Refused, open_regular_file
 from platform_plugin.variables import PLATFORM_TRACKING_DRAIN_TIMEOUT
 
 
@@ -49,14 +50,20 @@ def spool_path(spool_dir: str | os.PathLike[str], label: str) -> str:
 
 
 def count_pending(path: str | os.PathLike[str], offset: int) -> tuple[int, bool]:
-    """(complete lines after `offset`, whether a partial line follows them)."""
+    """(complete lines after `offset`, whether a partial line follows them). What is no regular
+    file of the spool folder (a FIFO, a link planted there) holds nothing to deliver: the
+    forwarder says why it cannot read it."""
+    path = os.fspath(path)
+    lines, last = 0, b"\n"
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path, within=os.path.dirname(os.path.abspath(path))) as f:
             f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
+            for block in iter(lambda: f.read(1 << 20), b""):  # never the whole rest at once
+                lines += block.count(b"\n")
+                last = block[-1:]
+    except (FileNotFoundError, Refused):
         return 0, False
-    return data.count(b"\n"), bool(data) and not data.endswith(b"\n")
+    return lines, last != b"\n"
 
 
 def stream_pending(spool_dir: str | os.PathLike[str], label: str) -> int:

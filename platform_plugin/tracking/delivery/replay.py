@@ -22,7 +22,7 @@ from platform_plugin.tracking.delivery import store_move
 from platform_plugin.tracking.shared.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import READ_BYTES, Counts, Forwarder
 from platform_plugin.tracking.shared.job_folders import later_attempt
-from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX
+from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX, set_aside_records
 from platform_plugin.tracking.sinks import get_sink, mlflow_aggregates
 from platform_plugin.tracking.shared.state import JobEnd, SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
@@ -174,7 +174,7 @@ def _delivered_slices(spool_dir: Path, label: str) -> Iterator[Any]:
     """A stream's delivered metric records, PRIME_SLICE at a time, read from its spool."""
     stream = stream_name(label)
     upto = StreamState.load(spool_dir, stream).offset
-    refused = _set_aside_records(spool_dir, stream)
+    refused = set_aside_records(spool_dir, stream)
     path, offset = spool_dir / f"{stream}{SPOOL_SUFFIX}", 0
     while offset < upto:
         chunk = read_complete(path, offset, READ_BYTES)
@@ -186,14 +186,6 @@ def _delivered_slices(spool_dir: Path, label: str) -> Iterator[Any]:
         for start in range(0, len(records), PRIME_SLICE):
             yield records[start:start + PRIME_SLICE]
         offset = chunk.end
-
-
-def _set_aside_records(spool_dir: Path, stream: str) -> set[str]:
-    try:
-        with open(spool_dir / f"{stream}{REJECTED_SUFFIX}", encoding="utf-8") as f:
-            return {json.dumps(json.loads(line)["record"]) for line in f if line.strip()}
-    except FileNotFoundError:
-        return set()
 
 
 def _finish_aggregates(forwarder: Forwarder, job_over: bool) -> None:

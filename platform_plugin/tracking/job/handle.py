@@ -9,7 +9,8 @@ Nothing of the sink runs in the launcher's process: the forwarding helper proces
 (`tracking/delivery/helper.py`) imports MLflow, opens the store under its lock, creates the
 experiment and the runs, forwards while the ranks run, and ends the runs after `finish()`
 returned. A tracking failure never stops or delays the job: the points wait in the spool and the
-report says why. `JobTracking.check` refuses a bad choice or store before anything of the job
+report says why. (One exception, stdlib only: `check_store` asks an http store at the start, in
+a thread, whether it takes this user's points - store_check.py - so a refusal is said at once.) `JobTracking.check` refuses a bad choice or store before anything of the job
 exists.
 
 `create("none", ...)` returns `Untracked` (report.py): no tracking, said as such; its steps do
@@ -30,6 +31,7 @@ from typing import Any, Callable, Sequence
 from platform_plugin.errors import ConfigError
 from platform_plugin.ranktable import load as load_rank_table
 from platform_plugin.tracking.delivery import offsets
+from platform_plugin.tracking.shared.job_folders import spool_folder_name
 from platform_plugin.tracking.shared.state import HelperStatus, JobEnd, SinkConfig
 from platform_plugin.tracking.shared import conventions
 from platform_plugin.tracking.job.views import PlanView, RankView, ResultView
@@ -94,11 +96,10 @@ class JobTracking(Untracked):
     def __init__(self, sink_name: str, plan: PlanView, layout: str) -> None:
         self.sink = sink_name
         self.plan = plan
-        attempt = int(getattr(plan, "attempt", 0) or 0)  # --max-restarts: a spool per attempt
-        self.spool_dir = os.path.join(plan.job_dir, "tracking" if not attempt
-                                      else f"tracking-attempt{attempt + 1}")
+        attempt = int(getattr(plan, "attempt", 1) or 1)  # --max-restarts: a spool per attempt
+        self.spool_dir = os.path.join(plan.job_dir, spool_folder_name(attempt))
         self.config = job_sink_config(sink_name, plan, layout)
-        self.notes = local_store_notes(self.config, plan) if not attempt else []
+        self.notes = local_store_notes(self.config, plan) if attempt == 1 else []
         self.helper: subprocess.Popen | None = None
         self.setup_error = ""
         self._starting = threading.Lock()
@@ -117,6 +118,17 @@ class JobTracking(Untracked):
         """Supervisor observer: the ranks run; the helper starts when a rank spooled a record,
         HELPER_DELAY_S later, or at their end, whichever comes first."""
         _thread.start_new_thread(self._start_after, (HELPER_DELAY_S,))
+
+    def check_store(self, say: Callable[[str], None]) -> None:
+        """An MLflow server (http, https) is asked at once whether it takes this user's points
+        into the experiment (store_check.py), in a thread: the ranks never wait for it."""
+        uri = self.config.tracking_uri or ""
+        if self.sink != "mlflow" or not uri.startswith(("http://", "https://")):
+            return
+        from platform_plugin.tracking.job.store_check import check_in_background
+        check_in_background(uri, self.config.experiment_name or "", helper_environment(self.plan), say,
+                            f"its points wait in {self.spool_dir}; `platform-run sync "
+                            f"{self.plan.job_id}` delivers them once that is fixed")
 
     def _start_after(self, delay: float) -> None:
         deadline = time.monotonic() + delay
@@ -155,7 +167,7 @@ class JobTracking(Untracked):
         if self.helper is not None:
             self.helper.wait()
 
-    def finish(self, result: ResultView, last: bool = True, waiting: Callable[[], object] | None = None,
+    def finish(self, result: ResultView | None, last: bool = True, waiting: Callable[[], object] | None = None,
                gone: Sequence[str] = (), launcher_bytes: dict[str, int] | None = None) -> DeliveryReport:
         """`launcher_bytes`: rank label -> bytes the launcher itself appended to that rank's
         spool (its system samples): when that is all a spool holds, nobody waits for it."""
@@ -300,20 +312,25 @@ def local_store_notes(config: SinkConfig, plan: PlanView) -> list[str]:
     if config.tracking_uri and not env.get("MLFLOW_TRACKING_URI"):
         # a .env the user meant to be read and was not (wrong folder) is silent otherwise
         looked = env_file_paths(str(ranks[0].cwd if ranks and ranks[0].cwd else os.getcwd()), env)
-        if not any(os.path.lexists(path) for path in looked):
+        said = (tuple(looked), config.tracking_uri)  # once per process: a kernel's 2nd job
+        if not any(os.path.lexists(path) for path in looked) and said not in _SAID_NO_ENV:
+            _SAID_NO_ENV.add(said)  # would repeat it in every cell, and it has not changed
             return [f"tracking: no .env found ({', '.join(looked)}): runs go to the local store "
                     f"{config.tracking_uri}"]
     return []
 
 
-def end_reason(result: ResultView) -> str:
+_SAID_NO_ENV: set[tuple] = set()  # the folders and store "no .env found" was said of
+
+
+def end_reason(result: ResultView | None) -> str:
     cause = getattr(result, "root_cause", None)
     if cause is not None:
         return f"{cause.label} {cause.how}"
     return str(getattr(result, "reason", "") or "")
 
 
-def final_status(result: ResultView) -> str:
+def final_status(result: ResultView | None) -> str:
     """MLflow RunStatus of a job: an interrupted job was KILLED, it did not fail."""
     if getattr(result, "ok", False):
         return "FINISHED"
@@ -362,7 +379,7 @@ def job_sink_config(sink_name: str, plan: PlanView, layout: str) -> SinkConfig:
              # node 0 creates the parent, the others find it; started_ms: where an attempt's
              # points begin in a run that goes on across attempts (sinks/mlflow_job.py)
              "node_rank": int(getattr(plan, "node_rank", 0) or 0),
-             "attempt": int(getattr(plan, "attempt", 0) or 0), "started_ms": int(time.time() * 1000),
+             "attempt_number": int(getattr(plan, "attempt", 1) or 1), "started_ms": int(time.time() * 1000),
              "parent": True, "tags": tags, "user": conventions.user(), "source": source,
              "source_type": source_type, "params": conventions.notebook_parameters(first_env)},
         ranks=ranks,

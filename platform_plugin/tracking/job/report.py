@@ -82,7 +82,11 @@ class Untracked:
         """Supervisor observer: the ranks are running."""
         self.start()
 
-    def finish(self, result: ResultView, last: bool = True, waiting: Callable[[], object] | None = None,
+    def check_store(self, say: Callable[[str], None]) -> None:
+        """Check the tracking server from a thread; `say(message)` when it will not take the
+        job's points (credentials, unreachable, permission). Nothing to check here."""
+
+    def finish(self, result: ResultView | None, last: bool = True, waiting: Callable[[], object] | None = None,
                gone: Sequence[str] = (), launcher_bytes: dict[str, int] | None = None) -> DeliveryReport:
         """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
         if that wait is not over at once (the launcher records the ranks' end in job.json then,

@@ -43,6 +43,7 @@ class SystemMetrics:
         self.interval = interval
         self.npu_smi = npu_smi_exe
         self.samples = 0
+        self.problem = ""  # why the sampling thread stopped early, if it did
         self.written: dict[str, int] = {}  # rank label -> bytes appended to its spool
         self._stop = threading.Event()
         self._wake = threading.Event()  # the ranks started, or the job ended
@@ -83,6 +84,16 @@ class SystemMetrics:
                 writer.close()
 
     def _loop(self) -> None:
+        """The thread: samples are best effort, so whatever fails (a spool on a disk that
+        filled, an interpreter shutting down under a late import) ends the sampling and is
+        kept in `problem`, never raised as a traceback in the launcher's output."""
+        try:
+            self._sample_until_stopped()
+        except Exception as exc:  # noqa: BLE001 - the job goes on without its system metrics
+            self.problem = f"{type(exc).__name__}: {exc}"[:300]
+            self._ready.set()
+
+    def _sample_until_stopped(self) -> None:
         try:
             self._wake.wait()
             if self._stop.is_set() or not self._procs:

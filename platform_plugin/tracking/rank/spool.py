@@ -14,6 +14,13 @@ Lines are written whole with one `os.write` on an O_APPEND descriptor, so a rank
 mid-write leaves at most one partial line at the end. Readers consume complete lines only; a
 writer that reopens a file ending in a partial line first terminates it, so the fragment
 becomes one unparseable line that the reader skips and counts.
+
+A spool is a file anyone who can write the job folder can append to (a script, an older
+tracker, a disk that failed mid-line), so the reader trusts no line: it is opened as
+util/regular_file.py opens what others write (a FIFO named rank_0.jsonl never blocks it), its
+nesting is bounded before json parses it, and a line that is no record a sink can take - not
+UTF-8, not JSON, 200,000 `[`, a metric whose value is "abc", a step that is no integer - is
+returned with the reason (`Chunk.bad`): the forwarder sets it aside, the other readers skip it.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX  # noqa: F401 - the spool's name
+from platform_plugin.util.regular_file import json_depth, loads_json, open_regular_file
 
 FLUSH_LINES = 1000  # a full buffer is written at once; the timer writes the rest
 # What a writer keeps in memory while its file cannot be written (a full disk): retried at every
@@ -36,6 +44,9 @@ MAX_UNWRITTEN_BYTES = 32 << 20
 # characters at most): a longer line is moved aside (quarantined) instead of being sent, so it
 # can never hold up the records after it.
 MAX_LINE_BYTES = 1 << 20
+RECORD_DEPTH = 1  # a record is an array of scalars
+MIN_INT64, MAX_INT64 = -(1 << 63), (1 << 63) - 1  # MLflow's steps and times
+MAX_FLOAT = 1.7976931348623157e308  # an integer value beyond it has no float
 
 
 def encode_metric(key_json: str, value: float, step: int, timestamp_ms: int) -> str:
@@ -61,7 +72,7 @@ class SpoolWriter:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: its last byte
         # re-entrant: the SIGTERM handler flushes from the main thread, maybe inside append()
         self._lock = threading.RLock()
         self._lines: list[str] = []
@@ -72,11 +83,9 @@ class SpoolWriter:
 
     def _terminate_partial_line(self) -> None:
         size = os.fstat(self._fd).st_size
-        if size:
-            with open(self.path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    os.write(self._fd, b"\n")
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            self._unwritten = b"\n"  # written first, now or at the next write (a full disk)
+            self._write_locked()
 
     def append(self, line: str) -> None:
         with self._lock:
@@ -135,56 +144,70 @@ class Chunk:
 
     records: list[tuple[list, int]]  # (record, byte offset just after its line)
     end: int  # offset after the last complete line read (bad lines included)
-    bad_ends: list[int]  # offset just after each complete line that was not a valid record
+    bad: list[tuple[int, int, str]]  # (start, end, why) of each complete line that is no valid record
     partial_tail: bool  # bytes after `end` with no newline yet
     big: list[tuple[int, int]] = field(default_factory=list)  # (start, end) of lines > MAX_LINE_BYTES
 
     @property
+    def bad_ends(self) -> list[int]:
+        return [end for _, end, _ in self.bad]
+
+    @property
     def bad_lines(self) -> int:
-        return len(self.bad_ends)
+        return len(self.bad)
 
 
 def read_complete(path: str | os.PathLike, offset: int, max_bytes: int = 8 << 20) -> Chunk:
     """Complete lines from `offset`. A trailing fragment is not consumed: its writer may still
-    finish it. A line longer than MAX_LINE_BYTES is returned in `big`, not decoded."""
-    with open(path, "rb") as f:
+    finish it. A line longer than MAX_LINE_BYTES is returned in `big`, not decoded. Raises
+    OSError (util/regular_file.Refused: a FIFO, a device, a link in the spool's place)."""
+    path = os.fspath(path)
+    with open_regular_file(path, within=os.path.dirname(os.path.abspath(path))) as f:
         f.seek(offset)
         data = f.read(max_bytes)
         last_newline = data.rfind(b"\n")
         if last_newline < 0 and len(data) == max_bytes:  # one line longer than a whole read
             return _long_line(f, offset)
     complete = data[: last_newline + 1]
-    records, bad_ends, big = _decode_lines(complete, offset)
+    records, bad, big = _decode_lines(complete, offset)
     # a read that stopped at max_bytes mid-line is not a partial tail, only an unread rest
     partial = len(data) > len(complete) and len(data) < max_bytes
-    return Chunk(records, offset + len(complete), bad_ends, partial, big)
+    return Chunk(records, offset + len(complete), bad, partial, big)
 
 
 def _decode_lines(complete: bytes, offset: int) -> Any:
-    """(records with end offsets, ends of bad lines, (start, end) of oversized lines). One
-    `json.loads` of the lines joined into an array (2.5x faster than one call per line), checked
-    to hold exactly one valid record per line; any doubt (a bad or oversized line) decodes line
-    by line."""
+    """(records with end offsets, (start, end, why) of bad lines, (start, end) of oversized
+    lines). One `json.loads` of the lines joined into an array (2.5x faster than one call per
+    line), checked to hold exactly one valid record per line; any doubt (a bad, oversized or
+    deeply nested line) decodes line by line."""
     lines = complete.split(b"\n")[:-1]  # `complete` ends with a newline
     ends = [offset + end for end in accumulate(len(line) + 1 for line in lines)]
-    if max(map(len, lines), default=0) < MAX_LINE_BYTES:  # no line oversized (newline included)
+    if max(map(len, lines), default=0) < MAX_LINE_BYTES and _shallow(complete, len(lines)):
         try:
             decoded = json.loads(b"[" + b",".join(lines) + b"]")
-        except ValueError:
+        except (ValueError, RecursionError):
             decoded = None
-        if decoded is not None and len(decoded) == len(lines) and all(map(_valid, decoded)):
+        if decoded is not None and len(decoded) == len(lines) and not any(map(refusal, decoded)):
             return list(zip(decoded, ends)), [], []
-    records, bad_ends, big = [], [], []
+    records, bad, big = [], [], []
     for line, end in zip(lines, ends):
+        start = end - len(line) - 1
         if len(line) + 1 > MAX_LINE_BYTES:
-            big.append((end - len(line) - 1, end))
+            big.append((start, end))
             continue
-        record = _decode(line)
+        record, why = _decode(line)
         if record is None:
-            bad_ends.append(end)
+            bad.append((start, end, why))
         else:
             records.append((record, end))
-    return records, bad_ends, big
+    return records, bad, big
+
+
+def _shallow(complete: bytes, lines: int) -> bool:
+    """Whether the lines joined into one array nest at most RECORD_DEPTH + 1 deep: sure at
+    once when there are no more brackets than lines (a metric line has one), else counted."""
+    brackets = complete.count(b"[") + complete.count(b"{")
+    return brackets <= lines or json_depth(complete) <= RECORD_DEPTH
 
 
 def _long_line(f: Any, offset: int) -> Chunk:
@@ -201,17 +224,64 @@ def _long_line(f: Any, offset: int) -> Chunk:
         position += len(block)
 
 
-def _decode(raw: bytes) -> list | None:
+def _decode(raw: bytes) -> tuple[Any, str]:
+    """(record, "") or (None, why it is none)."""
+    if not raw.strip():
+        return None, "an empty line"
     try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    return record if _valid(record) else None
+        record = loads_json(raw, RECORD_DEPTH)
+    except UnicodeDecodeError as exc:
+        return None, "not UTF-8 (byte %d)" % exc.start
+    except ValueError as exc:  # not JSON, too deep (util/regular_file.TooDeep)
+        return None, str(exc).splitlines()[0][:200] if str(exc) else "not JSON"
+    why = refusal(record)
+    return (None, why) if why else (record, "")
 
 
-def _valid(record: Any) -> bool:
-    return (type(record) is list and len(record) > 0 and record[0] in KINDS
-            and len(record) == KINDS[record[0]])
+def refusal(record: Any) -> str:
+    """Why a decoded line is no record a sink can take ("" when it is one): the kind, the
+    number of fields and each field's type (a metric's value a number, its step and time
+    integers, names and values valid Unicode text)."""
+    if type(record) is not list or not record or not isinstance(record[0], str) or record[0] not in KINDS:
+        return "not a record: a JSON array whose first item is one of %s" % ", ".join(KINDS)
+    kind = record[0]
+    if len(record) != KINDS[kind]:
+        return "a %r record has %d fields, not %d" % (kind, len(record), KINDS[kind])
+    if kind == "r":
+        return ""  # counted only, never sent
+    if not _text(record[1]):
+        return "the name of a %r record is not text: %s" % (kind, _shown(record[1]))
+    if kind == "m":
+        if type(record[2]) not in (int, float):
+            return "the value of metric %s is not a number: %s" % (_shown(record[1]), _shown(record[2]))
+        if type(record[3]) is not int or type(record[4]) is not int:
+            return "the step or time of metric %s is not an integer: %s, %s" % (
+                _shown(record[1]), _shown(record[3]), _shown(record[4]))
+        if not (MIN_INT64 <= record[3] <= MAX_INT64 and MIN_INT64 <= record[4] <= MAX_INT64):
+            return "the step or time of metric %s is out of range (64-bit integers): %s, %s" % (
+                _shown(record[1]), _shown(record[3]), _shown(record[4]))
+        if type(record[2]) is int and not -MAX_FLOAT <= record[2] <= MAX_FLOAT:
+            return "the value of metric %s is out of range (a 64-bit float): %s" % (
+                _shown(record[1]), _shown(record[2]))
+        return ""
+    if kind == "a":
+        return "" if record[2] is None or _text(record[2]) else "an artifact's path is not text"
+    return "" if _text(record[2]) else "the value of %r record %s is not text: %s" % (
+        kind, _shown(record[1]), _shown(record[2]))
+
+
+def _text(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")  # a lone surrogate ("\\ud800") is JSON, but no store takes it
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:80]
 
 
 KINDS = {"m": 5, "p": 3, "t": 3, "a": 3, "r": 4}  # kind -> fields per record

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter, encode, encode_metric
+from platform_plugin.tracking.rank.spool import (MAX_INT64, MIN_INT64, SPOOL_SUFFIX, SpoolWriter, encode,
+                                                 encode_metric)
 
 FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 # MLflow's limits (mlflow.utils.validation: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
@@ -39,7 +40,7 @@ FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 MAX_NAME_CHARS, MAX_PARAM_CHARS, MAX_TAG_CHARS = 250, 6000, 8000
 # a step is MLflow's long (64-bit); a value any float: NaN and +/-inf are stored as MLflow
 # stores them. The timestamp is this process's clock, always in range.
-MIN_STEP, MAX_STEP = -(1 << 63), (1 << 63) - 1
+MIN_STEP, MAX_STEP = MIN_INT64, MAX_INT64
 # A process started without the launcher forwards from a thread of its own: the delivery
 # layer's work, above the rank side, so loaded by name and only then (the rank side's copy for
 # a Python 3.7 image holds no delivery; there the launcher's helper forwards).

@@ -52,6 +52,11 @@ def is_throughput(name: str) -> bool:
     return any(w in lowered for w in THROUGHPUT_WORDS) or lowered.endswith("_per_s")
 
 
+def lower_is_better(metric: str) -> bool:
+    """A loss, an error, a time: lower is better (compare's best, the board's curve colour)."""
+    return any(word in metric.lower() for word in ("loss", "err", "perplexity", "time", "mse", "mae"))
+
+
 def is_aggregate(name: str) -> bool:
     return name.rsplit("/", 1)[-1] in ("mean", "min", "max", "sum") and "/" in name
 

@@ -10,13 +10,21 @@ from platform_plugin.tracking.shared.state import SINK_FILE
 from platform_plugin.util.jobdirs import job_log_dir, latest_job
 from platform_plugin.util.paths import resolved
 
+ATTEMPT_SPOOL_PREFIX = "tracking-attempt"
+
+
+def spool_folder_name(attempt: int) -> str:
+    """The spool folder of attempt 1, 2, ... in the job folder: `tracking`, `tracking-attempt-2`
+    (named as the logs of attempt K are kept: `attempt-K/`)."""
+    return "tracking" if attempt <= 1 else f"{ATTEMPT_SPOOL_PREFIX}-{attempt}"
+
 
 def log_dir(explicit: str | None = None) -> Path:
     return resolved(job_log_dir(explicit), "log folder", "TRACKING_JOB", "--log-dir")
 
 
 def spool_dirs_of(job_dir: Path) -> list[Path]:
-    """The job's spool folders, one per attempt (`tracking`, `tracking-attempt2`, ...), in the
+    """The job's spool folders, one per attempt (`tracking`, `tracking-attempt-2`, ...), in the
     attempts' order: the last one is the latest attempt's."""
     if (job_dir / SINK_FILE).is_file():
         return [job_dir]
@@ -31,9 +39,10 @@ def later_attempt(spool_dir: str | os.PathLike[str]) -> bool:
 
 
 def attempt_number(spool_dir: Path) -> int:
-    """1 for `tracking`, K for `tracking-attemptK` (tracking/job/handle.py names them)."""
-    suffix = spool_dir.name[len("tracking-attempt"):]
-    return int(suffix) if spool_dir.name.startswith("tracking-attempt") and suffix.isdigit() else 1
+    """1 for `tracking`, K for `tracking-attempt-K` (spool_folder_name; an earlier version's
+    `tracking-attemptK` too)."""
+    suffix = spool_dir.name[len(ATTEMPT_SPOOL_PREFIX):].lstrip("-")
+    return int(suffix) if spool_dir.name.startswith(ATTEMPT_SPOOL_PREFIX) and suffix.isdigit() else 1
 
 
 def find_spool_dirs(job: str | None, explicit_log_dir: str | None = None) -> list[Path]:

@@ -26,7 +26,8 @@ from contextlib import contextmanager, suppress
 from typing import Any, ClassVar, Iterator, TypeVar
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
+from platform_plugin.util.regular_file import read_json as untrusted_json
+from platform_plugin.util.regular_file import reason
 
 # A `spool_dir` argument is a str or a Path.
 SINK_FILE = "sink.json"
@@ -63,18 +64,16 @@ MAX_STATE_BYTES = 16 << 20
 
 
 def read_json(path: str | os.PathLike[str]) -> dict | None:
-    """The file's JSON object; None when there is no file. Opened without blocking and read with
-    a bound: a FIFO in its place hung `clean` and `sync` for good."""
+    """The file's JSON object; None when there is no file. Read as util/regular_file.py reads
+    what others can write: a FIFO in its place hung `clean` and `sync` for good, a link is not
+    followed out of the spool folder, the size and the nesting are bounded."""
+    path = os.fspath(path)
     try:
-        raw = read_regular_file(os.fspath(path), MAX_STATE_BYTES)
+        data = untrusted_json(path, MAX_STATE_BYTES, within=os.path.dirname(os.path.abspath(path)))
     except FileNotFoundError:
         return None
-    except (NotRegularFile, FileTooLarge) as exc:
-        raise DamagedStateFile(path, str(exc)) from None
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:  # also bytes that are not UTF-8
-        raise DamagedStateFile(path, f"not JSON: {exc}") from None
+    except (OSError, ValueError) as exc:  # Refused, not UTF-8, not JSON, too deep
+        raise DamagedStateFile(path, reason(exc)) from None
     if not isinstance(data, dict):
         raise DamagedStateFile(path, f"a JSON {type(data).__name__}, not an object")
     return data

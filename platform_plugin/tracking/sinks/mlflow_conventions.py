@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
+
 SOURCE_TYPES = ("NOTEBOOK", "JOB", "PROJECT", "LOCAL", "UNKNOWN", "RECIPE")  # MLflow's SourceType
 
 

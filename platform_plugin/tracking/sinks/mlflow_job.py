@@ -154,11 +154,26 @@ def attempt_tags(config: SinkConfig) -> dict[str, str]:
     launcher started it (before any of its ranks existed, after every rank of the attempt
     before had ended): where one attempt ends in a run's metric history (docs/tracking.md,
     Restarts)."""
-    attempt = int(config.job.get("attempt", 0) or 0)
-    tags = {ATTEMPT_TAG: str(attempt + 1)}
-    if attempt and config.job.get("started_ms"):
-        tags[ATTEMPT_STARTED_TAG + str(attempt + 1)] = str(config.job["started_ms"])
+    attempt = attempt_number(config.job)
+    tags = {ATTEMPT_TAG: str(attempt)}
+    if attempt > 1 and config.job.get("started_ms"):
+        tags[ATTEMPT_STARTED_TAG + str(attempt)] = str(config.job["started_ms"])
     return tags
+
+
+def attempt_number(job: dict) -> int:
+    """The attempt (1, 2, ...) a spool folder's job record names. An earlier version's record
+    holds "attempt" counted from 0."""
+    number = job.get("attempt_number")
+    if isinstance(number, int) and number >= 1:
+        return number
+    old = job.get("attempt")
+    return old + 1 if isinstance(old, int) and old >= 0 else 1
+
+
+def restart(job: dict) -> bool:
+    """Whether the job record is a restarted attempt's (2, 3, ...)."""
+    return attempt_number(job) > 1
 
 
 def attempt_starts(tags: dict[str, str]) -> list[int]:

@@ -26,11 +26,10 @@ from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_refusals, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
 from platform_plugin.tracking.shared.aggregates import AggregatePoint
-from platform_plugin.tracking.sinks.mlflow_conventions import migrations_keep_logging, quiet, standard_tags
+from platform_plugin.tracking.sinks.mlflow_conventions import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG,
+    migrations_keep_logging, quiet, standard_tags)
 from platform_plugin.tracking.sinks.mlflow_writers import Opening, Point, RunStore, StoreWriter, open_writer
 
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"  # the UI opens the training-runs table
 PARENT_TAG = "mlflow.parentRunId"
 LOG_FILE = "mlflow.log"  # MLflow's own console output, kept out of the user's cell
 
@@ -160,7 +159,7 @@ class MlflowSink:
                     config.job["restarted"] = True
                 config.parent_run_id = self._parent_run(writer, config)
                 config.save(spool_dir)
-                if config.job.get("attempt") and not config.job.get("node_rank"):  # a restart:
+                if mlflow_job.restart(config.job) and not config.job.get("node_rank"):  # a restart:
                     self._mark_attempt(writer, config, config.parent_run_id)  # where it begins
             self._rank_runs(writer, config, spool_dir, missing)
 
@@ -211,7 +210,7 @@ class MlflowSink:
             awaited = mlflow_job.awaited_parent(runs, config)
             if awaited:
                 return awaited
-        if config.servers > 1 or job.get("attempt") or job.get("restarted"):
+        if config.servers > 1 or mlflow_job.restart(job) or job.get("restarted"):
             return mlflow_job.shared_parent(runs, config, create)  # no node 0 parent: race
         return create()
 
@@ -247,8 +246,8 @@ class MlflowSink:
             name = run_name(label)
             # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
             earlier = (mlflow_job.rank_run(runs, config, tags.get("rank_id", label))
-                       if config.job.get("attempt") or config.job.get("restarted") else None)
-            if earlier and config.job.get("attempt"):
+                       if mlflow_job.restart(config.job) or config.job.get("restarted") else None)
+            if earlier and mlflow_job.restart(config.job):
                 self._mark_attempt(self.writer(store_uri(config)), config, earlier)
                 runs.update_run(earlier, "RUNNING")
             if earlier:  # (an earlier attempt's points, synced late, go there too)

@@ -1,5 +1,5 @@
 """Runs an example training script (argv[1], its options after it) as it is, except that rank
-1 exits at the end of epoch FAIL_EPOCH on attempt 0 only: right after the checkpoint helpers
+1 exits at the end of epoch FAIL_EPOCH on attempt 1 only: right after the checkpoint helpers
 ran for that epoch (torch: `save_checkpoint`; MindSpore: `CheckpointCallback`'s epoch end), as
 a device fault would stop it."""
 import os
@@ -8,7 +8,7 @@ import sys
 
 script = os.path.abspath(sys.argv[1])
 fail_epoch = int(os.environ["FAIL_EPOCH"])
-first_attempt = os.environ.get("PLATFORM_ATTEMPT") == "0"
+first_attempt = os.environ.get("PLATFORM_ATTEMPT_NUMBER") == "1"
 
 
 def exit_if_due(rank, epoch):

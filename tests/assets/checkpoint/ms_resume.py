@@ -1,6 +1,6 @@
 """A 2-rank MindSpore data-parallel job that checkpoints every epoch and resumes.
 
-FAIL_RANK / FAIL_EPOCH: that rank exits at the end of that epoch, on attempt 0 only (what a
+FAIL_RANK / FAIL_EPOCH: that rank exits at the end of that epoch, on attempt 1 only (what a
 device fault does to one rank). EPOCHS (default 6). Each worker writes
 out/attempt<A>_rank<R>.json: the epoch it started after, the checkpoint it resumed from,
 the epochs it ran and a digest of its final parameters. SAMPLES (default 64) per rank sets
@@ -23,7 +23,7 @@ init()  # the scheduler (MS_ROLE=MS_SCHED) runs the cluster inside init() and ex
 rank, size = get_rank(), get_group_size()
 ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                              device_num=size)
-attempt = int(os.environ["PLATFORM_ATTEMPT"])
+attempt = int(os.environ["PLATFORM_ATTEMPT_NUMBER"])
 epochs = int(os.environ.get("EPOCHS", "6"))
 
 
@@ -36,7 +36,7 @@ class FailOnce(Callback):
         epoch = run_context.original_args().cur_epoch_num
         self.ran.append(epoch)
         print("rank %d attempt %d finished epoch %d" % (rank, attempt, epoch), flush=True)
-        if attempt == 0 and str(rank) == os.environ.get("FAIL_RANK") \
+        if attempt == 1 and str(rank) == os.environ.get("FAIL_RANK") \
                 and str(epoch) == os.environ.get("FAIL_EPOCH"):
             os._exit(3)
 

@@ -1,6 +1,6 @@
 """A 2-rank torch DDP (gloo) job that checkpoints every epoch and resumes.
 
-FAIL_RANK / FAIL_EPOCH: that rank exits after that epoch's checkpoint, on attempt 0 only.
+FAIL_RANK / FAIL_EPOCH: that rank exits after that epoch's checkpoint, on attempt 1 only.
 EPOCHS (default 6). Each rank writes out/attempt<A>_rank<R>.json: the epoch it started
 from, the epochs it ran and its final parameters. SAMPLES (default 128) in all sets an
 epoch's length: 8 per step and rank.
@@ -19,7 +19,7 @@ from platform_plugin.checkpoint.torch import load_latest, save_checkpoint
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-attempt = int(os.environ["PLATFORM_ATTEMPT"])
+attempt = int(os.environ["PLATFORM_ATTEMPT_NUMBER"])
 epochs = int(os.environ.get("EPOCHS", "6"))
 torch.manual_seed(0)
 features = torch.randn(int(os.environ.get("SAMPLES", "128")), 8,
@@ -48,7 +48,7 @@ for epoch in range(start, epochs):
     save_checkpoint({"model": module.state_dict(), "optimizer": optimizer.state_dict()},
                     step=(epoch + 1) * len(loader), epoch=epoch + 1)
     print("rank %d attempt %d finished epoch %d" % (rank, attempt, epoch + 1), flush=True)
-    if attempt == 0 and str(rank) == os.environ.get("FAIL_RANK") \
+    if attempt == 1 and str(rank) == os.environ.get("FAIL_RANK") \
             and str(epoch + 1) == os.environ.get("FAIL_EPOCH"):
         os._exit(3)
 os.makedirs("out", exist_ok=True)

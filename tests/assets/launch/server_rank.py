@@ -4,7 +4,7 @@ env           print `ENV {...}` (the launcher's variables) and end
 train [N]     log `loss` for N (default 20) steps through platform_plugin.tracking, then end
 fail-on N     rank N exits 3 after 1 s (after logging 5 points); the others log and sleep 120 s
 until FILE    once FILE exists (at most 120 s), log 5 points and end
-fail-once     on the first attempt (PLATFORM_ATTEMPT=0) rank 0 exits 4; later attempts succeed
+fail-once     on the first attempt (PLATFORM_ATTEMPT_NUMBER=1) rank 0 exits 4; later attempts succeed
 stubborn N    on the first attempt rank 0 exits 4 after 1 s and rank N ignores SIGTERM (prints
               `GOT SIGTERM`: its launcher is then busy stopping it); later attempts succeed
 checkpoint-once  on the first attempt rank 0 writes the checkpoints of steps 10 and 20 into
@@ -49,9 +49,9 @@ elif mode == "until":
     log(5)
 elif mode == "fail-once":
     log(5)
-    if rank == 0 and os.environ.get("PLATFORM_ATTEMPT") == "0":
+    if rank == 0 and os.environ.get("PLATFORM_ATTEMPT_NUMBER") == "1":
         sys.exit(4)
-elif mode == "stubborn" and os.environ.get("PLATFORM_ATTEMPT") == "0":
+elif mode == "stubborn" and os.environ.get("PLATFORM_ATTEMPT_NUMBER") == "1":
     if rank == int(sys.argv[2]):
         signal.signal(signal.SIGTERM, lambda *_: print("GOT SIGTERM", flush=True))
     if rank == 0:
@@ -61,7 +61,7 @@ elif mode == "stubborn" and os.environ.get("PLATFORM_ATTEMPT") == "0":
         time.sleep(1)
 elif mode == "checkpoint-once":
     from platform_plugin.checkpoint import manifest
-    if os.environ.get("PLATFORM_ATTEMPT") == "0":
+    if os.environ.get("PLATFORM_ATTEMPT_NUMBER") == "1":
         if rank == 0:
             for step in (10, 20):
                 manifest.write_checkpoint(step, {"state": str(step).encode()})
