@@ -30,6 +30,11 @@ class RankMetrics:
         """The metric the board draws: loss, else the first one logged."""
         return "loss" if "loss" in self.curves else next(iter(self.curves), None)
 
+    def main_curve(self) -> list:
+        """The (step, value) points of the main metric's curve (sparkline.Curve)."""
+        main = self.main
+        return self.curves[main].values() if main is not None else []
+
     @property
     def steps_per_s(self) -> float | None:
         if not self.first or not self.last:
