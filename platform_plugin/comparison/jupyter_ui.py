@@ -65,7 +65,7 @@ def running(store_uri: str) -> bool:
     return known is not None and known.proc.poll() is None and not _STARTING.locked()
 
 
-EARLY_AFTER_S = 5.0  # a tracked job's ranks start (their imports) before the UI's own start
+EARLY_AFTER_S = 2.0  # the ranks' processes start first; niced, the UI then yields them the CPU
 EARLY_NICE = 10  # the UI started while ranks train yields the CPU to them
 
 

@@ -37,6 +37,26 @@ SIDEWAYS = """() => Array.from(document.querySelectorAll('*')).filter(e => {
           : [])"""
 
 
+def _ui_answers(lab) -> bool:
+    """The kernel's MLflow UI answers /health (its port from its command line)."""
+    import requests
+    marker = str(lab.root.parent).encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    args = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if b"server" in args and b"--port" in args and any(marker in a for a in args):
+                port = int(args[args.index(b"--port") + 1])
+                try:
+                    return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok
+                except requests.RequestException:
+                    return False
+    return False
+
+
 def _ui_nice(lab) -> int | None:
     """The niceness of the kernel's MLflow UI server (field 19 of /proc/PID/stat)."""
     marker = str(lab.root.parent).encode()
@@ -76,6 +96,9 @@ def test_early_ui_a_page_that_fits_and_a_failure_said_once(lab, browser, tmp_pat
     assert mlflow_ui_running(lab) and "succeeded" not in output_text(page, 1)
     assert _ui_nice(lab) == 10
     wait_for(lambda: "succeeded" in output_text(page, 1), timeout=240, what="the job's end")
+    # it answers by the job's end on a machine that is not overloaded; on this shared test
+    # machine (load 10 on 2 cores) a niced start may take longer: the wait is the machine's
+    wait_for(lambda: _ui_answers(lab), timeout=120, what="the early UI answering")
 
     # %dist_compare: the page is there when the cell ends (no line waiting for the UI)
     run_cell(page, 2)
@@ -114,7 +137,7 @@ def test_early_ui_a_page_that_fits_and_a_failure_said_once(lab, browser, tmp_pat
     page.screenshot(path=str(tmp_path / "failed-cell.png"))
     assert failed.count("rank 1 about to fail") == 1, failed  # its last line, once
     assert failed.count("ROOT CAUSE") == 1 and failed.count("root cause: rank 1") == 1, failed
-    assert "stopped by launcher" in failed  # rank 0's end, in its row of the board
+    assert "exit 3 — ROOT CAUSE" in failed  # rank 1's end, in its row of the board
     assert not re.search(r"process\s+rank\s+pid\s+ended", failed), failed  # no second table
     page.close()
 
