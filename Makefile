@@ -104,7 +104,9 @@ bench: $(STAMP)
 	$(PY) bench/cleanup.py
 	$(PY) bench/imports.py
 	$(PY) bench/jobview.py
+	$(PY) bench/jobs.py
 	$(PY) bench/multiserver.py
+	$(PY) bench/threads.py
 	$(PY) bench/summary.py
 
 # 100 failure cycles of real jobs (crash, SIGSEGV, TERM-ignoring and setsid grandchildren, double

@@ -138,8 +138,11 @@ def main() -> int:
     board = [b - i for b, i in zip(shares["board"], shares["idle"])]
     rows = "\n".join(f"| {name} | {spread(values, 'ms', 1000, 1)} |"
                      for name, values in times.items())
-    ratio = statistics.median(times["every log read whole"]) / statistics.median(
-        times["first board (from the end)"])
+    first = statistics.median(times["first board (from the end)"])
+    ratio = statistics.median(times["every log read whole"]) / first
+    cost = statistics.median(board) * 100
+    first_verdict = "meets" if first < 0.5 else "MISSES"
+    cost_verdict = "meets" if cost < 2 else "MISSES"
     body = f"""## jobs
 
 Command: `.venv/bin/python bench/jobs.py --rounds {args.rounds} --seconds {args.seconds:g}`
@@ -148,7 +151,6 @@ Command: `.venv/bin/python bench/jobs.py --rounds {args.rounds} --seconds {args.
 
 Attach's first board of an {RANKS}-rank job whose logs hold {LINES:,} lines
 ({size / 1e6:.0f} MB), median (min–max) of {args.rounds} alternating rounds, page cache warm.
-Goal: under 0.5 s.
 
 | | time |
 |---|---:|
@@ -157,12 +159,15 @@ Goal: under 0.5 s.
 Reading from the end is {ratio:.0f}× faster than reading the logs whole, and does not grow
 with the logs (the board's tail is their last 64 KiB; the line count says "last lines of N MiB").
 
+Attach's first board of {RANKS} ranks and {LINES:,} log lines: {first * 1000:.1f} ms (goal < 0.5 s: {first_verdict}).
+
 The board of a background job in the kernel: an {RANKS}-rank job printing a line per rank
 every 0.2 s, followed by `LiveBoard` (every 0.5 s, bundles JSON-serialized as ipykernel sends
 them) for {args.seconds:g} s, {args.rounds} rounds alternating with an idle wait. Share of one
 core used by the following process: board {spread(shares['board'], '%', 100, 2)}, idle
-{spread(shares['idle'], '%', 100, 2)}, so the board costs {statistics.median(board) * 100:.2f} %
-(median of the per-round differences). Goal: under 2 %.
+{spread(shares['idle'], '%', 100, 2)} (median of the per-round differences below).
+
+A background job's board in the kernel: {cost:.2f} % of a core (goal < 2 %: {cost_verdict}).
 """
     write_section("jobs", body)
     print(body)

@@ -260,3 +260,31 @@ def test_background_in_a_terminal_is_refused(log_dir):
                            str(log_dir), "--", PY, BEHAVE, "ok"], capture_output=True, text=True,
                           env=clean_env(), timeout=60)
     assert done.returncode == 2 and "[LAUNCH_BACKGROUND_TERMINAL]" in done.stderr
+
+
+SLOW_CRASH = """
+import os, sys, time
+for i in range(8):
+    print("attempt", os.environ["PLATFORM_ATTEMPT"], "step", i, flush=True)
+    time.sleep(0.5)
+sys.exit(3 if os.environ["RANK_ID"] == "1" else 0)
+"""
+
+
+def test_attach_follows_a_job_through_its_restart_to_one_result(log_dir, launchers, tmp_path):
+    """--max-restarts 1: the attempt's logs move into attempt-1/ while attach reads them; attach
+    goes on with the new attempt's logs and ends once, with the last attempt's result."""
+    rank = tmp_path / "slow_crash.py"
+    rank.write_text(SLOW_CRASH)
+    job_id = detach(log_dir, "--nproc", "2", "--grace", "1", "--max-restarts", "1",
+                    "--tracking", "none", "--", PY, str(rank))
+    attached = cli("attach", job_id, log_dir=log_dir)
+    assert attached.returncode == 1, attached.stderr
+    out = attached.stdout
+    assert "restarting the whole job" in out, out
+    assert "[rank 1] attempt 0 step" in out and "[rank 1] attempt 1 step 7" in out, out
+    assert "Traceback" not in out + attached.stderr
+    assert out.count("— FAILED") == 1, out  # one final board
+    record = read_record(str(log_dir / job_id))
+    assert record.state == "failed" and record.attempt == 2
+    assert (log_dir / job_id / "attempt-1" / "rank_1.log").exists()

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from platform_plugin.errors import ConfigError
-from platform_plugin.launcher.display.board_render import render_text
+from platform_plugin.launcher.display.board_render import render_html, render_text
 from platform_plugin.launcher.jobs.follow import FIRST_READ, JobFollower, LogTail
 from platform_plugin.launcher.jobs.records import list_jobs, read_record, resolve
 from platform_plugin.util.procfs import start_ticks
@@ -105,3 +105,24 @@ def test_a_half_written_or_removed_folder_is_shown_as_what_it_holds(tmp_path):
     record, new = follower.refresh()
     assert record.state == "lost" and not any(new.values())
     assert "LOST" in render_text(follower.view(final=True))
+
+
+def test_the_followed_board_draws_each_ranks_curve_from_its_spool(tmp_path):
+    """The board of a job followed from its folder draws the same per-rank curve as the
+    foreground one (loss from the spool): a diverging rank's curve rises."""
+    folder = tmp_path / "job-20260101-000000-abcd"
+    me = os.getpid()
+    job_json(folder, pid=me, ticks=start_ticks(me))
+    (folder / "tracking").mkdir()
+    for rank, sign in (("0", -1), ("1", 1)):
+        (folder / f"rank_{rank}.log").write_bytes(b"step\n")
+        (folder / "tracking" / f"rank_{rank}.jsonl").write_text("".join(
+            f'["m","loss",{1.0 + sign * step / 10},{step},{1000 + step}]\n'
+            for step in range(20)))
+    follower = JobFollower(str(folder))
+    follower.refresh()
+    view = follower.view()
+    rows = {row.name: row for row in view.rows}
+    assert rows["0"].curve_name == "loss" and rows["0"].curve[-1][1] < rows["0"].curve[0][1]
+    assert rows["1"].curve[-1][1] > rows["1"].curve[0][1]
+    assert "<svg" in render_html(view)

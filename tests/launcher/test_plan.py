@@ -159,8 +159,8 @@ def test_nproc_defaults_to_two_without_npus_and_to_the_visible_npus():
 
 
 def test_nproc_default_counts_visible_npus(monkeypatch):
-    from platform_plugin.launcher.planning import backends
-    monkeypatch.setattr(backends, "_listdir", lambda path: [f"davinci{i}" for i in range(8)]
+    from platform_plugin.util import devices  # (a stand-in for /dev: no NPU exists here)
+    monkeypatch.setattr(devices, "dev_names", lambda: [f"davinci{i}" for i in range(8)]
                         + ["davinci_manager", "null"])
     assert default_nproc(Host(npu_present=True))[0] == 8
     visible = Host(npu_present=True, base_env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})

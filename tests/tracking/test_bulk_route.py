@@ -16,7 +16,7 @@ from tests.helpers import ASSETS, clean_env, wait_for
 from tests.launcher.helpers import PY, finish_all, start_cli
 from tests.tracking.helpers import body_limit_proxy, client, make_plan, mlflow_server
 from platform_plugin.tracking.server.bulk_app import ROUTE
-from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
+from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute, MlflowRequests
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 from platform_plugin.util.ports import free_port
 
@@ -47,13 +47,13 @@ def test_bulk_route_stores_what_log_batch_stores_and_a_replay_adds_nothing(postg
     theirs, ours = (c.create_run(experiment).info.run_id for _ in range(2))
     c.log_batch(theirs, metrics=[Metric(k, v, t, s) for k, v, s, t in POINTS])
     route = BulkRoute()
-    assert route.available(c, postgres_mlflow)
-    route.post(c, postgres_mlflow, ours, POINTS[:3])
-    route.post(c, postgres_mlflow, ours, POINTS)  # a replay of the first three plus the rest
+    assert route.available(MlflowRequests(c), postgres_mlflow)
+    route.post(MlflowRequests(c), postgres_mlflow, ours, POINTS[:3])
+    route.post(MlflowRequests(c), postgres_mlflow, ours, POINTS)  # a replay of the first three plus the rest
     stored = rows(postgres_mlflow.pg_uri, ours)
     assert stored == rows(postgres_mlflow.pg_uri, theirs)
     assert len(stored[0]) == 7 and len(stored[1]) == 2
-    route.post(c, postgres_mlflow, ours, POINTS)  # an exact replay
+    route.post(MlflowRequests(c), postgres_mlflow, ours, POINTS)  # an exact replay
     assert rows(postgres_mlflow.pg_uri, ours) == stored
     assert c.get_run(ours).data.metrics == c.get_run(theirs).data.metrics
 
@@ -64,16 +64,16 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
     c = client(postgres_mlflow)
     route = BulkRoute()
     with pytest.raises(MlflowException, match="Run with id=0123abc not found") as unknown:
-        route.post(c, postgres_mlflow, "0123abc", POINTS[:1])
+        route.post(MlflowRequests(c), postgres_mlflow, "0123abc", POINTS[:1])
     assert unknown.value.error_code == "RESOURCE_DOES_NOT_EXIST"
     run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
     c.delete_run(run)
     with pytest.raises(MlflowException, match="must be in the 'active' state") as deleted:
-        route.post(c, postgres_mlflow, run, POINTS[:1])
+        route.post(MlflowRequests(c), postgres_mlflow, run, POINTS[:1])
     assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"  # permanent for the forwarder
     active = c.create_run(c.get_run(run).info.experiment_id).info.run_id
     with pytest.raises(MlflowException, match="must not resolve to other names"):
-        route.post(c, postgres_mlflow, active, [("bad/../name", 1.0, 0, 1)])
+        route.post(MlflowRequests(c), postgres_mlflow, active, [("bad/../name", 1.0, 0, 1)])
     creds = c._tracking_client.store.get_host_creds()
     bad = http_request(creds, "/platform/api/metrics/bulk", "POST", data="{\"runs\": 3}",
                        extra_headers={"Content-Type": "application/json"})
