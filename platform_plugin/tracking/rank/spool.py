@@ -250,7 +250,7 @@ def refusal(record: Any) -> str:
     return _refusal(record)
 
 
-def _refusal(record) -> str:
+def _refusal(record: Any) -> str:
     if type(record) is not list or not record or not isinstance(record[0], str) or record[0] not in KINDS:
         return "not a record: a JSON array whose first item is one of %s" % ", ".join(KINDS)
     kind = record[0]
