@@ -161,6 +161,14 @@ def test_detach_survives_its_terminal_and_stop_ends_it(log_dir, launchers):
     assert record.state == "running" and record.launcher["how"] == "detached"
     listed = json.loads(cli("jobs", "--json", log_dir=log_dir).stdout)
     assert [(j["id"], j["state"]) for j in listed] == [(job_id, "running")]
+    attach = subprocess.Popen([PY, "-m", "platform_plugin", "attach", "--log-dir", str(log_dir)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env)
+    wait_for(lambda: attach.stdout.readline().startswith(f"job {job_id}"), 60)
+    attach.send_signal(signal.SIGINT)  # Ctrl-C detaches
+    out, _ = attach.communicate(timeout=60)
+    assert attach.returncode == 0 and f"detached from job {job_id}: it goes on" in out, out
+    assert read_record(record.job_dir).state == "running"
     stopped = cli("stop", job_id[:12], log_dir=log_dir)
     assert stopped.returncode == 0, stopped.stderr
     assert "interrupted" in stopped.stdout and "SIGTERM" in stopped.stdout, stopped.stdout

@@ -115,9 +115,9 @@ def attach_terminal(job_dir: str, out: IO[str] | None = None,
     out = out or sys.stdout
     follower = JobFollower(job_dir)
     record, _ = follower.refresh()
-    if record.running:
-        _write(out, bundle(follower)["text/plain"])
     try:
+        if record.running:
+            _write(out, bundle(follower)["text/plain"])
         while record.running:
             time.sleep(refresh_s)
             if not os.path.isdir(job_dir):
