@@ -173,6 +173,9 @@ def test_detach_survives_its_terminal_and_stop_ends_it(log_dir, launchers):
     assert stopped.returncode == 0, stopped.stderr
     assert "interrupted" in stopped.stdout and "SIGTERM" in stopped.stdout, stopped.stdout
     assert read_record(record.job_dir).state == "interrupted"
+    # as the stop button: where each live rank was, taken before SIGTERM (py-spy)
+    assert sorted(p.name for p in (Path(record.job_dir) / "stacks").glob("rank_*.txt")) == \
+        ["rank_0.txt", "rank_1.txt"]
     wait_for(lambda: gone(record.launcher["pid"]), 30)
     assert not wait_no_processes(record.job_dir)
     again = cli("stop", job_id, log_dir=log_dir)  # racing (here: after) the end: one result
