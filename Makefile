@@ -106,6 +106,7 @@ bench: $(STAMP)
 	$(PY) bench/jobview.py
 	$(PY) bench/jobs.py
 	$(PY) bench/multiserver.py
+	$(PY) bench/threads.py
 	$(PY) bench/summary.py
 
 # 100 failure cycles of real jobs (crash, SIGSEGV, TERM-ignoring and setsid grandchildren, double

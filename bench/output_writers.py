@@ -39,3 +39,14 @@ def realistic(lines: int) -> str:
             "    else: w(f'2026-12-01 02:55:41,{i%1000:03d} [INFO] train.py:120 - rank {r} "
             "step {i} loss {1/(i+1):.4f} lr 1.0e-04\\n')\n")
     return _HEAD + _CHATTER.format() + bars + loop
+
+
+def with_loss_monitor(lines: int, every: int = 100) -> str:
+    """`realistic(lines)` with every `every`-th line MindSpore's LossMonitor line instead
+    (`epoch: 1 step: N, loss is X`): what the launcher reads into the rank's spool as `loss`
+    (bench/output_metrics.py)."""
+    return realistic(lines).replace(
+        "    if i % 50 == 49: bar(i)\n",
+        f"    if i % {every} == {every - 1}: w(f'epoch: 1 step: {{i // {every} + 1}}, loss is "
+        "{1/(i+1):.6f}\\n')\n"
+        "    elif i % 50 == 49: bar(i)\n")

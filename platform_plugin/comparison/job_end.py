@@ -64,9 +64,10 @@ def from_job_folder(job_dir: Path | None) -> JobEnding | None:
                if isinstance(a, dict) and isinstance(a.get("resumed"), dict)]
     if resumed:
         last = resumed[-1]
-        start = ("from the beginning" if last.get("step") is None
-                 else f"from step {last['step']}")
-        what += f"; resumed at attempt {last.get('attempt')} {start}"
+        if last.get("step") is None:  # the script may have resumed from a snapshot of its own
+            what += f"; restarted at attempt {last.get('attempt')} (no platform checkpoint)"
+        else:
+            what += f"; resumed at attempt {last.get('attempt')} from step {last['step']}"
     unfinished = {}
     for failure in result.get("failures") or []:
         if isinstance(failure, dict) and failure.get("rank_id") is not None:

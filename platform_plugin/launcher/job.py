@@ -279,6 +279,7 @@ class Attempt:
         output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                     f"{''.join(' + ' + HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                     f", backend {plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
+                    + "".join(f"; {note}" for note in plan.notes)
                     + (f"; attempt {plan.attempt}" if plan.attempt > 1 else ""))
         for note in tracking.notes:
             output.note(note)

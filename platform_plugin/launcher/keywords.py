@@ -46,6 +46,8 @@ class LaunchKeywords(TypedDict, total=False):
     job_id: Optional[str]
     job_key: Optional[str]
     heartbeat_timeout: Optional[float]
+    rank_dir: Optional[str]
+    cluster_timeout: Optional[int]
     max_restarts: int
     background: bool
     detach: bool

@@ -22,6 +22,8 @@ import math
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.numbers import Bounds, NumberArgument, shown, whole_number
+from platform_plugin.util.paths import path_problem
 from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_CONTROL_PORT,
                                        PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_JOB_ID,
@@ -41,25 +43,15 @@ TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
 def _at_least(low: float, *, above: bool = False) -> Check:
-    def check(value: float) -> str | None:
-        if above and not value > low:
-            return f"must be > {low:g}"
-        if not above and not value >= low:
-            return f"must be >= {low:g}"
-        return None
-    return check
+    return Bounds(low, above=above)
 
 
 def _within(low: int, high: int) -> Check:
-    def check(value: float) -> str | None:
-        return None if low <= value <= high else f"must be between {low} and {high}"
-    return check
+    return Bounds(low, high)
 
 
 def _within_float(low: float, high: float) -> Check:
-    def check(value: float) -> str | None:
-        return None if low < value <= high else f"must be > {low:g} and <= {high:g}"
-    return check
+    return Bounds(low, high, above=True)
 
 
 def _key(value: str) -> Optional[str]:
@@ -70,18 +62,55 @@ def _show(value: str) -> Optional[str]:
     names = [part.strip() for part in value.strip().lower().split(",") if part.strip()]
     if value.strip().lower() in ("all", "none"):
         return None
-    if names and all(n.isdigit() or n == "sched" for n in names):
+    if names and all(whole_number(n) is not None or n == "sched" for n in names):
         return None
     return "use all, none, sched or comma-separated rank numbers such as 0,3"
 
 
 def _name(value: str) -> Optional[str]:
-    return None if value.strip() and "/" not in value and value not in (".", "..") else \
-        "must be a non-empty name without '/'"
+    if not value.strip() or "/" in value or value in (".", ".."):
+        return "must be a non-empty name without '/'"
+    if not value.isprintable():  # a NUL, a newline, a terminal escape: no folder or log line
+        return "must be printable text (no control characters)"
+    return None
+
+
+# a job id names folders (the job's, its cache's) and is sent with every message of the job
+# link: a generated one is <name of at most 100 bytes>-<date>-<time>-<hex>, at most 121 bytes
+MAX_JOB_ID = 128
+
+
+def _job_id(value: str) -> Optional[str]:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_JOB_ID:
+        return f"is {size} bytes: at most {MAX_JOB_ID} (it names the job's folders)"
+    return _name(value)
+
+
+def _folder(value: str) -> Optional[str]:
+    return path_problem(value)
 
 
 def _metric_names(value: str) -> Optional[str]:
     return None if board_metric_names(value) else "give metric names separated by commas, e.g. loss,acc"
+
+
+RANK_DIR_FIELDS = ("rank_id", "local_rank")
+
+
+def _rank_dir(value: str) -> Optional[str]:
+    """A folder per rank below the working folder, named by the rank: `device_{rank_id}`."""
+    try:
+        first, second = (value.format(rank_id=n, local_rank=n) for n in (0, 1))
+    except (KeyError, IndexError, ValueError, AttributeError):
+        return "name only {rank_id} or {local_rank} in braces, e.g. device_{rank_id}"
+    if first == second or not any("{" + name in value for name in RANK_DIR_FIELDS):
+        return "needs {rank_id} or {local_rank}: one folder per rank, e.g. device_{rank_id}"
+    import os
+    normal = os.path.normpath(first)
+    if os.path.isabs(first) or normal == "." or normal.split(os.sep)[0] == "..":
+        return "must be a folder below the working folder (no absolute path, no '..')"
+    return None
 
 
 def _metrics_regex(value: str) -> Optional[str]:
@@ -94,17 +123,55 @@ def board_metric_names(value: str | None) -> Tuple[str, ...]:
     return tuple(name.strip() for name in (value or "").split(",") if name.strip())
 
 
+# --nproc-per-node's words (torchrun's): how many processes the devices found here make
+DEVICE_WORDS = ("auto", "cpu", "gpu", "npu")
+
+
+def _nproc(text: str) -> int:
+    """`--nproc 4`, or torchrun's `--nproc-per-node auto|cpu|gpu|npu`: the devices found here
+    (auto: the visible NPUs, else GPUs, else the usable cores)."""
+    word = text.strip().lower()
+    if word not in DEVICE_WORDS:
+        return _whole(text, "--nproc", "LAUNCH_NPROC")
+    from platform_plugin.util import devices  # (only for these words)
+    import os
+    found = {"npu": len(devices.visible_npus(os.environ)),
+             "gpu": len(devices.visible_gpus(os.environ)), "cpu": devices.usable_cores()}
+    if word == "auto":
+        word = next(kind for kind in ("npu", "gpu", "cpu") if found[kind])
+    if not found[word]:
+        raise ConfigError([Problem("LAUNCH_NPROC", f"--nproc {text}: no {word.upper()} found on "
+                                   "this server; give a number, e.g. --nproc 2", "--nproc")])
+    return found[word]
+
+
+def _nnodes(text: str) -> int:
+    """`--nnodes 2`; torchrun's elastic `MIN:MAX` only when both are the same size."""
+    low, _, high = text.partition(":")
+    if high and low.strip() != high.strip():
+        raise ConfigError([Problem("LAUNCH_BAD_VALUE", f"--nnodes {text}: fixed sizes only; "
+                                   f"write --nnodes {high.strip()}", "--nnodes")])
+    return _whole(low, "--nnodes", "LAUNCH_BAD_VALUE")
+
+
+def _whole(text: str, where: str, code: str) -> int:
+    """A whole number as the docs write it (util/numbers.py), else ConfigError `code`."""
+    return int(NumberArgument(code, where, int)(text))
+
+
 def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | None = None,
         choices: Tuple[str, ...] | None = None, check: Check | None = None,
         code: str = "LAUNCH_BAD_VALUE", cli: bool = True, aliases: Tuple[str, ...] = (),
-        env: Variable | None = None, otherwise: str = "") -> Any:
-    """Declare one option. `flags`: CLI spellings (default `--field-name`); `aliases`: other
-    keyword names `launch()` accepts (torchrun-style spellings); `cli=False`: keyword only;
-    `env`: the variable whose value an option not given takes (`otherwise`: what applies when
-    that is unset too, for the help)."""
+        env: Variable | None = None, otherwise: str = "",
+        parse: Callable[[str], Any] | None = None) -> Any:
+    """Declare one option. `flags`: CLI spellings (default `--field-name`), torchrun's and
+    msrun's among them; `aliases`: other keyword names `launch()` accepts (torchrun-style
+    spellings); `cli=False`: keyword only; `env`: the variable whose value an option not given
+    takes (`otherwise`: what applies when that is unset too, for the help); `parse`: the flag's
+    text -> the value, where it is more than a number (a ConfigError for what it refuses)."""
     meta = dict(help=env.fallback_help(help, otherwise) if env is not None else help, flags=flags,
                 metavar=metavar, choices=choices, check=check, code=code, cli=cli,
-                aliases=aliases, env=env)
+                aliases=aliases, env=env, parse=parse)
     if isinstance(default, dict):  # a fresh one per record
         return dataclasses.field(default_factory=dict, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -118,17 +185,21 @@ class LaunchOptions:
     nproc: Optional[int] = opt(
         None, "processes on this server (default: this server's devices in the rank table, else "
         "the visible NPUs, else 2 on a machine without NPUs)", metavar="N",
-        check=_within(1, MAX_NPROC), code="LAUNCH_NPROC",
-        flags=("--nproc", "--nproc-per-node", "--nproc_per_node"), aliases=("nproc_per_node",))
+        check=_within(1, MAX_NPROC), code="LAUNCH_NPROC", parse=_nproc,
+        flags=("--nproc", "--nproc-per-node", "--nproc_per_node", "--local_worker_num",
+               "--local-worker-num"), aliases=("nproc_per_node",))
     backend: str = opt("auto", "how ranks find each other (default auto: printed with its reason)",
                        choices=BACKEND_CHOICES, code="LAUNCH_BACKEND")
-    rank_table: Optional[str] = opt(None, "HCCL rank table (else RANK_TABLE_FILE)", metavar="FILE")
+    rank_table: Optional[str] = opt(None, "HCCL rank table (else RANK_TABLE_FILE)", metavar="FILE",
+                                    flags=("--rank-table", "--rank_table_file",
+                                           "--rank-table-file"), check=_folder,
+                                    code="LAUNCH_PATH")
     rank_start: Optional[int] = opt(None, "first rank of this server (multi-server table)",
                                     metavar="N", check=_at_least(0))
     mode: Optional[str] = opt(None, "platform environment (default: detected)",
                               choices=MODE_CHOICES)
     nnodes: int = opt(1, "servers in the job (one launcher per server)", metavar="N",
-                      check=_within(1, MAX_NNODES))
+                      check=_within(1, MAX_NNODES), parse=_nnodes)
     node_rank: int = opt(0, "this server's index, 0..nnodes-1", metavar="I", check=_at_least(0),
                          code="LAUNCH_NODE_RANK", flags=("--node-rank", "--node_rank"))
     master_addr: str = opt("127.0.0.1", "address of node 0 (scheduler / MASTER_ADDR)",
@@ -143,21 +214,26 @@ class LaunchOptions:
         code="LAUNCH_MASTER_PORT", env=PLATFORM_CONTROL_PORT,
         otherwise=str(RANK_TABLE_CONTROL_PORT))
     log_dir: Optional[str] = opt(None, "job folders go here", metavar="DIR", env=PLATFORM_LOG_DIR,
-                                 otherwise="./platform_logs")
+                                 otherwise="./platform_logs", flags=("--log-dir", "--log_dir"),
+                                 check=_folder, code="LAUNCH_PATH")
     cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs", metavar="DIR",
-                                   env=PLATFORM_CACHE_DIR, otherwise="~/.cache/platform_plugin")
+                                   env=PLATFORM_CACHE_DIR, otherwise="~/.cache/platform_plugin",
+                                   check=_folder, code="LAUNCH_PATH")
     checkpoint_dir: Optional[str] = opt(
         None, "the job's checkpoints, kept across its restarts (PLATFORM_CHECKPOINT_DIR in every "
         "rank); with several servers, a folder they all see", metavar="DIR",
-        env=PLATFORM_CHECKPOINT_DIR, otherwise="<job folder>/checkpoints")
-    job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name)
+        env=PLATFORM_CHECKPOINT_DIR, otherwise="<job folder>/checkpoints", check=_folder,
+        code="LAUNCH_PATH")
+    job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name,
+                                  code="LAUNCH_JOB_NAME")
     timeout: Optional[float] = opt(None, "stop the job after S seconds", metavar="S",
                                    check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
     silence_timeout: Optional[float] = opt(
         None, "no output from any rank for S seconds = hung: stop the job", metavar="S",
         check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
     grace: float = opt(3.0, "seconds between SIGTERM and SIGKILL when stopping (default 3)",
-                       metavar="S", check=_at_least(0), code="LAUNCH_TIMEOUT")
+                       metavar="S", check=_at_least(0), code="LAUNCH_TIMEOUT",
+                       flags=("--grace", "--shutdown-timeout", "--shutdown_timeout"))
     show: Optional[str] = opt(
         None, "ranks whose output is streamed as prefixed lines (default: the live rank board in "
         "a notebook, all elsewhere; the logs hold everything)", metavar="all|none|0,3",
@@ -189,7 +265,8 @@ class LaunchOptions:
     verbose: bool = opt(False, "also show library chatter (MindSpore networking, MLflow INFO, "
                         "warnings) that otherwise goes to the logs only")
     job_id: Optional[str] = opt(
-        None, "the job's id on every server", metavar="ID", check=_name, env=PLATFORM_JOB_ID,
+        None, "the job's id on every server", metavar="ID", check=_job_id, code="LAUNCH_JOB_ID",
+        env=PLATFORM_JOB_ID, flags=("--job-id", "--rdzv-id", "--rdzv_id"),
         otherwise="agreed by the servers of the job, else generated from the job name")
     job_key: Optional[str] = opt(
         None, "the key that signs the launchers' messages, the same on every server: a string "
@@ -200,6 +277,17 @@ class LaunchOptions:
         None, "a server whose launcher says nothing for S seconds failed (frozen or cut off): "
         "the others stop", metavar="S", check=_within_float(0, 60), code="LAUNCH_TIMEOUT",
         env=PLATFORM_HEARTBEAT_TIMEOUT, otherwise="60")
+    rank_dir: Optional[str] = opt(
+        None, "run each rank in its own folder below the working folder, removed and made anew "
+        "before every attempt, as the shell loops' `rm -rf device_$i; mkdir`: a pattern with "
+        "{rank_id} or {local_rank}, e.g. device_{rank_id}; the command's arguments that name "
+        "an existing file or folder are made absolute", metavar="PATTERN", check=_rank_dir,
+        code="LAUNCH_RANK_DIR")
+    cluster_timeout: Optional[int] = opt(
+        None, "MindSpore's dynamic cluster: seconds the ranks wait for each other to start "
+        "(MS_TOPO_TIMEOUT; default: yours if set, else 120)", metavar="S",
+        check=_within(1, 86400), code="LAUNCH_TIMEOUT",
+        flags=("--cluster-timeout", "--cluster_time_out", "--cluster-time-out"))
     max_restarts: int = opt(0, "after a failure stop all, then start the whole job again, up to "
                             "N times (same job id, new attempt)", metavar="N",
                             check=_within(0, 1000), code="LAUNCH_MAX_RESTARTS",
@@ -215,7 +303,7 @@ class LaunchOptions:
     # keyword-only (not flags): what an embedding program passes
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",
-                             cli=False)
+                             cli=False, check=_folder, code="LAUNCH_PATH")
     check: bool = opt(True, "raise JobFailed when the job failed (False: return the result)",
                       cli=False)
     write: Optional[Callable[[str], Any]] = opt(
@@ -256,39 +344,194 @@ def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
         return Problem(meta["code"], f"{where} must be a dict of str -> str", where)
     if kind is not None and (not isinstance(value, (int, float) if kind is float else kind)
                              or (kind in (int, float) and isinstance(value, bool))):
-        return Problem(meta["code"], f"{where} is {value!r} ({_noun(type(value))}): give "
+        return Problem(meta["code"], f"{where} is {_quoted(value)} ({_noun(type(value))}): give "
                        f"{_noun(kind)} instead", where)
     if kind is float and not math.isfinite(value):
         return Problem(meta["code"], f"{where} {value!r}: must be a finite number", where)
     if meta["choices"] and value not in meta["choices"]:
-        return Problem(meta["code"], f"{where} {value!r}: choose one of "
+        return Problem(meta["code"], f"{where} {_quoted(value)}: choose one of "
                        f"{', '.join(meta['choices'])}", where)
     complaint = meta["check"](value) if meta["check"] else None
     if complaint:
-        return Problem(meta["code"], f"{where} {value!r}: {complaint}", where)
+        return Problem(meta["code"], f"{where} {_quoted(value)}: {complaint}", where)
     return None
+
+
+def _quoted(value: Any) -> str:
+    """A value as a refusal shows it: one line, at most 40 characters of it (a 120 KB job id
+    or a 5,000-character folder is named, not printed)."""
+    return shown(value) if isinstance(value, str) else shown(repr(value))[1:-1]
+
+
+# ---- torchrun's and msrun's flags that are no option of the record --------------------------------
+# Their spellings of an option of ours are the option's own `flags` (--nproc-per-node,
+# --local_worker_num, --rdzv-id, --log_dir, --cluster_time_out, ...). These are the rest: each
+# says what it becomes (`to`: its value and the options given -> options), or that it changes
+# nothing here (`to` None), or why it is refused and what to write instead (`refused`).
+# docs/launch.md's table lists every flag of both launchers; tests/launcher/test_peer_flags.py
+# checks the table against these declarations.
+
+@dataclasses.dataclass(frozen=True)
+class PeerFlag:
+    flags: Tuple[str, ...]
+    peer: str  # "torchrun" | "msrun"
+    does: str  # the help line: what platform-run does with it
+    to: Optional[Callable[[Any, Dict[str, Any]], Dict[str, Any]]] = None
+    metavar: Optional[str] = None  # None: a switch without a value
+    choices: Optional[Tuple[str, ...]] = None
+    refused: str = ""  # what to write instead: the flag is refused with this line
+
+    @property
+    def dest(self) -> str:
+        return "peer_" + self.flags[0].lstrip("-").replace("-", "_")
+
+
+def _endpoint(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
+    """torchrun's `--rdzv-endpoint HOST[:PORT]` = --master-addr HOST --master-port PORT (its
+    default port, 29400, when none is written)."""
+    host, colon, port = value.strip().rpartition(":")
+    if not colon or whole_number(port) is None:  # no port, or an IPv6 address without one
+        host, port = value.strip(), "29400"
+    host = host.strip("[]")
+    if not host:
+        raise ConfigError([Problem("LAUNCH_BAD_VALUE", f"--rdzv-endpoint {value!r}: write "
+                                   "HOST:PORT, e.g. --rdzv-endpoint 10.0.0.1:29400",
+                                   "--rdzv-endpoint")])
+    return {"master_addr": host, "master_port": int(port)}
+
+
+def _standalone(value: Any, given: Dict[str, Any]) -> Dict[str, Any]:
+    if given.get("nnodes", 1) != 1:
+        raise ConfigError([Problem("LAUNCH_BAD_VALUE", "--standalone is one server: leave out "
+                                   f"--nnodes {given['nnodes']}, or --standalone", "--standalone")])
+    return {"nnodes": 1}
+
+
+def _worker_num(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
+    """msrun's `--worker_num W` (every server's ranks together) with `--local_worker_num N`
+    (this server's): W / N servers. Without N: W ranks on this one server."""
+    total = _whole(value, "--worker_num", "LAUNCH_NPROC")
+    local = given.get("nproc")
+    if local is None:
+        return {"nproc": total}
+    if total < 1 or total % local:
+        raise ConfigError([Problem("LAUNCH_NPROC", f"--worker_num {total} is not a multiple of "
+                                   f"--local_worker_num {local}: every server runs as many ranks",
+                                   "--worker_num")])
+    return {"nnodes": total // local}
+
+
+def _shown_ranks(spec: str, shown_when: Callable[[str], bool]) -> str:
+    """torchrun's per-rank stream spec, `3` or `0:3,1:0` -> `--show` (the ranks it prints)."""
+    spec = spec.strip()
+    if ":" not in spec:
+        return "all" if shown_when(spec) else "none"
+    picked = [rank for rank, _, value in (part.partition(":") for part in spec.split(","))
+              if shown_when(value.strip())]
+    return ",".join(r.strip() for r in picked) or "none"
+
+
+STD_VALUES = "0|1|2|3|RANK:V,..."
+
+
+def _redirects(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
+    """Redirected streams go to the log file only: the ranks with 0 stay on the screen."""
+    return {"show": _shown_ranks(value, lambda v: v == "0")}
+
+
+def _tee(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
+    """Teed streams go to the screen and the log, as every rank's do here."""
+    return {"show": _shown_ranks(value, lambda v: v != "0")} if "show" not in given else {}
+
+
+def _ranks_filter(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
+    return {"show": value.strip()}
+
+
+def _tail_worker_log(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
+    return {"show": "all" if value.strip() in ("-1", "") else value.strip()}
+
+
+NOTHING = None  # accepted: changes nothing here
+PEER_FLAGS: Tuple[PeerFlag, ...] = (
+    PeerFlag(("--standalone",), "torchrun", "one server, rendezvous on 127.0.0.1 and a free port "
+             "(the default)", _standalone),
+    PeerFlag(("--rdzv-endpoint", "--rdzv_endpoint"), "torchrun",
+             "HOST:PORT = --master-addr HOST --master-port PORT", _endpoint, "HOST:PORT"),
+    PeerFlag(("--rdzv-backend", "--rdzv_backend"), "torchrun", "accepted: the rendezvous is "
+             "node 0's store on --master-addr:--master-port either way", NOTHING, "c10d|static",
+             ("c10d", "static")),
+    PeerFlag(("--rdzv-conf", "--rdzv_conf"), "torchrun", "accepted, unused: no elastic "
+             "rendezvous to tune", NOTHING, "K=V,..."),
+    PeerFlag(("--monitor-interval", "--monitor_interval"), "torchrun", "accepted, unused: the "
+             "launcher sees a rank's end at once", NOTHING, "S"),
+    PeerFlag(("--start-method", "--start_method"), "torchrun", "accepted: every rank is a new "
+             "process (spawn)", NOTHING, "spawn|fork|forkserver", ("spawn", "fork", "forkserver")),
+    PeerFlag(("--tee", "-t"), "torchrun", "streams teed = shown, as every rank's are (= --show)",
+             _tee, STD_VALUES),
+    PeerFlag(("--redirects", "-r"), "torchrun", "streams redirected = logs only (= --show: the "
+             "ranks with 0 stay shown)", _redirects, STD_VALUES),
+    PeerFlag(("--local-ranks-filter", "--local_ranks_filter"), "torchrun", "= --show 0,3",
+             _ranks_filter, "0,3"),
+    PeerFlag(("--module", "-m"), "torchrun", "the command is a module: python -m MODULE",
+             lambda value, given: {}, None),
+    PeerFlag(("--no-python", "--no_python"), "torchrun", "accepted: a command that is not a .py "
+             "file runs as written", NOTHING),
+    PeerFlag(("--run-path", "--run_path"), "torchrun", "accepted: the script runs with the "
+             "ranks' python either way", NOTHING),
+    PeerFlag(("--role",), "torchrun", "", metavar="NAME",
+             refused="one role per job here (ROLE_NAME=default): leave --role out"),
+    PeerFlag(("--event-log-handler", "--event_log_handler"), "torchrun", "", metavar="H",
+             refused="torchelastic's event handlers do not exist here: leave it out (job.json "
+             "records the job)"),
+    PeerFlag(("--local-addr", "--local_addr"), "torchrun", "", metavar="ADDR",
+             refused="the ranks reach node 0 at --master-addr: leave --local-addr out"),
+    PeerFlag(("--logs-specs", "--logs_specs"), "torchrun", "", metavar="NAME",
+             refused="logs are <log dir>/<job>/rank_N.log: give --log-dir DIR"),
+    PeerFlag(("--numa-binding", "--numa_binding"), "torchrun", "", metavar="MODE",
+             refused="no binding here: put numactl in the command"),
+    PeerFlag(("--signals-to-handle", "--signals_to_handle"), "torchrun", "", metavar="SIGNALS",
+             refused="SIGINT, SIGTERM and SIGHUP always stop every rank: leave it out"),
+    PeerFlag(("--duplicate-stdout-filters", "--duplicate_stdout_filters",
+              "--duplicate-stderr-filters", "--duplicate_stderr_filters"), "torchrun", "",
+             metavar="TEXT", refused="every line is in the rank's log: grep it"),
+    PeerFlag(("--virtual-local-rank", "--virtual_local_rank"), "torchrun", "",
+             refused="LOCAL_RANK is the rank's index on its server: leave it out"),
+    PeerFlag(("--worker_num", "--worker-num"), "msrun", "every server's ranks together: "
+             "--nnodes = W / --local_worker_num", _worker_num, "W"),
+    PeerFlag(("--join",), "msrun", "accepted: the launcher always waits for the ranks and "
+             "reports the job", NOTHING, "True|False", ("True", "False")),
+    PeerFlag(("--tail_worker_log", "--tail-worker-log"), "msrun", "= --show (-1: all)",
+             _tail_worker_log, "-1|0,3"),
+    PeerFlag(("--worker_log_name", "--worker-log-name"), "msrun", "", metavar="NAME",
+             refused="logs are <log dir>/<job>/rank_N.log: give --log-dir DIR"),
+    PeerFlag(("--bind_core", "--bind-core"), "msrun", "", metavar="True|DICT",
+             refused="no core binding here: put taskset or numactl in the command"),
+    PeerFlag(("--bind_numa", "--bind-numa"), "msrun", "", metavar="True|DICT",
+             refused="no NUMA binding here: put numactl in the command"),
+    PeerFlag(("--sim_level", "--sim-level", "--sim_rank_id", "--sim-rank-id"), "msrun", "",
+             metavar="N", refused="a dry run is MindSpore's: set MS_SIMULATION_LEVEL in .env "
+             "and launch one rank"),
+)
 
 
 # ---- argparse, generated from the record -------------------------------------------------------
 
 def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
+    """The flag's text as the record's type: a number read as the docs write it
+    (util/numbers.py: ASCII digits, no `1_000`, `+1`, ` 2`, nan or inf), its range checked by
+    the record (a keyword of `launch()` is checked the same way)."""
     kind = _base_type(f)
-
-    def convert(text: str) -> Any:
-        try:
-            return kind(text) if kind is not None else text
-        except ValueError:
-            where = flags_of(f.name)[0]
-            # raised through argparse (it only catches ValueError/TypeError): keeps the code
-            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r} is not "
-                                       f"{_noun(kind)}: give one, e.g. {where} "
-                                       f"{EXAMPLES.get(kind, 'x')}", where)]) from None
-    return convert
+    parse = f.metadata["parse"]
+    if parse is not None:  # an option with words of its own (--nproc auto), numbers read alike
+        return parse
+    if kind in (int, float):
+        return NumberArgument(f.metadata["code"], flags_of(f.name)[0], kind)
+    return str
 
 
 NOUNS = {int: "a whole number", float: "a number", str: "text", bool: "True or False",
          dict: "a dict", list: "a list", tuple: "a tuple"}
-EXAMPLES: Dict[Any, str] = {int: "2", float: "2.5"}
 
 
 def _noun(kind: Any) -> str:
@@ -318,6 +561,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, command: bool = True) -> N
         parser.add_argument(*flags_of(f.name), dest=f.name, type=_converter(f), default=None,
                             choices=meta["choices"], metavar=meta["metavar"],
                             help=meta["help"] + shown)
+    peers = parser.add_argument_group("torchrun's and msrun's flags (docs/launch.md)")
+    for peer in PEER_FLAGS:
+        words = f"{peer.peer}'s: " + (peer.does or f"refused: {peer.refused}")
+        if peer.metavar is None:
+            peers.add_argument(*peer.flags, dest=peer.dest, action="store_const", const=True,
+                               default=None, help=words)
+        else:
+            peers.add_argument(*peer.flags, dest=peer.dest, default=None, metavar=peer.metavar,
+                               choices=peer.choices, help=words)
     if command:
         parser.add_argument("command", nargs=argparse.REMAINDER,
                             help="-- COMMAND ... (e.g. python train.py)")
@@ -327,6 +579,16 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
     """Parsed flags (+ keyword-only options) -> the validated record."""
     values = {name: getattr(args, name) for name, f in FIELDS.items()
               if f.metadata["cli"] and getattr(args, name, None) is not None}
+    given = dict(values)
+    for peer in PEER_FLAGS:
+        value = getattr(args, peer.dest, None)
+        if value is None:
+            continue
+        if peer.refused:
+            raise ConfigError([Problem("LAUNCH_PEER_FLAG", f"{peer.flags[0]}: {peer.refused}",
+                                       peer.flags[0])])
+        if peer.to is not None:  # the options written out win over what a peer flag implies
+            values.update({k: v for k, v in peer.to(value, values).items() if k not in given})
     values.update(overrides)
     return LaunchOptions(**values)
 
@@ -334,9 +596,19 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
 def with_environment(options: LaunchOptions, environ: Dict[str, str]) -> LaunchOptions:
     """The options not given that declare a variable (`env=`) take its value from `environ`: the
     ranks' environment (the launcher's own, the .env file, the platform's files)."""
-    found = {f.name: f.metadata["env"].get(environ) for f in FIELDS.values()
-             if f.metadata["env"] is not None and getattr(options, f.name) is None
-             and f.metadata["env"].is_set(environ)}
+    found, problems = {}, []
+    for f in FIELDS.values():
+        variable = f.metadata["env"]
+        if variable is None or getattr(options, f.name) is not None or not variable.is_set(environ):
+            continue
+        found[f.name] = variable.get(environ)
+        wrong = _problem(f, found[f.name])
+        if wrong is not None:  # named as it was set: the variable, for the option it stands in
+            flag = flags_of(f.name)[0]
+            problems.append(Problem(wrong.code, variable.name + wrong.message.removeprefix(flag)
+                                    + f" (it stands in for {flag})", variable.name))
+    if problems:
+        raise ConfigError(problems)
     return dataclasses.replace(options, **found) if found else options
 
 
@@ -372,10 +644,15 @@ def command_of(args: argparse.Namespace) -> list[str]:
     command = list(getattr(args, "command", None) or [])
     if command and command[0] == "--":
         command = command[1:]
+    if command and getattr(args, PEER_MODULE.dest, None):  # torchrun -m MODULE ARGS
+        command = ["python", "-m", *command]
     if not command:
         raise ConfigError([Problem("LAUNCH_NO_COMMAND", "give the command after the options, e.g. "
                                    "`--nproc 2 -- python train.py`", "command")])
     return command
+
+
+PEER_MODULE = next(p for p in PEER_FLAGS if p.flags[0] == "--module")
 
 
 def render_help(prog: str = "platform-run launch", *, extra: Callable[[argparse.ArgumentParser],

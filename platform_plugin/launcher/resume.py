@@ -8,6 +8,9 @@ PLATFORM_RESUME_STEP, whatever its own folder holds. The steps lost are
 the highest step the failed attempt reached minus the resume step: the ranks' tracking spools
 on this server say that exactly; without them (`--tracking none`) the checkpoint folders the
 failed attempt made give a lower bound; when neither says more than the resume step, "unknown".
+Without a platform checkpoint the launcher knows only that the attempt started: a script may
+keep snapshots of its own (the DDP tutorial's snapshot.pt), so nothing is said about where it
+resumes or what the failure cost, only the step the failed attempt reached when that is known.
 """
 from __future__ import annotations
 
@@ -40,14 +43,20 @@ class Resumed:
 
     @property
     def lost(self) -> Optional[int]:
-        start = -1 if self.step is None else self.step
-        if self.reached is None or self.reached <= start:
+        """Steps done again; None when unknown (no platform checkpoint: a script's own
+        snapshot may have kept them)."""
+        if self.step is None or self.reached is None or self.reached <= self.step:
             return None
-        return self.reached - start  # steps start..reached were done and are done again
+        return self.reached - self.step  # steps step..reached were done and are done again
 
     def describe(self) -> str:
-        where = ("from the beginning (no complete checkpoint)" if self.step is None else
-                 f"from step {self.step} (checkpoint {self.checkpoint})")
+        if self.step is None:  # what the script itself resumes from is its own business
+            reached = ("" if self.reached is None else
+                       f"; the failed attempt reached step {'' if self.exactly else 'at least '}"
+                       f"{self.reached}")
+            return (f"attempt {self.attempt} started; no platform checkpoint to resume from "
+                    f"(the script may keep its own){reached}")
+        where = f"from step {self.step} (checkpoint {self.checkpoint})"
         lost = self.lost
         if lost is None:
             cost = "steps lost to the failure: unknown"
@@ -69,7 +78,8 @@ def proposal(plan: LaunchPlan, note: Callable[[str], None]) -> Dict[str, str]:
         return resume_keys(plan.checkpoint_dir)
     except CheckpointUnavailable:
         note(f"the checkpoint folder {plan.checkpoint_dir} was removed while the job ran: "
-             f"attempt {plan.attempt + 1} starts from the beginning (made again, empty)")
+             f"attempt {plan.attempt + 1} has no platform checkpoint to resume from (the folder "
+             "is made again, empty)")
         os.makedirs(plan.checkpoint_dir, exist_ok=True)
         return {}
 

@@ -30,6 +30,12 @@ def log_name(process: str) -> str:
     return f"rank_{process}.log" if process.isdigit() else f"{process}.log"
 
 
+def error_file_name(process: str, attempt: int) -> str:
+    """Where a rank's torch `@record` writes its exception (TORCHELASTIC_ERROR_FILE), one per
+    attempt (1 first): `rank_3.attempt1.error.json`."""
+    return f"rank_{process}.attempt{attempt}.error.json"
+
+
 def latest_job(log_dir: str | os.PathLike, markers: Iterable[str] = (JOB_FILE,)) -> Path | None:
     """The job folder in `log_dir` whose newest marker file (a glob relative to the job folder,
     e.g. `job.json` or `tracking*/sink.json`) changed last; None when no folder has one."""

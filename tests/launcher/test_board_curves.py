@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
+import pytest
+
+from platform_plugin.launcher import launch
+from platform_plugin.launcher.jobs.follow import JobFollower
 from platform_plugin.launcher.display.board_render import BoardView, RankRow, render_html, render_text
 from platform_plugin.launcher.display.sparkline import (BLOCKS, MAX_POINTS, Curve, sparkline,
                                                         svg_sparkline)
@@ -99,3 +104,48 @@ def test_every_row_of_the_board_draws_its_curve():
     row0 = next(line for line in text.splitlines() if line.strip().startswith("rank 0"))
     row1 = next(line for line in text.splitlines() if line.strip().startswith("rank 1"))
     assert sparkline(CONVERGING, 200) in row0 and sparkline(DIVERGING, 200) in row1
+
+
+DIVERGING_RANK = """
+import os
+rank = int(os.environ["RANK_ID"])
+for step in range(1, 41):
+    loss = 4.0 / step if rank == 0 else 0.5 + step * step / 100
+    print(f"epoch: 1 step: {step}, loss is {loss}", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_real_jobs_board_from_its_folder_draws_one_curve_per_rank(clean_environ, tmp_path):
+    """A real 2-rank job that only prints LossMonitor's lines (read into each rank's spool):
+    the board made from its folder (what a background job's board and attach show) draws a
+    curve in each rank's row, rank 1's rising, rank 0's falling."""
+    clean_environ.chdir(tmp_path)  # the job's MLflow store: ./mlflow.db
+    clean_environ.setenv("PLATFORM_LOG_DIR", str(tmp_path / "platform_logs"))
+    (tmp_path / "train.py").write_text(DIVERGING_RANK)
+    result = launch([sys.executable, "train.py"], nproc=2, backend="plain", cwd=str(tmp_path),
+                    write=lambda text: None, no_system_metrics=True)
+    assert result.ok
+    follower = JobFollower(result.job_dir)
+    follower.refresh()
+    view = follower.view(final=True)
+    rows = {row.name: row for row in view.rows}
+    assert [len(rows[r].curve) for r in "01"] == [40, 40] and rows["0"].curve_name == "loss"
+    html = render_html(view)
+    assert re.findall(r"<svg class='curve (\w+)'", html) == ["falling", "rising"]
+    text = render_text(view)
+    assert sparkline(rows["1"].curve, 40) in text and sparkline(rows["0"].curve, 40) in text
+
+
+def test_the_board_reads_its_attempts_own_spools(tmp_path):
+    """Attempt 1's spools are `tracking/`, a restarted attempt K's `tracking-attempt-K/`."""
+    from platform_plugin.launcher.display.spool_tail import SpoolTail
+    from platform_plugin.tracking.shared.job_folders import spool_folder_name
+    for attempt, loss in ((1, 3.0), (2, 1.5)):
+        folder = tmp_path / spool_folder_name(attempt)
+        folder.mkdir()
+        (folder / "rank_0.jsonl").write_text(f'["m","loss",{loss},1,1000]\n')
+    for attempt, loss in ((1, 3.0), (2, 1.5)):
+        tail = SpoolTail(str(tmp_path), attempt)
+        tail.refresh(["0"])
+        assert tail.metrics["0"].values == {"loss": loss}

@@ -260,3 +260,20 @@ def test_the_chatter_test_finds_a_chatter_line_among_any_number_of_parentheses()
         assert not CHATTER.search(chunk + b"[INFO] step (DISTRIBUTED) x\n" + chunk), before
     collective = b"[WARNING] HCCL_ADPT(1,7f):2026 [mindspore/ccsrc/a/collective/b.cc:1] init\n"
     assert CHATTER.search(b"(" + collective) and CHATTER.match(collective)
+
+
+def test_a_line_torch_prefixed_with_the_rank_is_not_prefixed_again(tmp_path):
+    """torch writes a rank's uncaught exception as `[rank1]: ...`: shown once, as it is; a line
+    of another rank's prefix, or one that only quotes it, keeps ours."""
+    shown: list[str] = []
+    output = Output("all", write=shown.append)
+    output.open("1", str(tmp_path / "rank_1.log"))
+    output.feed("1", b"epoch 1\n[rank1]: Traceback (most recent call last):\n[rank1]: Runtime")
+    output.feed("1", b"Error: boom\nsaid [rank1]: x\n[ran")
+    output.feed("1", b"k1]: split\n[rank2]: from elsewhere\n")
+    output.close()
+    assert "".join(shown).splitlines() == [
+        "[rank 1] epoch 1", "[rank1]: Traceback (most recent call last):",
+        "[rank1]: RuntimeError: boom", "[rank 1] said [rank1]: x", "[rank1]: split",
+        "[rank 1] [rank2]: from elsewhere"]
+    assert (tmp_path / "rank_1.log").read_bytes().count(b"[rank1]:") == 4  # the log: unchanged

@@ -159,8 +159,8 @@ def test_nproc_defaults_to_two_without_npus_and_to_the_visible_npus():
 
 
 def test_nproc_default_counts_visible_npus(monkeypatch):
-    from platform_plugin.launcher.planning import backends
-    monkeypatch.setattr(backends, "_listdir", lambda path: [f"davinci{i}" for i in range(8)]
+    from platform_plugin.util import devices  # (a stand-in for /dev: no NPU exists here)
+    monkeypatch.setattr(devices, "dev_names", lambda: [f"davinci{i}" for i in range(8)]
                         + ["davinci_manager", "null"])
     assert default_nproc(Host(npu_present=True))[0] == 8
     visible = Host(npu_present=True, base_env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
@@ -316,8 +316,9 @@ def test_program_source_and_names():
     assert normalize_command("python a.py '{x}'") == (sys.executable, "a.py", "{x}")
     assert normalize_command(["train.py"]) == (sys.executable, "train.py")
     assert normalize_command(["bash", "x"]) == ("bash", "x")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         normalize_command([])
+    assert [p.code for p in err.value.problems] == ["LAUNCH_NO_COMMAND"]
     assert default_job_name((sys.executable, "-u", "dir/my train.py")) == "my-train"
     assert default_job_name((sys.executable, "-m", "pkg.trainer")) == "trainer"
     assert default_job_name(("bash", "run.sh")) == "bash"
@@ -329,8 +330,9 @@ def test_program_source_and_names():
 def test_parse_show():
     assert parse_show("all") is None and parse_show("none") == set()
     assert parse_show("0,3") == {"0", "3"} and parse_show("sched") == {"sched"}
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         parse_show("rank0")
+    assert [p.code for p in err.value.problems] == ["LAUNCH_BAD_SHOW"]
 
 
 @hsettings(deadline=None, max_examples=40)

@@ -16,7 +16,7 @@ from tests.helpers import ASSETS, clean_env, wait_for
 from tests.launcher.helpers import PY, finish_all, start_cli
 from tests.tracking.helpers import body_limit_proxy, client, make_plan, mlflow_server
 from platform_plugin.tracking.server.bulk_app import ROUTE
-from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
+from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute, MlflowRequests
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
 from platform_plugin.util.ports import free_port
 
@@ -47,13 +47,13 @@ def test_bulk_route_stores_what_log_batch_stores_and_a_replay_adds_nothing(postg
     theirs, ours = (c.create_run(experiment).info.run_id for _ in range(2))
     c.log_batch(theirs, metrics=[Metric(k, v, t, s) for k, v, s, t in POINTS])
     route = BulkRoute()
-    assert route.available(c, postgres_mlflow)
-    route.post(c, postgres_mlflow, ours, POINTS[:3])
-    route.post(c, postgres_mlflow, ours, POINTS)  # a replay of the first three plus the rest
+    assert route.available(MlflowRequests(c), postgres_mlflow)
+    route.post(MlflowRequests(c), postgres_mlflow, ours, POINTS[:3])
+    route.post(MlflowRequests(c), postgres_mlflow, ours, POINTS)  # a replay of the first three plus the rest
     stored = rows(postgres_mlflow.pg_uri, ours)
     assert stored == rows(postgres_mlflow.pg_uri, theirs)
     assert len(stored[0]) == 7 and len(stored[1]) == 2
-    route.post(c, postgres_mlflow, ours, POINTS)  # an exact replay
+    route.post(MlflowRequests(c), postgres_mlflow, ours, POINTS)  # an exact replay
     assert rows(postgres_mlflow.pg_uri, ours) == stored
     assert c.get_run(ours).data.metrics == c.get_run(theirs).data.metrics
 
@@ -64,16 +64,16 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
     c = client(postgres_mlflow)
     route = BulkRoute()
     with pytest.raises(MlflowException, match="Run with id=0123abc not found") as unknown:
-        route.post(c, postgres_mlflow, "0123abc", POINTS[:1])
+        route.post(MlflowRequests(c), postgres_mlflow, "0123abc", POINTS[:1])
     assert unknown.value.error_code == "RESOURCE_DOES_NOT_EXIST"
     run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
     c.delete_run(run)
     with pytest.raises(MlflowException, match="must be in the 'active' state") as deleted:
-        route.post(c, postgres_mlflow, run, POINTS[:1])
+        route.post(MlflowRequests(c), postgres_mlflow, run, POINTS[:1])
     assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"  # permanent for the forwarder
     active = c.create_run(c.get_run(run).info.experiment_id).info.run_id
     with pytest.raises(MlflowException, match="must not resolve to other names"):
-        route.post(c, postgres_mlflow, active, [("bad/../name", 1.0, 0, 1)])
+        route.post(MlflowRequests(c), postgres_mlflow, active, [("bad/../name", 1.0, 0, 1)])
     creds = c._tracking_client.store.get_host_creds()
     bad = http_request(creds, "/platform/api/metrics/bulk", "POST", data="{\"runs\": 3}",
                        extra_headers={"Content-Type": "application/json"})
@@ -85,6 +85,13 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
                                extra_headers={"Content-Type": "application/json"})
         assert refused.status_code == 400 and "INVALID_PARAMETER_VALUE" in refused.text, point
     assert rows(postgres_mlflow.pg_uri, active) == ([], [])  # nothing of a refused request stored
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 # a valid point first: a refused request stores nothing of it either
@@ -103,6 +110,11 @@ REFUSED = {
     "value a string": ["loss", "x", 0, 1],
     "value null": ["loss", None, 0, 1],
     "value a bool": ["loss", True, 0, 1],
+    "value of 401 digits": ["loss", 10 ** 400, 0, 1],
+    "value of -401 digits": ["loss", -10 ** 400, 0, 1],
+    "value a list 900 deep": ["loss", _nested(900), 0, 1],
+    "name a list 900 deep": [_nested(900), 1.0, 0, 1],
+    "step of 4,000 digits": ["loss", 1.0, 10 ** 3999, 1],
     "three fields": ["loss", 1.0, 0],
     "no list": {"k": 1},
 }
@@ -124,6 +136,48 @@ def test_bulk_route_refuses_what_mlflow_refuses_with_its_400_before_the_database
     assert rows(postgres_mlflow.pg_uri, run) == ([], [])
     with open(postgres_mlflow.log_path, "rb") as log:
         log.seek(logged)  # what the server logged of this request
+        assert b"Traceback" not in log.read()
+
+
+def _raw_bodies(run: str) -> dict[str, bytes]:
+    """Bodies no JSON shape of the route fits, each a refusal of its own kind."""
+    point = '["ok", 1.0, 0, 1]'
+    return {
+        "100,000 deep": b"[" * 100_000 + b"]" * 100_000,
+        "100,000 deep objects": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+        "deep inside a point": ('{"runs": [{"run_id": "%s", "metrics": [%s, %s]}]}'
+                                % (run, point, "[" * 100_000 + "]" * 100_000)).encode(),
+        "5,000-digit value": ('{"runs": [{"run_id": "%s", "metrics": [["loss", %s, 0, 1]]}]}'
+                              % (run, "9" * 5000)).encode(),
+        "run id a deep list": ('{"runs": [{"run_id": %s, "metrics": [%s]}]}'
+                               % ("[" * 900 + "]" * 900, point)).encode(),
+        "run id a number": ('{"runs": [{"run_id": %s, "metrics": [%s]}]}'
+                            % ("9" * 4000, point)).encode(),
+        "not UTF-8": b'{"runs": [{"run_id": "\xff\xfe", "metrics": []}]}',
+        "runs a string": b'{"runs": "abc"}',
+        "a list": b"[1, 2]",
+        "empty": b"",
+    }
+
+
+@pytest.mark.parametrize("kind", list(_raw_bodies("r")), ids=list(_raw_bodies("r")))
+def test_bulk_route_answers_400_for_every_body_it_cannot_take_without_a_traceback(
+        postgres_mlflow, kind):
+    """A 100,000-deep body was a RecursionError and a 401-digit value an OverflowError: HTTP 500
+    and a traceback in the server's log. Every body the route cannot take is MLflow's 400."""
+    from mlflow.utils.rest_utils import http_request
+    c = client(postgres_mlflow)
+    run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
+    logged = os.path.getsize(postgres_mlflow.log_path)
+    answer = http_request(c._tracking_client.store.get_host_creds(), ROUTE, "POST",
+                          data=_raw_bodies(run)[kind], max_retries=0,
+                          extra_headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text[:500]
+    assert answer.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert len(answer.text) < 2000, answer.text[:300]
+    assert rows(postgres_mlflow.pg_uri, run) == ([], [])
+    with open(postgres_mlflow.log_path, "rb") as log:
+        log.seek(logged)
         assert b"Traceback" not in log.read()
 
 

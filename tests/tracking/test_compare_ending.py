@@ -37,6 +37,11 @@ def test_each_ending_is_said_in_words(tmp_path):
     resumed = _job(tmp_path, {"status": "succeeded"},
                    failed_attempts=[{"attempt": 1, "resumed": {"attempt": 2, "step": 60}}])
     assert resumed.headline == "ended: succeeded; resumed at attempt 2 from step 60"
+    restarted = _job(tmp_path, {"status": "succeeded"},
+                     failed_attempts=[{"attempt": 1, "resumed": {"attempt": 2, "step": None}}])
+    # no platform checkpoint: the script may have resumed from its own snapshot
+    assert restarted.headline == ("ended: succeeded; restarted at attempt 2 (no platform "
+                                  "checkpoint)")
     running = _job(tmp_path, None, supervisor_pid=os.getpid())
     assert "still running" in running.headline
     assert "killed" in _job(tmp_path, None, supervisor_pid=2 ** 22 + 1).headline

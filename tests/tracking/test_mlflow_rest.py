@@ -18,6 +18,8 @@ from tests.helpers import clean_env
 from tests.tracking.helpers import body_limit_proxy, client
 from platform_plugin.tracking.sinks import mlflow_refusals, mlflow_rest
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.tracking.sinks.mlflow_bulk import RestRequests
+from platform_plugin.tracking.sinks.mlflow_writers import client_writer
 
 # One job of two ranks through the sink, as the forwarding helper drives it; prints what it made
 # and whether MLflow was imported. `mlflow-client`: the sink made to use MLflow's client instead.
@@ -25,6 +27,7 @@ JOB = """
 import json, sys
 from pathlib import Path
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink
+from platform_plugin.tracking.sinks.mlflow_writers import client_writer
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 spool, uri, experiment, source, mode = Path(sys.argv[1]), *sys.argv[2:]
 spool.mkdir(parents=True)  # <tmp>/<mode>/tracking: the rank logs beside it, as in a job folder
@@ -37,7 +40,7 @@ config = SinkConfig("mlflow", tracking_uri=uri, experiment_name=experiment, rank
     "source": source, "source_type": "LOCAL", "tags": {"backend": "plain"}, "params": {"lr": "0.1"}})
 sink = MlflowSink()
 if mode == "mlflow-client":
-    sink._apis[uri] = sink.client(uri)
+    sink._writers[uri] = client_writer(sink.client(uri), uri, sink._bulk)
 assert sink.unavailable(config) is None
 sink.ensure_runs(config, spool, ["0", "1"])
 states = {l: StreamState.load(spool, "rank_" + l) for l in "01"}
@@ -114,7 +117,7 @@ def test_rest_errors_keep_mlflows_codes_and_the_sink_judges_them_alike(postgres_
     rest.delete_run(run)
     sink = MlflowSink()
     with pytest.raises(mlflow_rest.RestError) as deleted:
-        sink._bulk.post(rest, postgres_mlflow, run, [("loss", 1.0, 0, 1)])
+        sink._bulk.post(RestRequests(rest.transport), postgres_mlflow, run, [("loss", 1.0, 0, 1)])
     assert deleted.value.error_code == "INVALID_PARAMETER_VALUE"
     # both refusals are the run's, for good: its records are set aside, a batch at a time
     assert sink.is_permanent(deleted.value) and sink.is_permanent(unknown.value)
@@ -166,7 +169,7 @@ def test_the_health_probe_and_the_rest_client_share_one_transport_per_server(mon
     sink = MlflowSink()
     with body_limit_proxy(0) as (uri, _):  # answers every GET as the team server: healthy
         assert sink.unavailable(SinkConfig("mlflow", tracking_uri=uri)) is None
-        api = sink._api(uri)  # the bulk route answered: the sink's REST client
+        api = sink.writer(uri).runs  # the bulk route answered: the sink's REST client
         assert sink.unavailable(SinkConfig("mlflow", tracking_uri=uri)) is None
     assert isinstance(api, mlflow_rest.RestClient) and len(made) == 1
     assert api.transport is made[0]
@@ -190,12 +193,12 @@ def test_a_413_on_the_bulk_route_is_permanent_through_either_client(tmp_path, mo
     sink = MlflowSink()
     with body_limit_proxy(0) as (uri, _):  # the probe answered, every POST refused: 413
         if mode == "mlflow-client":  # what a server without the REST path gets (mlflow_rest.usable)
-            sink._apis[uri] = sink.client(uri)
+            sink._writers[uri] = client_writer(sink.client(uri), uri, sink._bulk)
         config = SinkConfig("mlflow", tracking_uri=uri, experiment_id="1")
         with pytest.raises(Exception) as refused:
             sink.deliver(config, "0", StreamState(run_id="abc"), [["m", "loss", 0.5, 1, 1000]])
     assert "413" in str(refused.value)
-    assert isinstance(sink._apis[uri], mlflow_rest.RestClient) == (mode == "rest")
+    assert isinstance(sink._writers[uri].runs, mlflow_rest.RestClient) == (mode == "rest")
     assert sink.is_permanent(refused.value)
     assert refused.value.status_code == 413  # one name for the HTTP status on both clients' errors
 

@@ -145,7 +145,7 @@ class Board(Output):
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
                 curve_name=found.main if found else None,
-                curve=found.curves[found.main].values() if found and found.main else [],
+                curve=found.main_curve() if found else [],
                 lines=self.lines.get(name, 0) + (1 if screen.current else 0),
                 tail=[plain(line) for line in tail], tail_html=[to_html(line) for line in tail],
                 # the failure table below the board prints the root cause's last lines: once

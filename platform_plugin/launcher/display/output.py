@@ -104,6 +104,8 @@ class _RankStream:
         self.prefix = f"[{name_label(name)}] "
         self.prefix_bytes = self.prefix.encode()
         self.newline_prefix = b"\n" + self.prefix_bytes
+        # torch prefixes a rank's uncaught exception with its own `[rank1]:`: not prefixed twice
+        self.own_prefix = f"[rank{name}]:".encode() if name.isdigit() else b""
         self.log = _RankLog(log_path)
         self.shown = shown
         self.partial = b""
@@ -180,6 +182,16 @@ class _RankStream:
         its own. Bytes all the way: decoding, if the display needs text at all, happens in
         write_pending."""
         prefixed = data.replace(b"\n", self.newline_prefix)
+        own = self.own_prefix
+        starts_own = own and (held + data[:len(own)]).startswith(own)
+        if own and (starts_own or own in data):  # (rare: one search per chunk) theirs alone
+            prefixed = prefixed.replace(self.newline_prefix + own, b"\n" + own)
+            cut_off = len(data) - cut + (0 if data[cut:].startswith(own) else
+                                         len(self.prefix_bytes))
+            first = b"" if starts_own else self.prefix_bytes
+            out.append(first + held if held else first)
+            out.append(memoryview(prefixed)[:len(prefixed) - cut_off])
+            return
         out.append(self.prefix_bytes + held if held else self.prefix_bytes)
         out.append(memoryview(prefixed)[:len(prefixed) - (len(data) - cut) -
                                         len(self.prefix_bytes)])
@@ -281,7 +293,7 @@ class Output:
         self._opened_at = time.monotonic()
         self._heard = False  # a rank wrote something
         self._quiet_said = False
-        # tracking/job/output_metrics.OutputMetrics: set (watch.py) when a tracked job parses its
+        # tracking/job/output_metrics.OutputMetrics: set (job.Attempt) when a tracked job parses its
         # ranks' lines for metrics; its points are written at the display's tick
         self.metrics: OutputMetrics | None = None
 

@@ -39,6 +39,9 @@ def render_result(result: JobResult, width: int | None = None,
         lines.append(f"  root cause: {cause.label} ({device}host "
                      f"{cause.host}, pid {_dash(cause.pid)}) {cause.how} after "
                      f"{cause.runtime_s:.1f}s")
+        if cause.recorded:  # torch's @record: the exception, whatever the log's last lines hold
+            lines.append(f"  recorded by the rank (TORCHELASTIC_ERROR_FILE): {cause.recorded[0]}")
+            lines.extend(f"    at {frame}" for frame in cause.recorded[1:])
         if cause.last_lines:
             count = len(cause.last_lines)
             lines.append(f"  last {'line' if count == 1 else f'{count} lines'} of "

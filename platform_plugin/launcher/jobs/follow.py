@@ -158,7 +158,7 @@ class JobFollower:
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,
                 curve_name=found.main if found else None,
-                curve=found.curves[found.main].values() if found and found.main else [],
+                curve=found.main_curve() if found else [],
                 lines=(tail.lines or 0) + (1 if tail.screen.current else 0),
                 log_bytes=None if tail.lines is not None else tail.size,
                 tail=[plain(line) for line in raw], tail_html=[to_html(line) for line in raw],

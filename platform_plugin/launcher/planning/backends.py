@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from typing import Callable, Optional, Protocol, Tuple
 
 from platform_plugin import ranktable
@@ -20,9 +19,12 @@ from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.planning import torch_store
 from platform_plugin.launcher.planning.auto_backend import by_imports
 from platform_plugin.settings import Settings
+from platform_plugin.util.devices import visible_npus
+from platform_plugin.util.jobdirs import error_file_name
 
 # Dynamic-cluster timeouts (seconds). MindSpore's defaults (topology 30 min, node 300 s) turn a
 # rank that never started into a half-hour wait; the launcher watches the processes anyway.
+# Defaults only: the user's exported values, the .env file and --cluster-timeout win.
 MS_TOPO_TIMEOUT_S = 120
 MS_NODE_TIMEOUT_S = 60
 MS_HEARTBEAT_RETRY_TIMEOUT_S = 30
@@ -52,6 +54,18 @@ class Layout:
     master_addr: str
     master_port: Optional[int]
     rank_table_file: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRun:
+    """What a backend's variables say about the run beyond its layout: the job's id, this
+    attempt (1 first), the restarts allowed, and --cluster-timeout (None: not given)."""
+
+    job_id: str = ""
+    attempt: int = 1
+    max_restarts: int = 0
+    cluster_timeout: Optional[int] = None
+    job_dir: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +104,7 @@ class HostDevices(Protocol):
 def default_nproc(host: HostDevices) -> tuple[int, str]:
     """(processes, why) when --nproc is not given: the visible NPUs, else CPU_DEFAULT_NPROC."""
     if host.npu_present:
-        devices = sorted(int(n[len("davinci"):]) for n in _listdir("/dev")
-                         if re.fullmatch(r"davinci\d+", n))
-        visible = (host.base_env or {}).get("ASCEND_RT_VISIBLE_DEVICES", "")
-        if visible.strip():
-            devices = [d for d in devices if str(d) in {v.strip() for v in visible.split(",")}]
+        devices = visible_npus(host.base_env or {})
         if devices:
             return len(devices), f"{len(devices)} visible NPU(s)"
     count = max(1, min(CPU_DEFAULT_NPROC, os.cpu_count() or 1))
@@ -150,7 +160,17 @@ class Backend:
     def layout(self, settings: Settings, placement: Placement) -> Layout:
         return grid_layout(settings, placement)
 
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+    def rank_env(self, layout: Layout, local_rank: int, run: JobRun) -> dict[str, str]:
+        return {}
+
+    def env_defaults(self, layout: Layout, run: JobRun) -> dict[str, str]:
+        """Variables of every process of the job that the user's own values (exported, .env)
+        override: the launcher's choice where the user made none."""
+        return {}
+
+    def env_flags(self, layout: Layout, run: JobRun) -> dict[str, str]:
+        """Variables a launch option sets for every process of the job: they win over the
+        user's environment (a flag is the more specific word; `launch(env=)` still wins)."""
         return {}
 
     def helpers(self, layout: Layout) -> list[Helper]:
@@ -163,20 +183,37 @@ class PlainBackend(Backend):
     name = "plain"
 
 
+TORCHRUN_ROLE = "default"  # torchrun's --role default: ROLE_NAME
+
+
 class TorchBackend(Backend):
     """torch.distributed env:// rendezvous, the variables torchrun sets."""
 
     name = "torch"
     needs_port = True
 
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+    def rank_env(self, layout: Layout, local_rank: int, run: JobRun) -> dict[str, str]:
+        """torchrun's worker variables (torch/distributed/elastic/agent/server/
+        local_elastic_agent.py, `_start_workers`), with its one role, "default": a role's ranks
+        and world are the job's; a group is a server."""
         rank, _ = layout.ranks[local_rank]
         return {"RANK": str(rank), "LOCAL_RANK": str(local_rank),
                 "WORLD_SIZE": str(layout.world_size), "LOCAL_WORLD_SIZE": str(len(layout.ranks)),
-                "GROUP_RANK": str(layout.node_rank), "MASTER_ADDR": layout.master_addr,
+                "GROUP_RANK": str(layout.node_rank), "GROUP_WORLD_SIZE": str(layout.nnodes),
+                "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(layout.world_size),
+                "ROLE_NAME": TORCHRUN_ROLE, "MASTER_ADDR": layout.master_addr,
                 "MASTER_PORT": str(layout.master_port), **torch_store.AGENT_STORE,
+                "TORCHELASTIC_RESTART_COUNT": str(run.attempt - 1),  # torchrun's: 0 first
+                "TORCHELASTIC_MAX_RESTARTS": str(run.max_restarts),
+                "TORCHELASTIC_RUN_ID": run.job_id,
+                # where torch's @record writes a failing rank's exception (the root cause shows it)
+                "TORCHELASTIC_ERROR_FILE": os.path.join(run.job_dir,
+                                                        error_file_name(str(rank), run.attempt)),
                 # gloo's own listening sockets: on loopback for a single-server job
                 **({"GLOO_SOCKET_IFNAME": "lo"} if layout.nnodes == 1 else {})}
+
+    def env_defaults(self, layout: Layout, run: JobRun) -> dict[str, str]:
+        return {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}  # torchrun's, unless the user set it
 
     def helpers(self, layout: Layout) -> list[Helper]:
         """Node 0 hosts the rendezvous store on MASTER_ADDR only (torch_store.py says why)."""
@@ -196,11 +233,19 @@ class MsClusterBackend(Backend):
 
     def _cluster_env(self, layout: Layout) -> dict[str, str]:
         return {"MS_SCHED_HOST": layout.master_addr, "MS_SCHED_PORT": str(layout.master_port),
-                "MS_WORKER_NUM": str(layout.world_size), "MS_TOPO_TIMEOUT": str(MS_TOPO_TIMEOUT_S),
-                "MS_NODE_TIMEOUT": str(MS_NODE_TIMEOUT_S),
+                "MS_WORKER_NUM": str(layout.world_size)}
+
+    def env_defaults(self, layout: Layout, run: JobRun) -> dict[str, str]:
+        return {"MS_TOPO_TIMEOUT": str(MS_TOPO_TIMEOUT_S), "MS_NODE_TIMEOUT": str(MS_NODE_TIMEOUT_S),
                 "MS_HEARTBEAT_RETRY_TIMEOUT": str(MS_HEARTBEAT_RETRY_TIMEOUT_S)}
 
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+    def env_flags(self, layout: Layout, run: JobRun) -> dict[str, str]:
+        """--cluster-timeout S is msrun's --cluster_time_out: MS_TOPO_TIMEOUT."""
+        if run.cluster_timeout is None:
+            return {}
+        return {"MS_TOPO_TIMEOUT": str(run.cluster_timeout)}
+
+    def rank_env(self, layout: Layout, local_rank: int, run: JobRun) -> dict[str, str]:
         rank, _ = layout.ranks[local_rank]
         return {**self._cluster_env(layout), "MS_ROLE": "MS_WORKER", "MS_NODE_ID": str(rank)}
 
@@ -241,7 +286,7 @@ class RankTableBackend(Backend):
                       master_addr=placement.master_addr, master_port=None,
                       rank_table_file=table.path or settings.rank_table_file)
 
-    def rank_env(self, layout: Layout, local_rank: int) -> dict[str, str]:
+    def rank_env(self, layout: Layout, local_rank: int, run: JobRun) -> dict[str, str]:
         """HCCL's and MindSpore's variables (plan.py adds RANK_ID, RANK_SIZE, DEVICE_ID, JOB_ID),
         and ASCEND_DEVICE_ID, the card as Ascend's TF Adapter reads it: the same runtime id."""
         _, device = layout.ranks[local_rank]

@@ -15,11 +15,13 @@ import sys
 from typing import Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.planning.backends import (Backend, Layout, Placement,
+from platform_plugin.launcher.planning.backends import (Backend, JobRun, Layout, Placement,
                                                         backend as backend_named, choose,
                                                         default_nproc)
+from platform_plugin.launcher.planning.threads import thread_default
 from platform_plugin.launcher.options import LaunchOptions, with_environment
 from platform_plugin.settings import Settings
+from platform_plugin.util.devices import usable_cores
 from platform_plugin.util.jobdirs import job_log_dir, log_name
 from platform_plugin.util.ports import free_port
 from platform_plugin.tracking.rank.job_id import new_job_id
@@ -35,6 +37,7 @@ class Host:
 
     base_env: dict = dataclasses.field(default_factory=dict)
     npu_present: bool = False
+    cores: int = dataclasses.field(default_factory=usable_cores)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +55,7 @@ class RankSpec:
     cwd: str
     log_path: str
     role: str = "worker"
+    fresh_cwd: bool = False  # --rank-dir: cwd is removed and made anew before it starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +82,7 @@ class LaunchPlan:
     attempt: int = 1  # 1 for the first attempt, 2 for the first restart, ...
     checkpoint_dir: str = ""
     resume_step: Optional[int] = None
+    notes: Tuple[str, ...] = ()  # what the launch line says the launcher chose for the ranks
 
     @property
     def workers(self) -> tuple[RankSpec, ...]:
@@ -257,8 +262,12 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
               "MS_COMPILER_CACHE_PATH": os.path.join(cache_dir, "compiler_cache")}
     if layout.ranks:  # this server's first rank, on every route (node >= 1 of --nnodes too)
         common["RANK_START"] = str(layout.ranks[0][0])
-    shared = RankBase(argv, {**base_env, **common}, options.env, cwd, job_dir, cache_dir)
-    ranks = [_worker(layout, backend, i, shared) for i in range(len(layout.ranks))]
+    run = JobRun(job_id=job_id, attempt=attempt, max_restarts=options.max_restarts,
+                 cluster_timeout=options.cluster_timeout, job_dir=job_dir)
+    base_env, notes = _with_defaults(backend, layout, run, base_env, host.cores)
+    shared = RankBase(argv, {**base_env, **common}, options.env, cwd, job_dir, cache_dir, run)
+    ranks = [in_rank_dir(_worker(layout, backend, i, shared), options.rank_dir)
+             for i in range(len(layout.ranks))]
     helpers = [RankSpec(name=h.name, rank_id=None, local_rank=None, device_id=None,
                         argv=h.argv_of(argv) if h.argv_of else argv,
                         env={**base_env, **common, **h.env,
@@ -272,7 +281,16 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                       ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
                       master_port=layout.master_port, attempt=attempt,
-                      checkpoint_dir=checkpoint_dir, resume_step=resume_step)
+                      checkpoint_dir=checkpoint_dir, resume_step=resume_step, notes=notes)
+
+
+def _with_defaults(backend: Backend, layout: Layout, run: JobRun, base_env: dict,
+                   cores: int) -> tuple[dict, tuple[str, ...]]:
+    """The environment the ranks inherit: the launcher's defaults under the user's values
+    (exported, .env), the variables of its flags over them; and what the launch line says."""
+    threads, note = thread_default(len(layout.ranks), cores, base_env)
+    return ({**backend.env_defaults(layout, run), **threads, **base_env,
+             **backend.env_flags(layout, run)}, (note,) if note else ())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,14 +304,45 @@ class RankBase:
     cwd: str
     job_dir: str
     cache_dir: str
+    run: JobRun = JobRun()  # what the backend's variables say of the run
 
 
 def _worker(layout: Layout, backend: Backend, local_rank: int, base: RankBase) -> RankSpec:
     rank_id, device_id = layout.ranks[local_rank]
-    env = {**base.env, **backend.rank_env(layout, local_rank),
+    env = {**base.env, **backend.rank_env(layout, local_rank, base.run),
            "RANK_ID": str(rank_id), "DEVICE_ID": str(device_id), "LOCAL_RANK": str(local_rank),
            "ASCEND_PROCESS_LOG_PATH": os.path.join(base.cache_dir, "ascend_log", f"rank_{rank_id}"),
            **base.given}
     return RankSpec(name=str(rank_id), rank_id=rank_id, local_rank=local_rank,
                     device_id=device_id, argv=base.argv, env=env, cwd=base.cwd,
                     log_path=os.path.join(base.job_dir, log_name(str(rank_id))))
+
+
+def in_rank_dir(spec: RankSpec, pattern: str | None) -> RankSpec:
+    """--rank-dir: the rank in its own folder below its working folder (made anew before it
+    starts: `fresh_cwd`), as the shell loop's `cd device_$i`, its command's paths still the
+    user's (`anchored`). No pattern: the rank as it is."""
+    if not pattern:
+        return spec
+    folder = os.path.normpath(pattern.format(rank_id=spec.rank_id, local_rank=spec.local_rank))
+    return dataclasses.replace(spec, argv=anchored(spec.argv, spec.cwd), fresh_cwd=True,
+                               cwd=os.path.join(spec.cwd, folder))
+
+
+def anchored(command: tuple[str, ...], cwd: str) -> tuple[str, ...]:
+    """The command of a rank that runs in a folder of its own (--rank-dir): every argument
+    that names an existing file or folder relative to `cwd` (where the user launched), alone or
+    as `--opt=PATH`, made absolute, so `train.py --data ./data` means what it meant there. A
+    path that does not exist yet (an output) stays relative: it lands in the rank's folder,
+    as in the shell loop's `cd device_$i`."""
+    def absolute(arg: str) -> str:
+        if arg and not os.path.isabs(arg) and not arg.startswith("-") \
+                and os.path.exists(os.path.join(cwd, arg)):
+            return os.path.normpath(os.path.join(cwd, arg))
+        return arg
+    out = [command[0]]
+    for arg in command[1:]:
+        name, equals, value = arg.partition("=")
+        out.append(f"{name}={absolute(value)}" if equals and name.startswith("-")
+                   else absolute(arg))
+    return tuple(out)

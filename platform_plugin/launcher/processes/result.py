@@ -73,7 +73,9 @@ class RankFailure:
     "sched"; `exitcode`: Popen's convention (-N = killed by signal N; None = still running when
     stopped); `stopped_by_launcher`: it died of a signal the launcher had sent (`ended_by`);
     `after_signal`: the launcher's last signal to the job before its end was seen (None: it
-    ended before the launcher sent any); `stack`: its innermost Python frames when stopped."""
+    ended before the launcher sent any); `stack`: its innermost Python frames when stopped;
+    `recorded`: what it wrote into TORCHELASTIC_ERROR_FILE (torch's `@record`): the exception's
+    message and its innermost frame."""
 
     name: str
     rank_id: int | None
@@ -88,9 +90,11 @@ class RankFailure:
     stopped_by_launcher: bool = False
     stack: list[str] = dataclasses.field(default_factory=list)
     after_signal: str | None = None
+    recorded: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.last_lines = [_clipped(line) for line in self.last_lines]
+        self.recorded = [_clipped(line) for line in self.recorded]
 
     @property
     def how(self) -> str:

@@ -26,6 +26,7 @@ import dataclasses
 import errno
 import fcntl
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -195,6 +196,14 @@ def start_job(plan: LaunchPlan, grace: float) -> Started:
         started.caught_sigint = True
     try:
         for spec in plan.ranks:
+            if spec.fresh_cwd:
+                try:
+                    fresh_folder(spec.cwd)
+                except OSError as exc:  # nothing started yet: the job fails, saying why
+                    started.error = ("failed", f"could not make the rank folder {spec.cwd} "
+                                     f"anew: {exc.strerror or exc}")
+                    return started
+        for spec in plan.ranks:
             popen = spawn(list(spec.argv), spec.env, spec.cwd)
             started.procs.append((spec, popen, time.monotonic()))
             started.lifeline.add(popen.pid)  # pid == pgid: start_new_session made it a leader
@@ -206,6 +215,16 @@ def start_job(plan: LaunchPlan, grace: float) -> Started:
         started.abandon()
         raise
     return started
+
+
+def fresh_folder(path: str) -> None:
+    """--rank-dir: the rank's folder removed and made anew, as the shell loop's `rm -rf
+    device_$i; mkdir device_$i` (a symlink there is removed, never what it points to)."""
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
 
 
 def piped(stream: IO[bytes] | None) -> IO[bytes]:

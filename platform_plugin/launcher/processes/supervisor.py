@@ -26,6 +26,7 @@ from typing import IO, Callable
 
 from platform_plugin.launcher.display.output import Output
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
+from platform_plugin.launcher.processes.error_file import ERROR_FILE_VARIABLE, recorded_error
 from platform_plugin.launcher.processes.reaper import JobProcesses, described, signal_pids
 from platform_plugin.launcher.processes.result import (JobResult, JobStatus, RankFailure,
                                                        describe_exit, ended_by, how_it_ended)
@@ -398,5 +399,6 @@ class Supervisor:
             root_cause=proc.failure_order == 0 and not proc.ended_while_stopping,
             stopped_by_launcher=ended_by(proc.popen.returncode, proc.sent),
             after_signal=signal.Signals(proc.sent[-1]).name if proc.sent else None,
-            stack=self._stacks.get(proc.spec.name, []))
+            stack=self._stacks.get(proc.spec.name, []),
+            recorded=recorded_error(proc.spec.env.get(ERROR_FILE_VARIABLE)))
 

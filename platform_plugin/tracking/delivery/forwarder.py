@@ -36,6 +36,7 @@ from platform_plugin.tracking.delivery import offsets
 from platform_plugin.tracking.delivery.offsets import Counts, drain_timeout, spool_labels  # noqa: F401
 from platform_plugin.tracking.delivery.reading import (Passed, Reading, advance, batches,  # noqa: F401
                                                        next_batch, set_records_aside)
+from platform_plugin.tracking.shared.aggregates import JobAggregates
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import MAX_LINE_BYTES, SPOOL_SUFFIX, read_complete
@@ -50,9 +51,9 @@ class Forwarder:
     thread after a last complete pass (or when the time is up). `stop_at` (epoch seconds): no
     batch is sent after it (the drain deadline, kept across processes)."""
 
-    def __init__(self, spool_dir: Path, config: SinkConfig, sink, *, labels: list[str] | None = None,
+    def __init__(self, spool_dir: Path, config: SinkConfig, sink: Any, *, labels: list[str] | None = None,
                  interval: float = 0.5, workers: int = 1, observers: list | None = None,
-                 aggregates=None):
+                 aggregates: JobAggregates | None = None) -> None:
         self.aggregates = aggregates  # aggregates.JobAggregates: per-step stats for the job run
         self.spool_dir = Path(spool_dir)
         self.config = config
@@ -239,7 +240,7 @@ class Forwarder:
             self._observe(label, records)
         return True
 
-    def _send(self, label: str, state: StreamState, batch) -> bool:
+    def _send(self, label: str, state: StreamState, batch: list[tuple[list, int]]) -> bool:
         refused = sum(1 for record, _ in batch if record[0] == "r")
         records = [record for record, _ in batch if record[0] != "r"]
         if records:

@@ -24,6 +24,7 @@ import select
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.shared.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import Forwarder
@@ -44,7 +45,7 @@ class Helper:
     sets up the forwarder and the sink, which imports MLflow (seconds of CPU), not while the
     ranks start."""
 
-    def __init__(self, spool_dir: Path, control=None):
+    def __init__(self, spool_dir: Path, control: Any | None = None) -> None:
         self.spool_dir = Path(spool_dir)
         self.status = HelperStatus(pid=os.getpid())
         config = SinkConfig.load(self.spool_dir)
@@ -154,7 +155,7 @@ class Helper:
         self.config.save(self.spool_dir)
         self._set(runs_ended=bool(ended))
 
-    def _set(self, **changes) -> None:
+    def _set(self, **changes: Any) -> None:
         if any(getattr(self.status, k) != v for k, v in changes.items()):
             for k, v in changes.items():
                 setattr(self.status, k, v)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.shared import conventions
 from platform_plugin.tracking.delivery.forwarder import Forwarder, drain_timeout
@@ -26,7 +27,7 @@ def inprocess_spool_dir(identity: RankIdentity) -> Path:
     return job_dir / ("tracking" if "JOB_ID" not in os.environ else f"tracking-{identity.label}")
 
 
-def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_cls):
+def start_inprocess_forwarding(sink_name: str, identity: RankIdentity, tracker_cls: Any) -> Any:
     spool_dir = inprocess_spool_dir(identity)
     spool_dir.mkdir(parents=True, exist_ok=True)
     config = SinkConfig.load(spool_dir) or SinkConfig(

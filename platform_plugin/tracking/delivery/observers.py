@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 OBSERVERS: list[str] = []
 
 
-def make_observers(config, sink, spool_dir: Path) -> list:
+def make_observers(config: Any, sink: Any, spool_dir: Path) -> list:
     made = []
     for path in OBSERVERS:
         module, _, name = path.partition(":")

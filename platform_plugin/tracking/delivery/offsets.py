@@ -21,7 +21,7 @@ def drain_timeout(default: float) -> float:
     return default if value is None else value
 
 
-def spool_labels(spool_dir) -> list[str]:
+def spool_labels(spool_dir: str | os.PathLike[str]) -> list[str]:
     """The streams of a spool folder: rank ids and `no-rank` (not the `.quarantine` files)."""
     try:
         names = os.listdir(spool_dir)
@@ -32,7 +32,7 @@ def spool_labels(spool_dir) -> list[str]:
     return sorted(label for label in labels if "." not in label)
 
 
-def any_spooled(spool_dir, on_error: bool) -> bool:
+def any_spooled(spool_dir: str | os.PathLike[str], on_error: bool) -> bool:
     """A rank wrote a record into its spool (a non-empty `rank_*.jsonl`). `on_error` is the
     answer when the folder (or a file in it) cannot be read: the launcher, waiting for a first
     record before it starts the helper, says False (not made yet: keep waiting); the helper,
@@ -45,11 +45,11 @@ def any_spooled(spool_dir, on_error: bool) -> bool:
         return on_error
 
 
-def spool_path(spool_dir, label: str) -> str:
+def spool_path(spool_dir: str | os.PathLike[str], label: str) -> str:
     return os.path.join(spool_dir, f"{stream_name(label)}{SPOOL_SUFFIX}")
 
 
-def count_pending(path, offset: int) -> tuple[int, bool]:
+def count_pending(path: str | os.PathLike[str], offset: int) -> tuple[int, bool]:
     """(complete lines after `offset`, whether a partial line follows them). What is no regular
     file of the spool folder (a FIFO, a link planted there) holds nothing to deliver: the
     forwarder says why it cannot read it."""
@@ -66,12 +66,12 @@ def count_pending(path, offset: int) -> tuple[int, bool]:
     return lines, last != b"\n"
 
 
-def stream_pending(spool_dir, label: str) -> int:
+def stream_pending(spool_dir: str | os.PathLike[str], label: str) -> int:
     offset = StreamState.load(spool_dir, stream_name(label)).offset
     return count_pending(spool_path(spool_dir, label), offset)[0]
 
 
-def all_delivered(spool_dir, labels: list[str]) -> bool:
+def all_delivered(spool_dir: str | os.PathLike[str], labels: list[str]) -> bool:
     """Cheap: every stream's offset is at its last complete line (polled by the launcher)."""
     for label in labels:
         offset = StreamState.load(spool_dir, stream_name(label)).offset
@@ -97,7 +97,7 @@ class Counts:
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
-def totals(spool_dir, labels: list[str], errors: list[str] | None = None) -> Counts:
+def totals(spool_dir: str | os.PathLike[str], labels: list[str], errors: list[str] | None = None) -> Counts:
     total = Counts(errors=[] if errors is None else errors)
     for label in labels:
         state = StreamState.load(spool_dir, stream_name(label))

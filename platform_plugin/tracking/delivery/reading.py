@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Iterator
 
 from platform_plugin.tracking.rank.spool import RECORD_DEPTH, Chunk
 from platform_plugin.tracking.shared.state import StreamState
@@ -27,12 +27,12 @@ MAX_REJECTED_BYTES = 256 << 20  # ~2 million records set aside: a bound for its 
 MAX_REJECTED_LINE = 4 << 20  # a record is at most MAX_LINE_BYTES, escaped in JSON
 
 
-def set_records_aside(spool_dir, stream: str, refused: list) -> None:
+def set_records_aside(spool_dir: str | os.PathLike[str], stream: str, refused: list) -> None:
     """Append (record, reason) pairs to the stream's rejected file, in one write."""
     _set_aside(spool_dir, stream, [{"record": record, "reason": reason} for record, reason in refused])
 
 
-def _set_aside(spool_dir, stream: str, entries: list) -> None:
+def _set_aside(spool_dir: str | os.PathLike[str], stream: str, entries: list) -> None:
     lines = "".join(json.dumps(entry, ensure_ascii=True) + "\n" for entry in entries)
     fd = os.open(os.path.join(spool_dir, stream + REJECTED_SUFFIX),  # never through a planted link
                  os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -40,12 +40,12 @@ def _set_aside(spool_dir, stream: str, entries: list) -> None:
         f.write(lines)
 
 
-def set_aside_records(spool_dir, stream: str) -> set:
+def set_aside_records(spool_dir: str | os.PathLike[str], stream: str) -> set:
     """The records of the stream's rejected file, each as json.dumps spells it (entries that
     are no record, a line set aside or a line no one can read, left out)."""
     found: set = set()
     try:
-        with open_regular_file(os.path.join(spool_dir, stream + REJECTED_SUFFIX), within=spool_dir) as f:
+        with open_regular_file(os.path.join(spool_dir, stream + REJECTED_SUFFIX), within=os.fspath(spool_dir)) as f:
             if os.fstat(f.fileno()).st_size > MAX_REJECTED_BYTES:
                 return found  # not what the forwarder writes: no record is known set aside
             for line in iter(lambda: f.readline(MAX_REJECTED_LINE), b""):
@@ -60,7 +60,7 @@ def set_aside_records(spool_dir, stream: str) -> set:
     return found
 
 
-def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]):
+def batches(records: Iterable[tuple[list, int]], limits: dict[str, int]) -> Iterator[Any]:
     """Consecutive slices of (record, end offset) pairs that a sink accepts in one call."""
     batch: list[tuple[list, int]] = []
     counts: dict[str, int] = {}

@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.tracking.delivery import store_move
@@ -22,7 +23,7 @@ from platform_plugin.tracking.shared.aggregates import job_aggregates
 from platform_plugin.tracking.delivery.forwarder import READ_BYTES, Counts, Forwarder
 from platform_plugin.tracking.shared.job_folders import later_attempt
 from platform_plugin.tracking.delivery.reading import REJECTED_SUFFIX, set_aside_records
-from platform_plugin.tracking.sinks import get_sink
+from platform_plugin.tracking.sinks import get_sink, mlflow_aggregates
 from platform_plugin.tracking.shared.state import JobEnd, SinkConfig, StreamState, stream_lock
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
@@ -149,7 +150,6 @@ def _job_wide(forwarder: Forwarder, config: SinkConfig, ending: bool, delivered_
         return sink.aggregates_problem
     if not delivered_now or not config.parent_run_id:
         return ""
-    from platform_plugin.tracking.sinks import mlflow_aggregates  # an MLflow job's only
     return mlflow_aggregates.when_parent_ended(sink, config, config.tracking_uri or "")
 
 
@@ -158,6 +158,8 @@ def feed_delivered(forwarder: Forwarder, spool_dir: Path) -> None:
     a step some ranks' points of which went before and others' go now is aggregated whole.
     The records set aside as refused are left out, as when they were delivered."""
     aggregates = forwarder.aggregates
+    if aggregates is None:
+        return
     streams = {label: _delivered_slices(spool_dir, label) for label in forwarder.labels()}
     while streams:
         for label in list(streams):
@@ -168,7 +170,7 @@ def feed_delivered(forwarder: Forwarder, spool_dir: Path) -> None:
                 aggregates.delivered(label, part)
 
 
-def _delivered_slices(spool_dir: Path, label: str):
+def _delivered_slices(spool_dir: Path, label: str) -> Iterator[Any]:
     """A stream's delivered metric records, PRIME_SLICE at a time, read from its spool."""
     stream = stream_name(label)
     upto = StreamState.load(spool_dir, stream).offset
@@ -197,11 +199,13 @@ def _finish_aggregates(forwarder: Forwarder, job_over: bool) -> None:
 
 
 def set_aside(spool_dir: Path, labels: list[str], now: int) -> str:
-    """What the job's store refused for good (set aside, never sent again), for sync's report."""
+    """What the job's store refused for good, or no store can take (a spool line that is no
+    valid record): set aside, never sent again; for sync's report."""
     total = sum(StreamState.load(spool_dir, stream_name(label)).rejected for label in labels)
     if not total:
         return ""
     files = sorted(f"{stream_name(label)}{REJECTED_SUFFIX}" for label in labels
                    if os.path.exists(spool_dir / f"{stream_name(label)}{REJECTED_SUFFIX}"))
-    return (f"{total} record(s) refused for good by the store ({now} by this sync), set aside "
-            f"with the reason in {spool_dir}/{', '.join(files) or 'rank_*' + REJECTED_SUFFIX}")
+    return (f"{total} record(s) refused for good, by the store or as no valid record ({now} by "
+            f"this sync), set aside with the reason in "
+            f"{spool_dir}/{', '.join(files) or 'rank_*' + REJECTED_SUFFIX}")

@@ -17,6 +17,7 @@ runs nobody will find, beside a store that no longer exists - silently. A sync r
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
 from platform_plugin.tracking.delivery.offsets import spool_labels
@@ -38,13 +39,13 @@ def refused(what_to_fix: str, job: str) -> ConfigError:
                    f"sync {job} once that is fixed", "MLFLOW_TRACKING_USERNAME")
 
 
-def sent_records(spool_dir) -> int:
+def sent_records(spool_dir: str | os.PathLike[str]) -> int:
     """Records the job's store has taken (delivered or refused for good by it)."""
     states = (StreamState.load(spool_dir, stream_name(label)) for label in spool_labels(spool_dir))
     return sum(state.delivered + state.rejected for state in states)
 
 
-def run_ids(spool_dir, config: SinkConfig) -> list[str]:
+def run_ids(spool_dir: str | os.PathLike[str], config: SinkConfig) -> list[str]:
     """The runs this job made in its store (the job's run first)."""
     ids = [config.parent_run_id] + [StreamState.load(spool_dir, stream_name(label)).run_id
                                     for label in spool_labels(spool_dir)]
@@ -57,7 +58,7 @@ def missing_store(config: SinkConfig) -> str | None:
     return path if path and path != ":memory:" and not os.path.lexists(path) else None
 
 
-def check_store_there(spool_dir, config: SinkConfig, job: str) -> None:
+def check_store_there(spool_dir: str | os.PathLike[str], config: SinkConfig, job: str) -> None:
     """Refuse a sync into a URI no client can use (recorded before the URI check existed, or a
     driver uninstalled since) and a sync that would make a fresh store in place of one the job
     already wrote to."""
@@ -78,7 +79,7 @@ def check_store_there(spool_dir, config: SinkConfig, job: str) -> None:
                   config.tracking_uri or "sink.json")
 
 
-def check_runs_there(spool_dir, config: SinkConfig, sink, job: str) -> None:
+def check_runs_there(spool_dir: str | os.PathLike[str], config: SinkConfig, sink: Any, job: str) -> None:
     """A sqlite store at the job's path that does not hold the job's runs (deleted, then made
     anew by a later job or by hand): TRACKING_STORE_GONE, not "Run ... not found" on every
     attempt. Asked only of a local file (a server may be down: that is sync's --wait)."""
@@ -93,7 +94,7 @@ def check_runs_there(spool_dir, config: SinkConfig, sink, job: str) -> None:
                       "sends the whole job again", config.tracking_uri or "sink.json")
 
 
-def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = False,
+def move_to(spool_dir: str | os.PathLike[str], config: SinkConfig, uri: str, sink: Any, from_start: bool = False,
             job: str = "JOB") -> bool:
     """Record `uri` as the job's store in sink.json; True when it changed. `sink` answers
     whether the target holds the job's runs (opening only a store that exists). `from_start`:
@@ -126,7 +127,7 @@ def move_to(spool_dir, config: SinkConfig, uri: str, sink, from_start: bool = Fa
     return True
 
 
-def _holds(sink, uri: str, ids: list[str], job: str) -> bool:
+def _holds(sink: Any, uri: str, ids: list[str], job: str) -> bool:
     path = sqlite_file(uri)
     if path is not None and not os.path.exists(path):
         return False  # never opened to ask: opening makes it
@@ -146,7 +147,7 @@ def _holds(sink, uri: str, ids: list[str], job: str) -> bool:
     return True
 
 
-def _forget_runs(spool_dir, config: SinkConfig, from_start: bool = False) -> None:
+def _forget_runs(spool_dir: str | os.PathLike[str], config: SinkConfig, from_start: bool = False) -> None:
     """The job's run ids (made anew in the new store); `from_start`: also what was delivered,
     so every line of the spool is sent again (the rank's own refusals are kept: not in the
     spool). The quarantine and rejected files are emptied: the same lines go there again on
@@ -168,7 +169,7 @@ def _forget_runs(spool_dir, config: SinkConfig, from_start: bool = False) -> Non
             state.save(spool_dir, stream)
 
 
-def live_helper(spool_dir) -> int | None:
+def live_helper(spool_dir: str | os.PathLike[str]) -> int | None:
     """The pid of the job's forwarding helper while it is still at work, else None."""
     helper = HelperStatus.load(spool_dir)
     if helper is not None and helper.phase != "done" and helper.pid and _forwarding(helper.pid):
@@ -176,7 +177,7 @@ def live_helper(spool_dir) -> int | None:
     return None
 
 
-def _check_no_live_helper(spool_dir, config: SinkConfig) -> None:
+def _check_no_live_helper(spool_dir: str | os.PathLike[str], config: SinkConfig) -> None:
     """The job's own forwarding helper keeps its store in memory: moving under it would split
     the job between the two stores."""
     pid = live_helper(spool_dir)

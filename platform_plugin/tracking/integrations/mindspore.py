@@ -13,11 +13,12 @@ import time
 
 import numpy as np
 from mindspore.train import Callback
+from typing import Any
 
 from platform_plugin.tracking.rank.tracker import get_tracker
 
 
-def _scalar(value) -> float | None:
+def _scalar(value: Any) -> float | None:
     """Loss out of whatever the network returned: a Tensor, a tuple (loss, ...) or a number."""
     if isinstance(value, (tuple, list)):
         value = value[0] if value else None
@@ -29,7 +30,7 @@ def _scalar(value) -> float | None:
     return float(array.mean()) if array.size else None
 
 
-def _global_step(cb) -> int:
+def _global_step(cb: Any) -> int:
     """The step counted from the job's first epoch. `cur_step_num` restarts at 0 in a
     `Model.train(..., initial_epoch=N)` that resumes a restarted job, so the step is counted
     from the epoch: every epoch runs `batch_num` steps (one call per step, or per sink of
@@ -40,7 +41,7 @@ def _global_step(cb) -> int:
 
 
 class MetricsCallback(Callback):
-    def __init__(self, tracker=None, *, log_every_n_steps: int = 1, prefix: str = ""):
+    def __init__(self, tracker: Any | None = None, *, log_every_n_steps: int = 1, prefix: str = "") -> None:
         super().__init__()
         self.tracker = tracker or get_tracker()
         self.every = max(1, int(log_every_n_steps))
@@ -52,7 +53,7 @@ class MetricsCallback(Callback):
     def _name(self, name: str) -> str:
         return f"{self.prefix}{name}"
 
-    def on_train_begin(self, run_context):
+    def on_train_begin(self, run_context: Any) -> None:
         cb = run_context.original_args()
         dataset = getattr(cb, "train_dataset", None)
         try:
@@ -64,11 +65,11 @@ class MetricsCallback(Callback):
                   "optimizer": type(getattr(cb, "optimizer", None)).__name__}
         self.tracker.log_params({self._name(k): v for k, v in params.items() if v is not None})
 
-    def on_train_epoch_begin(self, run_context):
+    def on_train_epoch_begin(self, run_context: Any) -> None:
         self._epoch_start = time.perf_counter()
         self._epoch_losses = []
 
-    def on_train_step_end(self, run_context):
+    def on_train_step_end(self, run_context: Any) -> None:
         cb = run_context.original_args()
         loss = _scalar(cb.net_outputs)
         if loss is None:
@@ -78,7 +79,7 @@ class MetricsCallback(Callback):
         if step % self.every == 0:
             self.tracker.log_metric(self._name("loss"), loss, step=step)
 
-    def on_train_epoch_end(self, run_context):
+    def on_train_epoch_end(self, run_context: Any) -> None:
         cb = run_context.original_args()
         epoch, seconds = int(cb.cur_epoch_num), time.perf_counter() - self._epoch_start
         metrics = {"epoch_time_s": seconds}
@@ -92,11 +93,11 @@ class MetricsCallback(Callback):
             metrics["learning_rate"] = lr
         self.tracker.log_metrics({self._name(k): v for k, v in metrics.items()}, step=epoch)
 
-    def on_train_end(self, run_context):
+    def on_train_end(self, run_context: Any) -> None:
         self.tracker.flush()
 
     @staticmethod
-    def _learning_rate(cb) -> float | None:
+    def _learning_rate(cb: Any) -> float | None:
         optimizer = getattr(cb, "optimizer", None)
         if optimizer is None:
             return None

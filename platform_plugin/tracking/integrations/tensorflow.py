@@ -18,6 +18,7 @@ Python 3.7 code: the TensorFlow 1.15 images run Python 3.7 (docs/compat.md).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -25,7 +26,7 @@ import tensorflow as tf
 from platform_plugin.tracking.rank.tracker import get_tracker
 
 
-def _scalar(value) -> float | None:
+def _scalar(value: Any) -> float | None:
     """A fetched or Keras-reported value as one float (the mean of an array), else None."""
     try:
         array = np.asarray(value, dtype=np.float64)
@@ -39,8 +40,8 @@ class MetricsHook(tf.compat.v1.train.SessionRunHook):
     `batch_size` is given, per rank) every `every` runs; `tensors` ({name: scalar tensor}) are
     fetched and logged with it. `params` are logged once, when the session is created."""
 
-    def __init__(self, loss, tracker=None, *, every: int = 1, batch_size: int | None = None,
-                 tensors: dict | None = None, params: dict | None = None, prefix: str = ""):
+    def __init__(self, loss: Any, tracker: Any | None = None, *, every: int = 1, batch_size: int | None = None,
+                 tensors: dict | None = None, params: dict | None = None, prefix: str = "") -> None:
         self.tracker = tracker or get_tracker()
         self.every = max(1, int(every))
         self.batch_size = batch_size
@@ -51,18 +52,18 @@ class MetricsHook(tf.compat.v1.train.SessionRunHook):
         self.step = 0
         self._since = 0.0
 
-    def after_create_session(self, session, coord):
+    def after_create_session(self, session: Any, coord: Any) -> None:
         if self.params:
             self.tracker.log_params({self.prefix + k: v for k, v in self.params.items()})
         self._since = time.perf_counter()
 
-    def before_run(self, run_context):
+    def before_run(self, run_context: Any) -> Any:
         self.step += 1
         if self.step % self.every:
             return None
         return tf.compat.v1.train.SessionRunArgs(self._fetches)
 
-    def after_run(self, run_context, run_values):
+    def after_run(self, run_context: Any, run_values: Any) -> None:
         if self.step % self.every or not run_values.results:
             return
         now = time.perf_counter()
@@ -78,7 +79,7 @@ class MetricsHook(tf.compat.v1.train.SessionRunHook):
                 metrics["samples_per_s"] = self.every * self.batch_size / seconds
         self.tracker.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=self.step)
 
-    def end(self, session):
+    def end(self, session: Any) -> None:
         self.tracker.flush()
 
 
@@ -89,7 +90,7 @@ class MetricsCallback(tf.keras.callbacks.Callback):
     `epoch_val_loss`, ...), `epoch_time_s` and `steps_per_s`; fit's epochs, steps and batch size
     as params."""
 
-    def __init__(self, tracker=None, *, log_every_n_steps: int = 1, prefix: str = ""):
+    def __init__(self, tracker: Any | None = None, *, log_every_n_steps: int = 1, prefix: str = "") -> None:
         super().__init__()
         self.tracker = tracker or get_tracker()
         self.every = max(1, int(log_every_n_steps))
@@ -98,18 +99,18 @@ class MetricsCallback(tf.keras.callbacks.Callback):
         self._epoch_start = 0.0
         self._epoch_steps = 0
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         params = self.params or {}
         wanted = {"epochs": params.get("epochs"), "steps_per_epoch": params.get("steps"),
                   "batch_size": params.get("batch_size"),
                   "optimizer": type(getattr(self.model, "optimizer", None)).__name__}
         self.tracker.log_params({self.prefix + k: v for k, v in wanted.items() if v is not None})
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._epoch_start = time.perf_counter()
         self._epoch_steps = 0
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.step += 1
         self._epoch_steps += 1
         if self.step % self.every:
@@ -118,7 +119,7 @@ class MetricsCallback(tf.keras.callbacks.Callback):
         if loss is not None:
             self.tracker.log_metric(self.prefix + "loss", loss, step=self.step)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         seconds = time.perf_counter() - self._epoch_start
         metrics = {"epoch_time_s": seconds}
         if seconds > 0 and self._epoch_steps:
@@ -129,5 +130,5 @@ class MetricsCallback(tf.keras.callbacks.Callback):
                 metrics["epoch_" + name] = number
         self.tracker.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=int(epoch))
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self.tracker.flush()

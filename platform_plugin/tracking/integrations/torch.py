@@ -13,12 +13,13 @@ waits for the device: pass `every=N` to sync only every N steps.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from platform_plugin.tracking.rank.tracker import get_tracker
 
 
 class LoopLogger:
-    def __init__(self, tracker=None, *, every: int = 1, prefix: str = ""):
+    def __init__(self, tracker: Any | None = None, *, every: int = 1, prefix: str = "") -> None:
         self.tracker = tracker or get_tracker()
         self.every = max(1, int(every))
         self.prefix = prefix
@@ -29,7 +30,7 @@ class LoopLogger:
         self._epoch_samples = 0
         self._epoch_losses: list[float] = []
 
-    def step(self, loss, batch_size: int | None = None, **extra) -> None:
+    def step(self, loss: Any, batch_size: int | None = None, **extra: Any) -> None:
         now = time.perf_counter()
         seconds, self._last = now - self._last, now
         self.global_step += 1
@@ -43,7 +44,7 @@ class LoopLogger:
             metrics["samples_per_s"] = batch_size / seconds
         self.tracker.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=self.global_step)
 
-    def epoch_end(self, **extra) -> None:
+    def epoch_end(self, **extra: Any) -> None:
         now = time.perf_counter()
         seconds = now - self._epoch_start
         metrics = {"epoch_time_s": seconds, **extra}

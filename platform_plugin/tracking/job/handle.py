@@ -13,8 +13,9 @@ report says why. (One exception, stdlib only: `check_store` asks an http store a
 a thread, whether it takes this user's points - store_check.py - so a refusal is said at once.) `JobTracking.check` refuses a bad choice or store before anything of the job
 exists.
 
-`create("none", ...)` returns the base class, whose steps do nothing except tell the ranks that
-tracking is off (so a rank's `get_tracker()` doesn't forward on its own).
+`create("none", ...)` returns `Untracked` (report.py): no tracking, said as such; its steps do
+nothing except tell the ranks that tracking is off (so a rank's `get_tracker()` doesn't forward
+on its own).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Sequence
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.ranktable import load as load_rank_table
@@ -33,6 +34,7 @@ from platform_plugin.tracking.delivery import offsets
 from platform_plugin.tracking.shared.job_folders import spool_folder_name
 from platform_plugin.tracking.shared.state import HelperStatus, JobEnd, SinkConfig
 from platform_plugin.tracking.shared import conventions
+from platform_plugin.tracking.job.views import PlanView, RankView, ResultView
 from platform_plugin.tracking.job.report import DeliveryReport, Untracked, compare_hint
 from platform_plugin.tracking.shared.sink_choice import choose, choose_layout, wflogger_importable
 from platform_plugin.tracking.shared.uri_check import check_tracking_uri
@@ -40,9 +42,6 @@ from platform_plugin.util.envfile import env_file_paths
 from platform_plugin.variables import (PLATFORM_RUN_MODE, PLATFORM_SERVER_ID, PLATFORM_TRACKING,
                                        PLATFORM_TRACKING_HELPER, PLATFORM_TRACKING_LAYOUT,
                                        PLATFORM_TRACKING_SPOOL_DIR, PLATFORM_WFLOGGER_CALL_TIMEOUT)
-
-if TYPE_CHECKING:
-    from platform_plugin.tracking.job.views import PlanView, RankView, ResultView
 
 __all__ = ["DeliveryReport", "JobTracking"]
 
@@ -59,17 +58,18 @@ SPOOL_CHECK_S = 0.02
 
 
 class JobTracking(Untracked):
-    """A job's tracking: `create` gives the no-op base (report.Untracked) or a spooling one."""
+    """A tracked job: its spool folder and sink.json, the forwarding helper, the report."""
 
     @classmethod
-    def create(cls, choice: str, plan: PlanView, *, layout: str | None = None) -> JobTracking:
+    def create(cls, choice: str, plan: PlanView, *, layout: str | None = None) -> Untracked:
+        """The job's tracking: this class, spooling for a sink, or `Untracked` (none)."""
         if choice == "none":
-            return cls()
+            return Untracked()
         env = job_environment(plan)
         sink_name = choose(choice, env)
         if sink_name is None:
-            return cls()
-        return SpoolingJobTracking(sink_name, plan, choose_layout(layout, env))
+            return Untracked()
+        return cls(sink_name, plan, choose_layout(layout, env))
 
     @classmethod
     def check(cls, choice: str, plan: PlanView) -> None:
@@ -93,8 +93,7 @@ class JobTracking(Untracked):
         if sink == "mlflow" and env.get("MLFLOW_TRACKING_URI"):
             check_tracking_uri(env["MLFLOW_TRACKING_URI"], environ=env)
 
-class SpoolingJobTracking(JobTracking):
-    def __init__(self, sink_name: str, plan: PlanView, layout: str):
+    def __init__(self, sink_name: str, plan: PlanView, layout: str) -> None:
         self.sink = sink_name
         self.plan = plan
         attempt = int(getattr(plan, "attempt", 1) or 1)  # --max-restarts: a spool per attempt
@@ -115,12 +114,12 @@ class SpoolingJobTracking(JobTracking):
                 PLATFORM_TRACKING_SPOOL_DIR.name: str(self.spool_dir),
                 PLATFORM_TRACKING_LAYOUT.name: self.config.layout}
 
-    def started(self, supervisor=None) -> None:
+    def started(self, supervisor: Any = None) -> None:
         """Supervisor observer: the ranks run; the helper starts when a rank spooled a record,
         HELPER_DELAY_S later, or at their end, whichever comes first."""
         _thread.start_new_thread(self._start_after, (HELPER_DELAY_S,))
 
-    def check_store(self, say) -> None:
+    def check_store(self, say: Callable[[str], None]) -> None:
         """An MLflow server (http, https) is asked at once whether it takes this user's points
         into the experiment (store_check.py), in a thread: the ranks never wait for it."""
         uri = self.config.tracking_uri or ""
@@ -168,8 +167,8 @@ class SpoolingJobTracking(JobTracking):
         if self.helper is not None:
             self.helper.wait()
 
-    def finish(self, result: ResultView | None, last: bool = True, waiting=None,
-               gone=(), launcher_bytes=None) -> DeliveryReport:
+    def finish(self, result: ResultView | None, last: bool = True, waiting: Callable[[], object] | None = None,
+               gone: Sequence[str] = (), launcher_bytes: dict[str, int] | None = None) -> DeliveryReport:
         """`launcher_bytes`: rank label -> bytes the launcher itself appended to that rank's
         spool (its system samples): when that is all a spool holds, nobody waits for it."""
         self._ranks_ended.set()
@@ -188,8 +187,9 @@ class SpoolingJobTracking(JobTracking):
         labels = offsets.spool_labels(self.spool_dir)
         # a job whose ranks logged nothing of their own: the helper delivers the launcher's
         # samples on its own, after the launcher returned (MLflow's import alone takes seconds)
-        background = bool(launcher_bytes) and all(
-            _size(offsets.spool_path(self.spool_dir, label)) <= launcher_bytes.get(label, 0) + 1
+        sampled = launcher_bytes or {}
+        background = bool(sampled) and all(
+            _size(offsets.spool_path(self.spool_dir, label)) <= sampled.get(label, 0) + 1
             for label in labels)  # + 1: the newline a writer adds after a cut line
         drained = (offsets.all_delivered(self.spool_dir, labels) if background
                    else self._wait_delivered(timeout, waiting))  # offset files only: no sink here
@@ -199,7 +199,7 @@ class SpoolingJobTracking(JobTracking):
         return delivery_report(self.sink, self.spool_dir, counts, self.config, self.plan.job_id,
                                drained, error, background=background)
 
-    def _wait_delivered(self, timeout: float, waiting=None) -> bool:
+    def _wait_delivered(self, timeout: float, waiting: Callable[[], object] | None = None) -> bool:
         """Poll the offset files (no sink in this process) until every complete line is
         delivered, the helper is gone, or the deadline. `waiting()`: before the first pause."""
         deadline = time.monotonic() + timeout
@@ -259,10 +259,11 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
     if counts.partial_lines:
         notes.append(f"{counts.partial_lines} rank(s) stopped mid-line: that last line is ignored")
     if counts.skipped:
-        notes.append(f"{counts.skipped} unreadable spool lines skipped")
+        notes.append(f"{counts.skipped} unreadable spool lines skipped, set aside with the reason "
+                     f"in {spool_dir}/rank_*.jsonl.rejected")
     if counts.rejected:
-        notes.append(f"{counts.rejected} records refused by {sink} for good, set aside with the "
-                     f"reason in {spool_dir}/rank_*.jsonl.rejected")
+        notes.append(f"{counts.rejected} records {sink} cannot take (refused by it for good, or "
+                     f"no valid record), set aside with the reason in {spool_dir}/rank_*.jsonl.rejected")
     if counts.refused:
         notes.append(f"{counts.refused} records refused in the ranks: over MLflow's size limits "
                      "(see the ranks' warnings)")
@@ -399,7 +400,7 @@ def rank_table_summary(path: str | None) -> str:
 
 def start_helper(spool_dir: str, environ: dict | None = None) -> subprocess.Popen:
     """Start the forwarding helper (tracking/delivery/helper.py) for a spool folder; the caller reaps
-    it (`SpoolingJobTracking._spawn`)."""
+    it (`JobTracking._spawn`)."""
     env = dict(os.environ if environ is None else environ)
     # the folder that holds platform_plugin/ (this file is platform_plugin/tracking/job/handle.py)
     package_root = os.path.normpath(os.path.join(os.path.realpath(__file__), *[os.pardir] * 4))

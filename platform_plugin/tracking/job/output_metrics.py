@@ -36,7 +36,6 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass
 
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter
@@ -49,20 +48,17 @@ OFF = "none"  # --metrics-from-output none: no parsing at all, the built-ins nei
 NUMBER = rb"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 
 
-@dataclass(frozen=True)
 class LinePattern:
-    """A regex over one line; `literal`: text every match holds (searched first, cheaply);
-    `per_unit`: metric name -> what its printed value is divided by (ms -> s); `epochs`: a
-    line printed once per epoch, its step the epoch's number (1, 2, ...)."""
+    """A regex over one line; `literal`: text every match holds (found first with bytes.find,
+    the regex then runs on that line alone); `per_unit`: metric name -> what its printed value
+    is divided by (ms -> s); `epochs`: a line printed once per epoch, its step the epoch's
+    number (1, 2, ...)."""
 
-    regex: re.Pattern
-    literal: bytes = b""
-    per_unit: tuple = ()
-    epochs: bool = False
-
-    @property
-    def metrics(self) -> tuple:
-        return tuple(n for n in self.regex.groupindex if n not in STEP_GROUPS)
+    def __init__(self, regex: re.Pattern, literal: bytes = b"", per_unit: tuple = (),
+                 epochs: bool = False):
+        self.regex, self.literal, self.epochs = regex, literal, epochs
+        self.per_unit = dict(per_unit)
+        self.metrics = tuple(n for n in regex.groupindex if n not in STEP_GROUPS)
 
 
 LOSS_MONITOR = LinePattern(re.compile(
@@ -151,9 +147,19 @@ class RankLines:
             self.carry = b""
 
     def _scan(self, data: bytes, start: int, stop: int) -> None:
+        """The points of the lines in data[start:stop] (whole lines)."""
         matches = []  # (line start, pattern's rank, match): read in the order they were printed
         for order, pattern in enumerate(self.patterns):
-            if pattern.literal and data.find(pattern.literal, start, stop) < 0:
+            if pattern.literal:  # each line that holds the text, alone (bytes.find: fast)
+                at = data.find(pattern.literal, start, stop)
+                while at >= 0:
+                    line = max(start, data.rfind(b"\n", start, at) + 1)
+                    end = data.find(b"\n", at, stop)
+                    end = stop if end < 0 else end
+                    match = pattern.regex.search(data, line, end)
+                    if match is not None:
+                        matches.append((line, order, match))
+                    at = data.find(pattern.literal, end, stop)
                 continue
             for match in pattern.regex.finditer(data, start, stop):
                 line = max(start, data.rfind(b"\n", start, match.start()) + 1)
@@ -163,22 +169,26 @@ class RankLines:
                     if match is None:
                         continue
                 matches.append((line, order, match))
+        if not matches:
+            return
+        matches.sort(key=lambda item: item[:2])
         found: set = set()  # (line start, name): the first pattern to name a metric on a line wins
-        for line, order, match in sorted(matches, key=lambda item: item[:2]):
-            self._matched(self.patterns[order], match, line, found)
+        now_ms, now = int(time.time() * 1000), time.monotonic()
+        for line, order, match in matches:
+            self._matched(self.patterns[order], match, line, found, (now_ms, now))
 
-    def _matched(self, pattern: LinePattern, match: re.Match, line: int, found: set) -> None:
+    def _matched(self, pattern: LinePattern, match: re.Match, line: int, found: set,
+                 when: tuple) -> None:
         groups = match.groupdict()
         step = self._step(groups.get("epoch"), groups.get("step"))
-        now = time.time()
-        per_unit = dict(pattern.per_unit)
         for name in pattern.metrics:
             raw = groups.get(name)
             value = _value(raw) if raw is not None else None
             if value is None or (line, name) in found:
                 continue
             found.add((line, name))
-            value /= per_unit.get(name, 1.0)
+            if name in pattern.per_unit:
+                value /= pattern.per_unit[name]
             if step is not None:
                 point_step = step
             elif pattern.epochs and self.epoch is not None:
@@ -186,7 +196,7 @@ class RankLines:
             else:
                 point_step = self.counters.get(name, 1 if pattern.epochs else 0)
             self.counters[name] = point_step + 1
-            self.pending.append((name, value, point_step, int(now * 1000), time.monotonic()))
+            self.pending.append((name, value, point_step, *when))
 
     def _step(self, epoch_text: bytes | None, step_text: bytes | None) -> int | None:
         """The point's step: `step` within `epoch` counted from the job's start, `step` alone,

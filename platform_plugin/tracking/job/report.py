@@ -6,13 +6,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Callable, Sequence
 
+from platform_plugin.tracking.job.views import ResultView
 from platform_plugin.tracking.shared.state import HelperStatus, SinkConfig
 from platform_plugin.variables import tracking_off
-
-if TYPE_CHECKING:
-    from platform_plugin.tracking.job.views import ResultView
 
 
 def compare_hint(job_id: str, notebook: bool = False) -> str:
@@ -80,16 +78,16 @@ class Untracked:
     def start(self) -> None:
         pass
 
-    def started(self, supervisor=None) -> None:
+    def started(self, supervisor: Any = None) -> None:
         """Supervisor observer: the ranks are running."""
         self.start()
 
-    def check_store(self, say) -> None:
+    def check_store(self, say: Callable[[str], None]) -> None:
         """Check the tracking server from a thread; `say(message)` when it will not take the
         job's points (credentials, unreachable, permission). Nothing to check here."""
 
-    def finish(self, result: ResultView | None, last: bool = True, waiting=None,
-               gone=(), launcher_bytes=None) -> DeliveryReport:
+    def finish(self, result: ResultView | None, last: bool = True, waiting: Callable[[], object] | None = None,
+               gone: Sequence[str] = (), launcher_bytes: dict[str, int] | None = None) -> DeliveryReport:
         """End.json, then wait for delivery up to the drain deadline. `waiting()` is called once
         if that wait is not over at once (the launcher records the ranks' end in job.json then,
         instead of always writing it one more time). `gone`: servers of the job whose launcher

@@ -61,14 +61,14 @@ class SystemMetrics:
     def enabled(self) -> bool:
         return self.spool_dir is not None and self.interval > 0
 
-    def started(self, supervisor) -> None:
+    def started(self, supervisor: Any) -> None:  # the launcher's Supervisor
         if self.enabled:
             self._procs = [(str(p.spec.rank_id), p.popen.pid, p.spec.device_id, p.spec.env)
                            for p in supervisor.procs if getattr(p.spec, "role", "worker") == "worker"
                            and p.spec.rank_id is not None]
             self._wake.set()
 
-    def ended(self, result) -> None:
+    def ended(self, result: object) -> None:
         """The last sample (before the job's end record: tracking delivers it with the rest)."""
         if self._thread is None:
             return

@@ -16,7 +16,7 @@ from platform_plugin.util import npu_smi
 PREFIX = "system/"
 
 
-def physical_device(device_id, env: dict) -> int | None:
+def physical_device(device_id: Any, env: dict) -> int | None:
     """DEVICE_ID is renumbered within ASCEND_RT_VISIBLE_DEVICES; npu-smi shows physical ids."""
     if device_id is None:
         return None
@@ -61,7 +61,7 @@ class Sampler:
     """Made with the ranks' (label, pid, device id, env): takes the CPU baselines (the
     machine's, each rank's process tree); `sample(writers, step)` then appends one sample."""
 
-    def __init__(self, ranks, npu_smi_exe: str | None = None):
+    def __init__(self, ranks: Any, npu_smi_exe: str | None = None) -> None:
         self.npu_smi = npu_smi_exe or shutil.which("npu-smi")
         self.nvml = _nvml()
         psutil.cpu_percent(None)
@@ -101,7 +101,7 @@ class Sampler:
         return written
 
 
-def _npu_values(npu) -> dict[str, float]:
+def _npu_values(npu: Any) -> dict[str, float]:
     if npu is None:
         return {}
     out = {}
@@ -114,7 +114,7 @@ def _npu_values(npu) -> dict[str, float]:
     return out
 
 
-def _nvml():
+def _nvml() -> Any:
     """pynvml, initialised, or None (optional: no NVIDIA GPU, or the package is not installed)."""
     try:
         import pynvml
@@ -124,7 +124,7 @@ def _nvml():
         return None
 
 
-def _gpu_values(nvml, device) -> dict[str, float]:
+def _gpu_values(nvml: Any, device: Any) -> dict[str, float]:
     """MLflow's GPU monitor names, for the rank's GPU (its DEVICE_ID / local index)."""
     if nvml is None or device is None:
         return {}

@@ -28,6 +28,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.rank.identity import RankIdentity
 from platform_plugin.tracking.rank.spool import (MAX_INT64, MIN_INT64, SPOOL_SUFFIX, SpoolWriter, encode,
@@ -68,7 +69,7 @@ class Tracker:
     (0, 1, 2, ...) so curves of ranks line up without passing `step`."""
 
     def __init__(self, spool_dir: str | os.PathLike, identity: RankIdentity, *,
-                 flush_interval: float = FLUSH_INTERVAL_S, on_close=None):
+                 flush_interval: float = FLUSH_INTERVAL_S, on_close: Any | None = None) -> None:
         self.identity = identity
         self.spool_dir = Path(spool_dir)
         self.spool_path = self.spool_dir / f"{identity.stream}{SPOOL_SUFFIX}"
@@ -85,7 +86,7 @@ class Tracker:
         self._flusher.start()
 
     # --- public API ------------------------------------------------------------------------
-    def log_metric(self, name: str, value, step: int | None = None) -> None:
+    def log_metric(self, name: str, value: Any, step: int | None = None) -> None:
         key = self._keys.get(name)
         if key is None:
             key = self._new_key(name)
@@ -109,7 +110,7 @@ class Tracker:
         for name, value in metrics.items():
             self.log_metric(name, value, step)
 
-    def log_param(self, name: str, value) -> None:
+    def log_param(self, name: str, value: Any) -> None:
         name, value = str(name), str(value)
         if self._fits("p", name, value, MAX_PARAM_CHARS):
             self._writer.append(encode("p", name, value))
@@ -118,7 +119,7 @@ class Tracker:
         for name, value in params.items():
             self.log_param(name, value)
 
-    def set_tag(self, name: str, value) -> None:
+    def set_tag(self, name: str, value: Any) -> None:
         name, value = str(name), str(value)
         if self._fits("t", name, value, MAX_TAG_CHARS):
             self._writer.append(encode("t", name, value))
@@ -140,7 +141,7 @@ class Tracker:
             self._on_close()
 
     # --- internals -------------------------------------------------------------------------
-    def _new_key(self, name) -> str:
+    def _new_key(self, name: str) -> str:
         """A metric name's JSON spelling, or REFUSED_KEY: checked once per name."""
         text = str(name)
         why = name_problem(text, "metric")
@@ -160,7 +161,7 @@ class Tracker:
             return False
         return True
 
-    def _refuse(self, kind: str, name, why: str) -> None:
+    def _refuse(self, kind: str, name: str, why: str) -> None:
         """Warn (once per name) and leave a countable mark in the spool instead of the record."""
         shown = str(name)[:80]
         if (kind, shown) not in self._warned:
@@ -186,11 +187,11 @@ class NullTracker:
 
     identity = None
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return _ignore
 
 
-def _ignore(*args, **kwargs) -> None:
+def _ignore(*args: Any, **kwargs: Any) -> None:
     return None
 
 
@@ -222,7 +223,7 @@ def flush_on_sigterm(tracker: Tracker) -> bool:
     if previous is None or previous == signal.SIG_IGN:
         return False
 
-    def on_sigterm(signum, frame):
+    def on_sigterm(signum: int, frame: Any) -> None:
         tracker.flush()
         if callable(previous):
             previous(signum, frame)

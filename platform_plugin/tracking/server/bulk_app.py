@@ -32,7 +32,9 @@ valid, the permission `log_batch` needs on each run's experiment (`check_can_upd
 from __future__ import annotations
 
 import json
+import sys
 import threading
+from typing import Any
 
 from platform_plugin.tracking.sinks.mlflow_bulk import MAX_POINTS, ROUTE, VERSION
 from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
@@ -42,7 +44,7 @@ _writers_lock = threading.Lock()
 _auth = {"enabled": False}  # set by create_auth_app in the server's workers
 
 
-def create_app():
+def create_app() -> Any:
     """The `mlflow.app` entry point (a factory: MLflow passes `--factory` to uvicorn)."""
     from mlflow.server import app as flask_app
     add_bulk_route(flask_app)
@@ -53,7 +55,7 @@ def create_app():
     return flask_app
 
 
-def create_auth_app():
+def create_auth_app() -> Any:
     """The `platform-bulk-auth` entry point: the same app behind MLflow's basic-auth app."""
     from mlflow.server import app as flask_app
     from mlflow.server import auth
@@ -68,7 +70,7 @@ def _signed_in() -> bool:
     return True
 
 
-def check_can_update(run_ids) -> None:
+def check_can_update(run_ids: Any) -> None:
     """PERMISSION_DENIED (403) unless the signed-in user may update every run, by the rule
     MLflow's auth app applies to `log_batch` (the run's experiment; an unknown run is denied
     too, as there). Admins may write anywhere; without the auth app there is nothing to check."""
@@ -86,7 +88,7 @@ def check_can_update(run_ids) -> None:
                                   error_code=PERMISSION_DENIED)
 
 
-def add_bulk_route(flask_app) -> None:
+def add_bulk_route(flask_app: Any) -> None:
     if ROUTE in {rule.rule for rule in flask_app.url_map.iter_rules()}:
         return
     from mlflow.server.handlers import catch_mlflow_exception
@@ -94,7 +96,7 @@ def add_bulk_route(flask_app) -> None:
                            methods=["GET", "POST"])
 
 
-def _handle():
+def _handle() -> Any:
     from flask import request
     if request.method == "GET":
         return {"version": VERSION, "max_points": MAX_POINTS}
@@ -114,18 +116,30 @@ def parse_body(data: bytes) -> list[tuple[str, list]]:
     here as well: converting them is a large part of a request's time in the server."""
     try:
         body = json.loads(data)
-        runs = [(str(run["run_id"]), run["metrics"]) for run in body["runs"]]
+        runs = [(_run_id(run["run_id"]), run["metrics"]) for run in body["runs"]]
         if not all(isinstance(points, list) for _, points in runs):
             raise TypeError("'metrics' is not a list")
+    except RecursionError:  # nested deeper than the parser's stack: no body of this route is
+        raise _invalid(f"bulk metrics body: nested too deeply; expected {BODY}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise _invalid(f"bulk metrics body: expected {BODY} ({type(exc).__name__}: {exc})")
+        raise _invalid(f"bulk metrics body: expected {BODY} ({type(exc).__name__}: "
+                       f"{str(exc)[:200]})") from None
     total = sum(len(points) for _, points in runs)
     if total > MAX_POINTS:
         raise _invalid(f"bulk metrics body holds {total} points; at most {MAX_POINTS} per request")
     return runs
 
 
+def _run_id(value) -> str:
+    """A run id is a string; anything else (a list nested 900 deep, a 4,000-digit number) is
+    refused here, before str() of it could recurse or echo it whole."""
+    if type(value) is not str:
+        raise TypeError(f"a run_id is a string, not {type(value).__name__}")
+    return value
+
+
 MIN_LONG, MAX_LONG = -(1 << 63), (1 << 63) - 1  # a step and a timestamp are MLflow's int64
+MAX_DOUBLE = sys.float_info.max  # an integer value beyond it has no double: float() overflows
 
 
 def check_points(runs: list[tuple[str, list]]) -> None:
@@ -146,7 +160,8 @@ def check_points(runs: list[tuple[str, list]]) -> None:
             if type(key) is not str or key not in names:
                 _check_name(key, f"runs[{r}].metrics[{i}].key")
                 names.add(key)
-            if type(value) is not float and type(value) is not int:  # a bool is no number here
+            if (type(value) is not float and type(value) is not int  # a bool is no number here
+                    or type(value) is int and not -MAX_DOUBLE <= value <= MAX_DOUBLE):
                 raise _invalid(_invalid_value(f"runs[{r}].metrics[{i}].value", value, "Please "
                                "specify value as a valid double (64-bit floating point)"))
             if type(step) is not int or not MIN_LONG <= step <= MAX_LONG:
@@ -157,7 +172,7 @@ def check_points(runs: list[tuple[str, list]]) -> None:
                             "Timestamp must be a nonnegative long (64-bit integer)")
 
 
-def _check_name(key, path: str) -> None:
+def _check_name(key: str, path: str) -> None:
     """MLflow's checks of a metric name; its length first, so a 100,000-character name is not
     echoed back whole."""
     from mlflow.utils.validation import (MAX_ENTITY_KEY_LENGTH, _validate_metric_name,
@@ -169,7 +184,7 @@ def _check_name(key, path: str) -> None:
     _validate_metric_name(key, path)
 
 
-def _check_long(number, path: str, lowest: int, rule: str) -> None:
+def _check_long(number: Any, path: str, lowest: int, rule: str) -> None:
     """An integer, or an integral float as protobuf's JSON parser takes it, within
     lowest..MAX_LONG; else INVALID_PARAMETER_VALUE."""
     integral = type(number) is int or (type(number) is float and number.is_integer())
@@ -177,14 +192,22 @@ def _check_long(number, path: str, lowest: int, rule: str) -> None:
         raise _invalid(_invalid_value(path, number, rule))
 
 
-def _invalid_value(path: str, value, rule: str) -> str:
+def _invalid_value(path: str, value: Any, rule: str) -> str:
     from mlflow.utils.validation import invalid_value
-    # the value came as JSON: it can be spelled again, shortened when it is a long string
-    shown = value if not isinstance(value, str) or len(value) <= 100 else value[:100] + "..."
+    # the value came as JSON: it can be spelled again when it is short and flat; a long string
+    # or number is shortened, a list or an object only named (it may nest hundreds deep)
+    if isinstance(value, (list, dict)):
+        shown = f"<a JSON {'array' if isinstance(value, list) else 'object'}>"
+    elif type(value) is int and not -MAX_DOUBLE <= value <= MAX_DOUBLE:
+        shown = f"<an integer of {len(str(abs(value)))} digits>"
+    elif isinstance(value, str) and len(value) > 100:
+        shown = value[:100] + "..."
+    else:
+        shown = value
     return invalid_value(path, shown, rule)
 
 
-def store_points(store, runs: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:
+def store_points(store: Any, runs: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:
     """Every run's points in one transaction (the SQL fast path), else run by run through the
     store's own log_batch."""
     if not runs:
@@ -203,19 +226,19 @@ def store_points(store, runs: list[tuple[str, list[tuple[str, float, int, int]]]
         store.log_batch(run_id, metrics=metrics, params=[], tags=[])
 
 
-def _store():
+def _store() -> Any:
     from mlflow.server.handlers import _get_tracking_store
     return _get_tracking_store()
 
 
-def _writer(store):
+def _writer(store: Any) -> Any:
     with _writers_lock:
         if id(store) not in _writers:
             _writers[id(store)] = SqlMetricWriter.for_store(store)
         return _writers[id(store)]
 
 
-def _invalid(message: str):
+def _invalid(message: str) -> Any:
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
     return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)

@@ -33,6 +33,7 @@ import dataclasses
 import math
 import os
 import re
+from typing import Any
 
 from platform_plugin.tracking.shared.state import read_json, write_json_atomic
 
@@ -118,7 +119,7 @@ def _summary(keys: tuple, step: int, values: list[float], timestamp_ms: int, ord
 class StepAggregator:
     """Not thread-safe: the forwarder calls it under its observers' lock."""
 
-    def __init__(self, labels):
+    def __init__(self, labels: Any) -> None:
         self.labels = frozenset(labels)
         self.metrics: dict[str, _Metric] = {}
         self.skipped: set[str] = set()  # names that get no aggregates (aggregated() is False)
@@ -207,7 +208,7 @@ class JobAggregates:
     """Feeds the aggregator with what the forwarder delivered and ships the finished steps to
     the sink's job run. A failed send keeps them for the next pass; never raises."""
 
-    def __init__(self, labels, sink, config, batch: int = 1000, spool_dir=None):
+    def __init__(self, labels: Any, sink: Any, config: Any, batch: int = 1000, spool_dir: str | os.PathLike[str] | None = None) -> None:
         self.aggregator = StepAggregator(labels)
         self.sink, self.config, self.batch = sink, config, batch
         self.ready: list[AggregatePoint] = []
@@ -270,14 +271,14 @@ class JobAggregates:
         return "\n".join(said)
 
 
-def batch_size(sink, batches: int = 4) -> int:
+def batch_size(sink: Any, batches: int = 4) -> int:
     """Aggregates ship in batches as large as `batches` of the points' (a transaction each:
     aggregates are as many rows as the points)."""
     limits = sink.sql_limits if hasattr(sink, "sql_limits") else sink.limits
     return limits["m"] * batches
 
 
-def job_aggregates(config, sink, spool_dir, batches: int = 4):
+def job_aggregates(config: Any, sink: Any, spool_dir: str | os.PathLike[str], batches: int = 4) -> Any:
     """Per-step aggregates across ranks into the job's run (layout runs, a sink that has them),
     as the points are delivered. None for a job on several servers: a server has only its own
     ranks, and the parent gets the job-wide aggregates when it ends (mlflow_aggregates.py)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+from typing import Any, Mapping
 
 from platform_plugin.tracking.shared.jupyter_session import current_notebook
 from platform_plugin.util.project import code_dir, project_dir
@@ -28,7 +29,7 @@ JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"  # set by jupyter_server in every kerne
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 
 
-def notebook_path(environ) -> str | None:
+def notebook_path(environ: Mapping[str, str]) -> str | None:
     """The notebook run by papermill (PLATFORM_NOTEBOOK), else the kernel's notebook as its
     Jupyter server names it now (renamed since the kernel started: jupyter_session.py), else
     the name the server gave the kernel at its start."""
@@ -45,7 +46,7 @@ def _stem(path: str) -> str:
     return name[:dot] if 0 < dot < len(name) - 1 else name  # = pathlib's PurePath.stem
 
 
-def experiment_name(environ, cwd: str | os.PathLike | None) -> str:
+def experiment_name(environ: Mapping[str, str], cwd: str | os.PathLike | None) -> str:
     if environ.get("MLFLOW_EXPERIMENT_NAME"):
         return environ["MLFLOW_EXPERIMENT_NAME"]
     notebook = notebook_path(environ)
@@ -54,7 +55,7 @@ def experiment_name(environ, cwd: str | os.PathLike | None) -> str:
     return os.path.basename(project_dir(cwd, environ)) or "platform_plugin"
 
 
-def default_store(cwd: str | os.PathLike | None, environ) -> tuple[str, str]:
+def default_store(cwd: str | os.PathLike | None, environ: Mapping[str, str]) -> tuple[str, str]:
     """(tracking URI, where it came from) — `platform-run env` shows both."""
     if environ.get("MLFLOW_TRACKING_URI"):
         return environ["MLFLOW_TRACKING_URI"], "MLFLOW_TRACKING_URI"
@@ -65,7 +66,7 @@ def default_store(cwd: str | os.PathLike | None, environ) -> tuple[str, str]:
     return f"sqlite:///{os.path.join(os.path.realpath(folder), 'mlflow.db')}", why
 
 
-def source(environ, command, cwd: str | os.PathLike | None) -> tuple[str, str]:
+def source(environ: Mapping[str, str], command: Any, cwd: str | os.PathLike | None) -> tuple[str, str]:
     """(source name, MLflow source type name) of a job: its notebook, else its script."""
     notebook = environ.get(NOTEBOOK_ENV)
     if notebook:
@@ -77,7 +78,7 @@ def source(environ, command, cwd: str | os.PathLike | None) -> tuple[str, str]:
     return os.path.realpath(os.path.join(cwd or os.getcwd(), script)), "LOCAL"
 
 
-def notebook_parameters(environ) -> dict[str, str]:
+def notebook_parameters(environ: Mapping[str, str]) -> dict[str, str]:
     """The notebook run's resolved parameters (the -p / profile values) as MLflow params."""
     try:
         params = json.loads(environ.get(NOTEBOOK_PARAMETERS_ENV) or "{}")

@@ -2,6 +2,7 @@
 latest job in the log folder)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from platform_plugin.errors import ConfigError
@@ -31,7 +32,7 @@ def spool_dirs_of(job_dir: Path) -> list[Path]:
                   key=attempt_number)
 
 
-def later_attempt(spool_dir) -> bool:
+def later_attempt(spool_dir: str | os.PathLike[str]) -> bool:
     """Whether the job of this spool folder has a later attempt's (a restart followed)."""
     spool_dir = Path(spool_dir)
     return any(attempt_number(p) > attempt_number(spool_dir) for p in spool_dirs_of(spool_dir.parent))

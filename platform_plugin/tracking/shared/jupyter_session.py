@@ -12,13 +12,14 @@ import glob
 import json
 import os
 import sys
+from typing import Any, Mapping
 
 from platform_plugin.util.procfs import ancestors
 
 TIMEOUT_S = 2.0  # the server is on this machine: a bound, not a wait
 
 
-def current_notebook(environ) -> str | None:
+def current_notebook(environ: Mapping[str, str]) -> str | None:
     """The path (relative to the server's root) of the notebook this kernel runs, or None
     outside a kernel that a Jupyter server started."""
     kernel = kernel_id()
@@ -46,7 +47,7 @@ def kernel_id() -> str | None:
     return name[len("kernel-"):-len(".json")]
 
 
-def _servers(environ) -> list[dict]:
+def _servers(environ: Mapping[str, str]) -> list[dict]:
     """The Jupyter servers this process descends from (their `jpserver-<pid>.json`)."""
     folder = environ.get("JUPYTER_RUNTIME_DIR")
     if not folder:
@@ -66,7 +67,7 @@ def _servers(environ) -> list[dict]:
     return found
 
 
-def _get(server: dict, route: str):
+def _get(server: dict, route: str) -> Any:
     import urllib.request  # here: ssl, http.client and email, only inside a Jupyter kernel
 
     request = urllib.request.Request(server["url"].rstrip("/") + "/" + route)

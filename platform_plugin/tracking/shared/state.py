@@ -23,7 +23,7 @@ import json
 import os
 import time
 from contextlib import contextmanager, suppress
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Iterator, TypeVar
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.regular_file import read_json as untrusted_json
@@ -33,7 +33,7 @@ from platform_plugin.util.regular_file import reason
 SINK_FILE = "sink.json"
 
 
-def write_json_atomic(path, data: dict) -> None:
+def write_json_atomic(path: str | os.PathLike[str], data: dict) -> None:
     """One line of JSON (C encoder; the offsets are rewritten after every batch), atomically."""
     path = os.fspath(path)
     head, name = os.path.split(path)
@@ -53,7 +53,7 @@ class DamagedStateFile(ConfigError, ValueError):
     disk or a copy): `sync`/`compare` refuse with the file's name instead of a traceback. A
     ValueError too, as json's own error is."""
 
-    def __init__(self, path, why: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], why: str) -> None:
         super().__init__([Problem("TRACKING_STATE_DAMAGED", f"damaged ({why}): this job's "
                                   "tracking state cannot be read; its spool (*.jsonl) is left "
                                   "as it is", os.fspath(path))])
@@ -63,7 +63,7 @@ class DamagedStateFile(ConfigError, ValueError):
 MAX_STATE_BYTES = 16 << 20
 
 
-def read_json(path) -> dict | None:
+def read_json(path: str | os.PathLike[str]) -> dict | None:
     """The file's JSON object; None when there is no file. Read as util/regular_file.py reads
     what others can write: a FIFO in its place hung `clean` and `sync` for good, a link is not
     followed out of the spool folder, the size and the nesting are bounded."""
@@ -90,7 +90,7 @@ class _State:
     __dataclass_fields__: ClassVar[dict[str, Any]]  # (each subclass is a dataclass)
 
     @classmethod
-    def _from(cls: type[S], data: dict, path="") -> S:
+    def _from(cls: type[S], data: dict, path: str | os.PathLike[str] = "") -> S:
         names = {f.name for f in dataclasses.fields(cls)}
         try:
             return cls(**{k: v for k, v in data.items() if k in names})
@@ -103,13 +103,13 @@ class _SpoolFile(_State):
     FILE: ClassVar[str] = ""
 
     @classmethod
-    def load(cls: type[F], spool_dir) -> F | None:
+    def load(cls: type[F], spool_dir: str | os.PathLike[str]) -> F | None:
         """None when there is no such file."""
         path = os.path.join(spool_dir, cls.FILE)
         data = read_json(path)
         return None if data is None else cls._from(data, path)
 
-    def save(self, spool_dir) -> None:
+    def save(self, spool_dir: str | os.PathLike[str]) -> None:
         write_json_atomic(os.path.join(spool_dir, self.FILE), dataclasses.asdict(self))
 
 
@@ -125,15 +125,15 @@ class StreamState(_State):
     last_error: str = ""
 
     @staticmethod
-    def path_for(spool_dir, stream: str) -> str:
+    def path_for(spool_dir: str | os.PathLike[str], stream: str) -> str:
         return os.path.join(spool_dir, f"{stream}.state.json")
 
     @classmethod
-    def load(cls, spool_dir, stream: str) -> StreamState:
+    def load(cls, spool_dir: str | os.PathLike[str], stream: str) -> StreamState:
         path = cls.path_for(spool_dir, stream)
         return cls._from(read_json(path) or {}, path)
 
-    def save(self, spool_dir, stream: str) -> None:
+    def save(self, spool_dir: str | os.PathLike[str], stream: str) -> None:
         write_json_atomic(self.path_for(spool_dir, stream), dataclasses.asdict(self))
 
 
@@ -178,7 +178,7 @@ class JobEnd(_SpoolFile):
         self.gone = [str(s) for s in self.gone or ()]
 
     @classmethod
-    def _from(cls, data: dict, path="") -> JobEnd:
+    def _from(cls, data: dict, path: str | os.PathLike[str] = "") -> JobEnd:
         """Typed as the launcher writes it: helpers and `sync` compare the deadline with time."""
         try:
             return cls(str(data["status"]), float(data["deadline"]), str(data.get("reason", "")),
@@ -202,7 +202,7 @@ LOCK_POLL_S = 0.1
 
 
 @contextmanager
-def stream_lock(spool_dir, stream: str, *, blocking: bool, timeout: float | None = None):
+def stream_lock(spool_dir: str | os.PathLike[str], stream: str, *, blocking: bool, timeout: float | None = None) -> Iterator[bool]:
     """Yields True when this process holds the stream, False when another one does. Blocking
     waits for it, at most `timeout` seconds when given: a forwarder stuck in MLflow's own HTTP
     retries (minutes, when its server died mid-request) holds its stream that long."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import stat
-from typing import Any
+from typing import Any, Mapping
 from urllib.parse import unquote
 
 from platform_plugin.errors import ConfigError, Problem
@@ -26,7 +26,7 @@ SCHEME_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-
 VARIABLE = "MLFLOW_TRACKING_URI"
 
 
-def check_tracking_uri(uri: str, where: str = VARIABLE, environ=None) -> None:
+def check_tracking_uri(uri: str, where: str = VARIABLE, environ: Mapping[str, str] | None = None) -> None:
     """Raise ConfigError TRACKING_URI for a URI no MLflow client can use. `where` names its
     source in the message (the variable, `--store`, ...); `environ`: the processes' that will
     use it (MLFLOW_ALLOW_FILE_STORE), default this one's."""
@@ -35,7 +35,7 @@ def check_tracking_uri(uri: str, where: str = VARIABLE, environ=None) -> None:
         raise ConfigError([Problem("TRACKING_URI", f"{where}={uri!r}: {why}", where)])
 
 
-def uri_problem(uri: str, environ=None) -> str | None:
+def uri_problem(uri: str, environ: Mapping[str, str] | None = None) -> str | None:
     scheme = scheme_of(uri)
     if scheme not in SCHEMES and not _plugin_scheme(scheme):
         return (f"MLflow knows no store of scheme {scheme!r}: use http://HOST:PORT (a tracking "
@@ -146,7 +146,7 @@ def _sqlite_problem(uri: str) -> str | None:
     return None
 
 
-def folder_store_refused(environ) -> bool:
+def folder_store_refused(environ: Mapping[str, str]) -> bool:
     """MLflow 3.x releases that refuse a folder store unless MLFLOW_ALLOW_FILE_STORE is true
     (read from MLflow's source text: importing MLflow costs seconds)."""
     if environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1"):

@@ -14,14 +14,18 @@ repeat the store ignores; a step whose value changed gets a second point.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from platform_plugin.tracking.shared.aggregates import JobAggregates, aggregated, batch_size
 from platform_plugin.tracking.shared.attempts import by_attempt, stitched
+from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.tracking.sinks import mlflow_job
+from platform_plugin.tracking.sinks.mlflow_writers import RunStore
 
 FEED_SLICE = 1000  # points per rank and turn: the ranks advance together, so few steps stay open
 
 
-def job_wide(client, config, sink) -> str:
+def job_wide(client: RunStore, config: SinkConfig, sink: Any) -> str:
     """Aggregate every rank run of the job's parent (`client`: the sink's) and send them into
     the parent with `sink.deliver_aggregates`. Returns, and keeps in `sink.aggregates_problem`
     for its caller to say once, "" or what went wrong; never raises: the parent ends either way."""
@@ -46,7 +50,7 @@ def job_wide(client, config, sink) -> str:
     return sink.aggregates_problem
 
 
-def when_parent_ended(sink, config, uri: str) -> str:
+def when_parent_ended(sink: Any, config: SinkConfig, uri: str) -> str:
     """`platform-run sync` delivered points of a job on several servers: if its parent has
     ended (its job-wide aggregates were computed without them), compute them again."""
     sink.aggregates_problem = ""
@@ -61,7 +65,7 @@ def when_parent_ended(sink, config, uri: str) -> str:
     return job_wide(client, config, sink)
 
 
-def _history(client, run, key: str) -> list[tuple]:
+def _history(client: RunStore, run: Any, key: str) -> list[tuple]:
     """The run's (step, value, timestamp) of `key` in the order they were logged, the latest
     attempt's where attempts logged a step again (as `compare` reads them)."""
     points = sorted(((m.step, m.value, m.timestamp) for m in client.get_metric_history(run.info.run_id, key)),

@@ -10,14 +10,16 @@ settings, retries), so whatever auth the server has applies the same to both pat
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlparse
+from typing import Any, Iterator, Protocol
 
 from platform_plugin.tracking.sinks.mlflow_internals import host_credentials
-from platform_plugin.tracking.sinks.mlflow_rest import error_of
+from platform_plugin.tracking.sinks.mlflow_rest import Transport, error_of
 
 # The route's protocol, shared with the server's app (tracking/server/bulk_app.py)
 ROUTE = "/platform/api/metrics/bulk"
@@ -28,7 +30,7 @@ REQUEST_POINTS = 20_000  # per request (the route takes MAX_POINTS): a round is 
 IN_FLIGHT = 4  # requests of one round at once: the server's workers insert them in parallel
 
 
-def _requests(groups, limit: int):
+def _requests(groups: Any, limit: int) -> Iterator[Any]:
     """Cut (run_id, points) groups into requests of at most `limit` points, in order."""
     request: list = []
     size = 0
@@ -44,53 +46,68 @@ def _requests(groups, limit: int):
         yield request
 
 
-def _request(client, method: str, body: str | None, allowed: tuple, **options) -> tuple[int, bytes]:
-    """(status, body) of a request to the route; a status not `allowed` raises MLflow's error
+class Requests(Protocol):
+    """One request to the route: (status, body); a status not `allowed` raises MLflow's error
     (its code kept, so `is_permanent` judges it as a `log_batch` error, and the HTTP status as
-    `status_code`, the name RestError uses: a proxy's 413 has no MLflow code to judge).
-    Through the sink's REST client (mlflow_rest.py: MLflow not imported) or MLflow's own HTTP
-    helper with the client's credentials (whatever auth plugin the user configured)."""
-    transport = getattr(client, "transport", None)
-    if transport is not None:
-        status, data = transport.request(
+    `status_code`, the name RestError uses: a proxy's 413 has no MLflow code to judge)."""
+
+    def __call__(self, method: str, body: str | None, allowed: tuple[int, ...], **options: Any) -> tuple[int, bytes]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class RestRequests:
+    """Through the sink's REST transport (mlflow_rest.py: MLflow not imported)."""
+    transport: Transport
+
+    def __call__(self, method: str, body: str | None, allowed: tuple[int, ...], **options: Any) -> tuple[int, bytes]:
+        status, data = self.transport.request(
             method, ROUTE, body.encode() if body is not None else None, timeout=options["timeout"],
             retries=options.get("max_retries"), backoff=options.get("backoff_factor"),
             headers=JSON_HEADERS if body is not None else None)
         if status not in allowed:
             raise error_of(method, ROUTE, status, data)
         return status, data
-    from mlflow.utils.rest_utils import http_request, verify_rest_response
-    response = http_request(host_credentials(client), ROUTE, method, data=body,
-                            extra_headers=JSON_HEADERS if body is not None else None, **options)
-    if response.status_code not in allowed:
-        try:
-            verify_rest_response(response, ROUTE)
-        except Exception as exc:
-            exc.status_code = response.status_code  # type: ignore[attr-defined]
-            raise
-    return response.status_code, response.content
+
+
+@dataclasses.dataclass(frozen=True)
+class MlflowRequests:
+    """Through MLflow's own HTTP helper with its client's credentials (whatever auth plugin the
+    user configured)."""
+    client: Any  # mlflow.tracking.MlflowClient
+
+    def __call__(self, method: str, body: str | None, allowed: tuple[int, ...], **options: Any) -> tuple[int, bytes]:
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+        response = http_request(host_credentials(self.client), ROUTE, method, data=body,
+                                extra_headers=JSON_HEADERS if body is not None else None, **options)
+        if response.status_code not in allowed:
+            try:
+                verify_rest_response(response, ROUTE)
+            except Exception as exc:
+                exc.status_code = response.status_code  # type: ignore[attr-defined]
+                raise
+        return response.status_code, response.content
 
 
 class BulkRoute:
     """Per tracking URI: whether the server has the route (asked once), and the POST."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._found: dict[str, bool] = {}
         self._lock = threading.Lock()
 
-    def available(self, client, uri: str) -> bool:
+    def available(self, requests: Requests, uri: str) -> bool:
         if urlparse(uri or "").scheme not in ("http", "https"):
             return False
         with self._lock:  # streams are forwarded by several threads: one probe
             if uri not in self._found:
-                self._found[uri] = self._probe(client, uri)
+                self._found[uri] = self._probe(requests, uri)
             return self._found[uri]
 
-    def _probe(self, client, uri: str) -> bool:
+    def _probe(self, requests: Requests, uri: str) -> bool:
         """True: the route answers with our version. False: the server has no such route (a
         404/405: MLflow's own server). Anything else (down, auth refused) raises, so the
         forwarder retries later and nothing is decided from a transient failure."""
-        status, data = _request(client, "GET", None, (200, 404, 405), max_retries=2,
+        status, data = requests("GET", None, (200, 404, 405), max_retries=2,
                                 backoff_factor=0.5, timeout=30)
         if status in (404, 405):
             print(f"[platform_plugin] {uri} has no bulk metrics route ({ROUTE}: "
@@ -103,27 +120,27 @@ class BulkRoute:
         except (ValueError, AttributeError):
             return False
 
-    def post(self, client, uri: str, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
+    def post(self, requests: Requests, uri: str, run_id: str, points: list[tuple[str, float, int, int]]) -> None:
         """points: (key, value, step, timestamp_ms). Stored all or nothing; a replay adds
         nothing. Errors are MLflow's (MlflowException with its error code)."""
-        self.post_many(client, uri, [(run_id, points)])
+        self.post_many(requests, uri, [(run_id, points)])
 
-    def post_many(self, client, uri: str, groups: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:
+    def post_many(self, requests: Requests, uri: str, groups: list[tuple[str, list[tuple[str, float, int, int]]]]) -> None:
         """(run_id, points) of several runs (a forwarder round: one batch of every stream) in
         requests of REQUEST_POINTS, IN_FLIGHT at once (one transaction each; a resend after a
         failure part-way adds nothing, as every point is an exact repeat)."""
-        requests = list(_requests(groups, REQUEST_POINTS))
-        if len(requests) == 1:
-            self._send(client, uri, requests[0])
+        parts = list(_requests(groups, REQUEST_POINTS))
+        if len(parts) == 1:
+            self._send(requests, uri, parts[0])
             return
-        with ThreadPoolExecutor(min(IN_FLIGHT, len(requests)), thread_name_prefix="bulk") as pool:
-            for done in [pool.submit(self._send, client, uri, request) for request in requests]:
+        with ThreadPoolExecutor(min(IN_FLIGHT, len(parts)), thread_name_prefix="bulk") as pool:
+            for done in [pool.submit(self._send, requests, uri, part) for part in parts]:
                 done.result()  # the first failure is raised; the round is resent whole
 
-    def _send(self, client, uri: str, groups) -> None:
+    def _send(self, requests: Requests, uri: str, groups: Any) -> None:
         body = json.dumps({"runs": [{"run_id": run_id, "metrics": points} for run_id, points in groups]})
         try:
-            _request(client, "POST", body, (200,), timeout=120)
+            requests("POST", body, (200,), timeout=120)
         except Exception as exc:
             if getattr(exc, "status_code", None) in (404, 405):
                 with self._lock:  # the server was replaced by one without the route: ask again

@@ -9,7 +9,7 @@ import subprocess
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
@@ -78,7 +78,7 @@ class _Divert(logging.Filter):
     thread's log file instead of the console; other threads (the user's own MLflow calls in the
     same kernel) are untouched."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.files: dict[int, logging.Handler] = {}
 
@@ -102,7 +102,7 @@ class _WhileInside:
         self._make, self._undo, self._inside = make, undo, 0
 
     @contextmanager
-    def held(self):
+    def held(self) -> Iterator[None]:
         with _lock:
             if self._inside == 0:
                 self._make()
@@ -137,7 +137,7 @@ _url_suppressed = _WhileInside(_suppress_url, _restore_url)
 
 
 @contextmanager
-def quiet(log_path: Path | None):
+def quiet(log_path: Path | None) -> Iterator[None]:
     """MLflow's INFO lines (store creation, migrations) and its "View run … at" print go to
     `log_path` (the job's tracking folder) while this thread works in the block."""
     if log_path is None:
@@ -170,7 +170,7 @@ _MIGRATIONS_INI = os.path.join("mlflow", "store", "db_migrations", "alembic.ini"
 _file_config: Callable[..., Any] | None = None  # logging.config.fileConfig as found
 
 
-def _file_config_but_migrations(fname, *args, **kwargs) -> None:
+def _file_config_but_migrations(fname: Any, *args: Any, **kwargs: Any) -> None:
     if _file_config is not None and not str(fname).endswith(_MIGRATIONS_INI):
         _file_config(fname, *args, **kwargs)
 
@@ -189,7 +189,7 @@ def _restore_file_config() -> None:
 _migrations_skipped = _WhileInside(_skip_migrations_config, _restore_file_config)
 
 
-def migrations_keep_logging():
+def migrations_keep_logging() -> Any:
     """Around the first open of a store (which creates or upgrades its tables). MLflow up to 3.1
     runs `logging.config.fileConfig(<its alembic.ini>)` from its migration env.py: that replaces
     the root logger's handlers with one writing to stderr at WARNING (in a notebook kernel: the

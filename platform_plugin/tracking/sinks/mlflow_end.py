@@ -6,16 +6,18 @@ sync` ends it once it has delivered them. Called by MlflowSink.end_job with the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_job
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState
+from platform_plugin.tracking.sinks.mlflow_writers import RunStore
 
 PENDING_TAG = "platform.pending_records"  # on runs left RUNNING with records still in the spool
 
 
-def end_job(client, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None,
-            sink=None) -> bool:
+def end_job(client: RunStore, config: SinkConfig, spool_dir: Path, pending: dict[str, int] | None,
+            sink: Any | None = None) -> bool:
     """True when every run ended (nothing was pending). The parent of a job on several servers
     gets its job-wide aggregates from `sink` just before it ends (mlflow_aggregates.py)."""
     status = config.final_status or "FINISHED"
@@ -41,7 +43,7 @@ def end_job(client, config: SinkConfig, spool_dir: Path, pending: dict[str, int]
     return not pending
 
 
-def _upload_files(client, config: SinkConfig, spool_dir: Path, label: str, info: dict,
+def _upload_files(client: RunStore, config: SinkConfig, spool_dir: Path, label: str, info: dict,
                   run_id: str) -> None:
     """The rank's log, and its stack dump when the job was stopped, into its run (under
     rank_<label>/ in the job's run when the rank has no run of its own: layout flat)."""
@@ -54,7 +56,7 @@ def _upload_files(client, config: SinkConfig, spool_dir: Path, label: str, info:
         client.log_artifact(run_id, str(stack), "stacks" if own else f"stacks/rank_{label}")
 
 
-def _end_or_mark(client, run_id: str, status: str, pending: int) -> None:
+def _end_or_mark(client: RunStore, run_id: str, status: str, pending: int) -> None:
     if pending:
         client.set_tag(run_id, PENDING_TAG, str(pending))
         return

@@ -24,7 +24,11 @@ its RUNNING runs ended) by the launchers that saw it go over the job link.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+from platform_plugin.errors import PlatformPluginError
+from platform_plugin.tracking.shared.state import SinkConfig
+from platform_plugin.tracking.sinks.mlflow_writers import RunStore
 
 ROLE_TAG = "platform.role"
 ROLE_JOB = "job"
@@ -38,23 +42,30 @@ PARENT_WAIT_S = 60.0  # how long another server's helper waits for node 0's pare
 PARENT_POLL_S = 0.5
 
 
-def _parents(client, config) -> list:
+def made(value: str | None, what: str) -> str:
+    """An id `ensure_runs` made before anything here is asked of the store."""
+    if value is None:
+        raise PlatformPluginError(f"the job's {what} is not made yet (ensure_runs did not finish)")
+    return value
+
+
+def _parents(client: RunStore, config: SinkConfig) -> list:
     """Active runs only (the search's default view: also what the helper's REST client sends)."""
     job_id = config.job.get("job_id", "").replace("'", "\\'")
-    runs = client.search_runs([config.experiment_id],
+    runs = client.search_runs([made(config.experiment_id, "experiment")],
                               filter_string=f"tags.job_id = '{job_id}' and "
                                             f"tags.`{ROLE_TAG}` = '{ROLE_JOB}'",
                               max_results=100)
     return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
 
-def node_0_parent(client, config, create) -> str:
+def node_0_parent(client: RunStore, config: SinkConfig, create: Callable[[], str]) -> str:
     """Node 0's helper: the parent of an earlier attempt (or a fallback's), else a new one."""
     found = _parents(client, config)
     return found[0].info.run_id if found else create()
 
 
-def awaited_parent(client, config, wait_s: float = PARENT_WAIT_S) -> str | None:
+def awaited_parent(client: RunStore, config: SinkConfig, wait_s: float = PARENT_WAIT_S) -> str | None:
     """Another server's helper: node 0's parent once the store shows it, None after `wait_s`."""
     deadline = time.monotonic() + wait_s
     while True:
@@ -66,7 +77,7 @@ def awaited_parent(client, config, wait_s: float = PARENT_WAIT_S) -> str | None:
         time.sleep(PARENT_POLL_S)
 
 
-def shared_parent(client, config, create) -> str:
+def shared_parent(client: RunStore, config: SinkConfig, create: Callable[[], str]) -> str:
     """The job's parent run id: found, or created by `create()` without ever leaving two."""
     found = _parents(client, config)
     if found:
@@ -81,12 +92,12 @@ def shared_parent(client, config, create) -> str:
     return winner
 
 
-def end_parent(client, config, status: str, reason: str = "",
+def end_parent(client: RunStore, config: SinkConfig, status: str, reason: str = "",
                before_end: Callable[[], object] | None = None) -> str | None:
     """Record this server's end on the parent; end the parent when every server has, after
     `before_end()` (the job-wide aggregates: mlflow_aggregates.py). Returns the parent's final
     status when this call ended it."""
-    parent = config.parent_run_id
+    parent = made(config.parent_run_id, "parent run")
     if config.servers <= 1:
         client.set_terminated(parent, status)
         return status
@@ -95,12 +106,12 @@ def end_parent(client, config, status: str, reason: str = "",
     return report_gone(client, config, config.job.get("gone_servers") or (), before_end)
 
 
-def report_gone(client, config, gone, before_end: Callable[[], object] | None = None) -> str | None:
+def report_gone(client: RunStore, config: SinkConfig, gone: Sequence[str], before_end: Callable[[], object] | None = None) -> str | None:
     """Report the servers in `gone` (their launcher vanished) on the parent, then end it when
     every server has reported: end_parent's second half, and all a launcher does when a server
     is lost after this one had reported its own end. Returns the parent's final status when
     this call ended it."""
-    parent, server = config.parent_run_id, config.job.get("server_id", "?")
+    parent, server = made(config.parent_run_id, "parent run"), config.job.get("server_id", "?")
     tags = dict(client.get_run(parent).data.tags)
     lost_now = [lost for lost in gone if lost != server and SERVER_TAG + lost not in tags]
     for lost in lost_now:
@@ -124,7 +135,7 @@ def report_gone(client, config, gone, before_end: Callable[[], object] | None = 
     return final
 
 
-def _end_for_gone(client, config, parent: str, gone: str, by: str) -> None:
+def _end_for_gone(client: RunStore, config: SinkConfig, parent: str, gone: str, by: str) -> None:
     """A server whose launcher vanished (SIGKILL, its machine lost) never reports its end: the
     parent would stay RUNNING for good, and so would its ranks' runs. The launcher that saw it
     go (the job link) reports it FAILED and ends its runs still RUNNING; should that server's
@@ -132,13 +143,13 @@ def _end_for_gone(client, config, parent: str, gone: str, by: str) -> None:
     value = f"FAILED: its launcher is gone (reported by {by})"
     client.set_tag(parent, SERVER_TAG + gone, value)
     for run in client.search_runs(
-            [config.experiment_id], max_results=1000,
+            [made(config.experiment_id, "experiment")], max_results=1000,
             filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and tags.server_id = "
                           f"'{gone}' and attributes.status = 'RUNNING'"):
         client.set_terminated(run.info.run_id, "FAILED")
 
 
-def attempt_tags(config) -> dict[str, str]:
+def attempt_tags(config: SinkConfig) -> dict[str, str]:
     """The attempt's tags for the runs it writes to: its number and, for a restart, when the
     launcher started it (before any of its ranks existed, after every rank of the attempt
     before had ended): where one attempt ends in a run's metric history (docs/tracking.md,
@@ -174,11 +185,12 @@ def attempt_starts(tags: dict[str, str]) -> list[int]:
     return [ms for _, ms in sorted(starts)]
 
 
-def rank_run(client, config, rank_id: str) -> str | None:
+def rank_run(client: RunStore, config: SinkConfig, rank_id: str) -> str | None:
     """The run an earlier attempt of the job made for the rank under the job's parent, or None
     (that attempt delivered nothing of it)."""
-    parent, rank = config.parent_run_id.replace("'", "\\'"), rank_id.replace("'", "\\'")
-    runs = client.search_runs([config.experiment_id], max_results=100,
+    parent = made(config.parent_run_id, "parent run").replace("'", "\\'")
+    rank = rank_id.replace("'", "\\'")
+    runs = client.search_runs([made(config.experiment_id, "experiment")], max_results=100,
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent}' and "
                                             f"tags.rank_id = '{rank}'")
     # several (a job whose store holds a run per attempt of the rank): the latest attempt's
@@ -187,7 +199,7 @@ def rank_run(client, config, rank_id: str) -> str | None:
     return None if latest is None else latest.info.run_id
 
 
-def job_children(client, experiment_id: str, parent_run_id: str) -> list:
+def job_children(client: RunStore, experiment_id: str, parent_run_id: str) -> list:
     """Every rank run of the job, from every server (the store, not the local spool): one per
     rank (a restarted attempt goes on in the rank's run; of a job tracked with a run per
     attempt, the latest attempt's)."""
@@ -207,7 +219,7 @@ def job_children(client, experiment_id: str, parent_run_id: str) -> list:
     return list(latest.values())
 
 
-def find_job_parent(client, job_id: str):
+def find_job_parent(client: Any, job_id: str) -> Any:  # MLflow's client: its search_experiments
     """The parent run of `job_id` in any experiment (a job started on another server)."""
     from mlflow.entities import ViewType
     job = job_id.replace("'", "\\'")

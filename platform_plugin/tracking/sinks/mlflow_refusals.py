@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from typing import Mapping
 
-from platform_plugin.tracking.sinks.mlflow_rest import credentials, errors
+from platform_plugin.tracking.sinks.mlflow_rest import credentials, store_errors
 
 # MLflow's client keeps the HTTP status of an error that is not MLflow's JSON (a proxy's 413 page)
 # only in its message (mlflow.utils.rest_utils.verify_rest_response); its error code says
@@ -21,7 +22,7 @@ def http_status(exc: BaseException) -> int | None:
     answer, e.g. a dropped connection)."""
     status = (getattr(getattr(exc, "response", None), "status_code", None)
               or getattr(exc, "status_code", None))
-    if status is None and isinstance(exc, errors(None)):
+    if status is None and isinstance(exc, store_errors()):
         found = MLFLOW_STATUS.search(str(exc))
         status = int(found.group(1)) if found else None
     return status
@@ -45,12 +46,12 @@ def permanent(exc: BaseException) -> bool:
         return True
     if http_status(exc) == 413:
         return True
-    return isinstance(exc, errors(None)) and getattr(exc, "error_code", None) in PERMANENT_CODES
+    return isinstance(exc, store_errors()) and getattr(exc, "error_code", None) in PERMANENT_CODES
 
 
 def refused_run(exc: BaseException) -> bool:
     """The refusal is the run's (unknown, deleted): every record of its batch shares it."""
-    code = getattr(exc, "error_code", None) if isinstance(exc, errors(None)) else None
+    code = getattr(exc, "error_code", None) if isinstance(exc, store_errors()) else None
     return code == "RESOURCE_DOES_NOT_EXIST" or (
         code == "INVALID_PARAMETER_VALUE" and "must be in the 'active' state" in str(exc))
 
@@ -59,11 +60,11 @@ def refused_run(exc: BaseException) -> bool:
 ACCESS_CODES = {"UNAUTHENTICATED": 401, "CUSTOMER_UNAUTHORIZED": 401, "PERMISSION_DENIED": 403}
 
 
-def access_refusal(exc: BaseException, uri: str, environ=None) -> str | None:
+def access_refusal(exc: BaseException, uri: str, environ: Mapping[str, str] | None = None) -> str | None:
     """What to do when the server turned the request away for its credentials (HTTP 401) or its
     user's permission (403), else None. Not a refusal of the records: they wait in the spool
     until the credentials are fixed, and retrying before that only repeats the refusal."""
-    code = getattr(exc, "error_code", None) if isinstance(exc, errors(None)) else None
+    code = getattr(exc, "error_code", None) if isinstance(exc, store_errors()) else None
     status = ACCESS_CODES.get(str(code)) or http_status(exc)
     if status not in (401, 403):
         return None

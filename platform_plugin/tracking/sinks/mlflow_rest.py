@@ -32,6 +32,7 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from types import SimpleNamespace
 from urllib.parse import quote, urlparse
+from typing import Any, Mapping
 
 API = "/api/2.0/mlflow/"
 ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts/"  # a server's proxied artifact store
@@ -79,7 +80,7 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "yes")
 
 
-def usable(uri: str, environ=None) -> bool:
+def usable(uri: str, environ: Mapping[str, str] | None = None) -> bool:
     """An http(s) store whose client settings this module implements."""
     env = os.environ if environ is None else environ
     if urlparse(uri or "").scheme not in ("http", "https"):
@@ -99,7 +100,7 @@ def _header_plugins() -> bool:
         return bool(entry_points().get("mlflow.request_header_provider", ()))
 
 
-def credentials(env) -> tuple[str | None, str | None]:
+def credentials(env: Mapping[str, str]) -> tuple[str | None, str | None]:
     user, password = env.get("MLFLOW_TRACKING_USERNAME"), env.get("MLFLOW_TRACKING_PASSWORD")
     path = os.path.expanduser("~/.mlflow/credentials")
     if (not user or not password) and os.path.exists(path):
@@ -114,7 +115,7 @@ def credentials(env) -> tuple[str | None, str | None]:
 class Transport:
     """Requests to one tracking server with MLflow's client settings."""
 
-    def __init__(self, uri: str, environ=None):
+    def __init__(self, uri: str, environ: Mapping[str, str] | None = None) -> None:
         env = os.environ if environ is None else environ
         self.base = uri.rstrip("/")
         self.headers = {"User-Agent": "platform-plugin (mlflow REST)"}
@@ -198,27 +199,27 @@ def _mime_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
-def _pairs(items) -> list[dict]:
+def _pairs(items: Any) -> list[dict]:
     return [{"key": item.key, "value": str(item.value)} for item in items]
 
 
 class RestClient:
     """The part of `mlflow.tracking.MlflowClient` the sink uses, same names and arguments."""
 
-    def __init__(self, uri: str, environ=None, transport: Transport | None = None):
+    def __init__(self, uri: str, environ: Mapping[str, str] | None = None, transport: Transport | None = None) -> None:
         self.uri = uri
         self.transport = transport or Transport(uri, environ)  # the sink's, also its health probe
-        self._full = None
+        self._full: Any = None
         self._artifact_uris: dict[str, str] = {}  # run id -> its artifact URI
 
-    def full(self):
+    def full(self) -> Any:
         """MLflow's own client, for what this one does not do (imports MLflow: seconds)."""
         if self._full is None:
             from mlflow.tracking import MlflowClient
             self._full = MlflowClient(tracking_uri=self.uri)
         return self._full
 
-    def get_experiment_by_name(self, name: str):
+    def get_experiment_by_name(self, name: str) -> Any:
         try:
             found = self.transport.call("GET", "experiments/get-by-name",
                                         query="?experiment_name=" + quote(name, safe=""))
@@ -232,12 +233,12 @@ class RestClient:
         payload = {"name": name, **({"artifact_location": artifact_location} if artifact_location else {})}
         return str(self.transport.call("POST", "experiments/create", payload)["experiment_id"])
 
-    def set_experiment_tag(self, experiment_id: str, key: str, value) -> None:
+    def set_experiment_tag(self, experiment_id: str, key: str, value: Any) -> None:
         self.transport.call("POST", "experiments/set-experiment-tag",
                             {"experiment_id": str(experiment_id), "key": key, "value": str(value)})
 
     def create_run(self, experiment_id: str, start_time: int | None = None, tags: dict | None = None,
-                   run_name: str | None = None):
+                   run_name: str | None = None) -> Any:
         tags = tags or {}
         payload = {"experiment_id": str(experiment_id), "user_id": tags.get("mlflow.user", "unknown"),
                    "start_time": start_time or int(time.time() * 1000),
@@ -248,20 +249,20 @@ class RestClient:
         self._artifact_uris[run.info.run_id] = run.info.artifact_uri
         return run
 
-    def log_batch(self, run_id: str, metrics=(), params=(), tags=(), synchronous=None) -> None:
+    def log_batch(self, run_id: str, metrics: Any = (), params: Any = (), tags: Any = (), synchronous: Any | None = None) -> None:
         if metrics:  # MLflow's JSON for NaN/inf and its metric rules: only when the route is gone
             self.full().log_batch(run_id, metrics=list(metrics), params=list(params), tags=list(tags))
             return
         self.transport.call("POST", "runs/log-batch",
                             {"run_id": run_id, "params": _pairs(params), "tags": _pairs(tags)})
 
-    def set_tag(self, run_id: str, key: str, value) -> None:
+    def set_tag(self, run_id: str, key: str, value: Any) -> None:
         self.transport.call("POST", "runs/set-tag", {"run_id": run_id, "key": key, "value": str(value)})
 
     def delete_tag(self, run_id: str, key: str) -> None:
         self.transport.call("POST", "runs/delete-tag", {"run_id": run_id, "key": key})
 
-    def get_run(self, run_id: str):
+    def get_run(self, run_id: str) -> Any:
         return _run(self.transport.call("GET", "runs/get", query="?run_id=" + quote(run_id, safe="")))
 
     def set_terminated(self, run_id: str, status: str | None = None, end_time: int | None = None) -> None:
@@ -311,7 +312,7 @@ class RestClient:
             if not token:
                 return points
 
-    def search_runs(self, experiment_ids, filter_string: str = "", max_results: int = 1000, **more):
+    def search_runs(self, experiment_ids: Any, filter_string: str = "", max_results: int = 1000, **more: Any) -> Any:
         """Active runs, one page, as MLflow's client returns them by default (the parent of a
         job across servers: sinks/mlflow_job.py); another view, order or page: MLflow's client."""
         if more:
@@ -322,19 +323,8 @@ class RestClient:
         return [_run({"run": run}) for run in answer.get("runs", [])]
 
 
-def entities(client) -> tuple:
-    """(Param, RunTag) for `client`: MLflow's, or plain key-value pairs for the REST client."""
-    if isinstance(client, RestClient):
-        return KeyValue, KeyValue
-    from mlflow.entities import Param, RunTag
-    return Param, RunTag
-
-
-def errors(client) -> tuple:
-    """The exceptions carrying MLflow's error codes that `client` raises (None: any client).
-    MLflow's own only once it is imported: before, none of them can exist."""
-    found = (RestError,) if client is None or isinstance(client, RestClient) else ()
+def store_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions carrying MLflow's error codes a store's call may raise: this module's, and
+    MLflow's own once it is imported (before, none of them can exist)."""
     mlflow_errors = sys.modules.get("mlflow.exceptions")
-    if mlflow_errors is None or isinstance(client, RestClient):
-        return found
-    return found + (mlflow_errors.MlflowException,)
+    return (RestError,) if mlflow_errors is None else (RestError, mlflow_errors.MlflowException)

@@ -4,15 +4,17 @@ rank in the job's run with keys suffixed `-{RANK_ID}` (layout "flat").
 A store is first opened (MLflow creates and migrates a fresh sqlite store on open) under a
 cross-process lock beside the sqlite file: several launchers opening one fresh store at once
 race on the migration (`duplicate column name: step`) and can leave it unopenable. Metric
-points go into SQL stores through `mlflow_sql` (one INSERT per batch), into a server with the
-bulk route through `mlflow_bulk` (one request per batch), the rest through MLflow's client."""
+points go through the store's writer, chosen once from its URI (`mlflow_writers`): into SQL
+stores one INSERT per batch, into a server with the bulk route one request per batch, the rest
+through MLflow's `log_batch`."""
 from __future__ import annotations
 
 import fcntl
 import os
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from platform_plugin.errors import PlatformPluginError
@@ -23,16 +25,16 @@ from platform_plugin.tracking.shared.uri_check import sqlite_file
 from platform_plugin.tracking.rank.identity import run_name, stream_name
 from platform_plugin.tracking.sinks import mlflow_aggregates, mlflow_end, mlflow_job, mlflow_refusals, mlflow_rest, sqlite_seed
 from platform_plugin.tracking.sinks.mlflow_bulk import BulkRoute
-from platform_plugin.tracking.sinks.mlflow_internals import client_store
+from platform_plugin.tracking.shared.aggregates import AggregatePoint
 from platform_plugin.tracking.sinks.mlflow_conventions import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG,
     migrations_keep_logging, quiet, standard_tags)
-from platform_plugin.tracking.sinks.mlflow_sql import SqlMetricWriter
+from platform_plugin.tracking.sinks.mlflow_writers import Opening, Point, RunStore, StoreWriter, open_writer
 
 PARENT_TAG = "mlflow.parentRunId"
 LOG_FILE = "mlflow.log"  # MLflow's own console output, kept out of the user's cell
 
 
-def default_tracking_uri(cwd: str | None = None, environ=None) -> str:
+def default_tracking_uri(cwd: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """MLFLOW_TRACKING_URI, else an embedded store next to CODE/ (see conventions.py)."""
     return conventions.default_store(cwd, os.environ if environ is None else environ)[0]
 
@@ -51,7 +53,7 @@ def store_uri(config: SinkConfig) -> str:
 
 
 @contextmanager
-def store_lock(uri: str):
+def store_lock(uri: str) -> Iterator[None]:
     """Serialise store opening between processes: several processes opening a fresh sqlite
     store at once race on its schema migration and corrupt it (measured with 8 ranks and with
     3 launchers). Nothing to lock for an http store (the server opens it once)."""
@@ -77,21 +79,19 @@ class MlflowSink:
 
     def batch_limits(self, config: SinkConfig) -> dict[str, int]:
         """Called once the store is open (after ensure_runs)."""
-        uri = store_uri(config)
-        fast = self.metric_writer(uri) is not None or self._bulk.available(self._api(uri), uri)
-        return self.sql_limits if fast else self.limits
+        return self.sql_limits if self.writer(store_uri(config)).takes_batches() else self.limits
 
-    def __init__(self):
-        self._clients: dict[str, object] = {}
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
         self._log_path: Path | None = None  # the job's tracking folder / mlflow.log
         self._tags: dict[str, dict[str, str]] = {}
-        self._writers: dict[str, object] = {}
         self._bulk = BulkRoute()  # an http store's bulk route (mlflow_bulk.py), asked once
-        self._apis: dict[str, object] = {}  # _api()
+        self._writers: dict[str, StoreWriter] = {}  # writer(): one per store
         self._transports: dict[str, mlflow_rest.Transport] = {}  # one per server: _transport()
         self.aggregates_problem = ""  # what the job-wide aggregates lack: mlflow_aggregates.py
 
-    def client(self, uri: str):
+    def client(self, uri: str) -> Any:
+        """MLflow's client of the store (opened once: compare, the UI, the writers' runs)."""
         if uri not in self._clients:
             from mlflow.tracking import MlflowClient
             from mlflow.version import VERSION
@@ -106,27 +106,10 @@ class MlflowSink:
                     sqlite_seed.keep_template(db, VERSION)  # the next fresh store is a copy
         return self._clients[uri]
 
-    def _api(self, uri: str):
-        """The sink's own calls: into a server with the bulk route, mlflow_rest.py's (no MLflow
-        import in front of the first points); else MLflow's client (compare and the UI: client())."""
-        if uri not in self._apis:
-            rest = (mlflow_rest.RestClient(uri, transport=self._transport(uri))
-                    if mlflow_rest.usable(uri) else None)
-            self._apis[uri] = rest if rest and self._bulk.available(rest, uri) else self.client(uri)
-        return self._apis[uri]
-
-    def _quiet(self, uri: str, log_path: Path | None = None):
-        """`quiet()` around MLflow's client (a store it opens); nothing to divert for REST calls."""
-        rest = mlflow_rest.usable(uri) and isinstance(self._api(uri), mlflow_rest.RestClient)
-        return nullcontext() if rest else quiet(log_path or self._log_path)
-
-    def metric_writer(self, uri: str):
-        """The SQL fast path for this store, or None (http, file store, other databases)."""
-        if urlparse(uri).scheme in ("http", "https"):
-            return None
+    def writer(self, uri: str) -> StoreWriter:
+        """The store's writer, chosen once from its URI (mlflow_writers.open_writer)."""
         if uri not in self._writers:
-            store = client_store(self.client(uri))
-            self._writers[uri] = SqlMetricWriter.for_store(store) if store is not None else None
+            self._writers[uri] = open_writer(uri, Opening(self.client, self._transport, self._bulk))
         return self._writers[uri]
 
     def unavailable(self, config: SinkConfig) -> str | None:
@@ -143,6 +126,13 @@ class MlflowSink:
             self._transports[uri] = mlflow_rest.Transport(uri)
         return self._transports[uri]
 
+    def _quiet(self, uri: str, log_path: Path | None = None) -> AbstractContextManager[Any]:
+        """The writer's quiet() (MLflow's console lines to mlflow.log); a store MLflow's client
+        opens is quieted from before it opens."""
+        if not mlflow_rest.usable(uri):
+            return quiet(log_path or self._log_path)
+        return self.writer(uri).quiet(log_path or self._log_path)
+
     # --- runs -------------------------------------------------------------------------------
     def ensure_runs(self, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
         """Create what is missing. Idempotent across processes: the forwarding helper and a
@@ -156,24 +146,24 @@ class MlflowSink:
             return
         uri = store_uri(config)
         with self._quiet(uri), stream_lock(spool_dir, "runs", blocking=True):
-            client = self._api(uri)  # opens the store under its own lock
+            writer = self.writer(uri)  # opens the store under its own lock
             saved = SinkConfig.load(spool_dir)
             if saved is not None:
                 config.experiment_id = config.experiment_id or saved.experiment_id
                 config.parent_run_id = config.parent_run_id or saved.parent_run_id
             if config.experiment_id is None:
-                config.experiment_id = self._experiment(client, config)
+                config.experiment_id = self._experiment(writer, config)
                 config.save(spool_dir)
             if config.job.get("parent") and config.parent_run_id is None:
                 if later_attempt(spool_dir):  # `sync` of an earlier attempt: the runs may exist
                     config.job["restarted"] = True
-                config.parent_run_id = self._parent_run(client, config)
+                config.parent_run_id = self._parent_run(writer, config)
                 config.save(spool_dir)
                 if mlflow_job.restart(config.job) and not config.job.get("node_rank"):  # a restart:
-                    self._mark_attempt(client, config, config.parent_run_id)  # where it begins
-            self._rank_runs(client, config, spool_dir, missing)
+                    self._mark_attempt(writer, config, config.parent_run_id)  # where it begins
+            self._rank_runs(writer, config, spool_dir, missing)
 
-    def _rank_runs(self, client, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
+    def _rank_runs(self, writer: StoreWriter, config: SinkConfig, spool_dir: Path, labels: list[str]) -> None:
         """One run per rank without one. Into a server, several at once (each is a request
         the server spends ORM work on: one after the other, they hold up the job's start)."""
         todo = [label for label in labels
@@ -183,7 +173,7 @@ class MlflowSink:
         def create(label: str) -> None:
             with self._quiet(store_uri(config)):
                 state = StreamState.load(spool_dir, stream_name(label))
-                state.run_id = self._run_for_rank(client, config, label)
+                state.run_id = self._run_for_rank(writer.runs, config, label)
                 state.save(spool_dir, stream_name(label))
         if len(todo) > 1 and urlparse(store_uri(config)).scheme in ("http", "https"):
             with ThreadPoolExecutor(min(8, len(todo)), thread_name_prefix="tracking-runs") as pool:
@@ -198,50 +188,51 @@ class MlflowSink:
             self._tags[key] = standard_tags(config.job)
         return self._tags[key]
 
-    def _parent_run(self, client, config: SinkConfig) -> str:
+    def _parent_run(self, writer: StoreWriter, config: SinkConfig) -> str:
         """Named after the job and its start time (the job id: unique, sorts by time), with
         MLflow's standard tags and a notebook run's parameters as params."""
-        Param = mlflow_rest.entities(client)[0]
-        job = config.job
+        runs, job = writer.runs, config.job
         tags = {**job.get("tags", {}), **self._standard_tags(config),
                 mlflow_job.ROLE_TAG: mlflow_job.ROLE_JOB}
 
         def create() -> str:
-            run = client.create_run(config.experiment_id,
-                                    run_name=job.get("run_name") or job["job_name"], tags=tags)
+            run = runs.create_run(str(config.experiment_id),
+                                  run_name=job.get("run_name") or job["job_name"], tags=tags)
             # checked before anything is sent with it: an empty id would go out as the run
             run_id = _answered(run.info.run_id, "run id", store_uri(config))
-            params = [Param(k, v) for k, v in sorted(job.get("params", {}).items())]
+            params = [writer.param(k, v) for k, v in sorted(job.get("params", {}).items())]
             for start in range(0, len(params), self.limits["p"]):
-                client.log_batch(run_id, params=params[start:start + self.limits["p"]])
+                runs.log_batch(run_id, params=params[start:start + self.limits["p"]])
             return run_id
         if config.servers > 1 and job.get("node_rank", 0) == 0:
-            return mlflow_job.node_0_parent(client, config, create)  # the one creator
+            return mlflow_job.node_0_parent(runs, config, create)  # the one creator
         if config.servers > 1:
-            awaited = mlflow_job.awaited_parent(client, config)
+            awaited = mlflow_job.awaited_parent(runs, config)
             if awaited:
                 return awaited
         if config.servers > 1 or mlflow_job.restart(job) or job.get("restarted"):
-            return mlflow_job.shared_parent(client, config, create)  # no node 0 parent: race
+            return mlflow_job.shared_parent(runs, config, create)  # no node 0 parent: race
         return create()
 
-    def _experiment(self, client, config: SinkConfig) -> str:
-        name = config.experiment_name
-        found = client.get_experiment_by_name(name)
+    def _experiment(self, writer: StoreWriter, config: SinkConfig) -> str:
+        name, runs = config.experiment_name, writer.runs
+        if name is None:  # the launcher always names it; a sink.json edited by hand may not
+            raise PlatformPluginError("the job's tracking/sink.json names no MLflow experiment")
+        found = runs.get_experiment_by_name(name)
         if found is None:
             db = sqlite_path(store_uri(config))
             location = (db.parent / "mlartifacts").as_uri() if db else None
             try:
-                experiment_id = client.create_experiment(name, artifact_location=location)
-            except mlflow_rest.errors(client):  # created meanwhile by another process
-                experiment_id = client.get_experiment_by_name(name).experiment_id
+                experiment_id = runs.create_experiment(name, artifact_location=location)
+            except writer.errors():  # created meanwhile by another process
+                experiment_id = runs.get_experiment_by_name(name).experiment_id
         else:
             experiment_id = found.experiment_id
         experiment_id = _answered(experiment_id, "experiment id", store_uri(config))
-        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        runs.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment_id
 
-    def _run_for_rank(self, client, config: SinkConfig, label: str) -> str:
+    def _run_for_rank(self, runs: RunStore, config: SinkConfig, label: str) -> str:
         if config.layout == "flat" and config.parent_run_id:
             return config.parent_run_id
         info = config.ranks.get(label, {})
@@ -254,56 +245,55 @@ class MlflowSink:
             tags[PARENT_TAG] = config.parent_run_id
             name = run_name(label)
             # a restarted attempt goes on in the rank's run: one curve per rank (docs/tracking.md)
-            earlier = (mlflow_job.rank_run(client, config, tags.get("rank_id", label))
+            earlier = (mlflow_job.rank_run(runs, config, tags.get("rank_id", label))
                        if mlflow_job.restart(config.job) or config.job.get("restarted") else None)
             if earlier and mlflow_job.restart(config.job):
-                self._mark_attempt(client, config, earlier)
-                client.update_run(earlier, "RUNNING")
+                self._mark_attempt(self.writer(store_uri(config)), config, earlier)
+                runs.update_run(earlier, "RUNNING")
             if earlier:  # (an earlier attempt's points, synced late, go there too)
                 return earlier
         else:  # a process logging without the launcher: its own top-level run
             tags.update(config.job.get("tags", {}))
             name = config.job.get("job_name", "run") if label == "no-rank" else run_name(label)
-        run_id = client.create_run(config.experiment_id, run_name=name, tags=tags).info.run_id
+        run_id = runs.create_run(str(config.experiment_id), run_name=name, tags=tags).info.run_id
         return _answered(run_id, "run id", store_uri(config))
 
-    def _mark_attempt(self, client, config: SinkConfig, run_id: str) -> None:
+    def _mark_attempt(self, writer: StoreWriter, config: SinkConfig, run_id: str) -> None:
         """This attempt's tags (mlflow_job.attempt_tags) on a run an earlier attempt made."""
-        RunTag = mlflow_rest.entities(client)[1]
-        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in mlflow_job.attempt_tags(config).items()])
+        writer.runs.log_batch(run_id, tags=[writer.tag(k, v) for k, v in mlflow_job.attempt_tags(config).items()])
 
     # --- delivery ---------------------------------------------------------------------------
     def deliver(self, config: SinkConfig, label: str, state: StreamState,
                 records: list[list]) -> None:
-        client = self._api(store_uri(config))
-        Param, RunTag = mlflow_rest.entities(client)
+        writer = self.writer(store_uri(config))
         suffix = f"-{label}" if config.layout == "flat" else ""
-        points, params, tags, artifacts = [], [], [], []
+        points: list[Point] = []
+        params, tags, artifacts = [], [], []
         for record in records:
             kind = record[0]
             if kind == "m":  # (key, value, step, timestamp_ms)
                 points.append((record[1] + suffix, float(record[2]), int(record[3]), int(record[4])))
             elif kind == "p":
-                params.append(Param(record[1] + suffix, record[2]))
+                params.append(writer.param(record[1] + suffix, record[2]))
             elif kind == "t":
-                tags.append(RunTag(record[1] + suffix, record[2]))
+                tags.append(writer.tag(record[1] + suffix, record[2]))
             else:
                 artifacts.append(record)
+        run_id = _run_of(state, label)
         with self._quiet(store_uri(config)):
-            metrics = self._log_points(store_uri(config), _run_of(state, label), points)
+            metrics = self._log_points(store_uri(config), run_id, points)
             if metrics or params or tags:
-                client.log_batch(state.run_id, metrics=metrics, params=params, tags=tags)
+                writer.runs.log_batch(run_id, metrics=metrics, params=params, tags=tags)
             for _, local_path, artifact_path in artifacts:
                 if suffix:
                     artifact_path = f"rank_{label}" + (f"/{artifact_path}" if artifact_path else "")
-                client.log_artifact(state.run_id, local_path, artifact_path)
+                writer.runs.log_artifact(run_id, local_path, artifact_path)
 
     def joins_rounds(self, config: SinkConfig) -> bool:
         """`deliver_round` is worth it into a SQL store we open ourselves (one transaction) and
         into a server with the bulk route (one round in requests sent in parallel, see
         mlflow_bulk.py); into any other server the forwarder's threads send streams in parallel."""
-        uri = store_uri(config)
-        return self.metric_writer(uri) is not None or self._bulk.available(self._api(uri), uri)
+        return self.writer(store_uri(config)).takes_batches()
 
     def deliver_round(self, config: SinkConfig, items: list[tuple[str, StreamState, list[list]]]) -> None:
         """One batch of several streams, (label, state, records) each: when they are all metric
@@ -311,10 +301,9 @@ class MlflowSink:
         sqlite keep up) or into a server with the bulk route in one request (one transaction
         there too); else one stream after the other. All or an exception, safe to resend."""
         uri = store_uri(config)
-        writer = self.metric_writer(uri)
+        writer = self.writer(uri)
         metric_only = all(r[0] == "m" for _, _, records in items for r in records)
-        bulk = metric_only and writer is None and self._bulk.available(self._api(uri), uri)
-        if not metric_only or (writer is None and not bulk):
+        if not metric_only or not writer.takes_batches():
             for label, state, records in items:
                 self.deliver(config, label, state, records)
             return
@@ -322,29 +311,15 @@ class MlflowSink:
         groups = [(_run_of(state, label), [(r[1] + (f"-{label}" if suffix else ""), r[2], r[3], r[4])
                                            for r in records]) for label, state, records in items]
         with self._quiet(uri):
-            if writer is not None:
-                writer.log_metrics_many(groups)
-            else:
-                self._bulk.post_many(self._api(uri), uri, groups)
+            writer.log_round(groups)
 
-    def _log_points(self, uri: str, run_id: str, points: list[tuple]) -> list:
+    def _log_points(self, uri: str, run_id: str, points: list[Point]) -> list[Any]:
         """Metric points through the fastest path the store has: the SQL fast path (a database
         we open ourselves), the server's bulk route (`platform-run server`), else nothing is
         sent here and MLflow `Metric`s come back for `log_batch`."""
-        if not points:
-            return []
-        writer = self.metric_writer(uri)
-        if writer is not None:
-            writer.log_metrics(run_id, points)
-            return []
-        client = self._api(uri)
-        if self._bulk.available(client, uri):
-            self._bulk.post(client, uri, run_id, points)
-            return []
-        from mlflow.entities import Metric
-        return [Metric(key, value, timestamp, step) for key, value, step, timestamp in points]
+        return self.writer(uri).log_points(run_id, points) if points else []
 
-    def deliver_aggregates(self, config: SinkConfig, points) -> None:
+    def deliver_aggregates(self, config: SinkConfig, points: list[AggregatePoint]) -> None:
         """Per-step aggregates across ranks (aggregates.py) into the job's parent run: as many
         points as the ranks', so through the same fast paths."""
         if not config.parent_run_id:
@@ -354,8 +329,8 @@ class MlflowSink:
                                        [(p.key, p.value, p.step, p.timestamp_ms) for p in points])
             step = self.limits["m"]  # aggregates come in batches of sql_limits: log_batch takes fewer
             for start in range(0, len(metrics), step):
-                self._api(store_uri(config)).log_batch(config.parent_run_id,
-                                                         metrics=metrics[start:start + step])
+                self.writer(store_uri(config)).runs.log_batch(config.parent_run_id,
+                                                              metrics=metrics[start:start + step])
 
     def is_permanent(self, exc: BaseException) -> bool:
         return mlflow_refusals.permanent(exc)
@@ -372,13 +347,13 @@ class MlflowSink:
         has `pending[label]` records is left RUNNING with a tag saying how many (and so is the
         job's run): `sync` ends them once it has delivered them. True when every run ended."""
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
-            return mlflow_end.end_job(self._api(store_uri(config)), config, spool_dir, pending, self)
+            return mlflow_end.end_job(self.writer(store_uri(config)).runs, config, spool_dir, pending, self)
 
     # --- one job across servers (mlflow_job.py) ----------------------------------------------
     def report_gone(self, config: SinkConfig, spool_dir: Path, gone: list[str]) -> None:
         with self._quiet(store_uri(config), Path(spool_dir) / LOG_FILE):
-            api = self._api(store_uri(config))
-            mlflow_job.report_gone(api, config, gone, lambda: mlflow_aggregates.job_wide(api, config, self))
+            runs = self.writer(store_uri(config)).runs
+            mlflow_job.report_gone(runs, config, gone, lambda: mlflow_aggregates.job_wide(runs, config, self))
 
 
 def _run_of(state: StreamState, label: str) -> str:
@@ -388,7 +363,7 @@ def _run_of(state: StreamState, label: str) -> str:
     return state.run_id
 
 
-def _answered(value, what: str, uri: str) -> str:
+def _answered(value: Any, what: str, uri: str) -> str:
     """An id the store gave back. MLflow's client turns any JSON reply into an (empty) answer:
     a server that is not MLflow (a proxy, another API answering 200 to everything) would
     otherwise get every point "delivered" into runs with an empty id and lose them all."""

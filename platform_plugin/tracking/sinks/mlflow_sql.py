@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import nullcontext
 from operator import itemgetter
+from typing import Any
 
 from platform_plugin.tracking.sinks.mlflow_internals import validate_metric_name
 
@@ -31,7 +33,7 @@ CACHE_KIB = 64 * 1024  # sqlite's page cache per connection (its default is 2 Mi
 
 
 class SqlMetricWriter:
-    def __init__(self, store):
+    def __init__(self, store: Any) -> None:
         from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
         self.engine = store.engine
         self.dialect = self.engine.dialect.name
@@ -52,7 +54,7 @@ class SqlMetricWriter:
         self._one_writer = threading.Lock() if self.dialect == "sqlite" else None
 
     @classmethod
-    def for_store(cls, store) -> "SqlMetricWriter | None":
+    def for_store(cls, store: Any) -> "SqlMetricWriter | None":
         engine = getattr(store, "engine", None)
         if engine is None or engine.dialect.name not in FAST_DIALECTS:
             return None
@@ -61,12 +63,12 @@ class SqlMetricWriter:
         except (ImportError, ValueError):
             return None
 
-    def _insert_ignoring_repeats(self, table):
+    def _insert_ignoring_repeats(self, table: Any) -> Any:
         if self.dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        else:
-            from sqlalchemy.dialects.postgresql import insert
-        return insert(table).on_conflict_do_nothing()
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+            return sqlite_insert(table).on_conflict_do_nothing()
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+        return postgresql_insert(table).on_conflict_do_nothing()
 
     def _metric_insert_sql(self) -> str:
         """The driver-level INSERT (no per-row parameter processing by SQLAlchemy: a third of
@@ -76,15 +78,15 @@ class SqlMetricWriter:
         return (f"INSERT INTO {self.metrics.name} ({names}) VALUES "
                 f"({', '.join([mark] * len(METRIC_COLUMNS))}) ON CONFLICT DO NOTHING")
 
-    def log_metrics(self, run_id: str, points) -> None:
+    def log_metrics(self, run_id: str, points: Any) -> None:
         """points: (key, value, step, timestamp_ms) tuples. All or nothing (one transaction)."""
         self.log_metrics_many([(run_id, points)])
 
-    def log_metrics_many(self, groups) -> None:
+    def log_metrics_many(self, groups: Any) -> None:
         """(run_id, points) groups, all in one transaction (all or nothing)."""
         self._validate_keys({p[0] for _, points in groups for p in points})
         rows = [(run_id, _rows(run_id, points)) for run_id, points in groups]
-        with self._one_writer or _NoLock(), self.engine.begin() as conn:
+        with self._one_writer or nullcontext(), self.engine.begin() as conn:
             if self.dialect == "sqlite":  # a larger page cache for this connection: inserts
                 conn.exec_driver_sql(f"PRAGMA cache_size = -{CACHE_KIB}")  # into 3 growing b-trees
             for run_id, values in rows:
@@ -93,7 +95,7 @@ class SqlMetricWriter:
             for run_id, values in rows:
                 self._update_latest(conn, run_id, values)
 
-    def _insert_points(self, conn, values: list[tuple]) -> None:
+    def _insert_points(self, conn: Any, values: list[tuple]) -> None:
         """PostgreSQL: one statement taking one array per column (`unnest`): psycopg2 adapts
         a list in C, while its `executemany` (what SQLAlchemy uses for driver-level SQL) is a
         round trip per row and `execute_values` formats every row in Python (unnest measured
@@ -114,7 +116,7 @@ class SqlMetricWriter:
             validate_metric_name(key)  # raises MlflowException(INVALID_PARAMETER_VALUE)
             self._valid_keys.add(key)
 
-    def _check_active(self, conn, run_id: str) -> None:
+    def _check_active(self, conn: Any, run_id: str) -> None:
         from mlflow.exceptions import MlflowException
         from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
         from sqlalchemy import select
@@ -127,7 +129,7 @@ class SqlMetricWriter:
             raise MlflowException(f"The run {run_id} must be in the 'active' state. Current state "
                                   f"is {stage}.", error_code=INVALID_PARAMETER_VALUE)
 
-    def _update_latest(self, conn, run_id: str, values) -> None:
+    def _update_latest(self, conn: Any, run_id: str, values: Any) -> None:
         from sqlalchemy import select, update
         newest: dict[str, tuple] = {}  # key -> (key, value, timestamp, step, is_nan, run_id)
         for row in sorted(values, key=LATEST_ORDER):  # a C sort; the last row per key wins
@@ -145,15 +147,7 @@ class SqlMetricWriter:
                 conn.execute(update(t).where(t.c.run_uuid == run_id, t.c.key == key).values(**fresh))
 
 
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _rows(run_id: str, points) -> list[tuple]:
+def _rows(run_id: str, points: Any) -> list[tuple]:
     """Rows in the table's column order, each once (an exact repeat in a batch is one row)."""
     return list(dict.fromkeys(
         (key, float(value), int(timestamp), int(step), False, run_id)

@@ -12,6 +12,7 @@ import _thread
 import inspect
 import threading
 from pathlib import Path
+from typing import Any
 
 from platform_plugin.tracking.shared.state import SinkConfig, StreamState
 from platform_plugin.variables import PLATFORM_WFLOGGER_CALL_TIMEOUT
@@ -39,7 +40,7 @@ class _Caller:
         self._hung: threading.Event | None = None
         self.timeout = PLATFORM_WFLOGGER_CALL_TIMEOUT.get()  # checked before the job (handle.py)
 
-    def __call__(self, function, **kwargs) -> None:
+    def __call__(self, function: Any, **kwargs: Any) -> None:
         with self._lock:
             if self._hung is not None and not self._hung.is_set():
                 raise WfloggerHung(f"an earlier wflogger call has not returned after "
@@ -66,12 +67,12 @@ class WfloggerSink:
     name = "wflogger"
     limits = {"m": 1, "p": 1, "t": 1, "a": 1, "total": 1}  # see deliver()
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._sdk = None
         self._metric_takes_step = False
         self._call = _Caller()
 
-    def sdk(self):
+    def sdk(self) -> Any:
         if self._sdk is None:
             from wf_analyse.analyse import wflogger  # the platform SDK
             self._sdk = wflogger
