@@ -97,6 +97,10 @@ PLATFORM_CODE_DIR = Variable(
 PLATFORM_MLFLOW_UI = Variable(
     "PLATFORM_MLFLOW_UI", str, None, "base URL of the MLflow UI that `platform-run compare` "
     "links to")
+PLATFORM_MLFLOW_UI_EARLY = Variable(
+    "PLATFORM_MLFLOW_UI_EARLY", str, "1", "0: a tracked %dist_run job does not start its store's "
+    "MLflow UI while it runs (at low priority, once per kernel: %dist_compare's page is then "
+    "there at once); the UI starts when %dist_compare asks for it")
 PLATFORM_TRACKING = Variable(
     "PLATFORM_TRACKING", _lower, "auto", "metrics sink when --tracking is not given",
     choices=("auto", "mlflow", "wflogger", "none"), code="TRACKING_CHOICE")
@@ -178,7 +182,7 @@ PLATFORM_TRACKING_SPOOL_DIR = Variable(
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
-    PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
+    PLATFORM_MLFLOW_UI, PLATFORM_MLFLOW_UI_EARLY, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
     PLATFORM_JOB_KEY, PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_CONTROL_PORT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_NOTEBOOK_RUN, PLATFORM_STREAM_TO_TERMINAL,

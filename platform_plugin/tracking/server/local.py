@@ -75,13 +75,16 @@ def app_env(folder: str | os.PathLike) -> dict[str, str]:
 
 
 def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike,
-                 command: list[str] | None = None, env: dict | None = None) -> subprocess.Popen:
-    """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker)."""
+                 command: list[str] | None = None, env: dict | None = None,
+                 nice: int = 0) -> subprocess.Popen:
+    """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker).
+    `nice`: added to its niceness (a UI started while ranks train yields the CPU to them)."""
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **(env or {}))
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(command or server_command(store_uri, port), stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=(lambda: os.nice(nice)) if nice else None)
     finally:
         log.close()
 
