@@ -208,7 +208,7 @@ def test_two_attaches_at_once_follow_a_running_job_to_its_end_with_the_jobs_code
     for attach in attaches:
         out, err = attach.communicate(timeout=120)
         assert attach.returncode == 1, err
-        assert "about to fail: bad batch" in out and out.count("ROOT CAUSE") == 1, out
+        assert "about to fail: bad batch" in out and out.count("root cause: rank 1") == 1, out
 
 
 def test_unknown_and_ambiguous_ids_name_the_candidates_exit_2(log_dir, launchers):

@@ -89,8 +89,8 @@ def test_a_failing_background_job_raises_at_dist_wait(kernel):
     assert "rank 1" in "".join(waited.error)
     final = later_updates(kc, 2) + [d for _, d in started.displays]
     # the cell that started it shows the root cause in the same output
-    assert any("ROOT CAUSE" in d["text/plain"] for d in final) or \
-        "ROOT CAUSE" in run_cell(kc, f"%dist_attach --log-dir {kc.log_dir}").board
+    assert any("root cause: rank 1" in d["text/plain"] for d in final) or \
+        "root cause: rank 1" in run_cell(kc, f"%dist_attach --log-dir {kc.log_dir}").board
 
 
 def test_attach_follows_a_job_a_terminal_started_then_shows_its_result(kernel):
