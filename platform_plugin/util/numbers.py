@@ -135,8 +135,8 @@ class NumberArgument:
                                        f"({exc})", self.flag)]) from None
         complaint = self.bounds(value) if self.bounds is not None else None
         if complaint:
-            raise ConfigError([Problem(self.code, f"{self.flag} {shown(text)}: {complaint}",
-                                       self.flag)])
+            # a number as the docs write it: short, printable, shown as given
+            raise ConfigError([Problem(self.code, f"{self.flag} {text}: {complaint}", self.flag)])
         return value
 
 
