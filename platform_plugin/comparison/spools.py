@@ -3,7 +3,7 @@
 neither MLflow nor its store (MLflow's import alone takes seconds). The store is read only for
 ranks that are not here: a job of several servers (the other servers' spools are on their
 disks) or a rank whose spool is gone. A restarted job has a spool folder per attempt: its points
-are read from all of them, stitched into one curve per rank (attempts.py)."""
+are read from all of them, stitched into one curve per rank (tracking/shared/attempts.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -44,7 +44,7 @@ class CheckedClient:
 
 class StorePoints:
     """The points of a job's runs, read through MLflow's client (`get_metric_history`); a run
-    that went on across attempts reads as one curve (attempts.py)."""
+    that went on across attempts reads as one curve (tracking/shared/attempts.py)."""
 
     def __init__(self, runs: JobRuns, client) -> None:
         self.runs, self.client = runs, client

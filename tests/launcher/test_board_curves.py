@@ -135,3 +135,17 @@ def test_a_real_jobs_board_from_its_folder_draws_one_curve_per_rank(clean_enviro
     assert re.findall(r"<svg class='curve (\w+)'", html) == ["falling", "rising"]
     text = render_text(view)
     assert sparkline(rows["1"].curve, 40) in text and sparkline(rows["0"].curve, 40) in text
+
+
+def test_the_board_reads_its_attempts_own_spools(tmp_path):
+    """Attempt 1's spools are `tracking/`, a restarted attempt K's `tracking-attempt-K/`."""
+    from platform_plugin.launcher.display.spool_tail import SpoolTail
+    from platform_plugin.tracking.shared.job_folders import spool_folder_name
+    for attempt, loss in ((1, 3.0), (2, 1.5)):
+        folder = tmp_path / spool_folder_name(attempt)
+        folder.mkdir()
+        (folder / "rank_0.jsonl").write_text(f'["m","loss",{loss},1,1000]\n')
+    for attempt, loss in ((1, 3.0), (2, 1.5)):
+        tail = SpoolTail(str(tmp_path), attempt)
+        tail.refresh(["0"])
+        assert tail.metrics["0"].values == {"loss": loss}

@@ -293,7 +293,7 @@ class Output:
         self._opened_at = time.monotonic()
         self._heard = False  # a rank wrote something
         self._quiet_said = False
-        # tracking/job/output_metrics.OutputMetrics: set (watch.py) when a tracked job parses its
+        # tracking/job/output_metrics.OutputMetrics: set (job.Attempt) when a tracked job parses its
         # ranks' lines for metrics; its points are written at the display's tick
         self.metrics: OutputMetrics | None = None
 

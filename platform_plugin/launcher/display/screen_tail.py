@@ -57,7 +57,7 @@ class ScreenTail:
     PARTIAL_MAX pieces, each a line of its own: right for a stream of prefixed lines, wrong for
     a quote of the last lines. Here a `\\r` redraw replaces the line it redraws (a tqdm bar is
     one line in its last state), a line is one line however long (kept to about LINE_BYTES, its
-    start and its end) and `shown()` removes ANSI escapes (board_tail.py)."""
+    start and its end) and `shown()` removes ANSI escapes (`plain`)."""
 
     def __init__(self, size: int, hide: Chatter | None = None) -> None:
         self.lines: deque[bytes] = deque(maxlen=size)

@@ -11,6 +11,7 @@ from typing import Iterable
 
 from platform_plugin.launcher.display.sparkline import Curve
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, read_complete
+from platform_plugin.tracking.shared.job_folders import spool_folder_name
 
 READ_LIMIT = 4 << 20  # per refresh: a rank that logged more than this catches up next time
 
@@ -60,12 +61,10 @@ class RankMetrics:
 
 class SpoolTail:
     """Follows `<job_dir>/tracking/rank_<name>.jsonl` of every rank (a restarted job's attempt:
-    `tracking-attempt<K>/`)."""
+    `tracking-attempt-<K>/`)."""
 
-    def __init__(self, job_dir: str, attempt: int = 0):
-        # the attempt's own spools (tracking/job/handle.py names them)
-        self.folder = os.path.join(job_dir, "tracking" if not attempt
-                                   else f"tracking-attempt{attempt + 1}")
+    def __init__(self, job_dir: str, attempt: int = 1):
+        self.folder = os.path.join(job_dir, spool_folder_name(attempt))  # the attempt's own
         self._offsets: dict[str, int] = {}
         self.metrics: dict[str, RankMetrics] = {}
 

@@ -199,11 +199,13 @@ def _finish_aggregates(forwarder: Forwarder, job_over: bool) -> None:
 
 
 def set_aside(spool_dir: Path, labels: list[str], now: int) -> str:
-    """What the job's store refused for good (set aside, never sent again), for sync's report."""
+    """What the job's store refused for good, or no store can take (a spool line that is no
+    valid record): set aside, never sent again; for sync's report."""
     total = sum(StreamState.load(spool_dir, stream_name(label)).rejected for label in labels)
     if not total:
         return ""
     files = sorted(f"{stream_name(label)}{REJECTED_SUFFIX}" for label in labels
                    if os.path.exists(spool_dir / f"{stream_name(label)}{REJECTED_SUFFIX}"))
-    return (f"{total} record(s) refused for good by the store ({now} by this sync), set aside "
-            f"with the reason in {spool_dir}/{', '.join(files) or 'rank_*' + REJECTED_SUFFIX}")
+    return (f"{total} record(s) refused for good, by the store or as no valid record ({now} by "
+            f"this sync), set aside with the reason in "
+            f"{spool_dir}/{', '.join(files) or 'rank_*' + REJECTED_SUFFIX}")

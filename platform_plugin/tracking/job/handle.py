@@ -259,10 +259,11 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
     if counts.partial_lines:
         notes.append(f"{counts.partial_lines} rank(s) stopped mid-line: that last line is ignored")
     if counts.skipped:
-        notes.append(f"{counts.skipped} unreadable spool lines skipped")
+        notes.append(f"{counts.skipped} unreadable spool lines skipped, set aside with the reason "
+                     f"in {spool_dir}/rank_*.jsonl.rejected")
     if counts.rejected:
-        notes.append(f"{counts.rejected} records refused by {sink} for good, set aside with the "
-                     f"reason in {spool_dir}/rank_*.jsonl.rejected")
+        notes.append(f"{counts.rejected} records {sink} cannot take (refused by it for good, or "
+                     f"no valid record), set aside with the reason in {spool_dir}/rank_*.jsonl.rejected")
     if counts.refused:
         notes.append(f"{counts.refused} records refused in the ranks: over MLflow's size limits "
                      "(see the ranks' warnings)")

@@ -242,6 +242,15 @@ def refusal(record: Any) -> str:
     """Why a decoded line is no record a sink can take ("" when it is one): the kind, the
     number of fields and each field's type (a metric's value a number, its step and time
     integers, names and values valid Unicode text)."""
+    if (type(record) is list and len(record) == 5 and record[0] == "m"  # the usual record, at once
+            and type(record[2]) is float and type(record[1]) is str and record[1].isascii()
+            and type(record[3]) is int and MIN_INT64 <= record[3] <= MAX_INT64
+            and type(record[4]) is int and MIN_INT64 <= record[4] <= MAX_INT64):
+        return ""
+    return _refusal(record)
+
+
+def _refusal(record: Any) -> str:
     if type(record) is not list or not record or not isinstance(record[0], str) or record[0] not in KINDS:
         return "not a record: a JSON array whose first item is one of %s" % ", ".join(KINDS)
     kind = record[0]
