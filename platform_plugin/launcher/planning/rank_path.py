@@ -34,8 +34,7 @@ RANK_SIDE = ("__init__.py", "errors.py", "variables.py", "util/__init__.py", "ut
              "tracking/rank/__init__.py", "tracking/rank/identity.py", "tracking/rank/job_id.py",
              "tracking/rank/spool.py", "tracking/rank/tracker.py",
              "checkpoint/__init__.py", "checkpoint/manifest.py", "checkpoint/saving.py",
-             "checkpoint/mindspore.py", "checkpoint/torch.py",
-             "util/__init__.py", "util/regular_file.py")
+             "checkpoint/mindspore.py", "checkpoint/torch.py", "util/regular_file.py")
 INTEGRATIONS = "tracking/integrations"
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = "rank-side"  # in the job's cache folder; holds platform_plugin/
