@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Callable
 
 from platform_plugin.launcher.display.notebook_display import in_kernel, ipython_publisher
 from platform_plugin.launcher.job import Job, job_summary, shows_board, write_line
-from platform_plugin.launcher.jobs.background import (BackgroundJob, runs_in_foreground,
-                                                      start_background)
+from platform_plugin.launcher.jobs.background import runs_in_foreground, start_background
+from platform_plugin.launcher.jobs.handle import BackgroundJob
 from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import LaunchPlan

@@ -31,7 +31,7 @@ from platform_plugin.magics import tools as magic_tools
 from platform_plugin.magics.tools import MagicParser, split_line
 from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import start as start_job
-from platform_plugin.launcher.jobs.background import BackgroundJob
+from platform_plugin.launcher.jobs.handle import BackgroundJob
 from platform_plugin.magics import jobs as job_magics
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
 from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobFailed, JobResult, JobStatus

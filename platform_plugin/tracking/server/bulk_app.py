@@ -130,7 +130,7 @@ def parse_body(data: bytes) -> list[tuple[str, list]]:
     return runs
 
 
-def _run_id(value) -> str:
+def _run_id(value: object) -> str:
     """A run id is a string; anything else (a list nested 900 deep, a 4,000-digit number) is
     refused here, before str() of it could recurse or echo it whole."""
     if type(value) is not str:
