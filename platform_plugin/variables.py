@@ -11,16 +11,17 @@ imports only the stdlib, so it reads `PLATFORM_TRACKING_SPOOL_DIR`, `PLATFORM_JO
 `PLATFORM_SERVER_ID`, `PLATFORM_CHECKPOINT_DIR`, `PLATFORM_RESUME_STEP` and `PLATFORM_ATTEMPT_NUMBER`
 with `os.environ` — the names are still declared (and documented) here.
 
-Stdlib and `errors` only: every layer may import this module.
+Stdlib, `errors` and `util.numbers` (the one reading of a number) only: every layer may import
+this module.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Optional
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util import numbers
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -34,26 +35,28 @@ class Variable:
     choices: tuple[str, ...] = ()
     set_by: str = "user"  # "user" | "launcher" (for every rank) | "notebook runner" (kernel)
     code: str = "ENV_BAD_VALUE"  # the Problem code of a value that does not fit
+    bounds: Optional[numbers.Bounds] = None  # the range of a number
 
     def __repr__(self) -> str:
         return f"Variable({self.name!r})"
 
     def get(self, environ: Mapping[str, str] | None = None) -> Any:
-        """The converted value, or `default` when unset or empty."""
+        """The converted value, or `default` when unset or empty. A number is read as the docs
+        write it (util/numbers.py: ASCII digits; no `1_000`, `+1`, nan or inf) within `bounds`."""
         raw = self.raw(environ)
         if raw == "":
             return self.default
         try:
-            value = self.type(raw.strip())
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(raw)
-        except ValueError:
-            raise ConfigError([Problem(self.code, f"{self.name}={raw!r} is not a valid "
-                                       f"{getattr(self.type, '__name__', 'value')}: {self.doc}",
-                                       self.name)]) from None
+            if self.type in (int, float):
+                value = numbers.read(raw, self.type, bounds=self.bounds)
+            else:
+                value = self.type(raw)
+        except ValueError as exc:
+            raise ConfigError([Problem(self.code, f"{self.name} {numbers.shown(raw)}: {exc} "
+                                       f"({self.doc})", self.name)]) from None
         if self.choices and value not in self.choices:
-            raise ConfigError([Problem(self.code, f"{self.name} is {raw!r}: use one of "
-                                       f"{', '.join(self.choices)}", self.name)])
+            raise ConfigError([Problem(self.code, f"{self.name} is {numbers.shown(raw)}: use one "
+                                       f"of {', '.join(self.choices)}", self.name)])
         return value
 
     def raw(self, environ: Mapping[str, str] | None = None) -> str:
@@ -94,6 +97,10 @@ PLATFORM_CODE_DIR = Variable(
 PLATFORM_MLFLOW_UI = Variable(
     "PLATFORM_MLFLOW_UI", str, None, "base URL of the MLflow UI that `platform-run compare` "
     "links to")
+PLATFORM_MLFLOW_UI_EARLY = Variable(
+    "PLATFORM_MLFLOW_UI_EARLY", str, "1", "0: a tracked %dist_run job does not start its store's "
+    "MLflow UI while it runs (at low priority, once per kernel: %dist_compare's page is then "
+    "there at once); the UI starts when %dist_compare asks for it")
 PLATFORM_TRACKING = Variable(
     "PLATFORM_TRACKING", _lower, "auto", "metrics sink when --tracking is not given",
     choices=("auto", "mlflow", "wflogger", "none"), code="TRACKING_CHOICE")
@@ -111,10 +118,11 @@ PLATFORM_TRACKING_LAYOUT = Variable(
     "flat (one run, keys suffixed -RANK_ID)", choices=("runs", "flat"), code="TRACKING_LAYOUT")
 PLATFORM_TRACKING_DRAIN_TIMEOUT = Variable(
     "PLATFORM_TRACKING_DRAIN_TIMEOUT", float, None, "seconds to wait at the end of a job for "
-    "metrics still on their way to the sink")
+    "metrics still on their way to the sink", bounds=numbers.NOT_NEGATIVE)
 PLATFORM_WFLOGGER_CALL_TIMEOUT = Variable(
     "PLATFORM_WFLOGGER_CALL_TIMEOUT", float, 30.0, "seconds a wflogger SDK call may take before "
-    "it counts as hung (its record waits for the next try or for sync)")
+    "it counts as hung (its record waits for the next try or for sync)",
+    bounds=numbers.POSITIVE)
 PLATFORM_JOB_ID = Variable(
     "PLATFORM_JOB_ID", str, None, "the job's id on every server of a multi-server job (else "
     "agreed by the servers)")
@@ -124,15 +132,17 @@ PLATFORM_JOB_KEY = Variable(
     "server")
 PLATFORM_HEARTBEAT_TIMEOUT = Variable(
     "PLATFORM_HEARTBEAT_TIMEOUT", float, None, "seconds of silence after which the other "
-    "launchers of a multi-server job take a server's launcher for failed (frozen or cut off)")
+    "launchers of a multi-server job take a server's launcher for failed (frozen or cut off)",
+    bounds=numbers.Bounds(0, 60, above=True))
 # the launchers' control port on the rank-table route (the table has no rendezvous port)
 RANK_TABLE_CONTROL_PORT = 29600
 PLATFORM_CONTROL_PORT = Variable(
     "PLATFORM_CONTROL_PORT", int, RANK_TABLE_CONTROL_PORT, "the port on which the rank table's "
-    "first server's launcher listens for the other servers' launchers (rank-table route)")
+    "first server's launcher listens for the other servers' launchers (rank-table route)",
+    bounds=numbers.PORT)
 PLATFORM_RENDEZVOUS_TIMEOUT = Variable(
     "PLATFORM_RENDEZVOUS_TIMEOUT", float, 300.0, "seconds the launchers of a multi-server job "
-    "wait for each other at the start")
+    "wait for each other at the start", bounds=numbers.POSITIVE)
 # set by `platform-run debug|full` for the kernel (tracking shows them on the job's parent run)
 PLATFORM_NOTEBOOK = Variable("PLATFORM_NOTEBOOK", str, None, "the notebook being run",
                              set_by="notebook runner")
@@ -148,7 +158,7 @@ PLATFORM_STREAM_TO_TERMINAL = Variable(
 # set by the launcher for every rank
 PLATFORM_ATTEMPT_NUMBER = Variable(
     "PLATFORM_ATTEMPT_NUMBER", int, None, "which attempt of the job this is: 1 for the first, 2 "
-    "for the first restart (--max-restarts), ...", set_by="launcher")
+    "for the first restart (--max-restarts), ...", set_by="launcher", bounds=numbers.Bounds(1))
 PLATFORM_JOB_NAME = Variable("PLATFORM_JOB_NAME", str, None, "the job's name", set_by="launcher")
 PLATFORM_JOB_DIR = Variable("PLATFORM_JOB_DIR", str, None, "the job's folder (logs, job.json)",
                             set_by="launcher")
@@ -158,7 +168,8 @@ PLATFORM_CHECKPOINT_DIR = Variable(
     "<job folder>/checkpoints)", set_by="launcher")
 PLATFORM_RESUME_STEP = Variable(
     "PLATFORM_RESUME_STEP", int, None, "the step of the newest complete checkpoint node 0 found "
-    "before the attempt, the one every rank resumes from (unset: from the beginning)", set_by="launcher")
+    "before the attempt, the one every rank resumes from (unset: from the beginning)",
+    set_by="launcher", bounds=numbers.NOT_NEGATIVE)
 PLATFORM_SERVER_ID = Variable("PLATFORM_SERVER_ID", str, None, "this server's id in the rank "
                               "table (else localhost)", set_by="launcher")
 PLATFORM_TRACKING_HELPER = Variable(
@@ -171,9 +182,25 @@ PLATFORM_TRACKING_SPOOL_DIR = Variable(
 
 VARIABLES: dict[str, Variable] = {v.name: v for v in (
     PLATFORM_RUN_MODE, PLATFORM_LOG_DIR, PLATFORM_CACHE_DIR, PLATFORM_CODE_DIR,
-    PLATFORM_MLFLOW_UI, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
+    PLATFORM_MLFLOW_UI, PLATFORM_MLFLOW_UI_EARLY, PLATFORM_TRACKING, PLATFORM_TRACKING_LAYOUT,
     PLATFORM_TRACKING_DRAIN_TIMEOUT, PLATFORM_WFLOGGER_CALL_TIMEOUT, PLATFORM_JOB_ID, PLATFORM_RENDEZVOUS_TIMEOUT,
     PLATFORM_JOB_KEY, PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_CONTROL_PORT,
     PLATFORM_NOTEBOOK, PLATFORM_NOTEBOOK_PARAMETERS, PLATFORM_NOTEBOOK_RUN, PLATFORM_STREAM_TO_TERMINAL,
     PLATFORM_ATTEMPT_NUMBER, PLATFORM_TRACKING_HELPER, PLATFORM_JOB_NAME, PLATFORM_JOB_DIR, PLATFORM_SERVER_ID,
     PLATFORM_TRACKING_SPOOL_DIR, PLATFORM_CHECKPOINT_DIR, PLATFORM_RESUME_STEP)}
+
+
+def refused_values(environ: Mapping[str, str]) -> list[Problem]:
+    """A problem for every variable a user sets whose value does not fit (a number that is
+    none or out of range, a choice not offered): a launch checks them all before anything of
+    the job exists, though some are read only later (PLATFORM_RENDEZVOUS_TIMEOUT at the
+    rendezvous, PLATFORM_TRACKING_DRAIN_TIMEOUT at the end)."""
+    problems = []
+    for variable in VARIABLES.values():
+        if variable.set_by != "user":
+            continue
+        try:
+            variable.get(environ)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    return problems

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
+from platform_plugin.cli.flags import add_job, add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
 from platform_plugin.comparison import diagnosis, job_end, report_log, spools, table as compare
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
@@ -22,7 +22,7 @@ DEFAULT_UI = "http://127.0.0.1:5000"
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("compare", help="compare ranks of a job: per-rank table, straggler, plot, MLflow URL")
-    p.add_argument("job", nargs="?", help="job id or job folder (default: the latest job)")
+    add_job(p)
     add_metric(p)
     p.add_argument("--plot", metavar="PNG", help="write per-rank curves here (the PNG and the "
                    "tables are logged to the job's run under compare/)")

@@ -1,11 +1,15 @@
 """The flags several commands and magics share, declared once: `--log-dir` (sync, compare, ui,
 doctor, `%dist_compare`; `launch` and `%dist_run` take it from the options record, with the same
-help), and the comparison's `--metric` and `--tolerance` (compare, ui, `%dist_compare`)."""
+help), the comparison's `--metric` and `--tolerance` (compare, ui, `%dist_compare`), and the
+`JOB` argument of sync and compare. A number or a path is checked as it is parsed
+(util/numbers.py, util/paths.py), with the flag's code, before the command does anything."""
 from __future__ import annotations
 
 import argparse
 
 from platform_plugin.comparison.table import DEFAULT_METRIC
+from platform_plugin.util.numbers import NOT_NEGATIVE, number_argument
+from platform_plugin.util.paths import checked_path
 from platform_plugin.variables import PLATFORM_LOG_DIR
 
 DEFAULT_TOLERANCE = 0.1
@@ -13,7 +17,8 @@ DEFAULT_TOLERANCE = 0.1
 
 def add_log_dir(parser: argparse.ArgumentParser) -> None:
     """`--log-dir DIR`: where jobs live (the variable and the default are the launch option's)."""
-    parser.add_argument("--log-dir", metavar="DIR", help=PLATFORM_LOG_DIR.fallback_help(
+    parser.add_argument("--log-dir", metavar="DIR", type=checked_path("CLI_PATH", "--log-dir"),
+                        help=PLATFORM_LOG_DIR.fallback_help(
         "where jobs live", "./platform_logs"))
 
 
@@ -38,7 +43,14 @@ def metrics_of(values: list[str] | None) -> list[str]:
 
 
 def add_tolerance(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+    parser.add_argument("--tolerance", default=DEFAULT_TOLERANCE,
+                        type=number_argument("COMPARE_TOLERANCE", "--tolerance", bounds=NOT_NEGATIVE),
                         help="relative gap that flags a straggler or a deviating final value "
                              f"(default {DEFAULT_TOLERANCE:g})")
 
+
+
+def add_job(parser: argparse.ArgumentParser, help: str = "job id or job folder (default: the "
+            "latest job)") -> None:
+    """The optional `JOB` argument: a job id or a job folder, checked as a path."""
+    parser.add_argument("job", nargs="?", type=checked_path("CLI_PATH", "JOB"), help=help)

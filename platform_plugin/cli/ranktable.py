@@ -9,6 +9,7 @@ import shlex
 import sys
 
 from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.numbers import NOT_NEGATIVE, number_argument
 from platform_plugin import ranktable
 from platform_plugin.ranktable import tools as ranktable_tools
 from platform_plugin.errors import ConfigError, Problem, errors_only
@@ -26,7 +27,8 @@ def register(subparsers) -> None:
     check.add_argument("file", help="rank table JSON")
     check.add_argument("--env", action="store_true",
                        help="also check RANK_ID/RANK_START/RANK_SIZE/DEVICE_ID of this shell")
-    check.add_argument("--wait", type=float, default=0, metavar="SECONDS",
+    check.add_argument("--wait", default=0, metavar="SECONDS",
+                       type=number_argument("RT_WAIT", "--wait", bounds=NOT_NEGATIVE),
                        help="wait up to SECONDS for status \"completed\" first")
     check.add_argument("--json", action="store_true", help="print problems as JSON")
     check.set_defaults(handler=run_check)

@@ -6,7 +6,10 @@ lines every server of a job needs. Runs until Ctrl-C/SIGTERM, then stops MLflow 
 Both die with this command even when it is SIGKILLed: the launcher's lifeline watches it
 (`Lifeline.for_groups`) and then sends SIGTERM to MLflow's process group and to the postmaster
 alone (PostgreSQL puts each of its children in a session of its own), which PostgreSQL takes as
-a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace."""
+a clean "smart" shutdown once MLflow's connections are gone; SIGKILL only after the grace.
+The short-lived children too (initdb, pg_ctl, the schema migration): each leads a session of
+its own and is handed to the lifeline before it is waited for (util/children.py), and the
+postmaster as soon as pg_ctl has written its pid."""
 from __future__ import annotations
 
 import argparse
@@ -28,8 +31,11 @@ from platform_plugin.tracking.server.local import (migrate_team_stores, start_te
 from platform_plugin.tracking.server.postgres import (HOST as PG_HOST, LocalPostgres,
                                                       missing_reason, unreachable_parent)
 from platform_plugin.util.folders import check_writable_folder
-from platform_plugin.util.paths import resolved
+from platform_plugin.util.numbers import ANY_PORT, Bounds, number_argument
+from platform_plugin.util.paths import checked_path, resolved
 from platform_plugin.util.ports import check_free, free_port
+
+MAX_WORKERS = 64
 
 
 def default_data_dir() -> Path:
@@ -53,13 +59,19 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; the servers of a job need one "
                         "they reach, e.g. this machine's cluster address or 0.0.0.0)")
-    p.add_argument("--port", type=int, default=5000, help="MLflow port (default 5000; 0 = free)")
-    p.add_argument("--workers", type=int, default=4, metavar="N", help="MLflow web workers (default 4)")
-    p.add_argument("--data-dir", metavar="DIR", help=f"PostgreSQL cluster, password and log (default "
-                                      f"{default_data_dir()})")
-    p.add_argument("--artifacts", metavar="DIR", help="where run artifacts are stored (default DATA_DIR/"
+    p.add_argument("--port", type=number_argument("SERVER_PORT", "--port", int, bounds=ANY_PORT),
+                   default=5000, metavar="PORT", help="MLflow port (default 5000; 0 = free)")
+    p.add_argument("--workers", type=number_argument("SERVER_WORKERS", "--workers", int,
+                                                     bounds=Bounds(1, MAX_WORKERS)),
+                   default=4, metavar="N", help=f"MLflow web workers (default 4, at most "
+                                                f"{MAX_WORKERS})")
+    p.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"), metavar="DIR",
+                   help=f"PostgreSQL cluster, password and log (default {default_data_dir()})")
+    p.add_argument("--artifacts", type=checked_path("SERVER_ARTIFACTS_NOT_DIR", "--artifacts"),
+                   metavar="DIR", help="where run artifacts are stored (default DATA_DIR/"
                                        "artifacts; a shared mount works too)")
-    p.add_argument("--pg-port", type=int, default=0, metavar="PORT",
+    p.add_argument("--pg-port", type=number_argument("SERVER_PG_PORT", "--pg-port", int,
+                                                     bounds=ANY_PORT), default=0, metavar="PORT",
                    help="PostgreSQL port on 127.0.0.1 (default: a free one)")
     p.add_argument("--allowed-hosts", metavar="HOSTS", help="Host headers MLflow accepts (its DNS-rebinding "
                    "guard; default: the printed address and localhost)")
@@ -76,7 +88,8 @@ def register(subparsers) -> None:
                            "running server (as its admin) and prints the .env lines once: "
                            "MLflow keeps only the password's hash.")
     add.add_argument("username", metavar="NAME")
-    add.add_argument("--data-dir", metavar="DIR", help=f"the server's data folder (default "
+    add.add_argument("--data-dir", type=checked_path("SERVER_DATA_DIR", "--data-dir"),
+                     metavar="DIR", help=f"the server's data folder (default "
                                         f"{default_data_dir()})")
     add.set_defaults(func=run_add_user)
 
@@ -97,8 +110,8 @@ def _check(args) -> None:
     if not 0 <= args.pg_port <= 65535:  # PostgreSQL itself would refuse it after initdb
         problems.append(Problem("SERVER_PG_PORT", f"--pg-port {args.pg_port}: a TCP port is "
                                 "0-65535 (0 = a free one)", "--pg-port"))
-    if not 1 <= args.workers <= 64:
-        problems.append(Problem("SERVER_WORKERS", "--workers must be 1..64", "--workers"))
+    if not 1 <= args.workers <= MAX_WORKERS:
+        problems.append(Problem("SERVER_WORKERS", f"--workers must be 1..{MAX_WORKERS}", "--workers"))
     try:
         socket.getaddrinfo(args.host, None)
     except OSError:
@@ -201,10 +214,12 @@ def run(args) -> int:
     os.makedirs(artifacts, exist_ok=True)
     signal.signal(signal.SIGTERM, interrupt)
     skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
-    pg = LocalPostgres(data, args.pg_port or free_port())
+    lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no child without it
+    # every child (initdb, pg_ctl, the postmaster, the migration, MLflow) is handed to it
+    # before it is waited for: SIGKILLed at any step, this command leaves none behind
+    pg = LocalPostgres(data, args.pg_port or free_port(), started=lifeline.add)
     port = args.port or free_port(args.host if args.host not in ("0.0.0.0", "::") else "0.0.0.0")
     proc = None
-    lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no moment without it
     address = data / ADDRESS_FILE
     try:
         if not pg.initialised:
@@ -212,7 +227,6 @@ def run(args) -> int:
             pg.init()
         step(f"starting PostgreSQL on {PG_HOST}:{pg.port}...")
         pg.start()
-        lifeline.add(pg.postmaster_pid())
         auth_env, credentials, created = None, None, False
         if not args.no_auth:
             credentials, created = team_auth.load_or_create(data)
@@ -222,7 +236,7 @@ def run(args) -> int:
         log = data / "mlflow-server.log"
         step("migrating MLflow's schema" + ("" if args.no_auth else " and its users' database")
              + "...")
-        migrate_team_stores(pg.uri, folder=data, auth_env=auth_env)
+        migrate_team_stores(pg.uri, folder=data, auth_env=auth_env, started=lifeline.add)
         uri = tracking_uri(args.host, port)
         step(f"starting MLflow ({args.workers} worker(s)) on {args.host}:{port}...")
         proc = start_team_server(pg.uri, args.host, port, workers=args.workers, artifacts=artifacts,

@@ -6,11 +6,12 @@ import signal
 import sys
 
 from platform_plugin.cli import INTERRUPTED_EXIT, interrupt
-from platform_plugin.cli.flags import add_log_dir
+from platform_plugin.cli.flags import add_job, add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
 from platform_plugin.util.envfile import export_mlflow_settings
+from platform_plugin.util.numbers import NOT_NEGATIVE, number_argument
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
@@ -19,12 +20,14 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("sync", help="deliver tracked params/metrics still waiting in a job's spool",
                               description="Replay a job's spool into its sink exactly once: lines "
                               "already delivered (per the offset files) are never sent again.")
-    p.add_argument("job", nargs="?", help="job id or job folder (default: the latest job)")
+    add_job(p)
     add_log_dir(p)
     p.add_argument("--end", choices=END_STATUSES, metavar="STATUS",
                    help="also end the job's runs with STATUS (FINISHED|FAILED|KILLED), e.g. after "
                         "the launching process itself was killed")
-    p.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, metavar="SECONDS",
+    p.add_argument("--wait", default=DEFAULT_WAIT_S, metavar="SECONDS",
+                   type=number_argument("TRACKING_SYNC_WAIT", "--wait", bounds=NOT_NEGATIVE,
+                                        infinite=True),
                    help="keep retrying this long while the sink is unreachable or refuses for now, "
                         f"e.g. a server still starting (default {DEFAULT_WAIT_S:g}; 0 = one attempt; "
                         "inf = until delivered: Ctrl-C or SIGTERM stops it, nothing is lost)")

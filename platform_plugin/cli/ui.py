@@ -13,6 +13,7 @@ from platform_plugin.comparison.jupyter_ui import OwnedUI
 from platform_plugin.comparison import store, table as compare
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.server.mlflow_features import detect
+from platform_plugin.util.numbers import ANY_PORT, number_argument
 from platform_plugin.util.ports import check_free, free_port
 from platform_plugin.tracking.server.local import HOST
 from platform_plugin.tracking.shared.uri_check import scheme_of, uri_problem
@@ -22,7 +23,8 @@ from platform_plugin.util.folders import check_writable_folder
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("ui", help="start a local MLflow UI on the configured store")
-    p.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (0 = any free port; default 5000)")
+    p.add_argument("--port", type=number_argument("UI_PORT", "--port", int, bounds=ANY_PORT),
+                   default=5000, help="port on 127.0.0.1 (0 = any free port; default 5000)")
     add_metric(p, several=False, help="metric of the printed comparison page")
     p.add_argument("--store", help="backend store URI (default: MLFLOW_TRACKING_URI, refused "
                                    "when it is a server: open that one directly; else the jobs' "

@@ -25,12 +25,12 @@ class OwnedUI:
     stops the server's process group, which holds uvicorn's worker too (the server runs in a
     session of its own)."""
 
-    def __init__(self, store_uri: str, port: int, log_path: str) -> None:
+    def __init__(self, store_uri: str, port: int, log_path: str, nice: int = 0) -> None:
         self.port, self.log_path = port, log_path
         self._stopped = False
         self._lifeline = Lifeline.for_groups(UI_STOP_GRACE_S)  # first: no moment without it
         try:
-            self.proc = start_server(store_uri, port, log_path=log_path)
+            self.proc = start_server(store_uri, port, log_path=log_path, nice=nice)
         except BaseException:
             self._lifeline.release()
             raise
@@ -52,14 +52,45 @@ class OwnedUI:
         self._lifeline.release()
 
 
-def ensure_ui(store_uri: str) -> int:
+def ensure_ui(store_uri: str, nice: int = 0) -> int:
     """Start (once per kernel and store) a lean MLflow UI on a free loopback port; it stops
-    when the kernel exits, however it exits. Returns the port."""
+    when the kernel exits, however it exits. Returns the port. `nice`: for a new one."""
     with _STARTING:
-        return _ensure_ui(store_uri)
+        return _ensure_ui(store_uri, nice)
 
 
-def _ensure_ui(store_uri: str) -> int:
+def running(store_uri: str) -> bool:
+    """Whether this kernel's UI of `store_uri` is up (started early, or by an earlier compare)."""
+    known = _UI.get(store_uri)
+    return known is not None and known.proc.poll() is None and not _STARTING.locked()
+
+
+EARLY_AFTER_S = 2.0  # the ranks' processes start first; niced, the UI then yields them the CPU
+EARLY_NICE = 10  # the UI started while ranks train yields the CPU to them
+
+
+def start_early(store_uri: str, job_ended: threading.Event) -> None:
+    """While a tracked job runs in a kernel: start its store's UI (once per kernel and store)
+    EARLY_AFTER_S after the job's start, at low priority, so that `%dist_compare` after it finds
+    the page ready instead of waiting seconds for MLflow's start. Nothing when the job ended
+    before (a short job: the UI starts when asked). A failure is left to `%dist_compare`,
+    which starts the UI again and says why it could not."""
+    known = _UI.get(store_uri)
+    if known is not None and known.proc.poll() is None:
+        return
+
+    def start() -> None:
+        if job_ended.wait(EARLY_AFTER_S):
+            return
+        try:
+            ensure_ui(store_uri, nice=EARLY_NICE)
+        except Exception:  # noqa: BLE001 - said by %dist_compare, which tries again
+            pass
+
+    threading.Thread(target=start, name="platform-mlflow-ui-early", daemon=True).start()
+
+
+def _ensure_ui(store_uri: str, nice: int = 0) -> int:
     known = _UI.get(store_uri)
     if known and known.proc.poll() is None:
         return known.port
@@ -67,7 +98,7 @@ def _ensure_ui(store_uri: str) -> int:
         known.stop()  # it died on its own: its lifeline goes too
     port = free_port()
     log = os.path.join(tempfile.gettempdir(), f"platform-mlflow-ui-{port}.log")
-    ui = OwnedUI(store_uri, port, log)
+    ui = OwnedUI(store_uri, port, log, nice)
     ui.wait_healthy()
     atexit.register(ui.stop)
     _UI[store_uri] = ui

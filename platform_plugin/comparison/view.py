@@ -159,6 +159,11 @@ def _show_ui(result: Comparison, runs) -> None:
     keep the line."""
     from IPython.display import display
 
+    if jupyter_ui.running(runs.config.tracking_uri or ""):  # started while the job ran: at once
+        _ui_page(result, runs)
+        display(ui_bundle(result), raw=True)
+        result.ui_ready.set()
+        return
     handle = display({"text/plain": STARTING, "text/html": f"<i>{html.escape(STARTING)}</i>"},
                      raw=True, display_id=True)
 
@@ -204,6 +209,17 @@ def ui_bundle(result: Comparison) -> dict:
 AGAIN = ("The MLflow UI that showed this page is not running: it stops with the kernel that "
          "started it. The chart above shows the same ranks. To see the page again, run "
          "%dist_compare {job} in a kernel (or `platform-run ui` in a terminal).")
+FRAME_HEIGHT = 560  # px, as the cell shows it
+# MLflow 3.17's metric page needs ~858 px for its main pane beside its ~208 px navigation: a
+# narrower frame (JupyterLab's side panel open, a 1280 px screen) hid the chart's last steps
+# behind a horizontal scroll. The page is then laid out this wide and scaled down to the cell.
+PAGE_MIN_WIDTH = 1100
+# installed in JupyterLab's own window (the frame's document is replaced by MLflow's page, the
+# function must outlive it): keeps the frame's scale as the cell's width changes
+FIT = ("function go(){var w=box.clientWidth;if(!w)return;var s=Math.min(1,w/need);"
+       "f.style.width=s<1?need+'px':'100%';f.style.height=(h/s)+'px';"
+       "f.style.transform=s<1?'scale('+s+')':'';f.style.transformOrigin='0 0';"
+       "box.style.height=h+'px';}go();new ResizeObserver(go).observe(box);")
 ASSISTANT_CLOSED = {"mlflow.assistant.fab.autoOpenedOnFirstLoad_v1": "true",
                     "mlflow.assistant.panelOpen_v1": "false"}
 
@@ -225,6 +241,8 @@ def _frame(result: Comparison) -> str:
               ".then(function(r){return r.ok?r.text():''})"
               ".then(function(t){if(t.trim()!=='OK')throw 0;"
               "try{for(var k in keep)localStorage.setItem(k,keep[k]);}catch(e){}"
+              f"try{{var f=window.frameElement;new window.parent.Function('f','box','need','h',"
+              f"{json.dumps(FIT)})(f,f.parentElement,{PAGE_MIN_WIDTH},{FRAME_HEIGHT});}}catch(e){{}}"
               "location.replace(page);})"
               ".catch(function(){document.getElementById('wait').hidden=true;"
               "document.getElementById('gone').hidden=false;"
@@ -233,5 +251,6 @@ def _frame(result: Comparison) -> str:
            "<p id='wait'>opening the MLflow page…</p>"
            f"<p id='gone' hidden>{html.escape(AGAIN.format(job=result.job_id))}</p>"
            f"<script>{script}</script></body></html>")
-    return (f"<iframe srcdoc=\"{html.escape(doc, quote=True)}\" width='100%' height='560' "
-            "style='border:1px solid #ddd'></iframe>")
+    return (f"<div style='overflow:hidden;width:100%'><iframe srcdoc=\"{html.escape(doc, quote=True)}\" "
+            f"width='100%' height='{FRAME_HEIGHT}' style='border:1px solid #ddd;display:block'>"
+            "</iframe></div>")

@@ -10,9 +10,9 @@ import dataclasses
 from typing import TYPE_CHECKING, Callable
 
 from platform_plugin.launcher.display.notebook_display import in_kernel, ipython_publisher
-from platform_plugin.launcher.job import Job, job_summary, write_line
-from platform_plugin.launcher.jobs.background import (BackgroundJob, runs_in_foreground,
-                                                      start_background)
+from platform_plugin.launcher.job import Job, job_summary, shows_board, write_line
+from platform_plugin.launcher.jobs.background import runs_in_foreground, start_background
+from platform_plugin.launcher.jobs.handle import BackgroundJob
 from platform_plugin.launcher.keywords import LaunchKeywords, from_kwargs
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import LaunchPlan
@@ -71,7 +71,7 @@ def run(cmd: list[str] | str, options: LaunchOptions,
     check_cwd("LAUNCH_CWD_GONE")  # (a notebook whose folder was deleted from the file browser)
     job = Job(cmd, options)
     result, hidden = job.run(on_job)
-    summary = job_summary(result, hidden)
+    summary = job_summary(result, hidden, board=shows_board(job.options))
     if result.job_file_error:  # a full disk: say what the record holds, it is still readable
         summary += f"\n[launcher] job.json: {result.job_file_error}"
     write_line(job.options.write, summary)

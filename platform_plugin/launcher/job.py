@@ -325,10 +325,9 @@ class Attempt:
         elsewhere."""
         options = self.options
         hide = hide_pattern(options.verbose)
-        if options.show is None and options.write is None and "ipykernel" in sys.modules:
-            if in_kernel():
-                return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide,
-                                  board_metrics=board_metric_names(options.board_metrics))
+        if shows_board(options):
+            return make_board(max_lines_per_s=options.max_lines_per_s, hide=hide,
+                              board_metrics=board_metric_names(options.board_metrics))
         return Output(self.job.shown, max_lines_per_s=options.max_lines_per_s,
                       write=options.write, hide=hide)
 
@@ -450,7 +449,16 @@ def _cell_compare_hint(result: JobResult) -> str:
     return cell
 
 
-def job_summary(result: JobResult, hidden: int = 0) -> str:
+def shows_board(options: LaunchOptions) -> bool:
+    """The live board (inside a Jupyter kernel, unless --show or `write=` was given)."""
+    return (options.show is None and options.write is None and "ipykernel" in sys.modules
+            and in_kernel())
+
+
+def job_summary(result: JobResult, hidden: int = 0, board: bool = False) -> str:
+    """What the launcher says at the end. `board`: the board above turned into the result (each
+    process's end and note in its row): a failure adds its headline and root cause, not the
+    process table again."""
     if result.ok:
         times = f"; {attempt_times(result)}" if result.attempts else ""
         text = (f"[launcher] job {result.job_id} succeeded in {result.whole_duration_s:.1f}s "
@@ -461,7 +469,7 @@ def job_summary(result: JobResult, hidden: int = 0) -> str:
         text += "".join(f"\n[launcher] {earlier['resumed']['text']}"
                         for earlier in result.attempts if earlier.get("resumed"))
     else:
-        text = render_result(result, terminal_width())
+        text = render_result(result, terminal_width(), rows=not board)
     if hidden:
         text += (f"\n[launcher] {hidden} lines of MindSpore networking chatter are only in the "
                  "logs (--verbose shows them)")

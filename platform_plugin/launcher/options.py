@@ -22,6 +22,8 @@ import math
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.util.numbers import Bounds, NumberArgument, shown, whole_number
+from platform_plugin.util.paths import path_problem
 from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_CHECKPOINT_DIR,
                                        PLATFORM_CONTROL_PORT,
                                        PLATFORM_HEARTBEAT_TIMEOUT, PLATFORM_JOB_ID,
@@ -41,25 +43,15 @@ TRACKING_CHOICES = PLATFORM_TRACKING.choices
 MODE_CHOICES = PLATFORM_RUN_MODE.choices
 
 def _at_least(low: float, *, above: bool = False) -> Check:
-    def check(value: float) -> str | None:
-        if above and not value > low:
-            return f"must be > {low:g}"
-        if not above and not value >= low:
-            return f"must be >= {low:g}"
-        return None
-    return check
+    return Bounds(low, above=above)
 
 
 def _within(low: int, high: int) -> Check:
-    def check(value: float) -> str | None:
-        return None if low <= value <= high else f"must be between {low} and {high}"
-    return check
+    return Bounds(low, high)
 
 
 def _within_float(low: float, high: float) -> Check:
-    def check(value: float) -> str | None:
-        return None if low < value <= high else f"must be > {low:g} and <= {high:g}"
-    return check
+    return Bounds(low, high, above=True)
 
 
 def _key(value: str) -> Optional[str]:
@@ -70,14 +62,33 @@ def _show(value: str) -> Optional[str]:
     names = [part.strip() for part in value.strip().lower().split(",") if part.strip()]
     if value.strip().lower() in ("all", "none"):
         return None
-    if names and all(n.isdigit() or n == "sched" for n in names):
+    if names and all(whole_number(n) is not None or n == "sched" for n in names):
         return None
     return "use all, none, sched or comma-separated rank numbers such as 0,3"
 
 
 def _name(value: str) -> Optional[str]:
-    return None if value.strip() and "/" not in value and value not in (".", "..") else \
-        "must be a non-empty name without '/'"
+    if not value.strip() or "/" in value or value in (".", ".."):
+        return "must be a non-empty name without '/'"
+    if not value.isprintable():  # a NUL, a newline, a terminal escape: no folder or log line
+        return "must be printable text (no control characters)"
+    return None
+
+
+# a job id names folders (the job's, its cache's) and is sent with every message of the job
+# link: a generated one is <name of at most 100 bytes>-<date>-<time>-<hex>, at most 121 bytes
+MAX_JOB_ID = 128
+
+
+def _job_id(value: str) -> Optional[str]:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_JOB_ID:
+        return f"is {size} bytes: at most {MAX_JOB_ID} (it names the job's folders)"
+    return _name(value)
+
+
+def _folder(value: str) -> Optional[str]:
+    return path_problem(value)
 
 
 def _metric_names(value: str) -> Optional[str]:
@@ -144,11 +155,8 @@ def _nnodes(text: str) -> int:
 
 
 def _whole(text: str, where: str, code: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError([Problem(code, f"{where} {text!r} is not a whole number: give one, "
-                                   f"e.g. {where} 2", where)]) from None
+    """A whole number as the docs write it (util/numbers.py), else ConfigError `code`."""
+    return int(NumberArgument(code, where, int)(text))
 
 
 def opt(default: Any, help: str, *, flags: Tuple[str, ...] = (), metavar: str | None = None,
@@ -184,7 +192,8 @@ class LaunchOptions:
                        choices=BACKEND_CHOICES, code="LAUNCH_BACKEND")
     rank_table: Optional[str] = opt(None, "HCCL rank table (else RANK_TABLE_FILE)", metavar="FILE",
                                     flags=("--rank-table", "--rank_table_file",
-                                           "--rank-table-file"))
+                                           "--rank-table-file"), check=_folder,
+                                    code="LAUNCH_PATH")
     rank_start: Optional[int] = opt(None, "first rank of this server (multi-server table)",
                                     metavar="N", check=_at_least(0))
     mode: Optional[str] = opt(None, "platform environment (default: detected)",
@@ -205,14 +214,18 @@ class LaunchOptions:
         code="LAUNCH_MASTER_PORT", env=PLATFORM_CONTROL_PORT,
         otherwise=str(RANK_TABLE_CONTROL_PORT))
     log_dir: Optional[str] = opt(None, "job folders go here", metavar="DIR", env=PLATFORM_LOG_DIR,
-                                 otherwise="./platform_logs", flags=("--log-dir", "--log_dir"))
+                                 otherwise="./platform_logs", flags=("--log-dir", "--log_dir"),
+                                 check=_folder, code="LAUNCH_PATH")
     cache_dir: Optional[str] = opt(None, "compile caches/Ascend logs", metavar="DIR",
-                                   env=PLATFORM_CACHE_DIR, otherwise="~/.cache/platform_plugin")
+                                   env=PLATFORM_CACHE_DIR, otherwise="~/.cache/platform_plugin",
+                                   check=_folder, code="LAUNCH_PATH")
     checkpoint_dir: Optional[str] = opt(
         None, "the job's checkpoints, kept across its restarts (PLATFORM_CHECKPOINT_DIR in every "
         "rank); with several servers, a folder they all see", metavar="DIR",
-        env=PLATFORM_CHECKPOINT_DIR, otherwise="<job folder>/checkpoints")
-    job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name)
+        env=PLATFORM_CHECKPOINT_DIR, otherwise="<job folder>/checkpoints", check=_folder,
+        code="LAUNCH_PATH")
+    job_name: Optional[str] = opt(None, "default: the script's name", metavar="NAME", check=_name,
+                                  code="LAUNCH_JOB_NAME")
     timeout: Optional[float] = opt(None, "stop the job after S seconds", metavar="S",
                                    check=_at_least(0, above=True), code="LAUNCH_TIMEOUT")
     silence_timeout: Optional[float] = opt(
@@ -252,8 +265,8 @@ class LaunchOptions:
     verbose: bool = opt(False, "also show library chatter (MindSpore networking, MLflow INFO, "
                         "warnings) that otherwise goes to the logs only")
     job_id: Optional[str] = opt(
-        None, "the job's id on every server", metavar="ID", check=_name, env=PLATFORM_JOB_ID,
-        flags=("--job-id", "--rdzv-id", "--rdzv_id"),
+        None, "the job's id on every server", metavar="ID", check=_job_id, code="LAUNCH_JOB_ID",
+        env=PLATFORM_JOB_ID, flags=("--job-id", "--rdzv-id", "--rdzv_id"),
         otherwise="agreed by the servers of the job, else generated from the job name")
     job_key: Optional[str] = opt(
         None, "the key that signs the launchers' messages, the same on every server: a string "
@@ -290,7 +303,7 @@ class LaunchOptions:
     # keyword-only (not flags): what an embedding program passes
     env: Dict[str, str] = opt({}, "extra variables for every rank (win over all else)", cli=False)
     cwd: Optional[str] = opt(None, "working directory of the ranks (default: the current one)",
-                             cli=False)
+                             cli=False, check=_folder, code="LAUNCH_PATH")
     check: bool = opt(True, "raise JobFailed when the job failed (False: return the result)",
                       cli=False)
     write: Optional[Callable[[str], Any]] = opt(
@@ -331,17 +344,23 @@ def _problem(f: dataclasses.Field, value: Any) -> Problem | None:
         return Problem(meta["code"], f"{where} must be a dict of str -> str", where)
     if kind is not None and (not isinstance(value, (int, float) if kind is float else kind)
                              or (kind in (int, float) and isinstance(value, bool))):
-        return Problem(meta["code"], f"{where} is {value!r} ({_noun(type(value))}): give "
+        return Problem(meta["code"], f"{where} is {_quoted(value)} ({_noun(type(value))}): give "
                        f"{_noun(kind)} instead", where)
     if kind is float and not math.isfinite(value):
         return Problem(meta["code"], f"{where} {value!r}: must be a finite number", where)
     if meta["choices"] and value not in meta["choices"]:
-        return Problem(meta["code"], f"{where} {value!r}: choose one of "
+        return Problem(meta["code"], f"{where} {_quoted(value)}: choose one of "
                        f"{', '.join(meta['choices'])}", where)
     complaint = meta["check"](value) if meta["check"] else None
     if complaint:
-        return Problem(meta["code"], f"{where} {value!r}: {complaint}", where)
+        return Problem(meta["code"], f"{where} {_quoted(value)}: {complaint}", where)
     return None
+
+
+def _quoted(value: Any) -> str:
+    """A value as a refusal shows it: one line, at most 40 characters of it (a 120 KB job id
+    or a 5,000-character folder is named, not printed)."""
+    return shown(value) if isinstance(value, str) else shown(repr(value))[1:-1]
 
 
 # ---- torchrun's and msrun's flags that are no option of the record --------------------------------
@@ -371,7 +390,7 @@ def _endpoint(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
     """torchrun's `--rdzv-endpoint HOST[:PORT]` = --master-addr HOST --master-port PORT (its
     default port, 29400, when none is written)."""
     host, colon, port = value.strip().rpartition(":")
-    if not colon or not port.isdigit():  # no port, or an IPv6 address without one
+    if not colon or whole_number(port) is None:  # no port, or an IPv6 address without one
         host, port = value.strip(), "29400"
     host = host.strip("[]")
     if not host:
@@ -499,27 +518,20 @@ PEER_FLAGS: Tuple[PeerFlag, ...] = (
 # ---- argparse, generated from the record -------------------------------------------------------
 
 def _converter(f: dataclasses.Field) -> Callable[[str], Any]:
+    """The flag's text as the record's type: a number read as the docs write it
+    (util/numbers.py: ASCII digits, no `1_000`, `+1`, ` 2`, nan or inf), its range checked by
+    the record (a keyword of `launch()` is checked the same way)."""
     kind = _base_type(f)
-
     parse = f.metadata["parse"]
-
-    def convert(text: str) -> Any:
-        if parse is not None:
-            return parse(text)
-        try:
-            return kind(text) if kind is not None else text
-        except ValueError:
-            where = flags_of(f.name)[0]
-            # raised through argparse (it only catches ValueError/TypeError): keeps the code
-            raise ConfigError([Problem(f.metadata["code"], f"{where} {text!r} is not "
-                                       f"{_noun(kind)}: give one, e.g. {where} "
-                                       f"{EXAMPLES.get(kind, 'x')}", where)]) from None
-    return convert
+    if parse is not None:  # an option with words of its own (--nproc auto), numbers read alike
+        return parse
+    if kind in (int, float):
+        return NumberArgument(f.metadata["code"], flags_of(f.name)[0], kind)
+    return str
 
 
 NOUNS = {int: "a whole number", float: "a number", str: "text", bool: "True or False",
          dict: "a dict", list: "a list", tuple: "a tuple"}
-EXAMPLES: Dict[Any, str] = {int: "2", float: "2.5"}
 
 
 def _noun(kind: Any) -> str:
@@ -584,9 +596,19 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
 def with_environment(options: LaunchOptions, environ: Dict[str, str]) -> LaunchOptions:
     """The options not given that declare a variable (`env=`) take its value from `environ`: the
     ranks' environment (the launcher's own, the .env file, the platform's files)."""
-    found = {f.name: f.metadata["env"].get(environ) for f in FIELDS.values()
-             if f.metadata["env"] is not None and getattr(options, f.name) is None
-             and f.metadata["env"].is_set(environ)}
+    found, problems = {}, []
+    for f in FIELDS.values():
+        variable = f.metadata["env"]
+        if variable is None or getattr(options, f.name) is not None or not variable.is_set(environ):
+            continue
+        found[f.name] = variable.get(environ)
+        wrong = _problem(f, found[f.name])
+        if wrong is not None:  # named as it was set: the variable, for the option it stands in
+            flag = flags_of(f.name)[0]
+            problems.append(Problem(wrong.code, variable.name + wrong.message.removeprefix(flag)
+                                    + f" (it stands in for {flag})", variable.name))
+    if problems:
+        raise ConfigError(problems)
     return dataclasses.replace(options, **found) if found else options
 
 

@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import os
 import sys
+import threading
 
 from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
 from IPython.display import publish_display_data
@@ -30,11 +31,14 @@ from platform_plugin.magics import tools as magic_tools
 from platform_plugin.magics.tools import MagicParser, split_line
 from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import start as start_job
-from platform_plugin.launcher.jobs.background import BackgroundJob
+from platform_plugin.launcher.jobs.handle import BackgroundJob
 from platform_plugin.magics import jobs as job_magics
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments, render_help
 from platform_plugin.launcher.processes.result import JOB_RESULT_MIME, JobFailed, JobResult, JobStatus
+from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.folders import check_cwd, check_writable_folder
+from platform_plugin.launcher.display.notebook_display import in_kernel
+from platform_plugin.variables import PLATFORM_MLFLOW_UI_EARLY, PLATFORM_NOTEBOOK
 
 # a notebook keeps every displayed line in the .ipynb: cap chatty ranks (logs stay complete)
 NOTEBOOK_MAX_LINES_PER_S = 20.0
@@ -121,6 +125,8 @@ class DistRunMagics(Magics):
             extra = [a for a in (args.command or []) if a != "--"]
             command = [sys.executable, _cell_script(cell, options.log_dir), *extra]
         result = None
+        job_ended = threading.Event()
+        _start_ui_early(options, job_ended)  # %dist_compare's page ready when the job ends
         try:
             started = start_job(command, options)
             if isinstance(started, BackgroundJob):
@@ -139,6 +145,7 @@ class DistRunMagics(Magics):
             # the table above says everything: no launcher frames in the cell's traceback
             raise exc.with_traceback(None) from None
         finally:
+            job_ended.set()
             self.shell.user_ns["_dist_result"] = result
             if result is not None:
                 _publish(result)
@@ -156,6 +163,24 @@ class JobInterrupted(KeyboardInterrupt):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+def _start_ui_early(options, job_ended: threading.Event) -> None:
+    """A tracked job into a local store (sqlite beside CODE/): its MLflow UI starts while the
+    job runs, at low priority, once per kernel (comparison/jupyter_ui.start_early), unless
+    PLATFORM_MLFLOW_UI_EARLY=0. A tracking server has its own page: nothing to start. Nor in a
+    notebook run (papermill: nobody opens the page, and the UI ends with the run's kernel)."""
+    if options.tracking == "none" or PLATFORM_MLFLOW_UI_EARLY.get() == "0" \
+            or PLATFORM_NOTEBOOK.is_set() or not in_kernel():
+        return
+    from platform_plugin.comparison.jupyter_ui import start_early
+    from platform_plugin.tracking.sinks.mlflow_sink import default_tracking_uri
+    cwd = options.cwd or os.getcwd()
+    environ = dict(os.environ)
+    export_mlflow_settings(cwd, environ)  # the .env's MLFLOW_TRACKING_URI, as the job's
+    uri = default_tracking_uri(cwd, environ)
+    if not uri.startswith(("http://", "https://")):
+        start_early(uri, job_ended)
 
 
 def _publish(result: JobResult) -> None:

@@ -15,7 +15,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from platform_plugin.cli.flags import add_log_dir
 from platform_plugin.cli.jobs import RECENT, jobs_table
 from platform_plugin.launcher.display.notebook_display import ipython_publisher
-from platform_plugin.launcher.jobs.background import BackgroundJob
+from platform_plugin.launcher.jobs.handle import BackgroundJob
 from platform_plugin.launcher.jobs.live import LiveBoard, result_text
 from platform_plugin.launcher.jobs.records import JobRecord, list_jobs, resolve
 from platform_plugin.launcher.jobs.stopping import request_stop, wait_ended

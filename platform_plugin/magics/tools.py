@@ -20,7 +20,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from platform_plugin.cleanup import run as cleanup
 from platform_plugin.cleanup.run import human_bytes
 from platform_plugin.cli.clean import add_arguments
-from platform_plugin.cli.flags import add_log_dir, add_metric, add_tolerance, metrics_of
+from platform_plugin.cli.flags import add_job, add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.comparison.view import compare
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.folders import check_cwd
@@ -68,7 +68,7 @@ def split_line(line: str, prog: str, code: str) -> list[str]:
 def _compare_parser() -> MagicParser:
     parser = MagicParser(prog="%dist_compare", description="The ranks of a job side by side: "
                          "per-rank table, a chart of every rank's curve, the MLflow page.")
-    parser.add_argument("job", nargs="?", help="job id or folder (default: the latest job)")
+    add_job(parser, help="job id or folder (default: the latest job)")
     add_metric(parser)
     add_tolerance(parser)
     add_log_dir(parser)

@@ -12,6 +12,7 @@ import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
 from platform_plugin.notebook.params import parse_yaml_parameters
+from platform_plugin.util.numbers import number_argument
 
 
 def flag(default: Any, *flags: str, **argparse_options: Any) -> Any:
@@ -48,7 +49,7 @@ class NotebookOptions:
         None, "-k", "--kernel", metavar="NAME",
         help="Jupyter kernel (default: the notebook's kernelspec)")
     timeout: Optional[float] = flag(
-        None, "--timeout", type=float, metavar="S",
+        None, "--timeout", type=number_argument("NB_TIMEOUT", "--timeout"), metavar="S",
         help="fail a cell that runs longer than S seconds")
     env_file: Optional[str] = flag(
         None, "--env-file", metavar=".env", help="user settings file (default: the .env files "

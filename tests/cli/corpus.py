@@ -37,6 +37,7 @@ class Case:
     argv: list
     files: dict = field(default_factory=dict)  # relative path -> str | bytes | dict (JSON)
     expect: str = "any"  # "refuse" | "any"
+    code: str = ""  # the refusal's code, when the case knows it
 
 
 def _mutate(doc: dict, rnd: random.Random) -> dict:
@@ -153,6 +154,91 @@ VALUES = ["nan", "inf", "-1", "0", "1", "2", "1e309", "99999999999", "", "x", BI
           "0x1f", " 3", "3 ", "1_000"]
 
 
+# what Python's int()/float() take but no doc writes (util/numbers.py refuses them all): a launch
+# with `--nproc 1_000` started 1,000 ranks
+BAD_NUMBERS = ["1_000", "\uff12", "\u0661\u0662", "+1", " 2", "2 ", "0x10", "nan", "-nan", "inf",
+               "-inf", "1e999", "", "\u00b2", "1,5", "9" * 41, BIG]
+BAD_WHOLE_NUMBERS = BAD_NUMBERS + ["1e3", "2.0", "9" * 19, "- 1", "--1"]
+# paths no folder can be made at: empty, a NUL, a name over 255 bytes, over PATH_MAX, too deep
+BAD_PATHS = ["", "a\u0000b", "n" * 300, "a/" * 2500, "a/" * 300]
+
+
+def parser_flags(accepts) -> list[tuple[list[str], str, object, list[str]]]:
+    """(command words, flag, its argparse type, the positionals it needs) for every flag of
+    every `platform-run` command (sub-commands too) whose type `accepts`: a flag added later
+    is found here, and the corpus tries it."""
+    import argparse
+
+    from platform_plugin.cli import COMMANDS, build_parser
+    found: list = []
+
+    def walk(parser, words):
+        needs = []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, words + [name])
+            elif not action.option_strings and action.nargs == argparse.REMAINDER:
+                needs += ["--", MISSING_PROGRAM]
+            elif not action.option_strings and action.nargs not in ("?", "*"):
+                needs.append("x")
+        for action in parser._actions:
+            if action.option_strings and accepts(action.type):
+                found.append((words, action.option_strings[0], action.type, needs))
+
+    for name, _module, _help in COMMANDS:
+        top = build_parser([name])
+        commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+        walk(commands.choices[name], [name])
+    return found
+
+
+def number_flag_cases() -> list[Case]:
+    """Every number flag of every command, each with what its reading refuses."""
+    from platform_plugin.launcher.options import FIELDS, flags_of
+    kinds = {"int": int, "float": float}
+    from platform_plugin.util.numbers import NumberArgument
+    cases = []
+    flags = [(words, flag, (kind.kind, kind.code, kind.infinite), needs) for words, flag, kind, needs
+             in parser_flags(lambda t: isinstance(t, NumberArgument)) if words != ["launch"]]
+    # the launch options from their record (some read words of their own too: --nproc auto)
+    for name, f in FIELDS.items():
+        kind = kinds.get(str(f.type).replace("Optional[", "").rstrip("]"))
+        if f.metadata["cli"] and kind is not None:
+            flags.append((["launch"], flags_of(name)[0], (kind, f.metadata["code"], False), []))
+    for words, flag, (kind, code, infinite), needs in flags:
+        values = BAD_WHOLE_NUMBERS if kind is int else BAD_NUMBERS
+        for j, value in enumerate(values):
+            if value == "inf" and infinite:  # `sync --wait inf`: documented
+                continue
+            given = f"{flag}={value}"  # one word: `-inf` is no flag to argparse then
+            argv = [*words, given, *needs]
+            if words == ["launch"]:  # with a program that runs: a value let through is no refusal
+                argv = ["launch", "--tracking", "none", *(["--nproc", "1"] if flag != "--nproc"
+                                                          else []), given, "--", "true"]
+            cases.append(Case(f"number-{'-'.join(words)}{flag}-{j}", argv, {}, "refuse", code))
+    return cases
+
+
+def path_flag_cases() -> list[Case]:
+    from platform_plugin.util.paths import PathArgument
+    cases = []
+    for words, flag, kind, needs in parser_flags(lambda t: isinstance(t, PathArgument)):
+        for j, value in enumerate(BAD_PATHS):
+            cases.append(Case(f"path-{'-'.join(words)}{flag}-{j}", [*words, flag, value, *needs],
+                              {}, "refuse", kind.code))
+    from platform_plugin.launcher.options import FIELDS, flags_of
+    for name, f in FIELDS.items():  # the launch options' folders and files, checked by the record
+        if f.metadata["cli"] and f.metadata["code"] == "LAUNCH_PATH":
+            cases += [Case(f"path-launch-{name}-{j}", ["launch", "--tracking", "none", "--nproc",
+                                                       "1", flags_of(name)[0], value, "--", "true"],
+                           {}, "refuse", "LAUNCH_PATH") for j, value in enumerate(BAD_PATHS)]
+    for command in ("sync", "compare"):  # the JOB argument
+        cases += [Case(f"path-{command}-job-{j}", [command, value], {}, "refuse", "CLI_PATH")
+                  for j, value in enumerate(BAD_PATHS[1:])]
+    return cases
+
+
 def cli_cases(rnd: random.Random) -> list[Case]:
     cases = []
     afile = {"afile": "x"}
@@ -184,6 +270,34 @@ def cli_cases(rnd: random.Random) -> list[Case]:
            ["compare", "--metric"], ["💥"], [""], ["launch", "--nproc", "1", "--", "\x00"]]
     for j, argv in enumerate(odd):
         cases.append(Case(f"odd-{j}", argv, {}, "any"))
+    return cases
+
+
+def job_value_cases() -> list[Case]:
+    """Values a launch took (or crashed on after creating platform_logs/): a job id too long
+    for a folder, a key file that is a folder, every number variable out of range or unread."""
+    launch = ["launch", "--tracking", "none", "--nproc", "1"]
+    cases = [Case("job-id-300", [*launch, "--job-id", "j" * 300, "--", "true"], {}, "refuse",
+                  "LAUNCH_JOB_ID"),
+             Case("job-id-nul", [*launch, "--job-id", "a\u0000b", "--", "true"], {}, "refuse",
+                  "LAUNCH_JOB_ID"),
+             Case("job-id-newline", [*launch, "--job-id", "a\nb", "--", "true"], {}, "refuse",
+                  "LAUNCH_JOB_ID"),
+             Case("job-key-folder", [*launch, "--nnodes", "2", "--master-port", "29999",
+                                     "--job-key", "@adir", "--", "true"], {"adir/x": "k"},
+                  "refuse", "LAUNCH_JOB_KEY"),
+             Case("job-key-nul", [*launch, "--nnodes", "2", "--master-port", "29999",
+                                  "--job-key", "@a\u0000b", "--", "true"], {}, "refuse",
+                  "LAUNCH_JOB_KEY")]
+    for name in ("PLATFORM_RENDEZVOUS_TIMEOUT", "PLATFORM_HEARTBEAT_TIMEOUT",
+                 "PLATFORM_CONTROL_PORT", "PLATFORM_TRACKING_DRAIN_TIMEOUT",
+                 "PLATFORM_WFLOGGER_CALL_TIMEOUT", "PLATFORM_JOB_ID"):
+        for j, value in enumerate(["-5", "1_000", "nan", "0x10", "j" * 120_000]):
+            if name == "PLATFORM_JOB_ID" and j < 4:
+                continue  # names, not numbers: only the length is wrong
+            cases.append(Case(f"variable-{name}-{j}", [*launch, "--", "true"],
+                              {".env": f"{name}={value}\n"}, "refuse",
+                              "LAUNCH_JOB_ID" if name == "PLATFORM_JOB_ID" else ""))
     return cases
 
 
@@ -230,7 +344,8 @@ def notebook_cases(rnd: random.Random) -> list[Case]:
 
 def build() -> list[Case]:
     rnd = random.Random(SEED)
-    cases = rank_table_cases(rnd) + env_cases(rnd) + cli_cases(rnd) + notebook_cases(rnd)
+    cases = rank_table_cases(rnd) + env_cases(rnd) + cli_cases(rnd) + notebook_cases(rnd) + \
+        number_flag_cases() + path_flag_cases() + job_value_cases()
     ids = [c.id for c in cases]
     assert len(ids) == len(set(ids)), "case ids must be unique"
     return cases

@@ -24,6 +24,7 @@ def _prepare(folder: Path, case: corpus.Case) -> None:
     folder.mkdir(parents=True)
     for name, content in case.files.items():
         path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)  # "adir/x": a folder holding a file
         if isinstance(content, bytes):
             path.write_bytes(content)
         elif isinstance(content, str):
@@ -46,6 +47,10 @@ def problem_of(case: corpus.Case, got: Outcome) -> str:
         return f"exit 2 without an error code: {got.text[-300:]}"
     if case.expect == "refuse" and got.rc != 2:
         return f"not refused (exit {got.rc}): {got.text[-300:]}"
+    if case.code and f"[{case.code}]" not in got.text:
+        return f"refused without [{case.code}]: {got.text[-300:]}"
+    if case.code and len(got.err.strip().splitlines()) > 2:  # the headline and the problem
+        return f"more than the problem's one line: {got.err[-300:]}"
     return ""
 
 

@@ -229,6 +229,8 @@ def reachable(cwd):
 @pytest.mark.parametrize("argv, code", [
     (["--pg-port", "99999"], "SERVER_PG_PORT"), (["--pg-port", "-1"], "SERVER_PG_PORT"),
     (["--data-dir", "/proc/no-such-folder/server"], "SERVER_DATA_DIR_READONLY"),
+    (["--data-dir", ""], "SERVER_DATA_DIR"),  # was /var/lib/platform_plugin/server: initdb there
+    (["--workers", "1_0"], "SERVER_WORKERS"), (["--port", "+5000"], "SERVER_PORT"),
     (["--data-dir", "{root}/afile/server"], "SERVER_DATA_DIR_NOT_DIR"),
     (["--artifacts", "/proc/no-such-folder/artifacts"], "SERVER_ARTIFACTS_READONLY")])
 def test_server_flags_are_refused_before_any_cluster_or_folder_exists(cwd, reachable, argv,

@@ -37,12 +37,17 @@ def job_processes(job_dir: str) -> list[int]:
     return found
 
 
+NO_PROCESSES_POLL_S = 0.05  # between two scans of /proc: a scan reads every process's environ
+
+
 def wait_no_processes(job_dir: str, timeout: float = 15.0) -> list[int]:
+    """The job's processes still alive after `timeout` ([] as soon as none is left)."""
     deadline = time.monotonic() + timeout
     while True:
         left = job_processes(job_dir)
         if not left or time.monotonic() > deadline:
             return left
+        time.sleep(NO_PROCESSES_POLL_S)
 
 
 def kill_job(job_dir: str) -> None:

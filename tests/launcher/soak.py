@@ -36,11 +36,43 @@ CLI_SCENARIOS = {
     "cli-sigkill": (["escape", "hang"], signal.SIGKILL),
 }
 SCENARIOS = [*CLI_SCENARIOS, "kernel-interrupt"]
+# the launcher's exit: a failed job 1, Ctrl-C or SIGTERM an interrupt (130), SIGKILL its signal
+EXIT = {"fails": 1, signal.SIGINT: 130, signal.SIGTERM: 130, signal.SIGKILL: -signal.SIGKILL}
+# what a rank prints once the process the scenario is about runs and ignores SIGTERM
+# (behave.py prints it only then): without it, a cycle would pass without testing anything
+STRAY_MARKERS = {"grandchild": "GRANDCHILD", "escape": "ESCAPED", "doublefork": "DAEMON"}
+
+
+def strays_up(job_dir: str, marker: str | None) -> list[int] | None:
+    """Every rank's stray process (its pid from the marker line), alive and ignoring SIGTERM;
+    None while one is not there yet."""
+    if marker is None:
+        return []
+    pids = []
+    for rank in ("0", "1"):
+        lines = [line for line in log_text(job_dir, rank).splitlines() if line.startswith(marker)]
+        if not lines:
+            return None
+        pid = int(lines[0].split()[1])
+        if not ignores_term(pid):
+            return None
+        pids.append(pid)
+    return pids
+
+
+def ignores_term(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            mask = next(line for line in fh if line.startswith("SigIgn:")).split()[1]
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def cli_cycle(name: str, root: Path) -> tuple[list[int], str]:
     """One launcher run; returns (processes left after the end, what happened)."""
     args, end = CLI_SCENARIOS[name]
+    marker = STRAY_MARKERS.get(args[0])
     log_dir = root / "logs"
     log_dir.mkdir(parents=True)
     proc = start_cli(["--nproc", "2", "--grace", "1", "--", PY, BEHAVE, *args], log_dir)
@@ -50,10 +82,16 @@ def cli_cycle(name: str, root: Path) -> tuple[list[int], str]:
         if end != "fails":
             wait_for(lambda: all("READY" in log_text(job_dir, r) for r in ("0", "1")), 60,
                      what="ranks running")
-            time.sleep(0.5)  # the grandchildren are up too
+            wait_for(lambda: strays_up(job_dir, marker) is not None, 60,
+                     what=f"every rank's {marker} process up, ignoring SIGTERM")
             proc.send_signal(end)
         proc.communicate(timeout=90)
         left = wait_no_processes(job_dir, timeout=15)
+        # rank 1, which fails, prints the marker before it does (rank 0 may be stopped sooner)
+        if marker is not None and marker not in log_text(job_dir, "1"):
+            raise AssertionError(f"rank 1 never started its {marker} process: nothing was tested")
+        if proc.returncode != EXIT[end]:
+            raise AssertionError(f"launcher exit {proc.returncode}, expected {EXIT[end]}")
         return left, f"launcher exit {proc.returncode}"
     finally:
         if proc.poll() is None:

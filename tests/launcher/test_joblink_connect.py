@@ -106,6 +106,24 @@ def test_another_program_on_the_control_port_is_named_at_once(monkeypatch, banne
     assert said in problem.message, problem.message
 
 
+def test_on_the_rank_table_route_the_refusal_names_the_control_port(monkeypatch):
+    """The rank table has no rendezvous port: node 0's control port is --control-port
+    (PLATFORM_CONTROL_PORT). The refusal named --master-port, a flag that route does not use."""
+    monkeypatch.setenv("PLATFORM_RENDEZVOUS_TIMEOUT", "60")
+    monkeypatch.setattr(reach, "HELLO_S", 1.0)
+    port = free_port_pair()
+    squatter = Squatter(port, b"SSH-2.0-OpenSSH_9.2\r\n")
+    try:
+        with pytest.raises(ConfigError) as refused:
+            Spoke("127.0.0.1", port, 1, 2, "10.0.0.2", key=None, hub_server="10.0.0.1").close()
+    finally:
+        squatter.stop()
+    [problem] = refused.value.problems
+    assert problem.code == "LAUNCH_PORT_BUSY" and problem.path == "--control-port"
+    assert "--control-port" in problem.message and "--master-port" not in problem.message
+    assert "the first server's launcher" in problem.message, problem.message
+
+
 def test_a_port_that_closes_every_connection_is_retried_until_the_rendezvous_timeout(
         monkeypatch):
     """A connection closed before a word may be node 0 ending or starting again: called again,

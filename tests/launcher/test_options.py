@@ -75,8 +75,9 @@ def test_aliases_map_to_their_field(monkeypatch):
     aliased.name, aliased.type = "nproc", original.type
     monkeypatch.setitem(FIELDS, "nproc", aliased)
     assert from_kwargs({"nproc_per_node": 4}).nproc == 4
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         from_kwargs({"nproc_per_node": 4, "nproc": 2})
+    assert code_of(err) == "LAUNCH_UNKNOWN_OPTION"
 
 
 def test_launch_keywords_list_every_option_with_its_type():
@@ -115,7 +116,15 @@ def test_an_option_not_given_takes_its_variable():
     (dict(backend="bogus"), "LAUNCH_BACKEND"),
     (dict(tracking="mlfow"), "LAUNCH_BAD_VALUE"),
     (dict(node_rank=-1), "LAUNCH_NODE_RANK"),
-    (dict(job_name="a/b"), "LAUNCH_BAD_VALUE"),
+    (dict(job_name="a/b"), "LAUNCH_JOB_NAME"),
+    (dict(job_name="a\x00b"), "LAUNCH_JOB_NAME"),
+    (dict(job_id="j" * 129), "LAUNCH_JOB_ID"),
+    (dict(job_id="a\nb"), "LAUNCH_JOB_ID"),
+    (dict(log_dir=""), "LAUNCH_PATH"),
+    (dict(log_dir="a/" * 2500), "LAUNCH_PATH"),
+    (dict(cache_dir="n" * 256), "LAUNCH_PATH"),
+    (dict(checkpoint_dir="a\x00b"), "LAUNCH_PATH"),
+    (dict(cwd="a/" * 300), "LAUNCH_PATH"),
     (dict(env={"A": 1}), "LAUNCH_BAD_VALUE"),
 ])
 def test_bad_values_are_refused_with_a_code(kw, code):
@@ -165,3 +174,23 @@ def test_a_value_of_the_wrong_type_is_refused_in_a_sentence():
         parser.parse_args(["--timeout", "soon", "--", "x"])
     assert "--timeout 'soon' is not a number: give one, e.g. --timeout 2.5" in str(err.value)
     assert "must be" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["1_000", "\uff12", "+1", " 2", "2 ", "0x10", "1e3", "2.0", "",
+                                  "9" * 19])
+def test_a_whole_number_flag_takes_ascii_digits_only(text):
+    """int() took all of these: `--nproc 1_000` started 1,000 ranks."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(ConfigError) as err:
+        parser.parse_args(["--nproc", text, "--", "x"])
+    assert code_of(err) == "LAUNCH_NPROC"
+    assert "is not a whole number" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_option_from_its_variable_is_refused_naming_the_variable():
+    with pytest.raises(ConfigError) as err:
+        opts_mod.with_environment(LaunchOptions(), {"PLATFORM_JOB_ID": "j" * 120_000})
+    assert code_of(err) == "LAUNCH_JOB_ID"
+    text = str(err.value)
+    assert "PLATFORM_JOB_ID" in text and "120000 bytes" in text and len(text) < 400

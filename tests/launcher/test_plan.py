@@ -316,8 +316,9 @@ def test_program_source_and_names():
     assert normalize_command("python a.py '{x}'") == (sys.executable, "a.py", "{x}")
     assert normalize_command(["train.py"]) == (sys.executable, "train.py")
     assert normalize_command(["bash", "x"]) == ("bash", "x")
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         normalize_command([])
+    assert [p.code for p in err.value.problems] == ["LAUNCH_NO_COMMAND"]
     assert default_job_name((sys.executable, "-u", "dir/my train.py")) == "my-train"
     assert default_job_name((sys.executable, "-m", "pkg.trainer")) == "trainer"
     assert default_job_name(("bash", "run.sh")) == "bash"
@@ -329,8 +330,9 @@ def test_program_source_and_names():
 def test_parse_show():
     assert parse_show("all") is None and parse_show("none") == set()
     assert parse_show("0,3") == {"0", "3"} and parse_show("sched") == {"sched"}
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as err:
         parse_show("rank0")
+    assert [p.code for p in err.value.problems] == ["LAUNCH_BAD_SHOW"]
 
 
 @hsettings(deadline=None, max_examples=40)

@@ -100,13 +100,23 @@ def test_timeout_stops_a_job_that_runs_too_long(run):
     assert job_processes(result.job_dir) == []
 
 
-def test_silence_timeout_detects_a_hang_but_not_a_chatty_rank(run):
+def test_silence_timeout_detects_a_hang_but_not_a_chatty_rank(run, tmp_path):
     with pytest.raises(JobFailed) as err:
         run("hang", nproc=2, silence_timeout=1.0)
     assert err.value.result.status == "hung" and "silence" in err.value.result.reason
+    # the chatty rank is a shell loop, not Python: its first line comes within milliseconds of
+    # the spawn even on a loaded machine, where a Python start alone can take more than the 1 s
+    # of silence allowed (it was then taken for hung before it had printed anything)
     with pytest.raises(JobFailed) as err:
-        run("chatty", nproc=1, silence_timeout=1.0, timeout=3.0)
-    assert err.value.result.status == "timeout"
+        launch(["sh", "-c", CHATTY_SH], nproc=1, silence_timeout=1.0, timeout=3.0,
+               tracking="none", log_dir=str(tmp_path), write=lambda text: None)
+    result = err.value.result
+    assert result.status == "timeout", result.reason
+    assert log_text(result.job_dir, "0").count("tick") >= 10  # it talked all along
+    assert job_processes(result.job_dir) == []
+
+
+CHATTY_SH = "while :; do echo tick; sleep 0.2; done"  # never silent, never ends
 
 
 def test_a_grandchild_ignoring_sigterm_is_killed_too(run):

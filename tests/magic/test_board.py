@@ -75,7 +75,12 @@ def test_errors_are_one_block_without_plugin_frames(kernel):
                         f"--log-dir {kc.log_dir} python {RANK} 3 0 1")
     assert not cell.ok and cell.reply["ename"] == "JobFailed"
     assert len(cell.error) == 1 and cell.error[0].startswith("JobFailed: job "), cell.error
-    assert "ROOT CAUSE" in cell.stream and "rank 1 about to fail" in cell.stream
+    # the board turned into the result (each process's end in its row), one root-cause block
+    # with the last lines below it, no second process table
+    assert "exit 3 — ROOT CAUSE" in cell.board, cell.board
+    assert "rank 1 about to fail" not in cell.board  # its lines: in the root-cause block only
+    assert cell.stream.count("rank 1 about to fail") == 1 and "root cause: rank 1" in cell.stream
+    assert not re.search(r"process\s+rank\s+pid", cell.stream), cell.stream
     text = "\n".join(cell.error) + cell.stream
     assert "magics/dist_run.py" not in text and "Traceback" not in text and 'File "' not in text
     assert "exit 3" in cell.board  # the board's last state shows the failed rank

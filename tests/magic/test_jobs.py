@@ -52,6 +52,22 @@ def test_a_background_job_leaves_the_kernel_free_and_its_board_moves(kernel):
     assert len(updates) >= 2, "the board did not move after its cell returned"
     boards = [u["text/plain"] for u in updates]
     assert boards[-1] != boards[0] and "tick" in boards[-1] and job_id in boards[-1]
+    # %dist_attach, then the stop button: it detaches and says the job goes on
+    attach_id = kc.execute(f"%dist_attach --log-dir {kc.log_dir}")
+    wait_for(lambda: later_updates(kc, 0.5) or None, 60, what="the attached board")
+    km.interrupt_kernel()
+    said = ""
+    while True:
+        msg = kc.get_iopub_msg(timeout=60)
+        if msg["parent_header"].get("msg_id") != attach_id:
+            continue
+        if msg["msg_type"] == "stream":
+            said += msg["content"]["text"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    assert f"detached from job {job_id}: it goes on" in said, said
+    detached = run_cell(kc, "print(_dist_job.state)")
+    assert detached.stream.strip() == "running"
     listed = run_cell(kc, f"%dist_jobs --log-dir {kc.log_dir}")
     assert job_id in listed.stream and "running" in listed.stream
     stopped = run_cell(kc, f"%dist_stop --log-dir {kc.log_dir}", timeout=120)
@@ -73,8 +89,8 @@ def test_a_failing_background_job_raises_at_dist_wait(kernel):
     assert "rank 1" in "".join(waited.error)
     final = later_updates(kc, 2) + [d for _, d in started.displays]
     # the cell that started it shows the root cause in the same output
-    assert any("ROOT CAUSE" in d["text/plain"] for d in final) or \
-        "ROOT CAUSE" in run_cell(kc, f"%dist_attach --log-dir {kc.log_dir}").board
+    assert any("root cause: rank 1" in d["text/plain"] for d in final) or \
+        "root cause: rank 1" in run_cell(kc, f"%dist_attach --log-dir {kc.log_dir}").board
 
 
 def test_attach_follows_a_job_a_terminal_started_then_shows_its_result(kernel):

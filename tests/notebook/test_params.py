@@ -94,8 +94,9 @@ def test_params_file(tmp_path):
     assert load_params_file(str(path)) == {}
     for bad in ("- 1\n- 2\n", "a: [1\n"):
         path.write_text(bad)
-        with pytest.raises(ConfigError):
+        with pytest.raises(ConfigError) as err:
             load_params_file(str(path))
+        assert [p.code for p in err.value.problems] == ["NB_PARAMS"], bad
     with pytest.raises(ConfigError, match="not found"):
         load_params_file(str(tmp_path / "nope.yaml"))
 

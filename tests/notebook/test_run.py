@@ -169,8 +169,9 @@ def test_a_full_run_refuses_a_busy_parent_before_its_cleanup_removes_anything(
     with holding_code(run, cleaning) as report:
         assert report is not None and not (code / "kernel_meta").exists()
         for folder in (code, tmp_path):
-            with pytest.raises(ConfigError):
+            with pytest.raises(ConfigError) as busy:
                 RootLock(folder, "another cleanup").acquire(exclusive=True)
+            assert [p.code for p in busy.value.problems] == ["CLEAN_ROOT_BUSY"]
 
 
 def test_failed_rank_via_dist_run_exits_1_with_the_root_cause_table(tmp_path):

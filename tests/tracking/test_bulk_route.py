@@ -87,6 +87,13 @@ def test_bulk_route_refuses_unknown_and_deleted_runs_and_bad_bodies(postgres_mlf
     assert rows(postgres_mlflow.pg_uri, active) == ([], [])  # nothing of a refused request stored
 
 
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # a valid point first: a refused request stores nothing of it either
 REFUSED = {
     "step 1e23": ["loss", 1.0, 1e23, 1],
@@ -103,6 +110,11 @@ REFUSED = {
     "value a string": ["loss", "x", 0, 1],
     "value null": ["loss", None, 0, 1],
     "value a bool": ["loss", True, 0, 1],
+    "value of 401 digits": ["loss", 10 ** 400, 0, 1],
+    "value of -401 digits": ["loss", -10 ** 400, 0, 1],
+    "value a list 900 deep": ["loss", _nested(900), 0, 1],
+    "name a list 900 deep": [_nested(900), 1.0, 0, 1],
+    "step of 4,000 digits": ["loss", 1.0, 10 ** 3999, 1],
     "three fields": ["loss", 1.0, 0],
     "no list": {"k": 1},
 }
@@ -124,6 +136,48 @@ def test_bulk_route_refuses_what_mlflow_refuses_with_its_400_before_the_database
     assert rows(postgres_mlflow.pg_uri, run) == ([], [])
     with open(postgres_mlflow.log_path, "rb") as log:
         log.seek(logged)  # what the server logged of this request
+        assert b"Traceback" not in log.read()
+
+
+def _raw_bodies(run: str) -> dict[str, bytes]:
+    """Bodies no JSON shape of the route fits, each a refusal of its own kind."""
+    point = '["ok", 1.0, 0, 1]'
+    return {
+        "100,000 deep": b"[" * 100_000 + b"]" * 100_000,
+        "100,000 deep objects": b'{"a":' * 100_000 + b"1" + b"}" * 100_000,
+        "deep inside a point": ('{"runs": [{"run_id": "%s", "metrics": [%s, %s]}]}'
+                                % (run, point, "[" * 100_000 + "]" * 100_000)).encode(),
+        "5,000-digit value": ('{"runs": [{"run_id": "%s", "metrics": [["loss", %s, 0, 1]]}]}'
+                              % (run, "9" * 5000)).encode(),
+        "run id a deep list": ('{"runs": [{"run_id": %s, "metrics": [%s]}]}'
+                               % ("[" * 900 + "]" * 900, point)).encode(),
+        "run id a number": ('{"runs": [{"run_id": %s, "metrics": [%s]}]}'
+                            % ("9" * 4000, point)).encode(),
+        "not UTF-8": b'{"runs": [{"run_id": "\xff\xfe", "metrics": []}]}',
+        "runs a string": b'{"runs": "abc"}',
+        "a list": b"[1, 2]",
+        "empty": b"",
+    }
+
+
+@pytest.mark.parametrize("kind", list(_raw_bodies("r")), ids=list(_raw_bodies("r")))
+def test_bulk_route_answers_400_for_every_body_it_cannot_take_without_a_traceback(
+        postgres_mlflow, kind):
+    """A 100,000-deep body was a RecursionError and a 401-digit value an OverflowError: HTTP 500
+    and a traceback in the server's log. Every body the route cannot take is MLflow's 400."""
+    from mlflow.utils.rest_utils import http_request
+    c = client(postgres_mlflow)
+    run = c.create_run(c.create_experiment(f"bulk-{uuid.uuid4().hex[:8]}")).info.run_id
+    logged = os.path.getsize(postgres_mlflow.log_path)
+    answer = http_request(c._tracking_client.store.get_host_creds(), ROUTE, "POST",
+                          data=_raw_bodies(run)[kind], max_retries=0,
+                          extra_headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text[:500]
+    assert answer.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert len(answer.text) < 2000, answer.text[:300]
+    assert rows(postgres_mlflow.pg_uri, run) == ([], [])
+    with open(postgres_mlflow.log_path, "rb") as log:
+        log.seek(logged)
         assert b"Traceback" not in log.read()
 
 

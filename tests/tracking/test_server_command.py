@@ -103,6 +103,58 @@ def test_sigkilled_server_command_takes_mlflow_and_postgres_down_cleanly(data_di
     wait_for(second.all_gone, timeout=30, what="everything stopped after SIGTERM")
 
 
+def _migration_of(server_pid: int) -> int | None:
+    """The schema migration `platform-run server` runs as a child (python -c ...)."""
+    for pid in process_tree(server_pid)[1:]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"initialize_backend_stores" in fh.read():
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Live processes whose command line holds `text` (the data folder: postgres -D, initdb)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if text.encode() in fh.read() and alive(int(entry)):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def test_sigkilled_mid_migration_the_server_command_leaves_no_process(data_dir):
+    """The migration child shared the command's process group and nobody watched it: SIGKILLed
+    while migrating, the command left it (parent 1) retrying the stopped database for more than
+    80 s. Now every child is handed to the lifeline before it is waited for."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "platform_plugin", "server", "--port", "0", "--workers", "1",
+         "--data-dir", str(data_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=clean_env(), start_new_session=True)
+    try:
+        migration = wait_for(lambda: proc.poll() is None and _migration_of(proc.pid),
+                             timeout=240, interval=0.05, what="the schema migration to start")
+        postmaster = int((data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+        os.kill(migration, signal.SIGSTOP)  # held mid-migration: the kill below finds it there
+        tree = process_tree(proc.pid)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        assert alive(migration), "the migration ended before the command was killed"
+        os.kill(migration, signal.SIGCONT)
+        wait_for(lambda: not any(alive(pid) for pid in [*tree, postmaster])
+                 and not _processes_naming(str(data_dir)), timeout=60,
+                 what=f"no process of the killed command left (migration {migration})")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_second_server_on_the_same_data_dir_is_refused_and_the_first_keeps_serving(data_dir):
     """Before: the second `platform-run server --data-dir SAME` failed to start PostgreSQL
     ("another server might be running", exit 1) and its clean-up stopped the FIRST server's

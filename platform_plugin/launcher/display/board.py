@@ -54,6 +54,7 @@ class Board(Output):
         self._last_bundle: dict | None = None
         self.outcome = ""  # how the job ended, once `ended()` knows it
         self.cause: str | None = None  # the root-cause rank: its last lines follow in the table
+        self.ended_notes: dict[str, str] = {}  # process -> ROOT CAUSE, stopped by launcher, ...
         self.delivering = False  # the ranks ended; the launcher waits for tracking's delivery
         self.waiting = ""  # why the ranks are silent, shown until the first one writes
 
@@ -110,6 +111,8 @@ class Board(Output):
         self.outcome = "succeeded" if result.ok else result.status.upper()
         cause = result.root_cause
         self.cause = cause.name if cause is not None and cause.last_lines else None
+        # the board turns into the result: each failed process's row says what the table did
+        self.ended_notes = {f.name: f.note for f in result.failures if f.note}
         self.final_bundle = self.bundle(final=True)
         self.publish(self.final_bundle)
 
@@ -140,7 +143,8 @@ class Board(Output):
             screen = self._screen(name)
             tail = screen.raw()[-self.board_lines:]  # the last few of the table's quote's lines
             rows.append(RankRow(
-                name=name, status=_status(proc),
+                name=name, status=_status(proc) + (f" — {self.ended_notes[name]}"
+                                                   if final and name in self.ended_notes else ""),
                 runtime_s=((proc.ended or now) - proc.started) if proc else now - self._opened_at,
                 step=found.step if found else None, metrics=dict(found.values) if found else {},
                 steps_per_s=found.steps_per_s if found else None,

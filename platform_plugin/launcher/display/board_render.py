@@ -156,6 +156,8 @@ def _clip(text: str, width: int) -> str:
 def _cells(row: RankRow, names: list, last_step: int | None = None) -> tuple:
     rate = f"{row.steps_per_s:.2f}" if row.steps_per_s is not None else ""
     last = row.tail[-1] if row.tail else ""
+    if row.tail and not row.tail_block:  # the root cause: its last lines are quoted below, once
+        last = "(its last lines: in the root cause below)"
     return (row.label, row.status, f"{row.runtime_s:.0f}s", "" if row.step is None else
             str(row.step), metrics_text(row.metrics, names), sparkline(row.curve, last_step),
             rate, _clip(last, LAST_LINE_CHARS))

@@ -14,12 +14,13 @@ from platform_plugin.util.texttable import render_rows
 
 
 def render_result(result: JobResult, width: int | None = None,
-                  attempt: tuple[int, int] | None = None) -> str:
+                  attempt: tuple[int, int] | None = None, rows: bool = True) -> str:
     """A compact table: one headline, the root cause with its last lines, one row per rank,
     then where the ranks were (a stopped job; "stuck in" for a hang). `width`: the terminal's columns (the CLI);
     the table fits them, a stack line is clipped (every frame is in the job's stacks/).
     `attempt`: (number, of how many) for an attempt that is restarted (--max-restarts): the
-    headline names the attempt, not the job, which goes on."""
+    headline names the attempt, not the job, which goes on. `rows` False: no process table (the
+    notebook's board above it turned into the result: each process's end is in its row)."""
     ranks = len(result.exitcodes)
     what = f"(backend {result.backend}, {ranks} process{'es' if ranks != 1 else ''})"
     if attempt is not None:
@@ -54,7 +55,7 @@ def render_result(result: JobResult, width: int | None = None,
             lines += ["  hint: SIGKILL from outside the launcher: most often the out-of-memory "
                       "killer", f"        (`dmesg` shows \"Killed process {_dash(cause.pid)}\"); "
                       "check the server's memory"]
-    if result.failures or not result.ok:
+    if (result.failures or not result.ok) and rows:
         lines.append(_table(result))
         lines.extend(_stacks(result, width))
     held = {k: v for k, v in result.held_back.items() if v}

@@ -11,8 +11,8 @@ it. How long it lives:
   job's grace. A page reload, a closed tab or other cells change nothing: the kernel lives.
 - detached: no lifeline; the job survives its starter, and `platform-run attach|jobs|stop`
   manage it.
-The handle (`BackgroundJob`) and everything else read the job from its folder (records.py), so
-a job started elsewhere is managed the same way.
+The handle (handle.py: `BackgroundJob`) and everything else read the job from its folder
+(records.py), so a job started elsewhere is managed the same way.
 """
 from __future__ import annotations
 
@@ -25,11 +25,8 @@ import threading
 from typing import IO, Callable
 
 from platform_plugin.errors import ConfigError, PlatformPluginError, Problem
-from platform_plugin.launcher.jobs.live import LiveBoard
-from platform_plugin.launcher.jobs.records import read_record
-from platform_plugin.launcher.jobs.stopping import request_stop, wait_ended
+from platform_plugin.launcher.jobs.handle import BackgroundJob
 from platform_plugin.launcher.options import FIELDS, LaunchOptions
-from platform_plugin.launcher.processes.result import JobFailed, JobResult, JobStatus
 from platform_plugin.launcher.processes.spawn import Lifeline, piped
 from platform_plugin.variables import PLATFORM_NOTEBOOK_RUN
 
@@ -49,87 +46,6 @@ def runs_in_foreground() -> bool:
     """A notebook run by `platform-run debug|full` (papermill) runs a background job in the
     foreground: the run must fail when a rank fails, and nobody is there to attach."""
     return bool(PLATFORM_NOTEBOOK_RUN.get())
-
-
-class BackgroundJob:
-    """The handle of a job running in its own process: `job_id`, `job_dir`, `state` (running,
-    succeeded, failed, interrupted, lost), `result` (None while it runs), `wait()`, `stop()`."""
-
-    def __init__(self, job_id: str, job_dir: str, *, how: str = "background",
-                 process: subprocess.Popen | None = None, check: bool = True,
-                 result: JobResult | None = None) -> None:
-        self.job_id, self.job_dir, self.how = job_id, job_dir, how
-        self.process = process
-        self.check = check
-        self._result = result
-        self.board: LiveBoard | None = None  # the live board in the cell that started it
-
-    def show_board(self, publish: Callable[[dict], object]) -> LiveBoard:
-        """The job's live board, published from a thread until the job ended (a kernel: the
-        cell that started it returns, the board goes on)."""
-        self.board = LiveBoard(self.job_dir, publish)
-        self.board.in_thread()
-        return self.board
-
-    @property
-    def state(self) -> str:
-        if self._result is not None:
-            return _STATES.get(str(self._result.status), "failed")
-        return read_record(self.job_dir).state
-
-    @property
-    def result(self) -> JobResult | None:
-        if self._result is None:
-            record = read_record(self.job_dir)
-            if not record.running and self._launcher_gone():
-                self._result = record.result() or _lost(record.job_id, record.job_dir)
-        return self._result
-
-    def _launcher_gone(self) -> bool:
-        return self.process is None or self.process.poll() is not None
-
-    def wait(self, timeout: float | None = None) -> JobResult:
-        """The result once the job ended; raises JobFailed when it failed or was stopped
-        (unless started with check=False), TimeoutError when `timeout` passed first."""
-        __tracebackhide__ = True
-        if self._result is None:
-            if self.process is not None:
-                try:
-                    self.process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    raise TimeoutError(f"job {self.job_id} still runs after {timeout:g}s") \
-                        from None
-            record = wait_ended(self.job_dir, timeout)
-            if record.running:
-                raise TimeoutError(f"job {self.job_id} still runs after {timeout:g}s")
-        result = self.result
-        if result is None:  # (the launcher ended; its job.json is gone or another version's)
-            result = _lost(self.job_id, self.job_dir)
-        if self.check and not result.ok:
-            raise JobFailed(result)
-        return result
-
-    def stop(self) -> JobResult:
-        """Stop it as the stop button does; the result (JobFailed is not raised for it)."""
-        record = read_record(self.job_dir)
-        request_stop(record)
-        check, self.check = self.check, False
-        try:
-            return self.wait()
-        finally:
-            self.check = check
-
-    def __repr__(self) -> str:
-        return f"<BackgroundJob {self.job_id} {self.state} ({self.how}); logs in {self.job_dir}>"
-
-
-_STATES = {"succeeded": "succeeded", "interrupted": "interrupted"}
-
-
-def _lost(job_id: str, job_dir: str) -> JobResult:
-    return JobResult(job_id=job_id, job_name="", job_dir=job_dir, backend="",
-                     status=JobStatus.FAILED, ok=False, duration_s=0.0, exitcodes={},
-                     reason="lost: its launcher ended without writing a result (killed?)")
 
 
 def child_options(options: LaunchOptions) -> dict:

@@ -28,12 +28,12 @@ EXIT_CODES = {"succeeded": 0, "interrupted": 130}  # else 1 (failed, lost)
 DETACHED = " — detached: the job goes on"
 
 
-def result_text(record: JobRecord) -> str:
-    """The ended job's block below its board: its launcher's summary (a failure's root-cause
-    table), or what is known of a lost one."""
+def result_text(record: JobRecord, board: bool = False) -> str:
+    """The ended job's block: its launcher's summary (a failure's root-cause table), or what is
+    known of a lost one. `board`: below its final board (which shows each process's end)."""
     result = record.result()
     if result is not None:
-        return job_summary(result)
+        return job_summary(result, board=board)
     if record.state == "lost":
         pid = record.launcher.get("pid")
         return (f"[launcher] job {record.job_id} was lost: its launcher (pid {pid}) ended "
@@ -46,7 +46,7 @@ def bundle(follower: JobFollower, *, final: bool = False, note: str = "") -> dic
     view = follower.view(final=final, title_note=note)
     text, page = render_text(view), render_html(view)
     record = follower.record
-    block = result_text(record) if final and record is not None else ""
+    block = result_text(record, board=True) if final and record is not None else ""
     if block:
         text += "\n" + block
         page += f"<pre style='margin:4px 0'>{html.escape(block)}</pre>"
@@ -115,9 +115,9 @@ def attach_terminal(job_dir: str, out: IO[str] | None = None,
     out = out or sys.stdout
     follower = JobFollower(job_dir)
     record, _ = follower.refresh()
-    if record.running:
-        _write(out, bundle(follower)["text/plain"])
     try:
+        if record.running:
+            _write(out, bundle(follower)["text/plain"])
         while record.running:
             time.sleep(refresh_s)
             if not os.path.isdir(job_dir):

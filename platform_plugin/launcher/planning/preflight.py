@@ -17,6 +17,7 @@ from platform_plugin.launcher.planning.stale import refuse_or_kill
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.hosts import is_host
 from platform_plugin.util.ports import check_free
+from platform_plugin.variables import refused_values
 
 MAX_JOB_NAME = 100  # the job folder is <name>-<date>-<time>-<hex>; file names end at 255 bytes
 MAX_ARG_STRLEN = 128 * 1024  # Linux: one argument or NAME=VALUE, terminator included
@@ -30,6 +31,9 @@ def check_place(place: JobPlace, env: dict) -> None:
     """What can be refused before this server's launcher meets the others' (the job's identity,
     hence its plan, comes from node 0). `env`: the ranks' environment as far as it is known
     (the PATH the program is looked up on)."""
+    problems = refused_values(env)  # read later (at the rendezvous, at the end): refused now
+    if problems:
+        raise ConfigError(problems)
     _check_job(place.job_name, place.master_addr, place.log_root, place.cache_root,
                list(place.command), env, place.cwd)
     if place.checkpoint_dir:

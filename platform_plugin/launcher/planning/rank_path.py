@@ -29,7 +29,7 @@ from platform_plugin.util.regular_file import Refused
 # The modules a rank imports, relative to the package folder: they are Python 3.7 code
 # (tests/compat/test_py37.py compiles them with a 3.7 interpreter); every module of
 # tracking/integrations/ is added to these.
-RANK_SIDE = ("__init__.py", "errors.py", "variables.py",
+RANK_SIDE = ("__init__.py", "errors.py", "variables.py", "util/__init__.py", "util/numbers.py",
              "tracking/__init__.py", "tracking/shared/__init__.py", "tracking/shared/sink_choice.py",
              "tracking/rank/__init__.py", "tracking/rank/identity.py", "tracking/rank/job_id.py",
              "tracking/rank/spool.py", "tracking/rank/tracker.py",

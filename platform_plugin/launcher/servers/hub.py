@@ -30,6 +30,11 @@ from platform_plugin.launcher.servers.socket_thread import Linked, socket_option
 from platform_plugin.launcher.servers.wire import PROTOCOL, TO_NODE_0, Counters, valid_identity
 
 MAX_GUESTS = 64  # connections that greeted but did not join yet, beyond the job's nodes
+# A launcher joins as soon as it is welcomed (milliseconds; seconds on a loaded machine): a
+# guest that has not joined by then is no launcher of the job. Guests never starve a real
+# node: one that greets when MAX_GUESTS wait is welcomed, and the guest that greeted first is
+# dropped; every guest is dropped GUEST_JOIN_S after its greeting, pinging or not.
+GUEST_JOIN_S = 15.0
 SUSPECT_RECHECK_S = 0.2  # libzmq closes a descriptor right after it reports its disconnect
 
 
@@ -83,6 +88,7 @@ class Peer:
 
     sid: str
     heard: float  # when it last said anything
+    greeted: float = 0.0  # when it said hello (a guest not joined GUEST_JOIN_S after is dropped)
     node: Optional[int] = None  # set once node 0 accepted its join
     joined: int = 0  # the attempt (1, 2, ...) it last joined; 0: none yet
     server: str = ""  # the server id it joined with (the rank table's, or node<I>)
@@ -305,11 +311,15 @@ class Hub(Linked):
             self._lost(rid, "it sent a message the link refused")
 
     def _on_hello(self, rid: bytes, peer: Optional[Peer], message: dict) -> None:
-        guests = sum(1 for p in self.peers.values() if p.node is None)
-        if peer is not None or guests >= MAX_GUESTS:
-            self._refuse(rid, "hello: a second greeting, or too many connections greeting")
+        if peer is not None:
+            self._refuse(rid, "hello: a second greeting on one connection")
             return
-        peer = Peer(message["sid"], time.monotonic())
+        guests = sorted((p.greeted, guest) for guest, p in self.peers.items() if p.node is None)
+        if len(guests) >= MAX_GUESTS:  # the newcomer may be the job's launcher: it is welcomed
+            self._refuse(guests[0][1], f"guest: more than {MAX_GUESTS} connections greeted "
+                         "without joining; the one that greeted first is dropped")
+        now = time.monotonic()
+        peer = Peer(message["sid"], now, greeted=now)
         with self.cond:  # (agree, conclude and close read the peers from other threads)
             self.peers[rid] = peer
         self._send(rid, peer, "welcome", protocol=PROTOCOL)
@@ -407,7 +417,10 @@ class Hub(Linked):
                 else:
                     self._closed(fd)
         for rid, peer in list(self.peers.items()):
-            if now - peer.heard > self.silence_s:
+            if peer.node is None and now - peer.greeted > GUEST_JOIN_S:
+                self._refuse(rid, f"guest: greeted {GUEST_JOIN_S:g} s ago and did not join (a "
+                             "launcher joins as soon as it is welcomed)")
+            elif now - peer.heard > self.silence_s:
                 self.ignored.add(rid)
                 self._lost(rid, f"silent for {self.silence_s:g} s (frozen or cut off)")
             else:

@@ -77,7 +77,14 @@ def adopted(identity: dict[str, str], options: LaunchOptions, environ: dict,
             note: Callable[[str], None] | None = None) -> LaunchOptions:
     """The options with node 0's experiment in every rank's environment (options.env wins over
     the rest, so the ranks and this server's tracking both use it). A server whose own
-    MLFLOW_EXPERIMENT_NAME names another experiment says so once."""
+    MLFLOW_EXPERIMENT_NAME names another experiment says so once, and so does one given another
+    job id (`--job-id` / PLATFORM_JOB_ID) than node 0's: the job keeps node 0's id (its folders
+    and runs), which the key made this launcher part of (docs/launch.md, Multi-node)."""
+    mine_id = options.job_id
+    if mine_id and mine_id != identity.get("job_id") and note is not None:
+        note(f"--job-id / PLATFORM_JOB_ID is {mine_id[:200]!r} here, but node 0 runs the job as "
+             f"{identity.get('job_id', '')[:200]!r}: this server joins that job (one id per job; "
+             "a separate job needs its own --master-port and key)")
     experiment = identity.get("experiment")
     if not experiment:
         return options

@@ -43,16 +43,23 @@ def ipv4_of(addr: str) -> str:
     return str(socket.getaddrinfo(addr, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
 
 
-def reach(addr: str, port: int, note: Callable[[str], None] | None = None) -> None:
+def port_flag(table: bool) -> str:
+    """The setting that chooses node 0's control port: `--master-port` (+ 1) on the `--nnodes`
+    route, `--control-port` on the rank-table route (the table has no rendezvous port)."""
+    return "--control-port" if table else "--master-port"
+
+
+def reach(addr: str, port: int, note: Callable[[str], None] | None = None,
+          table: bool = False) -> None:
     """Returns once a ZeroMQ socket listens on node 0's control port (checked on a plain TCP
     connection of its own, closed again; the link's own connection is ZeroMQ's)."""
     timeout = join_timeout()
     deadline = time.monotonic() + timeout
     waiting = WaitNote(note)
     while True:
-        sock = _connect(addr, port, deadline, timeout, waiting)
+        sock = _connect(addr, port, deadline, timeout, waiting, table)
         try:
-            zeromq = _greeting(sock, addr, port)
+            zeromq = _greeting(sock, addr, port, table)
         finally:
             sock.close()
         if zeromq:
@@ -60,14 +67,14 @@ def reach(addr: str, port: int, note: Callable[[str], None] | None = None) -> No
         # closed before a word: node 0 ending (or starting again); call again
         if time.monotonic() > deadline:
             raise PlatformPluginError(
-                f"what listens on {addr}:{port} (--master-port + 1) closed every connection "
+                f"what listens on {addr}:{port} ({_named(table)}) closed every connection "
                 f"without a word for {timeout:g}s: node 0's launcher greets at once; is another "
                 "program on that port? (PLATFORM_RENDEZVOUS_TIMEOUT sets the wait)")
         time.sleep(0.2)
 
 
 def _connect(addr: str, port: int, deadline: float, timeout: float,
-             waiting: WaitNote) -> socket.socket:
+             waiting: WaitNote, table: bool) -> socket.socket:
     while True:
         try:
             sock = socket.create_connection((addr, port), timeout=2)
@@ -82,15 +89,17 @@ def _connect(addr: str, port: int, deadline: float, timeout: float,
             if time.monotonic() > deadline:
                 raise PlatformPluginError(
                     f"cannot reach node 0's launcher at {addr}:{port} ({exc.strerror or exc}) "
-                    f"within {timeout:g}s: start node 0 with the same --master-addr and "
-                    "--master-port (PLATFORM_RENDEZVOUS_TIMEOUT sets the wait)") from None
+                    f"within {timeout:g}s: " + ("start the table's first server with the same "
+                    "table and --control-port" if table else "start node 0 with the same "
+                    "--master-addr and --master-port") + " (PLATFORM_RENDEZVOUS_TIMEOUT sets the "
+                    "wait)") from None
             waiting.check(lambda: f"waiting for node 0's launcher at {addr}:{port} "
                                   f"({exc.strerror or exc}; up to {timeout:g}s, "
                                   "PLATFORM_RENDEZVOUS_TIMEOUT)")
             time.sleep(0.2)
 
 
-def _greeting(sock: socket.socket, addr: str, port: int) -> bool:
+def _greeting(sock: socket.socket, addr: str, port: int, table: bool) -> bool:
     """True when the peer greets as ZeroMQ does (ZMTP 3: a 10-byte signature, 0xFF ... 0x7F,
     sent at once on accept); False when it closed before a word. Another program on node 0's
     port (an HTTP server, a leftover process) would never finish ZeroMQ's handshake: without
@@ -118,12 +127,19 @@ def _greeting(sock: socket.socket, addr: str, port: int) -> bool:
     except OSError:
         pass
     said = repr(data.split(b"\n")[0][:80].decode(errors="replace")) if data else "nothing"
-    raise busy(addr, port, f"it said {said} within {HELLO_S:g}s")
+    raise busy(addr, port, f"it said {said} within {HELLO_S:g}s", table)
 
 
-def busy(addr: str, port: int, what: str) -> ConfigError:
-    """LAUNCH_PORT_BUSY: what answers on node 0's control port is not node 0's launcher."""
+def _named(table: bool) -> str:
+    return "--control-port / PLATFORM_CONTROL_PORT" if table else "--master-port + 1"
+
+
+def busy(addr: str, port: int, what: str, table: bool = False) -> ConfigError:
+    """LAUNCH_PORT_BUSY: what answers on node 0's control port is not node 0's launcher; the
+    refusal names the setting of the route (`port_flag`)."""
+    flag = port_flag(table)
     return ConfigError([Problem(
-        "LAUNCH_PORT_BUSY", f"what listens on {addr}:{port} (--master-port + 1, the launchers' "
-        f"control port) is not node 0's launcher: {what}. Another program holds that port on "
-        "node 0: stop it, or choose another --master-port on every server", "--master-port")])
+        "LAUNCH_PORT_BUSY", f"what listens on {addr}:{port} ({_named(table)}, the launchers' "
+        f"control port) is not {'the first server' if table else 'node 0'}'s launcher: {what}. "
+        f"Another program holds that port there: stop it, or choose another {flag} on every "
+        "server", flag)])

@@ -53,12 +53,14 @@ def _read(path: str) -> bytes:
                                     "--job-key")])
     try:
         fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise refuse(f"cannot be read ({exc.strerror})") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise refuse(f"cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    info = os.fstat(fd)  # before fdopen, which refuses a folder with IsADirectoryError
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise refuse("is a folder, not a file" if stat.S_ISDIR(info.st_mode) else
+                     "is not a regular file")
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse("is not a regular file")
         if info.st_mode & 0o077:
             raise refuse(f"other users may read it (mode {stat.S_IMODE(info.st_mode):o}): "
                          "chmod 600 it, a key others can read signs for them too")

@@ -38,7 +38,7 @@ class Spoke(Linked):
         self.heard = self.last_tick = time.monotonic()
         self.counters = Counters()
         try:
-            reach(addr, port, note)
+            reach(addr, port, note, table=hub_server != "node0")
         except BaseException:
             self.finish()  # (no thread yet: closes the wake-up pipe)
             self.context.term()
@@ -55,10 +55,13 @@ class Spoke(Linked):
             welcomed = bool(self.hub_sid)
         if not welcomed:
             self.finish()
+            table = hub_server != "node0"
             raise busy(addr, port, f"a ZeroMQ peer that did not welcome this launcher within "
-                       f"{HELLO_S:g}s (another program, or node 0 with another job key: "
-                       "--job-key / PLATFORM_JOB_KEY / PLATFORM_JOB_ID must be the same on "
-                       "every server)")
+                       f"{HELLO_S:g}s (another program, or {self.hub_name} with another job "
+                       "key: " + ("the same rank table, and --job-key / PLATFORM_JOB_KEY / "
+                                  "PLATFORM_JOB_ID if given, on every server)" if table else
+                                  "--job-key / PLATFORM_JOB_KEY / PLATFORM_JOB_ID must be the "
+                                  "same on every server)"), table)
 
     def _send(self, op: str, **fields: object) -> None:
         self.post(self.wire.pack(op, to=self.hub_sid, **fields))

@@ -32,6 +32,7 @@ valid, the permission `log_batch` needs on each run's experiment (`check_can_upd
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from typing import Any
 
@@ -115,18 +116,30 @@ def parse_body(data: bytes) -> list[tuple[str, list]]:
     here as well: converting them is a large part of a request's time in the server."""
     try:
         body = json.loads(data)
-        runs = [(str(run["run_id"]), run["metrics"]) for run in body["runs"]]
+        runs = [(_run_id(run["run_id"]), run["metrics"]) for run in body["runs"]]
         if not all(isinstance(points, list) for _, points in runs):
             raise TypeError("'metrics' is not a list")
+    except RecursionError:  # nested deeper than the parser's stack: no body of this route is
+        raise _invalid(f"bulk metrics body: nested too deeply; expected {BODY}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise _invalid(f"bulk metrics body: expected {BODY} ({type(exc).__name__}: {exc})")
+        raise _invalid(f"bulk metrics body: expected {BODY} ({type(exc).__name__}: "
+                       f"{str(exc)[:200]})") from None
     total = sum(len(points) for _, points in runs)
     if total > MAX_POINTS:
         raise _invalid(f"bulk metrics body holds {total} points; at most {MAX_POINTS} per request")
     return runs
 
 
+def _run_id(value: object) -> str:
+    """A run id is a string; anything else (a list nested 900 deep, a 4,000-digit number) is
+    refused here, before str() of it could recurse or echo it whole."""
+    if type(value) is not str:
+        raise TypeError(f"a run_id is a string, not {type(value).__name__}")
+    return value
+
+
 MIN_LONG, MAX_LONG = -(1 << 63), (1 << 63) - 1  # a step and a timestamp are MLflow's int64
+MAX_DOUBLE = sys.float_info.max  # an integer value beyond it has no double: float() overflows
 
 
 def check_points(runs: list[tuple[str, list]]) -> None:
@@ -147,7 +160,8 @@ def check_points(runs: list[tuple[str, list]]) -> None:
             if type(key) is not str or key not in names:
                 _check_name(key, f"runs[{r}].metrics[{i}].key")
                 names.add(key)
-            if type(value) is not float and type(value) is not int:  # a bool is no number here
+            if (type(value) is not float and type(value) is not int  # a bool is no number here
+                    or type(value) is int and not -MAX_DOUBLE <= value <= MAX_DOUBLE):
                 raise _invalid(_invalid_value(f"runs[{r}].metrics[{i}].value", value, "Please "
                                "specify value as a valid double (64-bit floating point)"))
             if type(step) is not int or not MIN_LONG <= step <= MAX_LONG:
@@ -180,8 +194,16 @@ def _check_long(number: Any, path: str, lowest: int, rule: str) -> None:
 
 def _invalid_value(path: str, value: Any, rule: str) -> str:
     from mlflow.utils.validation import invalid_value
-    # the value came as JSON: it can be spelled again, shortened when it is a long string
-    shown = value if not isinstance(value, str) or len(value) <= 100 else value[:100] + "..."
+    # the value came as JSON: it can be spelled again when it is short and flat; a long string
+    # or number is shortened, a list or an object only named (it may nest hundreds deep)
+    if isinstance(value, (list, dict)):
+        shown = f"<a JSON {'array' if isinstance(value, list) else 'object'}>"
+    elif type(value) is int and not -MAX_DOUBLE <= value <= MAX_DOUBLE:
+        shown = f"<an integer of {len(str(abs(value)))} digits>"
+    elif isinstance(value, str) and len(value) > 100:
+        shown = value[:100] + "..."
+    else:
+        shown = value
     return invalid_value(path, shown, rule)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.tracking.sinks.mlflow_sink import sqlite_path
+from platform_plugin.util.children import Started, run_in_own_session
 from platform_plugin.util.procfs import group_members, parent
 
 HOST = "127.0.0.1"
@@ -74,13 +75,16 @@ def app_env(folder: str | os.PathLike) -> dict[str, str]:
 
 
 def start_server(store_uri: str, port: int, *, log_path: str | os.PathLike,
-                 command: list[str] | None = None, env: dict | None = None) -> subprocess.Popen:
-    """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker)."""
+                 command: list[str] | None = None, env: dict | None = None,
+                 nice: int = 0) -> subprocess.Popen:
+    """Start in its own session so `stop_server` ends the whole tree (uvicorn spawns a worker).
+    `nice`: added to its niceness (a UI started while ranks train yields the CPU to them)."""
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", **(env or {}))
     log = open(log_path, "ab")
     try:
         return subprocess.Popen(command or server_command(store_uri, port), stdout=log,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=(lambda: os.nice(nice)) if nice else None)
     finally:
         log.close()
 
@@ -178,14 +182,16 @@ if os.environ.get("MLFLOW_AUTH_CONFIG_PATH"):
 
 
 def migrate_team_stores(store_uri: str, *, folder: str | os.PathLike,
-                        auth_env: dict[str, str] | None = None) -> None:
+                        auth_env: dict[str, str] | None = None,
+                        started: Started | None = None) -> None:
     """Create or upgrade the tracking store's schema and the auth app's database (secrets in
-    the environment only); its output goes to the server's log."""
+    the environment only); its output goes to the server's log. `started`: the caller's
+    lifeline gets the migration's process group before it is waited for (util/children.py)."""
     env = dict(os.environ, MLFLOW_BACKEND_STORE_URI=store_uri, **(auth_env or {}))
     log_path = Path(folder) / "mlflow-server.log"
     with open(log_path, "ab") as log:
-        done = subprocess.run([sys.executable, "-c", MIGRATE], stdout=log,
-                              stderr=subprocess.STDOUT, env=env)
+        done = run_in_own_session([sys.executable, "-c", MIGRATE], started, stdout=log,
+                                  stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
         tail = log_path.read_text(errors="replace")[-2000:]
         raise PlatformPluginError(f"MLflow's schema could not be prepared (exit "

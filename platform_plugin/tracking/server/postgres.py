@@ -17,8 +17,10 @@ import secrets
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 from platform_plugin.errors import PlatformPluginError
+from platform_plugin.util.children import Started, run_in_own_session
 
 DB_USER = "platform"
 HOST = "127.0.0.1"
@@ -66,7 +68,12 @@ class LocalPostgres:
     """`start()` creates the cluster on first use, starts it and makes the database;
     `stop()` stops it. `uri` is the SQLAlchemy URI MLflow needs (holds the password)."""
 
-    def __init__(self, data_dir: str | os.PathLike, port: int, database: str = "mlflow"):
+    def __init__(self, data_dir: str | os.PathLike, port: int, database: str = "mlflow", *,
+                 started: Started | None = None):
+        """`started`: called with the process group of every child started (initdb, pg_ctl)
+        and with the postmaster's pid as soon as it is known: a lifeline stops them all when
+        the caller dies, SIGKILLed included (util/children.py)."""
+        self.started_hook = started
         self.root = Path(data_dir).resolve()
         self.pgdata = self.root / "pgdata"
         self.port, self.database = port, database
@@ -101,11 +108,13 @@ class LocalPostgres:
             raise PlatformPluginError(missing_reason() or "PostgreSQL not found")
         return self.bin
 
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def _run(self, *args: str, check: bool = True,
+             while_waiting: Callable[[], None] | None = None) -> subprocess.CompletedProcess:
         cmd = [str(self._bin() / args[0]), *args[1:]]
         if self.as_postgres:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = run_in_own_session(cmd, self.started_hook, while_waiting=while_waiting,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if check and done.returncode != 0:
             raise PlatformPluginError(f"{args[0]} failed (exit {done.returncode}): "
                                       f"{(done.stderr or done.stdout).strip()[-1500:]}")
@@ -140,8 +149,15 @@ class LocalPostgres:
             self.log.touch()
             self._own(self.log)
         options = f"-p {self.port} -c listen_addresses={HOST} -c unix_socket_directories=''"
+        announced: list[int] = []
+
+        def announce_postmaster() -> None:  # while pg_ctl waits for it to accept connections
+            pid = self._postmaster_pid_if_written()
+            if pid is not None and not announced and self.started_hook is not None:
+                announced.append(pid)
+                self.started_hook(pid)  # its own session: the group is the postmaster alone
         self._run("pg_ctl", "-D", str(self.pgdata), "-o", options, "-l", str(self.log), "-w",
-                  "-t", "60", "start")
+                  "-t", "60", "start", while_waiting=announce_postmaster)
         self.started = True
         self.create_database(self.database)
 
@@ -164,6 +180,13 @@ class LocalPostgres:
         session of its own, and so does each of its children: a signal to its group reaches the
         postmaster alone, which shuts the cluster down cleanly (SIGTERM = smart shutdown)."""
         return int((self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+
+    def _postmaster_pid_if_written(self) -> int | None:
+        try:
+            first = (self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+        except OSError:  # not written yet (or a folder the postgres user closed to us)
+            return None
+        return int(first) if first.isdigit() else None
 
     def stop(self) -> None:
         """Stop the cluster this object started (a second server's failed start on the same

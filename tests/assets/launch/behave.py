@@ -13,6 +13,22 @@ import time
 
 mode = sys.argv[1]
 rank = int(os.environ.get("RANK_ID", "-1"))
+IGNORING_TERM = ("import os, signal, sys, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                 "os.write(int(sys.argv[1]), b'up')\n")  # the child says when it ignores TERM
+
+
+def child_ignoring_term(then, **popen):
+    """A child that ignores SIGTERM, returned once it does (it says so through a pipe): a rank
+    prints its pid only then, so a test that sees the pid knows the child is fully up."""
+    ready, tell = os.pipe()
+    child = subprocess.Popen([sys.executable, "-c", IGNORING_TERM + then, str(tell)],
+                             pass_fds=(tell,), **popen)
+    os.close(tell)
+    os.read(ready, 2)
+    os.close(ready)
+    return child
+
+
 role = os.environ.get("MS_ROLE", "")
 print(f"READY {os.getpid()} rank {rank} {role}", flush=True)
 
@@ -41,9 +57,7 @@ elif mode == "chatty":  # never silent, never ends
         print("tick", flush=True)
         time.sleep(0.2)
 elif mode == "grandchild":  # a child that ignores SIGTERM; rank 1 then fails (optional)
-    child = subprocess.Popen([sys.executable, "-c",
-                              "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                              "print('child up', flush=True)\ntime.sleep(600)"])
+    child = child_ignoring_term("print('child up', flush=True)\ntime.sleep(600)")
     print(f"GRANDCHILD {child.pid}", flush=True)
     time.sleep(1.0)
     if rank == 1 and (len(sys.argv) < 3 or sys.argv[2] != "nofail"):
@@ -54,10 +68,8 @@ elif mode == "daemon":  # succeeds, but leaves a child behind that ignores SIGTE
                       "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)"],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 elif mode == "escape":  # a grandchild in its own session (out of the rank's group) ignoring SIGTERM
-    child = subprocess.Popen([sys.executable, "-c", "import signal,time\n"
-                              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(300)"],
-                             start_new_session=True, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    child = child_ignoring_term("time.sleep(300)", start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     print(f"ESCAPED {child.pid} {os.getpgid(child.pid)} {os.getpgid(0)}", flush=True)
     then = sys.argv[2]
     if then == "crash" and rank == 1:
@@ -75,12 +87,15 @@ elif mode == "lines":  # N numbered lines plus the awkward bytes a display must 
     out.write(b"no newline at the end")
     out.flush()
 elif mode == "doublefork":  # a daemon the classic way: fork, fork, parent exits; ignores TERM
+    ready, tell = os.pipe()
     if os.fork() == 0:
         if os.fork() == 0:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            print(f"DAEMON {os.getpid()}", flush=True)
+            os.write(tell, b"%d\n" % os.getpid())
             time.sleep(600)
         os._exit(0)
+    os.close(tell)
+    print(f"DAEMON {os.read(ready, 32).decode().strip()}", flush=True)  # once it ignores TERM
     time.sleep(0.5)
     if rank == 1:
         sys.exit(3)

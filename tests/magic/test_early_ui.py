@@ -1,0 +1,50 @@
+"""A tracked %dist_run starts its store's MLflow UI while the job runs (2 s in, nice 10, once
+per kernel), so %dist_compare after it has the page at once; PLATFORM_MLFLOW_UI_EARLY=0 turns
+that off. A real kernel, real ranks, a real `mlflow server` (the page itself, in Chromium:
+tests/jupyterlab/test_compare_lab.py)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.launcher.helpers import ASSETS
+from tests.magic.helpers import run_cell
+
+pytestmark = pytest.mark.slow
+RANK = ASSETS / "board_rank.py"
+
+
+def ui_servers(store_dir) -> set[tuple[int, int]]:
+    """(process group, niceness) of the `mlflow server` processes on the kernel's store: one
+    group per UI (uvicorn's worker shares its server's)."""
+    marker = str(store_dir).encode()
+    found: list[tuple[int, int]] = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    args = fh.read().split(b"\0")
+                with open(f"/proc/{entry}/stat") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if b"server" in args and b"--backend-store-uri" in args and any(marker in a for a in args):
+                fields = stat.rsplit(")", 1)[1].split()
+                found.append((int(fields[2]), int(fields[16])))
+    return set(found)
+
+
+def test_a_tracked_job_starts_the_ui_early_unless_told_not_to(kernel):
+    km, kc = kernel
+    job = f"%dist_run --nproc 1 --backend plain --log-dir {kc.log_dir} python {RANK} 25 0.2"
+    run_cell(kc, "%load_ext platform_plugin")
+    run_cell(kc, "import os; os.environ['PLATFORM_MLFLOW_UI_EARLY'] = '0'")
+    assert run_cell(kc, job).ok
+    assert ui_servers(kc.cwd) == set()  # turned off: nothing started
+    run_cell(kc, "del os.environ['PLATFORM_MLFLOW_UI_EARLY']")
+    assert run_cell(kc, job).ok  # 5 s: the UI is spawned 2 s in, while the job runs
+    [(group, nice)] = ui_servers(kc.cwd)  # one UI ...
+    assert nice == 10  # ... at low priority
+    assert run_cell(kc, job).ok
+    assert ui_servers(kc.cwd) == {(group, 10)}  # once per kernel
