@@ -192,7 +192,7 @@ def test_max_restarts_exhausted_shows_every_attempt(tmp_path):
                            "--max-restarts", "1", "--", PY, RANK, "fail-on", "1"],
                           capture_output=True, text=True, timeout=90)
     assert proc.returncode == 1
-    assert "all 2 attempts failed" in proc.stdout and "attempt 1:" in proc.stdout
+    assert "all 2 attempts failed" in proc.stdout and "| attempt 1 of 2 FAILED after" in proc.stdout
     # the table of the earlier attempt says what the launcher knows of the next one's start
     assert ("attempt 2 started; no platform checkpoint to resume from (the script may keep its "
             "own)") in " ".join(proc.stdout.split())  # wrapped to the terminal

@@ -95,6 +95,7 @@ def sync_spool_dir(spool_dir: Path, *, end_status: str | None = None,
 
 def _sync(spool_dir: Path, config: SinkConfig, end_status: str | None, wait: float, to: str | None,
           from_start: bool, job: str) -> SyncResult:
+    JobEnd.load(spool_dir)  # a damaged end.json is refused before any MLflow import
     sink = None if to is None else get_sink(config.sink)
     if to is not None and store_move.move_to(spool_dir, config, to, sink, from_start, job):
         config = SinkConfig.load(spool_dir) or config

@@ -262,8 +262,8 @@ def delivery_report(sink: str, spool_dir: str, counts: offsets.Counts, config: S
         notes.append(f"{counts.skipped} unreadable spool lines skipped, set aside with the reason "
                      f"in {spool_dir}/rank_*.jsonl.rejected")
     if counts.rejected:
-        notes.append(f"{counts.rejected} records {sink} cannot take (refused by it for good, or "
-                     f"no valid record), set aside with the reason in {spool_dir}/rank_*.jsonl.rejected")
+        notes.append(f"{counts.rejected} records refused by {sink} for good (or no valid "
+                     f"record), set aside with the reason in {spool_dir}/rank_*.jsonl.rejected")
     if counts.refused:
         notes.append(f"{counts.refused} records refused in the ranks: over MLflow's size limits "
                      "(see the ranks' warnings)")
