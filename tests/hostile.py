@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from pathlib import Path
 
 DEEP = 200_000
@@ -51,9 +52,11 @@ def plant(kind: str, path: Path) -> None:
     elif kind == "link to a device":
         path.symlink_to("/dev/zero")
     elif kind == "socket":
-        bound = socket.socket(socket.AF_UNIX)
-        bound.bind(str(path))
-        bound.close()  # the socket file stays
+        # bound in a short folder and moved into place: a socket's path has a 108-byte limit
+        with tempfile.TemporaryDirectory(dir="/tmp") as short, \
+                socket.socket(socket.AF_UNIX) as bound:
+            bound.bind(os.path.join(short, "s"))
+            os.rename(os.path.join(short, "s"), path)  # the socket file stays
     elif kind == "folder":
         path.mkdir()
     elif kind == "200,000-deep JSON":
