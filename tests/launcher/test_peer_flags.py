@@ -28,7 +28,9 @@ def _source_flags(module: str, relative: str) -> set[str]:
     """The flags a peer's argument parser declares, read from its installed source (no import:
     MindSpore's takes seconds)."""
     spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.submodule_search_locations, module
+    if spec is None:  # not installed here (the Python 3.9 compat venv has no torch)
+        return set()
+    assert spec.submodule_search_locations, module
     text = (Path(list(spec.submodule_search_locations)[0]) / relative).read_text()
     return {flag for flag in FLAG.findall(text) if flag not in ("--", "-h", "--help")}
 
@@ -50,7 +52,8 @@ def _options(line: str, **overrides):
 
 
 def test_the_peers_flags_are_read_from_their_sources():
-    assert {"--standalone", "--rdzv-endpoint", "--nproc-per-node", "--tee"} <= TORCHRUN
+    if importlib.util.find_spec("torch") is not None:
+        assert {"--standalone", "--rdzv-endpoint", "--nproc-per-node", "--tee"} <= TORCHRUN
     assert {"--worker_num", "--local_worker_num", "--join", "--cluster_time_out"} <= MSRUN
 
 
