@@ -561,7 +561,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, command: bool = True) -> N
         parser.add_argument(*flags_of(f.name), dest=f.name, type=_converter(f), default=None,
                             choices=meta["choices"], metavar=meta["metavar"],
                             help=meta["help"] + shown)
-    peers = parser.add_argument_group("torchrun's and msrun's flags (docs/launch.md)")
+    peers = parser.add_argument_group("torchrun's and msrun's flags")
     for peer in PEER_FLAGS:
         words = f"{peer.peer}'s: " + (peer.does or f"refused: {peer.refused}")
         if peer.metavar is None:

@@ -354,7 +354,7 @@ def test_rank_table_another_program_on_the_control_port_is_refused(tmp_path):
         web.wait()
     assert [code for code, _ in outs] == [2, 2], outs
     assert "LAUNCH_PORT_BUSY" in outs[0][1] and "--control-port" in outs[0][1], outs[0][1]
-    assert "LAUNCH_PORT_BUSY" in outs[1][1] and "not node 0's launcher" in outs[1][1], outs[1][1]
+    assert "LAUNCH_PORT_BUSY" in outs[1][1] and "not the first server's launcher" in outs[1][1], outs[1][1]
 
 
 @pytest.mark.parametrize("killed", [1, 0])

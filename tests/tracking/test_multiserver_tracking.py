@@ -117,7 +117,8 @@ def test_four_servers_one_parent_every_child_and_one_comparison(tmp_path, postgr
     shown = _compare(tmp_path, [job_dir.name, "--log-dir", str(tmp_path / "server0"), "--url"],
                      postgres_mlflow)
     assert shown.returncode == 0, shown.stderr
-    assert "server" in shown.stdout.splitlines()[1]
+    lines = shown.stdout.splitlines()  # the headline, how the job ended, then its servers
+    assert lines[1] == "ended: succeeded" and "server" in lines[2], shown.stdout
     rows = [line.split()[:2] for line in shown.stdout.splitlines() if line.startswith("rank-0")]
     assert rows == [[f"rank-0{r}", f"node{r // 2}"] for r in range(8)], shown.stdout
     assert all(r.info.run_id in shown.stdout for r in children)  # the URL overlays all 8
