@@ -31,8 +31,7 @@ def render_result(result: JobResult, width: int | None = None,
                 f"{result.whole_duration_s:.1f}s, {attempt_times(result)} {what}")
     else:
         head = f"job {result.job_id} {result.status.upper()} after {result.duration_s:.1f}s {what}"
-    # a restarted job's headline names every attempt's time: it wraps, never runs past the width
-    lines = textwrap.wrap(head, width, subsequent_indent="  ") if width else [head]
+    lines = textwrap.wrap(head, width, subsequent_indent="  ") if width else [head]  # never past it
     cause = result.root_cause
     if result.reason and cause is None:
         lines.append(f"  why: {result.reason}")
