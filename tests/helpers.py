@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,47 @@ def process_tree(pid: int) -> list[int]:
         tree.append(current)
         todo.extend(children.get(current, []))
     return tree
+
+
+@dataclass(frozen=True)
+class MlflowProcess:
+    """An `mlflow server` process as /proc shows it (the CLI process: uvicorn's worker, started
+    by it, shares its process group but not its command line)."""
+    pid: int
+    port: int | None  # its --port
+    group: int  # its process group
+    nice: int  # its niceness (field 19 of /proc/PID/stat)
+
+    def answers(self) -> bool:
+        """Its /health answers OK."""
+        if self.port is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+
+def mlflow_servers(store_dir: Path | str) -> list[MlflowProcess]:
+    """The `mlflow server` processes on a store under `store_dir` (its path on their command
+    line: `--backend-store-uri sqlite:///<store_dir>/mlflow.db`), e.g. the UI a kernel started."""
+    marker = str(store_dir).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                args = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if b"server" in args and b"--backend-store-uri" in args and any(marker in a for a in args):
+            port = int(args[args.index(b"--port") + 1]) if b"--port" in args[:-1] else None
+            found.append(MlflowProcess(int(entry), port, int(fields[2]), int(fields[16])))
+    return found
 
 
 def _can_unshare() -> str | None:
