@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import urllib.request
@@ -14,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 RANKTABLES = REPO / "tests" / "data" / "ranktables"  # copies of the platform's sample tables
 ASSETS = REPO / "tests" / "assets"
 VENV_BIN = Path(sys.executable).parent
+TRACKING_ASSETS = ASSETS / "tracking"
 
 # Variables a developer's shell (or another test) may hold that would change how jobs launch;
 # the platform sets them, never this machine. Tests start from none of them.
@@ -106,6 +108,17 @@ def mlflow_servers(store_dir: Path | str) -> list[MlflowProcess]:
             port = int(args[args.index(b"--port") + 1]) if b"--port" in args[:-1] else None
             found.append(MlflowProcess(int(entry), port, int(fields[2]), int(fields[16])))
     return found
+
+
+def copy_tracking_asset(script: str, folder: Path) -> Path:
+    """tests/assets/tracking/<script> copied into `folder`, with ms_regression.py when the
+    script imports it (the MindSpore jobs' data and net: run as `python script.py`, a script
+    imports its own folder's modules)."""
+    text = (TRACKING_ASSETS / script).read_text()
+    (folder / script).write_text(text)
+    if "from ms_regression import" in text:
+        shutil.copy(TRACKING_ASSETS / "ms_regression.py", folder / "ms_regression.py")
+    return folder / script
 
 
 def _can_unshare() -> str | None:
