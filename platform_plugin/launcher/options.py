@@ -655,8 +655,29 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
                                        peer.flags[0])])
         if peer.to is not None:  # the options written out win over what a peer flag implies
             values.update({k: v for k, v in peer.to(value, values).items() if k not in given})
+    if values.get("node_rank") == AUTO_NODE_RANK and "node_rank" not in overrides:
+        values["node_rank"] = _auto_node_rank(values.get("nnodes", 1))
     values.update(overrides)
     return LaunchOptions(**values)
+
+
+AUTO_NODE_RANK = -1  # msrun's default --node_rank: MindSpore's scheduler numbers the servers
+
+
+def _auto_node_rank(nnodes: int) -> int:
+    """msrun's `--node_rank -1`: with one server it is ignored (every rank is here: node 0); with
+    several, MindSpore's scheduler would number the servers in the order they join, after the
+    cluster is built. Here the plan numbers every server's ranks before anything starts (rank =
+    node rank x ranks per server + local rank: its logs, devices, checkpoints and restarts are
+    planned per server), so each server must say which it is."""
+    if nnodes == 1:
+        return 0
+    raise ConfigError([Problem(
+        "LAUNCH_NODE_RANK", f"--node_rank -1 with {nnodes} servers: msrun lets MindSpore's "
+        "scheduler number the servers as they join; here each server's ranks are planned "
+        "before the start (rank = node rank x ranks per server + local rank), so give each "
+        f"server its own --node_rank 0..{nnodes - 1} (0 on the --master_addr server)",
+        "--node_rank")])
 
 
 def with_environment(options: LaunchOptions, environ: Dict[str, str]) -> LaunchOptions:

@@ -104,12 +104,19 @@ def test_msrun_sample_command_lines_become_options():
     options, _ = _options("--worker_num 8 --local_worker_num 4 --master_port 8118 --node_rank 1")
     assert (options.nproc, options.nnodes, options.node_rank) == (4, 2, 1)
     assert _options("--worker_num 2")[0].nproc == 2  # one server
+    # msrun's default --node_rank -1 on one server: every rank is here, node 0 (msrun ignores it)
+    assert _options("--worker_num 2 --local_worker_num 2 --node_rank -1")[0].node_rank == 0
+    assert _options("--node_rank=-1 --nproc 2")[0].node_rank == 0
     assert _options("--tail_worker_log 1")[0].show == "1"
     assert _options("--rank_table_file t.json")[0].rank_table == "t.json"
 
 
 @pytest.mark.parametrize("line, code, words", [
     ("--nnodes=1:2", "LAUNCH_BAD_VALUE", "fixed sizes only; write --nnodes 2"),
+    # msrun's -1 (its scheduler numbers the servers as they join): several servers need theirs
+    ("--worker_num 4 --local_worker_num 2 --node_rank -1", "LAUNCH_NODE_RANK",
+     "give each server its own --node_rank 0..1 (0 on the --master_addr server)"),
+    ("--node-rank -2", "LAUNCH_NODE_RANK", ">= 0"),
     ("--worker_num 3 --local_worker_num 2", "LAUNCH_NPROC", "not a multiple"),
     ("--standalone --nnodes 2", "LAUNCH_BAD_VALUE", "--standalone is one server"),
     ("--role trainer", "LAUNCH_PEER_FLAG", "one role per job"),
