@@ -177,7 +177,9 @@ def complete(folder: str) -> Optional[ResumePoint]:
     """The checkpoint in `folder` if it is complete, else None."""
     match = STEP_FOLDER.fullmatch(os.path.basename(folder))
     record = read_record(folder)
-    if match is None or not _valid(record) or record["step"] != int(match.group(1)):
+    attempt = written_by(record)
+    if (match is None or attempt is None or not _valid(record)
+            or record["step"] != int(match.group(1))):
         return None
     for name, size in record["files"].items():
         try:  # lstat: a link is no data file of this checkpoint, whatever its target's size
@@ -186,7 +188,7 @@ def complete(folder: str) -> Optional[ResumePoint]:
             return None
         if not stat.S_ISREG(found.st_mode) or found.st_size != size:
             return None
-    return ResumePoint(record["step"], record["epoch"], folder, written_by(record))
+    return ResumePoint(record["step"], record["epoch"], folder, attempt)
 
 
 def read_record(folder: str) -> Any:
@@ -249,7 +251,7 @@ def written_by(record: object) -> Optional[int]:
     if _whole(number):
         return number
     old = record.get("attempt")
-    return old + 1 if _whole(old) else None
+    return old + 1 if isinstance(old, int) and _whole(old) else None
 
 
 def _valid(record: object) -> bool:

@@ -15,16 +15,11 @@ import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.util.folders import check_cwd
+from platform_plugin.util.stops import is_interruption
 
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: what a shell reports for a command Ctrl-C ended
 
-
-def interrupt(signum, frame):
-    """A signal handler: SIGTERM (the platform stopping a run, a service manager) or SIGHUP
-    ends a command as Ctrl-C does, through its KeyboardInterrupt path (children stopped, the
-    notebook so far named, servers shut down)."""
-    raise KeyboardInterrupt
 
 _exit_fast = False  # gc.freeze registered at exit (once per process)
 
@@ -143,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlatformPluginError as exc:
         print(f"platform-run: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # Ctrl-C while a command was still preparing: no traceback
+    except BaseException as exc:  # Ctrl-C while a command was still preparing: no traceback
+        if not is_interruption(exc):
+            raise
         print("\nplatform-run: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT
 

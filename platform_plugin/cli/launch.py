@@ -7,9 +7,10 @@ import gc
 import signal
 import sys
 
-from platform_plugin.cli import INTERRUPTED_EXIT, interrupt, skip_the_last_collection
+from platform_plugin.cli import INTERRUPTED_EXIT, skip_the_last_collection
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 
 def register(subparsers) -> None:
@@ -62,10 +63,12 @@ def _run(args) -> int:
         job = start(command, dataclasses.replace(options, write=sys.stderr.write))
         print(job.job_id)
         return 0
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = run_job(command, options)
-    except KeyboardInterrupt:  # before the ranks started
+    except BaseException as exc:  # before the ranks started
+        if not is_interruption(exc):
+            raise
         print("platform-run: interrupted before the job started", file=sys.stderr)
         return INTERRUPTED_EXIT
     finally:
