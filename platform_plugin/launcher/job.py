@@ -61,7 +61,6 @@ class Job:
     a failure every process stops and the whole job starts again, all servers together)."""
 
     def __init__(self, cmd: list[str] | str, options: LaunchOptions) -> None:
-        self.cmd = cmd
         self.settings = settings_mod.resolve(options.mode, cwd=options.cwd, flags={
             "rank_table": options.rank_table, "rank_start": options.rank_start})
         self.host = Host(base_env=rank_base_env(dict(os.environ), self.settings.process_env()),
@@ -114,7 +113,7 @@ class Job:
         server's ranks in vain."""
         options = self.options
         try:
-            plan = build_plan(self.cmd, self.settings, options, self.host,
+            plan = build_plan(self.place, self.settings, options, self.host,
                               job_id=identity["job_id"],
                               resume_step=identity_mod.resume_step(identity))
             if plan.resume_step is not None:  # a job that reuses an earlier one's checkpoints
@@ -172,7 +171,7 @@ class Job:
         self.attempts[-1]["resumed"] = resumed.to_dict()
         self.say("\n".join(wrapped(resumed.describe(), terminal_width(),
                                    NOTE_INDENT))[len(NOTE_INDENT):])
-        plan = build_plan(self.cmd, self.settings, self.options, self.host, job_id=failed.job_id,
+        plan = build_plan(self.place, self.settings, self.options, self.host, job_id=failed.job_id,
                           attempt=attempt, master_port=self._port_for(failed, attempt),
                           resume_step=resumed.step)
         keep_attempt_logs(plan.job_dir, attempt - 1)

@@ -192,3 +192,12 @@ def free_port_pair() -> int:
             except OSError:
                 continue
         return port
+
+
+def planned(command, settings, options, host=None, **attempt):
+    """An attempt's plan as a Job makes it: this server's place (`job_place`), then
+    `build_plan` at that place. `attempt`: build_plan's keywords (job_id, attempt, ...)."""
+    from platform_plugin.launcher.planning.plan import Host, build_plan, job_place
+    host = host or Host()
+    return build_plan(job_place(command, settings, options, host), settings, options, host,
+                      **attempt)

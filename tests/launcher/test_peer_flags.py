@@ -15,11 +15,12 @@ import pytest
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import (FIELDS, PEER_FLAGS, add_arguments, command_of,
                                               flags_of, from_arguments)
-from platform_plugin.launcher.planning.plan import Host, build_plan
+from platform_plugin.launcher.planning.plan import Host
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.util.devices import usable_cores
 from tests.launcher.helpers import PY, ASSETS, finish_all, free_port_pair, start_cli
 from tests.launcher.test_plan import NO_TABLE
+from tests.launcher.helpers import planned
 
 REPO = Path(__file__).resolve().parents[2]
 FLAG = re.compile(r'"(-(?:-[a-z][a-z_-]*|[a-z]))"')
@@ -157,8 +158,8 @@ def test_every_peer_flag_says_what_it_does_or_what_to_write():
 def _plan(command=("python", "t.py"), base_env=None, cores=2, **options):
     options = {"job_id": "job-1", "log_dir": "/tmp/logs", "cwd": "/work/code",
                "cache_dir": "/tmp/cache", **options}
-    return build_plan(list(command), NO_TABLE, LaunchOptions(**options),
-                      Host(base_env=dict(base_env or {}), cores=cores))
+    return planned(list(command), NO_TABLE, LaunchOptions(**options),
+                   Host(base_env=dict(base_env or {}), cores=cores))
 
 
 def test_ms_cluster_timeouts_are_defaults_the_users_values_and_the_flag_override():
@@ -186,7 +187,7 @@ def test_threads_the_cores_share_unless_the_user_set_them():
 
 
 def test_torch_ranks_get_torchruns_variables_with_its_values():
-    plan = build_plan(["python", "t.py"], NO_TABLE, LaunchOptions(
+    plan = planned(["python", "t.py"], NO_TABLE, LaunchOptions(
         job_id="job-1", log_dir="/tmp/logs", cwd="/w", backend="torch", nproc=2, nnodes=2,
         node_rank=1, master_port=29500, max_restarts=3), Host(cores=2), attempt=2)
     env = plan.workers[1].env

@@ -13,8 +13,10 @@ from platform_plugin.launcher.planning.auto_backend import program_source
 from platform_plugin.launcher.planning.backends import choose, default_nproc
 from platform_plugin.launcher.display.output import parse_show
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.planning.plan import (ADAPTER_JOB_ID, Host, ascend_job_id, build_plan,
+from platform_plugin.launcher.planning.plan import (ADAPTER_JOB_ID, Host, ascend_job_id,
                                                     default_job_name, normalize_command)
+
+from tests.launcher.helpers import planned
 
 NO_TABLE = settings_mod.resolve("debug", environ={}, cwd="/nonexistent-cwd-for-tests")
 
@@ -34,7 +36,7 @@ def opts(**kw):
 
 def plan_of(command, settings, kw):
     host = Host(base_env=kw.pop("base_env"), npu_present=kw.pop("npu_present", False))
-    return build_plan(command, settings, LaunchOptions(**kw), host)
+    return planned(command, settings, LaunchOptions(**kw), host)
 
 
 def env_of(plan, name):
@@ -55,16 +57,16 @@ def test_the_checkpoint_folder_and_the_resume_step_every_rank_gets():
     options = LaunchOptions(**{k: v for k, v in opts(backend="plain", nproc=1,
                                                      checkpoint_dir="ckpt").items()
                                if k != "base_env"})
-    plan = build_plan(["python", "train.py"], NO_TABLE, options, host, attempt=1,
-                      resume_step=60)
+    plan = planned(["python", "train.py"], NO_TABLE, options, host, attempt=1,
+                   resume_step=60)
     assert plan.ranks[0].env["PLATFORM_CHECKPOINT_DIR"] == "/work/code/ckpt"  # the ranks' cwd
     assert plan.ranks[0].env["PLATFORM_RESUME_STEP"] == "60" and plan.resume_step == 60
-    plan = build_plan(["python", "train.py"], NO_TABLE, options, host)
+    plan = planned(["python", "train.py"], NO_TABLE, options, host)
     assert "PLATFORM_RESUME_STEP" not in plan.ranks[0].env
     from_env = Host(base_env={"PLATFORM_CHECKPOINT_DIR": "/shared/ckpt"})
     options = LaunchOptions(**{k: v for k, v in opts(backend="plain", nproc=1).items()
                                if k != "base_env"})
-    plan = build_plan(["python", "train.py"], NO_TABLE, options, from_env)
+    plan = planned(["python", "train.py"], NO_TABLE, options, from_env)
     assert plan.ranks[0].env["PLATFORM_CHECKPOINT_DIR"] == "/shared/ckpt"
 
 

@@ -12,8 +12,9 @@ import pytest
 from platform_plugin import settings as settings_mod
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning import rank_path
-from platform_plugin.launcher.planning.plan import Host, build_plan
+from platform_plugin.launcher.planning.plan import Host
 from tests.helpers import REPO
+from tests.launcher.helpers import planned
 
 NO_TABLE = settings_mod.resolve("debug", environ={}, cwd="/nonexistent-cwd-for-tests")
 OTHER_PYTHON = os.path.realpath(sys.executable)  # not this venv's: no site-packages of it
@@ -24,7 +25,7 @@ def plan_for(command, tmp_path, **base_env):
     options = LaunchOptions(backend="plain", nproc=2, job_id="job-1", cwd=str(tmp_path),
                             log_dir=str(tmp_path / "logs"), cache_dir=str(tmp_path / "cache"))
     env = {"PATH": os.environ["PATH"], **base_env}
-    return build_plan(command, NO_TABLE, options, Host(base_env=env))
+    return planned(command, NO_TABLE, options, Host(base_env=env))
 
 
 def test_a_rank_on_the_launchers_interpreter_is_left_as_it_is_without_asking(tmp_path, monkeypatch):

@@ -153,6 +153,7 @@ class JobPlace:
 
     job_name: str
     backend: str
+    backend_reason: str  # why that backend (said on the job's first line)
     nnodes: int
     node_rank: int
     server_id: str
@@ -169,16 +170,18 @@ class JobPlace:
 
 def job_place(command: list[str] | str, settings: Settings, options: LaunchOptions,
               host: Host | None = None) -> JobPlace:
-    """This server's place in the job from the options and the settings alone."""
+    """This server's place in the job from the options and the settings alone: what every
+    attempt's plan shares (build_plan reads it, never works it out again)."""
     argv = normalize_command(command)
     host = host or Host()
     options = with_environment(options, dict(host.base_env))
-    name, _ = choose(options.backend, list(argv), settings, host.npu_present)
+    name, reason = choose(options.backend, list(argv), settings, host.npu_present)
     layout = _layout(name, settings, options, host, options.master_port)
     table = settings.rank_table if name == "rank-table" else None
     cwd = os.path.abspath(options.cwd or os.getcwd())
     log_root, cache_root = _roots(options, dict(host.base_env), cwd)
-    return JobPlace(job_name=_job_name(argv, options), backend=name, nnodes=layout.nnodes,
+    return JobPlace(job_name=_job_name(argv, options), backend=name, backend_reason=reason,
+                    nnodes=layout.nnodes,
                     node_rank=layout.node_rank, server_id=layout.server_id,
                     master_addr=layout.master_addr, master_port=layout.master_port,
                     command=argv, cwd=cwd, log_root=log_root, cache_root=cache_root,
@@ -224,30 +227,29 @@ def _layout(name: str, settings: Settings, options: LaunchOptions, host: Host,
                                                           options.master_addr, port))
 
 
-def build_plan(command: list[str] | str, settings: Settings, options: LaunchOptions,
+def build_plan(place: JobPlace, settings: Settings, options: LaunchOptions,
                host: Host | None = None, *, job_id: str | None = None,
                master_port: int | None = None, attempt: int = 1,
                resume_step: int | None = None) -> LaunchPlan:
-    """`job_id`: the id agreed with the other servers (default: the option, else a new one);
-    `master_port`: the port of a restarted attempt (default: the option, else a free one when
-    the backend needs one); `attempt`: 1 for the first, 2 for the first restart; `resume_step`: the checkpoint node 0
-    chose for this attempt (None: nothing to resume)."""
-    argv = normalize_command(command)
+    """An attempt's plan at this server's `place` (`job_place` of the same settings, options
+    and host: the command, backend, job name and folders come from it). `job_id`: the id
+    agreed with the other servers (default: the option, else a new one); `master_port`: the
+    port of a restarted attempt (default: the option, else a free one when the backend needs
+    one); `attempt`: 1 for the first, 2 for the first restart; `resume_step`: the checkpoint
+    node 0 chose for this attempt (None: nothing to resume)."""
+    argv, name, job_name, cwd = place.command, place.backend, place.job_name, place.cwd
     host = host or Host()
     base_env = dict(host.base_env)
     options = with_environment(options, base_env)
-    name, reason = choose(options.backend, list(argv), settings, host.npu_present)
     backend = backend_named(name)
     port = master_port if master_port is not None else options.master_port
     if backend.needs_port and port is None and options.nnodes == 1:
         port = free_port("0.0.0.0")
     layout = _layout(name, settings, options, host, port)
-    job_name = _job_name(argv, options)
     job_id = job_id or options.job_id or new_job_id(job_name)
-    cwd = os.path.abspath(options.cwd or os.getcwd())
-    log_root, cache_root = _roots(options, base_env, cwd)
-    job_dir, cache_dir = os.path.join(log_root, job_id), os.path.join(cache_root, job_id)
-    checkpoint_dir = _checkpoint_root(options, cwd) or os.path.join(job_dir, CHECKPOINTS)
+    job_dir = os.path.join(place.log_root, job_id)
+    cache_dir = os.path.join(place.cache_root, job_id)
+    checkpoint_dir = checkpoint_folder(place, job_id)
     base_env.pop(PLATFORM_RESUME_STEP.name, None)  # the launcher's word alone (resume_step)
     if options.buffered:  # the ranks keep their own buffering, even if the caller's env had none
         base_env = {k: v for k, v in base_env.items() if k != "PYTHONUNBUFFERED"}
@@ -276,7 +278,7 @@ def build_plan(command: list[str] | str, settings: Settings, options: LaunchOpti
                         cwd=cwd, log_path=os.path.join(job_dir, log_name(h.name)), role=h.role)
                for h in backend.helpers(layout)]
     return LaunchPlan(job_id=job_id, job_name=job_name, job_dir=job_dir, backend=name,
-                      backend_reason=reason, world_size=layout.world_size,
+                      backend_reason=place.backend_reason, world_size=layout.world_size,
                       node_rank=layout.node_rank, nnodes=layout.nnodes,
                       ranks=tuple(helpers + ranks), command=argv, server_id=layout.server_id,
                       cache_dir=cache_dir, master_addr=layout.master_addr,
