@@ -48,7 +48,9 @@ def tracking_store(resolved) -> dict[str, str]:
     """Where a job started here would track: the store (and why there) and the experiment."""
     env = {**os.environ, **resolved.process_env()}
     uri, source = conventions.default_store(None, env)
-    return {"uri": uri, "source": source, "experiment": conventions.experiment_name(env, None)}
+    experiment, named_by = conventions.experiment_choice(env, None)
+    return {"uri": uri, "source": source, "experiment": experiment,
+            "experiment_source": named_by}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
              if resolved.user_env else ""))
     print(render_rows(["variable", "value", "source", "note"],
                       [[r.name, r.value, r.source, r.note] for r in resolved.table]))
-    print(f"MLflow store: {store['uri']} ({store['source']}); experiment: {store['experiment']}")
+    print(f"MLflow store: {store['uri']} ({store['source']}); experiment: {store['experiment']} "
+          f"({store['experiment_source']})")
     for problem in resolved.problems:
         print(f"{problem.severity}: {problem}")
     return 0

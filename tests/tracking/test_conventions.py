@@ -101,12 +101,17 @@ def test_scripts_outside_code_share_the_folder_experiment_and_env_shows_the_stor
 
     tracking_env.chdir(project)
     assert main(["env"]) == 0
-    assert f"MLflow store: sqlite:///{project / 'mlflow.db'}" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"MLflow store: sqlite:///{project / 'mlflow.db'}" in said
+    # named by the folder here, and said so: the same project's notebooks track into theirs
+    assert ("experiment: myproject (the project folder's name; a notebook's jobs track into "
+            "the notebook's name, MLFLOW_EXPERIMENT_NAME names one for all)") in said
     tracking_env.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
     tracking_env.setenv("MLFLOW_EXPERIMENT_NAME", "shared")
     assert main(["env", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tracking"] == {
-        "uri": "http://127.0.0.1:5999", "source": "MLFLOW_TRACKING_URI", "experiment": "shared"}
+        "uri": "http://127.0.0.1:5999", "source": "MLFLOW_TRACKING_URI", "experiment": "shared",
+        "experiment_source": "MLFLOW_EXPERIMENT_NAME"}
 
 
 # MLflow 3.1's migration config (the logging part of its alembic.ini, as its env.py passes it to

@@ -47,12 +47,20 @@ def _stem(path: str) -> str:
 
 
 def experiment_name(environ: Mapping[str, str], cwd: str | os.PathLike | None) -> str:
+    return experiment_choice(environ, cwd)[0]
+
+
+def experiment_choice(environ: Mapping[str, str], cwd: str | os.PathLike | None) -> tuple[str, str]:
+    """(the experiment, where its name comes from): `platform-run env` says both - in a terminal
+    the project folder names it, while the same project's notebooks track into theirs."""
     if environ.get("MLFLOW_EXPERIMENT_NAME"):
-        return environ["MLFLOW_EXPERIMENT_NAME"]
+        return environ["MLFLOW_EXPERIMENT_NAME"], "MLFLOW_EXPERIMENT_NAME"
     notebook = notebook_path(environ)
     if notebook and _stem(notebook):
-        return _stem(notebook)
-    return os.path.basename(project_dir(cwd, environ)) or "platform_plugin"
+        return _stem(notebook), "the notebook's name"
+    return (os.path.basename(project_dir(cwd, environ)) or "platform_plugin",
+            "the project folder's name; a notebook's jobs track into the notebook's name, "
+            "MLFLOW_EXPERIMENT_NAME names one for all")
 
 
 def default_store(cwd: str | os.PathLike | None, environ: Mapping[str, str]) -> tuple[str, str]:
