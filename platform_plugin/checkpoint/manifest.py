@@ -26,7 +26,8 @@ any file others can write (util/regular_file.py: a regular file only, no link fo
 the checkpoint folder, at most MAX_MANIFEST_BYTES, nested at most a few levels), and a data file
 counts only as a regular file of its own (a link, even to a file of the listed size, does not):
 a FIFO, a 200,000-deep manifest, a step folder linked to one outside or a data file linked to
-/etc/passwd is never a complete checkpoint.
+/etc/passwd is never a complete checkpoint, nor is a step folder, manifest or data file another
+user owns (the launcher refuses a checkpoint folder another user owns before the job starts).
 
 Rank side: Python 3.7 code and the stdlib only (docs/compat.md), so the variables are read
 with os.environ (their declarations are in variables.py).
@@ -179,14 +180,26 @@ def complete(folder: str) -> Optional[ResumePoint]:
     record = read_record(folder)
     if match is None or not _valid(record) or record["step"] != int(match.group(1)):
         return None
+    if not (_own(folder, stat.S_ISDIR) and _own(os.path.join(folder, MANIFEST), stat.S_ISREG)):
+        return None
     for name, size in record["files"].items():
         try:  # lstat: a link is no data file of this checkpoint, whatever its target's size
             found = os.lstat(os.path.join(folder, name))
         except OSError:
             return None
-        if not stat.S_ISREG(found.st_mode) or found.st_size != size:
+        if not stat.S_ISREG(found.st_mode) or found.st_size != size or found.st_uid != os.geteuid():
             return None
     return ResumePoint(record["step"], record["epoch"], folder, written_by(record))
+
+
+def _own(path: str, kind: Any) -> bool:
+    """`path` is of that kind (not a link) and this user's: what another user wrote into a
+    checkpoint folder (a step folder, a manifest, a data file) is no checkpoint of this job's."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return bool(kind(found.st_mode)) and found.st_uid == os.geteuid()
 
 
 def read_record(folder: str) -> Any:

@@ -39,6 +39,33 @@ def own_folder(path: str) -> None:
         os.close(fd)
 
 
+def check_own_folder(folder: str, what: str, code: str, flag: str, *, link_allowed: bool) -> None:
+    """An existing `folder` the launcher writes into and reads back (a job folder, a checkpoint
+    folder) must be this user's: one another user owns (planted in a shared log folder, or
+    under a job id someone can guess) could be filled with what the job then trusts - a
+    checkpoint it resumes from, a spool it ships. `link_allowed`: a folder the user names may be
+    a link (to a bigger disk; its target is checked), one the launcher names is refused as a
+    link. A missing folder passes (the launcher makes it). Raises ConfigError `code`."""
+    try:
+        found = os.stat(folder) if link_allowed else os.lstat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError([Problem(code, f"the {what} folder {folder} cannot be checked: "
+                                   f"{exc.strerror or exc}", flag)]) from None
+    if stat.S_ISLNK(found.st_mode):
+        why = "is a link (planted there?), not a folder of this user's"
+    elif not stat.S_ISDIR(found.st_mode):
+        return  # a file: check_writable_folder's `_NOT_DIR` says so
+    elif found.st_uid != os.geteuid():
+        why = f"belongs to another user (uid {found.st_uid}), not to this one (uid {os.geteuid()})"
+    else:
+        return
+    raise ConfigError([Problem(code, f"the {what} folder {folder} {why}: the job would write "
+                               "into it and trust what it finds there. Remove it, or give "
+                               "another folder", flag)])
+
+
 def check_writable_folder(folder: str, what: str, code: str, flag: str) -> None:
     """`folder` is, or can be made, a writable directory: every existing part of the path is a
     directory and the deepest existing one takes new entries (a read-only mount does not, for
