@@ -18,6 +18,7 @@ from platform_plugin.notebook.live import LiveStream, reopen_closed_std_fds
 from platform_plugin.notebook.options import NotebookOptions, add_arguments, from_arguments
 from platform_plugin.notebook.run import NotebookResult, NotebookRun
 from platform_plugin.notebook.save import outputs_folder
+from platform_plugin.util.paths import checked_path
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host
@@ -28,6 +29,7 @@ def register(subparsers) -> None:
         parser = subparsers.add_parser(mode, help=HELP[mode], description=HELP[mode])
         parser.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb file to run")
         parser.add_argument("output_path", nargs="?", metavar="OUT.ipynb",
+                            type=checked_path("NB_OUTPUT", "OUT.ipynb"),
                             help="where the executed notebook goes (as papermill's second "
                                  "argument; same as --output)")
         add_arguments(parser, mode)
