@@ -178,7 +178,9 @@ def complete(folder: str) -> Optional[ResumePoint]:
     """The checkpoint in `folder` if it is complete, else None."""
     match = STEP_FOLDER.fullmatch(os.path.basename(folder))
     record = read_record(folder)
-    if match is None or not _valid(record) or record["step"] != int(match.group(1)):
+    attempt = written_by(record)
+    if (match is None or attempt is None or not _valid(record)
+            or record["step"] != int(match.group(1))):
         return None
     if not (_own(folder, stat.S_ISDIR) and _own(os.path.join(folder, MANIFEST), stat.S_ISREG)):
         return None
@@ -189,7 +191,7 @@ def complete(folder: str) -> Optional[ResumePoint]:
             return None
         if not stat.S_ISREG(found.st_mode) or found.st_size != size or found.st_uid != os.geteuid():
             return None
-    return ResumePoint(record["step"], record["epoch"], folder, written_by(record))
+    return ResumePoint(record["step"], record["epoch"], folder, attempt)
 
 
 def _own(path: str, kind: Any) -> bool:
@@ -262,7 +264,7 @@ def written_by(record: object) -> Optional[int]:
     if _whole(number):
         return number
     old = record.get("attempt")
-    return old + 1 if _whole(old) else None
+    return old + 1 if isinstance(old, int) and _whole(old) else None
 
 
 def _valid(record: object) -> bool:

@@ -81,8 +81,8 @@ def rng_state() -> dict:
         import numpy as np
     except ImportError:
         return state
-    kind, keys, position, has_gauss, cached = np.random.get_state()
-    state["numpy"] = [kind, keys.tolist(), int(position), int(has_gauss), float(cached)]
+    kind, keys, position, has_gauss, cached = np.random.get_state(legacy=True)
+    state["numpy"] = [kind, np.asarray(keys).tolist(), int(position), int(has_gauss), float(cached)]
     return state
 
 

@@ -26,6 +26,20 @@ def interrupt(signum, frame):
     notebook so far named, servers shut down)."""
     raise KeyboardInterrupt
 
+
+def is_interruption(exc: BaseException) -> bool:
+    """Whether `exc` is the user's stop: a KeyboardInterrupt, or an error one caused. A signal
+    handled while an import runs a class body's `__set_name__` (the standard library's
+    `platform`, imported by pyzmq and so by Jupyter's modules) reaches the command as a
+    RuntimeError whose cause is the KeyboardInterrupt: still Ctrl-C, not a crash."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        cause = cause.__cause__
+    return False
+
+
 _exit_fast = False  # gc.freeze registered at exit (once per process)
 
 
@@ -143,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlatformPluginError as exc:
         print(f"platform-run: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # Ctrl-C while a command was still preparing: no traceback
+    except BaseException as exc:  # Ctrl-C while a command was still preparing: no traceback
+        if not is_interruption(exc):
+            raise
         print("\nplatform-run: interrupted", file=sys.stderr)
         return INTERRUPTED_EXIT
 

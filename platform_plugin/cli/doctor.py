@@ -46,14 +46,14 @@ def cleanup_rows(cwd: str) -> list:
         root = cleanup.find_root(cwd=cwd)
         report = cleanup.clean(root, dry_run=True, progress=False)
     except ConfigError as exc:
-        return [doctor.Row("SKIP", "CODE/ cleanup", f"no project folder to check: "
+        return [doctor.Row(doctor.CheckStatus.SKIP, "CODE/ cleanup", f"no project folder to check: "
                            f"{str(exc).splitlines()[0]}")]
     totals = {k: v for k, v in report.totals().items() if v[0]}
     if not totals:
-        return [doctor.Row("OK", "CODE/ cleanup", f"{root}: nothing a full run would clean")]
+        return [doctor.Row(doctor.CheckStatus.OK, "CODE/ cleanup", f"{root}: nothing a full run would clean")]
     what = ", ".join(f"{name} {files} files {cleanup.human_bytes(size)}"
                      for name, (files, size) in totals.items())
-    return [doctor.Row("WARN", "CODE/ cleanup", f"{root} holds what a full run would clean "
+    return [doctor.Row(doctor.CheckStatus.WARN, "CODE/ cleanup", f"{root} holds what a full run would clean "
                        f"({what}); the platform's full run snapshots CODE/ as it is",
                        "platform-run clean --dry-run (or %platform_clean --dry-run in the "
                        "notebook), then without --dry-run before the full run")]
@@ -64,11 +64,11 @@ def mlflow_rows() -> list:
     on Python 3.9, has no experiment kinds): WARN with the workaround, never a failure."""
     features = detect()
     if features is None:
-        return [doctor.Row("SKIP", "MLflow", "MLflow is not installed in this interpreter: "
+        return [doctor.Row(doctor.CheckStatus.SKIP, "MLflow", "MLflow is not installed in this interpreter: "
                            "ranks still spool their metrics", "deliver them with `platform-run "
                            "sync JOB` where MLflow is installed")]
     missing = features.missing()
     if not missing:
-        return [doctor.Row("OK", "MLflow", f"MLflow {features.version}: UI with experiment "
+        return [doctor.Row(doctor.CheckStatus.OK, "MLflow", f"MLflow {features.version}: UI with experiment "
                            "kinds, metric page and System metrics tab")]
-    return [doctor.Row("WARN", "MLflow", f"MLflow {features.version}: {text}") for text in missing]
+    return [doctor.Row(doctor.CheckStatus.WARN, "MLflow", f"MLflow {features.version}: {text}") for text in missing]

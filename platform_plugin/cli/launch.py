@@ -7,7 +7,8 @@ import gc
 import signal
 import sys
 
-from platform_plugin.cli import INTERRUPTED_EXIT, interrupt, skip_the_last_collection
+from platform_plugin.cli import (INTERRUPTED_EXIT, interrupt, is_interruption,
+                                 skip_the_last_collection)
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
 
@@ -65,7 +66,9 @@ def _run(args) -> int:
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = run_job(command, options)
-    except KeyboardInterrupt:  # before the ranks started
+    except BaseException as exc:  # before the ranks started
+        if not is_interruption(exc):
+            raise
         print("platform-run: interrupted before the job started", file=sys.stderr)
         return INTERRUPTED_EXIT
     finally:

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from platform_plugin.cli import HELP, INTERRUPTED_EXIT, interrupt
+from platform_plugin.cli import HELP, INTERRUPTED_EXIT, interrupt, is_interruption
 from platform_plugin.cli.clean import add_cleanup_options
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.display.result_table import terminal_width
@@ -79,7 +79,9 @@ def _execute(run_spec: NotebookRun, options: NotebookOptions) -> int:
         print(f"[platform-run] {run_spec.mode} run of {run_spec.notebook.name} -> "
               f"{run_spec.output}", file=sys.stderr, flush=True)
         result = notebook.execute(run_spec, verbose=options.verbose)
-    except KeyboardInterrupt:  # before the first save there is no notebook to point at
+    except BaseException as exc:  # before the first save there is no notebook to point at
+        if not is_interruption(exc):
+            raise
         so_far = (f"; the notebook so far: {run_spec.output}"
                   if notebook.output_written(run_spec, claimed)
                   else " before the notebook started; no output notebook was written")

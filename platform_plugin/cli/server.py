@@ -22,7 +22,7 @@ import signal
 import socket
 from pathlib import Path
 
-from platform_plugin.cli import interrupt, skip_the_last_collection
+from platform_plugin.cli import interrupt, is_interruption, skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.processes.spawn import Lifeline
 from platform_plugin.tracking.server import team_auth
@@ -250,8 +250,9 @@ def run(args) -> int:
               f"{artifacts}, {args.workers} workers; log {log}; Ctrl-C stops it)")
         _print_env_lines(args, data, uri, credentials, created)
         proc.wait()
-    except KeyboardInterrupt:
-        pass
+    except BaseException as exc:  # Ctrl-C, SIGTERM: the servers stop below and that is a success
+        if not is_interruption(exc):
+            raise
     finally:
         ended = None if proc is None else proc.poll()  # None: it served until stopped here
         if proc is not None:

@@ -5,7 +5,7 @@ import os
 import signal
 import sys
 
-from platform_plugin.cli import INTERRUPTED_EXIT, interrupt
+from platform_plugin.cli import INTERRUPTED_EXIT, interrupt, is_interruption
 from platform_plugin.cli.flags import add_job, add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
@@ -52,7 +52,9 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, interrupt)  # `--wait inf` in the background: stop as Ctrl-C
     try:
         return _sync(args)
-    except KeyboardInterrupt:  # offsets are written per accepted batch: a rerun resumes there
+    except BaseException as exc:  # offsets are written per accepted batch: a rerun resumes there
+        if not is_interruption(exc):
+            raise
         print("\nplatform-run sync: interrupted; what was delivered is recorded, the rest stays "
               "in the spool for the next `platform-run sync`", file=sys.stderr)
         return INTERRUPTED_EXIT

@@ -5,7 +5,7 @@ import os
 import signal
 import tempfile
 
-from platform_plugin.cli import interrupt, skip_the_last_collection
+from platform_plugin.cli import interrupt, is_interruption, skip_the_last_collection
 from platform_plugin.cli.flags import add_log_dir, add_metric
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
@@ -114,8 +114,9 @@ def run(args) -> int:
         for text in features.missing() if features else ():
             print(f"MLflow {features.version}: {text}", flush=True)
         owned.proc.wait()
-    except KeyboardInterrupt:
-        pass
+    except BaseException as exc:  # Ctrl-C, SIGTERM: the server stops below and that is a success
+        if not is_interruption(exc):
+            raise
     finally:
         ended = owned.proc.poll()  # None: it served until stopped here (its teardown is cut)
         owned.stop()

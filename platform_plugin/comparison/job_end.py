@@ -60,7 +60,7 @@ def from_job_folder(job_dir: Path | None) -> JobEnding | None:
         what += f": {_label(cause)} {_how(cause)}"
     elif status != "succeeded" and result.get("reason"):
         what += f" ({result['reason']})"
-    resumed = [a.get("resumed") for a in data.get("failed_attempts") or []
+    resumed = [a["resumed"] for a in data.get("failed_attempts") or []
                if isinstance(a, dict) and isinstance(a.get("resumed"), dict)]
     if resumed:
         last = resumed[-1]

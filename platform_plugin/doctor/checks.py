@@ -38,13 +38,17 @@ STATUSES = tuple(s.value for s in CheckStatus)
 
 @dataclass(frozen=True)
 class Row:
-    status: CheckStatus  # checks may pass the value ("OK"): it is converted here
+    status: CheckStatus
     check: str
     detail: str
     fix: str = ""
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "status", CheckStatus(self.status))
+    @classmethod
+    def from_values(cls, row: tuple[str, str, str, str]) -> Row:
+        """A row the lower modules (processes, pythons) give as (status value, check, detail,
+        fix): they sit below this one and do not import it."""
+        status, check, detail, fix = row
+        return cls(CheckStatus(status), check, detail, fix)
 
 
 @dataclass
@@ -76,19 +80,20 @@ class Context:
 
 def check_settings(ctx: Context) -> list[Row]:
     if ctx.settings_error is not None:
-        return [Row("FAIL", "variables", str(p)) for p in
+        return [Row(CheckStatus.FAIL, "variables", str(p)) for p in
                 ctx.settings_error.problems]
     s = ctx.settings
-    rows = [Row("OK", "variables", f"mode {s.mode} ({s.mode_source}); RANK_START={s.rank_start}"
+    assert s is not None  # settings are loaded whenever loading them raised no error
+    rows = [Row(CheckStatus.OK, "variables", f"mode {s.mode} ({s.mode_source}); RANK_START={s.rank_start}"
                 + (f", RANK_ID={s.rank_id}, DEVICE_ID={s.device_id}" if s.mode == "debug" else ""))]
-    rows += [Row("WARN", "variables", str(p)) for p in s.problems]
+    rows += [Row(CheckStatus.WARN, "variables", str(p)) for p in s.problems]
     return rows
 
 
 def check_rank_table(ctx: Context) -> list[Row]:
     path = ctx.table_file
     if not path:
-        return [Row("SKIP", "rank table", "no RANK_TABLE_FILE: nothing to check (CPU/GPU runs "
+        return [Row(CheckStatus.SKIP, "rank table", "no RANK_TABLE_FILE: nothing to check (CPU/GPU runs "
                     "need none)", "set RANK_TABLE_FILE or pass --rank-table for Ascend runs")]
     try:
         table, problems = ranktable.check_file(path)
@@ -96,10 +101,10 @@ def check_rank_table(ctx: Context) -> list[Row]:
         table, problems = None, exc.problems
     errors = errors_only(problems)
     if table is None or errors:
-        return [Row("FAIL", "rank table", f"{path}: {p}", "fix the table or regenerate it "
+        return [Row(CheckStatus.FAIL, "rank table", f"{path}: {p}", "fix the table or regenerate it "
                     "(`platform-run ranktable generate`)") for p in errors or problems]
-    return [Row("OK", "rank table", f"{path}: {ranktable.rank_summary(table)}")] + [
-        Row("WARN", "rank table", str(p)) for p in problems]
+    return [Row(CheckStatus.OK, "rank table", f"{path}: {ranktable.rank_summary(table)}")] + [
+        Row(CheckStatus.WARN, "rank table", str(p)) for p in problems]
 
 
 def _table(ctx: Context) -> ranktable.RankTable | None:
@@ -114,7 +119,7 @@ def _table(ctx: Context) -> ranktable.RankTable | None:
 def check_environment(ctx: Context) -> list[Row]:
     table = _table(ctx)
     if table is None:
-        return [Row("SKIP", "env vs table", "no valid rank table to compare RANK_ID / "
+        return [Row(CheckStatus.SKIP, "env vs table", "no valid rank table to compare RANK_ID / "
                     "RANK_START / DEVICE_ID with")]
     # RANK_SIZE has its own row; what the "variables" row already reported is not repeated
     reported = {(p.code, p.path) for p in (ctx.settings_error.problems
@@ -127,23 +132,23 @@ def check_environment(ctx: Context) -> list[Row]:
     if not problems:
         shown = ", ".join(f"{n}={ctx.environ[n]}" for n in ("RANK_START", "RANK_ID", "DEVICE_ID")
                           if n in ctx.environ) or "none of RANK_START/RANK_ID/DEVICE_ID set"
-        return [Row("OK", "env vs table", shown)]
-    return [Row("FAIL", "env vs table", str(p), "unset it, or set the value the message "
+        return [Row(CheckStatus.OK, "env vs table", shown)]
+    return [Row(CheckStatus.FAIL, "env vs table", str(p), "unset it, or set the value the message "
                 "names") for p in problems]
 
 
 def check_rank_size(ctx: Context) -> list[Row]:
     table = _table(ctx)
     if table is None:
-        return [Row("SKIP", "RANK_SIZE", "no valid rank table to derive it from")]
+        return [Row(CheckStatus.SKIP, "RANK_SIZE", "no valid rank table to derive it from")]
     value = ctx.environ.get("RANK_SIZE")
     if value is None:
-        return [Row("OK", "RANK_SIZE", f"not set; derived value is {table.rank_size}")]
+        return [Row(CheckStatus.OK, "RANK_SIZE", f"not set; derived value is {table.rank_size}")]
     problems = ranktable.check_environment(table, {"RANK_SIZE": value})
     if problems:
-        return [Row("FAIL", "RANK_SIZE", problems[0].message,
+        return [Row(CheckStatus.FAIL, "RANK_SIZE", problems[0].message,
                     f"unset RANK_SIZE or set RANK_SIZE={table.rank_size}")]
-    return [Row("OK", "RANK_SIZE", f"{value} = devices in the table")]
+    return [Row(CheckStatus.OK, "RANK_SIZE", f"{value} = devices in the table")]
 
 
 # ulimit -n / -u: MindSpore's launch scripts raise them; ranks open many files and threads
@@ -157,51 +162,51 @@ def check_ulimits(ctx: Context) -> list[Row]:
         soft, _hard = resource.getrlimit(which)
         shown = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
         if soft != resource.RLIM_INFINITY and soft < minimum:
-            rows.append(Row("FAIL", "ulimit", f"{label} is {shown}, below {minimum}",
+            rows.append(Row(CheckStatus.FAIL, "ulimit", f"{label} is {shown}, below {minimum}",
                             f"`{fix}` before starting Jupyter / the job"))
         elif soft != resource.RLIM_INFINITY and soft < advised:
-            rows.append(Row("WARN", "ulimit", f"{label} is {shown}; {advised}+ advised for 8 "
+            rows.append(Row(CheckStatus.WARN, "ulimit", f"{label} is {shown}; {advised}+ advised for 8 "
                             "ranks", f"`{fix}`"))
         else:
-            rows.append(Row("OK", "ulimit", f"{label} is {shown}"))
+            rows.append(Row(CheckStatus.OK, "ulimit", f"{label} is {shown}"))
     return rows
 
 
 def check_npu_smi(ctx: Context) -> list[Row]:
     exe = shutil.which("npu-smi", path=ctx.environ.get("PATH"))
     if exe is None:
-        return [Row("SKIP", "npu-smi", "npu-smi not found: cannot count NPUs here (no Ascend "
+        return [Row(CheckStatus.SKIP, "npu-smi", "npu-smi not found: cannot count NPUs here (no Ascend "
                     "driver; fine on CPU/GPU)", "on Ascend, add /usr/local/sbin to PATH")]
     try:
         out = subprocess.run([exe, "info", "-l"], capture_output=True, text=True, timeout=20,
                              check=False).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return [Row("FAIL", "npu-smi", f"`npu-smi info -l` failed: {exc}",
+        return [Row(CheckStatus.FAIL, "npu-smi", f"`npu-smi info -l` failed: {exc}",
                     "check the Ascend driver (npu-smi info)")]
     count = next((whole_number(line.split(":")[1]) for line in out.splitlines()
                   if "Total Count" in line and whole_number(line.split(":")[1]) is not None), None)
     if count is None:
-        return [Row("FAIL", "npu-smi", "`npu-smi info -l` printed no 'Total Count'",
+        return [Row(CheckStatus.FAIL, "npu-smi", "`npu-smi info -l` printed no 'Total Count'",
                     "check the Ascend driver (npu-smi info)")]
     server = ctx.settings.server if ctx.settings else None
     needed = len(server.devices) if server else 0
-    if needed > count:
-        return [Row("FAIL", "npu-smi", f"npu-smi sees {count} NPU(s); the table puts {needed} "
+    if server is not None and needed > count:
+        return [Row(CheckStatus.FAIL, "npu-smi", f"npu-smi sees {count} NPU(s); the table puts {needed} "
                     f"ranks on server {server.server_id}", "use a table for the cards present")]
-    return [Row("OK", "npu-smi", f"npu-smi sees {count} NPU(s)")]
+    return [Row(CheckStatus.OK, "npu-smi", f"npu-smi sees {count} NPU(s)")]
 
 
 def check_rank_processes(ctx: Context) -> list[Row]:
-    return [Row(*row) for row in rank_process_rows(_table_file_filter(ctx))]
+    return [Row.from_values(row) for row in rank_process_rows(_table_file_filter(ctx))]
 
 
 def check_last_job(ctx: Context) -> list[Row]:
     log_dir = job_log_dir(ctx.log_dir, environ=ctx.environ, cwd=ctx.cwd)
-    return [Row(*row) for row in last_job_rows(log_dir)]
+    return [Row.from_values(row) for row in last_job_rows(log_dir)]
 
 
 def check_pythons(ctx: Context) -> list[Row]:
-    return [Row(*row) for row in python_rows(ctx.environ)]
+    return [Row.from_values(row) for row in python_rows(ctx.environ)]
 
 
 def _table_file_filter(ctx: Context) -> str | None:

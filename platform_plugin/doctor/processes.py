@@ -138,7 +138,7 @@ def last_job_rows(log_dir: str) -> list[RowTuple]:
         return [("SKIP", "last job", f"no job.json under {log_dir}: no job to inspect", "")]
     path = os.path.join(job_dir, JOB_FILE)
     try:
-        data = read_json(path, MAX_JOB_FILE_BYTES, within=job_dir)
+        data = read_json(path, MAX_JOB_FILE_BYTES, within=str(job_dir))
         state = data.get("state")
         job_id = (data.get("plan") or {}).get("job_id") or os.path.basename(os.path.dirname(path))
     except (OSError, ValueError, AttributeError) as exc:

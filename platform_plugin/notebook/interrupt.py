@@ -63,7 +63,10 @@ class Interrupts:
                     return  # the shutdown's own interrupt: nothing runs (module docstring)
                 await super()._async_interrupt_kernel()
 
-            async def shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+            # AsyncKernelManager's shutdown_kernel is a coroutine; KernelManager, which mypy
+            # sees as the base, declares it plain
+            async def shutdown_kernel(  # type: ignore[override]
+                    self, now: bool = False, restart: bool = False) -> None:
                 # after a forced end the kernel may still be busy: kill it, never race it
                 await super().shutdown_kernel(now=now or interrupts.count > 1, restart=restart)
 

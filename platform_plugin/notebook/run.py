@@ -136,7 +136,11 @@ def prepare_run(mode: str, notebook: str | os.PathLike,
                        output_default=not output)
 
 
-def read_notebook(path: Path) -> "nbformat.NotebookNode":
+# an nbformat NotebookNode: nbformat is imported where a notebook is read, not with this module
+Notebook = Any
+
+
+def read_notebook(path: Path) -> Notebook:
     import nbformat  # here, not at the top: `platform-run clean` imports this module too
 
     if not path.is_file():
@@ -150,7 +154,7 @@ def read_notebook(path: Path) -> "nbformat.NotebookNode":
         raise ConfigError(f"{path} is not a readable notebook: {exc}", code="NB_INVALID")
 
 
-def check_parameters_cell(nb: "nbformat.NotebookNode", path: Path) -> None:
+def check_parameters_cell(nb: Notebook, path: Path) -> None:
     """papermill injects the parameters after the FIRST cell tagged `parameters`: a second one
     runs after the injected cell and puts its defaults back (`-p epochs 30` ran 1 epoch, exit
     0). Tags that are not a list of strings made papermill raise TypeError once it started."""
@@ -171,7 +175,7 @@ def check_parameters_cell(nb: "nbformat.NotebookNode", path: Path) -> None:
                           code="NB_PARAMETERS_CELL")
 
 
-def _notebook_kernel(nb: "nbformat.NotebookNode") -> str:
+def _notebook_kernel(nb: Notebook) -> str:
     """The kernelspec's name; python3 when there is none, or it is not a mapping (hand-edited
     or nbformat 3 notebooks), as docs/notebook-runs.md promises."""
     spec = nb.metadata.get("kernelspec")

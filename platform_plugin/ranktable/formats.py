@@ -151,10 +151,11 @@ def _read_group_list(doc: dict, reader: _Reader) -> RankTable | None:
     if not instances:
         return None
     order = list(range(len(instances)))
-    indexes = [_pod_index(x) if isinstance(x, dict) else None for x in instances]
+    found = [_pod_index(x) if isinstance(x, dict) else None for x in instances]
+    indexes = [i for i in found if i is not None]
     # The job's pods are numbered (...-pod-0, ...-pod-1): pod i is node i, so its devices take
     # ranks 8i..; the file lists pods in arbitrary order. Without pod numbers keep file order.
-    if all(i is not None for i in indexes) and len(set(indexes)) == len(indexes):
+    if len(indexes) == len(found) and len(set(indexes)) == len(indexes):
         order.sort(key=lambda k: indexes[k])
     servers, next_rank = [], 0
     for k in order:

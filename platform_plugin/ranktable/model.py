@@ -73,13 +73,13 @@ def parse_visible_devices(visible_devices: str | None) -> list[int] | None:
         return None
     ids = []
     for item in visible_devices.split(","):
-        item = item.strip()
-        if whole_number(item) is None:
+        number = whole_number(item.strip())
+        if number is None:
             raise RankTableError([Problem(
                 "RT_VISIBLE_DEVICES", f"ASCEND_RT_VISIBLE_DEVICES={visible_devices!r} is not a "
                 "comma-separated list of device numbers such as \"4,5,6,7\"; fix or unset it.",
                 "ASCEND_RT_VISIBLE_DEVICES")])
-        ids.append(whole_number(item))
+        ids.append(number)
     return ids
 
 
@@ -105,19 +105,14 @@ def runtime_device_id(physical_id: int, visible_devices: str | None) -> int:
 def describe_ranges(values: list[int]) -> str:
     """[0,1,2,3,8] -> "0-3, 8": how valid ids are listed in messages."""
     values = sorted(set(values))
-    parts: list[str] = []
-    start = prev = None
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive ids
     for value in values:
-        if start is None:
-            start = prev = value
-        elif value == prev + 1:
-            prev = value
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
         else:
-            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = prev = value
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ", ".join(parts) or "none"
+            runs.append([value, value])
+    return ", ".join(f"{first}-{last}" if last != first else f"{first}"
+                     for first, last in runs) or "none"
 
 
 def unknown_rank_problem(table: RankTable, rank_id: int, variable: str,

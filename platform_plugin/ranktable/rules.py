@@ -38,7 +38,8 @@ def rule_servers_present(table: RankTable) -> list[Problem]:
 
 
 def rule_server_ids(table: RankTable) -> list[Problem]:
-    problems, seen = [], {}
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
     for i, server in enumerate(table.servers):
         path = f"{_srv(i)}.server_id"
         if not server.server_id.strip():
@@ -91,7 +92,8 @@ def rule_device_ids(table: RankTable) -> list[Problem]:
 
 
 def rule_device_ips(table: RankTable) -> list[Problem]:
-    problems, seen = [], {}
+    problems: list[Problem] = []
+    seen: dict[str, str] = {}
     multi = len(table.servers) > 1
     for i, server in enumerate(table.servers):
         for j, device in enumerate(server.devices):
@@ -119,7 +121,8 @@ def rule_device_ips(table: RankTable) -> list[Problem]:
 
 def rule_rank_ids(table: RankTable) -> list[Problem]:
     size = table.rank_size
-    problems, seen = [], {}
+    problems: list[Problem] = []
+    seen: dict[int, str] = {}
     for i, server in enumerate(table.servers):
         for j, device in enumerate(server.devices):
             path = f"{_srv(i)}.device[{j}].rank_id"

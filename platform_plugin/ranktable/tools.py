@@ -152,7 +152,9 @@ def merge(paths: list[str]) -> dict:
     """merge_hccl.py: servers in the order of `paths`, ranks renumbered 0..N-1 in that order."""
     if not paths:
         raise RankTableError("merge needs at least one rank table.", code="RT_MERGE_EMPTY")
-    servers, problems, rank = [], [], 0
+    servers: list[Server] = []
+    problems: list[Problem] = []
+    rank = 0
     for path in paths:
         table, found = parse_file(path)
         # rank numbering problems in the inputs do not matter: merge renumbers every rank

@@ -28,7 +28,7 @@ def read_env_files(env_file: str | None, cwd: str, environ) -> tuple[dict[str, s
         values, path = read_env_file(env_file, cwd)
         return values, [path] if path else []
     merged: dict[str, str] = {}
-    read = []
+    read: list[str] = []
     for path in reversed(env_file_paths(cwd, environ)):
         values, found = read_env_file(None, os.path.dirname(path))
         merged.update(values)

@@ -18,7 +18,7 @@ def _raw_environ(pid: int, uid: int | None = None) -> bytes:
     try:
         if uid is not None and os.fstat(fd).st_uid != uid:  # (the owner of /proc/<pid>)
             return b""
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 16)
             if not chunk:

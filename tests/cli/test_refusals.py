@@ -428,3 +428,35 @@ def test_launch_from_a_notebook_whose_folder_was_deleted_is_refused(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "gone")], env=clean_env(),
                           capture_output=True, text=True, timeout=120)
     assert "[LAUNCH_CWD_GONE]" in done.stdout, done.stdout + done.stderr
+
+
+SIGNAL_INSIDE_AN_IMPORT = '''
+import os, signal, sys
+import platform_plugin.cli.env as command
+from platform_plugin.cli import interrupt, main
+
+class SignalledWhileNamed:  # what a class body runs during an import (platform.uname_result's)
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10 ** 6):  # the handler runs between these bytecodes, inside __set_name__
+            pass
+
+def planted_run(args):  # a stand-in command: the import runs where `ui` imports Jupyter's modules
+    signal.signal(signal.SIGTERM, interrupt)
+    class Imported:
+        attribute = SignalledWhileNamed()
+    return 0
+
+command.run = planted_run
+sys.exit(main(["env"]))
+'''
+
+
+def test_sigterm_inside_an_import_ends_the_command_as_an_interrupt_without_a_traceback(cwd):
+    """`platform-run ui` SIGTERMed while it imported jupyter_server printed a traceback and
+    exited 1: the KeyboardInterrupt raised in `platform`'s class body reached it as a
+    RuntimeError ("Error calling __set_name__"), which no `except KeyboardInterrupt` caught."""
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_INSIDE_AN_IMPORT], cwd=cwd,
+                          env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "platform-run: interrupted" in proc.stderr and "Traceback" not in proc.stderr
