@@ -15,29 +15,10 @@ import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.util.folders import check_cwd
+from platform_plugin.util.stops import is_interruption
 
 
 INTERRUPTED_EXIT = 130  # 128 + SIGINT: what a shell reports for a command Ctrl-C ended
-
-
-def interrupt(signum, frame):
-    """A signal handler: SIGTERM (the platform stopping a run, a service manager) or SIGHUP
-    ends a command as Ctrl-C does, through its KeyboardInterrupt path (children stopped, the
-    notebook so far named, servers shut down)."""
-    raise KeyboardInterrupt
-
-
-def is_interruption(exc: BaseException) -> bool:
-    """Whether `exc` is the user's stop: a KeyboardInterrupt, or an error one caused. A signal
-    handled while an import runs a class body's `__set_name__` (the standard library's
-    `platform`, imported by pyzmq and so by Jupyter's modules) reaches the command as a
-    RuntimeError whose cause is the KeyboardInterrupt: still Ctrl-C, not a crash."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, KeyboardInterrupt):
-            return True
-        cause = cause.__cause__
-    return False
 
 
 _exit_fast = False  # gc.freeze registered at exit (once per process)

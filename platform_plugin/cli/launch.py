@@ -7,10 +7,10 @@ import gc
 import signal
 import sys
 
-from platform_plugin.cli import (INTERRUPTED_EXIT, interrupt, is_interruption,
-                                 skip_the_last_collection)
+from platform_plugin.cli import INTERRUPTED_EXIT, skip_the_last_collection
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 
 def register(subparsers) -> None:
@@ -63,7 +63,7 @@ def _run(args) -> int:
         job = start(command, dataclasses.replace(options, write=sys.stderr.write))
         print(job.job_id)
         return 0
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         result = run_job(command, options)
     except BaseException as exc:  # before the ranks started

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from platform_plugin.cli import HELP, INTERRUPTED_EXIT, interrupt, is_interruption
+from platform_plugin.cli import HELP, INTERRUPTED_EXIT
 from platform_plugin.cli.clean import add_cleanup_options
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.display.result_table import terminal_width
@@ -19,6 +19,7 @@ from platform_plugin.notebook.options import NotebookOptions, add_arguments, fro
 from platform_plugin.notebook.run import NotebookResult, NotebookRun
 from platform_plugin.notebook.save import outputs_folder
 from platform_plugin.util.paths import checked_path
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host
@@ -54,7 +55,7 @@ def _output(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     # from the start: a SIGTERM while CODE/ is cleaned or the kernel starts ends as Ctrl-C does
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     reopen_closed_std_fds()  # started with stdout/stderr closed: the kernel inherits them
     sys.stderr = LiveStream(sys.stderr)  # type: ignore[assignment]  # a reader gone: run on
     options = from_arguments(args, output=_output(args), cleanup=getattr(args, "cleanup", False),

@@ -22,7 +22,7 @@ import signal
 import socket
 from pathlib import Path
 
-from platform_plugin.cli import interrupt, is_interruption, skip_the_last_collection
+from platform_plugin.cli import skip_the_last_collection
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.processes.spawn import Lifeline
 from platform_plugin.tracking.server import team_auth
@@ -34,6 +34,7 @@ from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.util.numbers import ANY_PORT, Bounds, number_argument
 from platform_plugin.util.paths import checked_path, resolved
 from platform_plugin.util.ports import check_free, free_port
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 MAX_WORKERS = 64
 
@@ -212,7 +213,7 @@ def run(args) -> int:
     _check_folders(data, artifacts)
     holder = _hold_data_dir(data)  # for this process's life (closed on exec: not the children's)
     os.makedirs(artifacts, exist_ok=True)
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
     lifeline = Lifeline.for_groups(LIFELINE_GRACE_S)  # first: no child without it
     # every child (initdb, pg_ctl, the postmaster, the migration, MLflow) is handed to it

@@ -5,13 +5,14 @@ import os
 import signal
 import sys
 
-from platform_plugin.cli import INTERRUPTED_EXIT, interrupt, is_interruption
+from platform_plugin.cli import INTERRUPTED_EXIT
 from platform_plugin.cli.flags import add_job, add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
 from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.numbers import NOT_NEGATIVE, number_argument
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
@@ -49,7 +50,7 @@ def run(args) -> int:
         raise ConfigError("--from-start sends the whole job into the store --to URI names: "
                           "give --to", code="TRACKING_SYNC_TO")
     export_mlflow_settings(os.getcwd(), os.environ)  # the team server's credentials, as the job's
-    signal.signal(signal.SIGTERM, interrupt)  # `--wait inf` in the background: stop as Ctrl-C
+    signal.signal(signal.SIGTERM, raise_interrupt)  # `--wait inf` in the background: stop as Ctrl-C
     try:
         return _sync(args)
     except BaseException as exc:  # offsets are written per accepted batch: a rerun resumes there

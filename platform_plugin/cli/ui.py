@@ -5,7 +5,7 @@ import os
 import signal
 import tempfile
 
-from platform_plugin.cli import interrupt, is_interruption, skip_the_last_collection
+from platform_plugin.cli import skip_the_last_collection
 from platform_plugin.cli.flags import add_log_dir, add_metric
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
@@ -19,6 +19,7 @@ from platform_plugin.tracking.server.local import HOST
 from platform_plugin.tracking.shared.uri_check import scheme_of, uri_problem
 from platform_plugin.tracking.sinks.mlflow_sink import MlflowSink, default_tracking_uri, sqlite_path
 from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 
 def register(subparsers) -> None:
@@ -92,7 +93,7 @@ def run(args) -> int:
     uri = store_uri(args.store)
     if args.port:  # refuse now, not after waiting for a server that cannot bind
         check_free(args.port, HOST, what="--port")
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     skip_the_last_collection()  # after Ctrl-C: exit once the server has stopped
     port = args.port or free_port()
     ui = f"http://{HOST}:{port}"

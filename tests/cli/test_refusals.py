@@ -433,7 +433,8 @@ def test_launch_from_a_notebook_whose_folder_was_deleted_is_refused(tmp_path):
 SIGNAL_INSIDE_AN_IMPORT = '''
 import os, signal, sys
 import platform_plugin.cli.env as command
-from platform_plugin.cli import interrupt, main
+from platform_plugin.cli import main
+from platform_plugin.util.stops import raise_interrupt
 
 class SignalledWhileNamed:  # what a class body runs during an import (platform.uname_result's)
     def __set_name__(self, owner, name):
@@ -442,7 +443,7 @@ class SignalledWhileNamed:  # what a class body runs during an import (platform.
             pass
 
 def planted_run(args):  # a stand-in command: the import runs where `ui` imports Jupyter's modules
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, raise_interrupt)
     class Imported:
         attribute = SignalledWhileNamed()
     return 0

@@ -26,19 +26,16 @@ from platform_plugin.launcher.jobs.background import READY_MARK, REFUSED_MARK
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.processes import jobfile
+from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 OUTPUT_NAME = "launcher.out"  # (not *.log: a restart moves the logs into attempt-N/)
 INTERRUPTED_EXIT = 130
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def main() -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # (a starter may ignore it)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupt)
+        signal.signal(sig, raise_interrupt)
     spec = json.load(sys.stdin)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -68,12 +65,14 @@ def main() -> int:
         else:
             print(f"platform-run: configuration error\n{exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # before the ranks started
-        print("[launcher] stopped before the job started", file=sys.stderr)
-        return INTERRUPTED_EXIT
     except PlatformPluginError as exc:
         print(f"platform-run: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BaseException as exc:  # before the ranks started
+        if not is_interruption(exc):
+            raise
+        print("[launcher] stopped before the job started", file=sys.stderr)
+        return INTERRUPTED_EXIT
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a stop racing the end: one result
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
