@@ -57,13 +57,34 @@ def check_own_folder(folder: str, what: str, code: str, flag: str, *, link_allow
         why = "is a link (planted there?), not a folder of this user's"
     elif not stat.S_ISDIR(found.st_mode):
         return  # a file: check_writable_folder's `_NOT_DIR` says so
-    elif found.st_uid != os.geteuid():
+    elif found.st_uid != os.geteuid() and found.st_uid != _new_entries_owner(os.path.dirname(os.path.abspath(folder))):
         why = f"belongs to another user (uid {found.st_uid}), not to this one (uid {os.geteuid()})"
     else:
         return
     raise ConfigError([Problem(code, f"the {what} folder {folder} {why}: the job would write "
                                "into it and trust what it finds there. Remove it, or give "
                                "another folder", flag)])
+
+
+def _new_entries_owner(folder: str) -> int | None:
+    """The owner an entry this process makes in `folder` gets (None: none could be made). Not
+    always this user: root's files on a network mount exported with root_squash belong to
+    `nobody`, and a folder such a launcher made there is its own. Asked only when an owner
+    differs (a probe folder made and removed)."""
+    path = os.path.join(folder, f".platform-probe-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.mkdir(path, 0o700)
+    except OSError:
+        return None
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
+    finally:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
 
 
 def check_writable_folder(folder: str, what: str, code: str, flag: str) -> None:
