@@ -4,6 +4,7 @@ Real launchers, real ranks (tests/assets/launch/behave.py), real signals."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -300,3 +301,56 @@ def test_attach_follows_a_job_through_its_restart_to_one_result(log_dir, launche
     record = read_record(str(log_dir / job_id))
     assert record.state == "failed" and record.attempt == 2
     assert (log_dir / job_id / "attempt-1" / "rank_1.log").exists()
+
+
+# attempt 1: a loss of 900 and more, rank 1 fails; attempt 2: a loss of 3 and less, both succeed
+RESTARTED_LOSS = """
+import os, sys, time
+attempt = int(os.environ["PLATFORM_ATTEMPT_NUMBER"])
+for step in range(1, 41):
+    loss = 900 + step if attempt == 1 else 2 + 1 / step
+    print(f"epoch: 1 step: {step}, loss is {loss}", flush=True)
+    if attempt == 1 and step == 12 and os.environ["RANK_ID"] == "1":
+        sys.exit(3)
+    time.sleep(0.25)
+"""
+
+
+def _losses(follower) -> dict[str, list[float]]:
+    return {name: [value for _, value in found.main_curve()]
+            for name, found in follower.spools.metrics.items()}
+
+
+def test_a_restarted_jobs_board_shows_the_current_attempts_metrics(log_dir, launchers, tmp_path):
+    """--max-restarts 1, tracked: a board that followed attempt 1 leaves its points for attempt
+    2's once job.json says attempt 2, and `platform-run attach` started during attempt 2 shows
+    attempt 2's loss, never attempt 1's (its spools are `tracking/`, attempt 2's
+    `tracking-attempt-2/`)."""
+    from platform_plugin.launcher.jobs.follow import JobFollower
+    (tmp_path / "train.py").write_text(RESTARTED_LOSS)
+    env = clean_env(MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    job_id = detach(log_dir, "--nproc", "2", "--grace", "1", "--max-restarts", "1",
+                    "--no-system-metrics", "--", PY, str(tmp_path / "train.py"), env=env)
+    job_dir = str(log_dir / job_id)
+    follower = JobFollower(job_dir)
+
+    def attempt_1_seen():
+        follower.refresh()
+        return any(v >= 900 for values in _losses(follower).values() for v in values)
+    wait_for(attempt_1_seen, 60, what="attempt 1's loss on the board")
+    assert follower.record.attempt == 1
+
+    def attempt_2_shown():
+        record, _ = follower.refresh()
+        losses = _losses(follower)
+        return record.attempt == 2 and set(losses) == {"0", "1"} and all(losses.values()) \
+            and all(v < 100 for values in losses.values() for v in values)
+    wait_for(attempt_2_shown, 90, what="attempt 2's loss, and only it, on the same board")
+    assert follower.record.running  # attempt 2 still runs: attach now
+    assert "(attempt 2)" in follower.view().title
+    attached = cli("attach", job_id, log_dir=log_dir, env=env)
+    assert attached.returncode == 0, attached.stdout + attached.stderr
+    shown = [float(v) for v in re.findall(r"\bloss=([0-9.]+)", attached.stdout)]
+    assert shown and all(v < 100 for v in shown), attached.stdout
+    assert "— running (attempt 2)" in attached.stdout and "— succeeded" in attached.stdout
+    assert (Path(job_dir) / "tracking-attempt-2").is_dir()

@@ -64,6 +64,7 @@ class SpoolTail:
     `tracking-attempt-<K>/`)."""
 
     def __init__(self, job_dir: str, attempt: int = 1):
+        self.attempt = attempt
         self.folder = os.path.join(job_dir, spool_folder_name(attempt))  # the attempt's own
         self._offsets: dict[str, int] = {}
         self.metrics: dict[str, RankMetrics] = {}

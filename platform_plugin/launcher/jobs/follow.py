@@ -6,7 +6,10 @@ the result), `rank_N.log` (the lines), the tracking spools (the metrics, as the 
 them: spool_tail.py). Reads are incremental: a log is first read from its end (its last
 FIRST_READ bytes: the board's tail, however long the log), then only what was added; a log cut
 short or replaced (a restarted attempt moves the logs into attempt-N/) is read from its new
-start. job.json is read again only when it changed. Nothing here raises for a folder that is
+start. The metrics are the current attempt's (job.json's `attempt`: its spools, `tracking/` or
+`tracking-attempt-K/`), as the foreground board shows them: when a restart's job.json says
+attempt K, the board leaves the earlier attempt's spools for K's, read from their start.
+job.json is read again only when it changed. Nothing here raises for a folder that is
 half-written or removed meanwhile: what is missing is shown as missing.
 """
 from __future__ import annotations
@@ -100,6 +103,8 @@ class JobFollower:
     def refresh(self) -> tuple[JobRecord, dict[str, list[bytes]]]:
         """(the record, each rank's complete lines added since the last refresh)."""
         self.record = self._read_record()
+        if self.record.data is not None and self.record.attempt > self.spools.attempt:
+            self.spools = SpoolTail(self.job_dir, self.record.attempt)  # a restart: its own
         for name in self._names():
             self.logs.setdefault(name, LogTail(os.path.join(self.job_dir, log_name(name))))
         new = {name: tail.read() for name, tail in self.logs.items()}
