@@ -9,7 +9,8 @@ from urllib.parse import urlparse
 
 from platform_plugin.cli.flags import add_job, add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
-from platform_plugin.comparison import diagnosis, job_end, report_log, spools, table as compare
+from platform_plugin.comparison import job_end, report_log, spools, table as compare
+from platform_plugin.comparison.rendering import ranks_text
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.shared.uri_check import check_tracking_uri, sqlite_file
@@ -132,7 +133,6 @@ def run(args) -> int:
     missing = [m for m in metrics if not any(series[m].values())]
     if missing:
         raise compare.no_such_metric(job_id, missing, points.metrics())
-    system = diagnosis.system_summary(points.values, sorted({lb for m in series.values() for lb in m}))
     print(f"job {job_id}  ({runs.config.tracking_uri})")
     ending = _ending(found)
     for line in ending.lines() if ending else []:
@@ -143,9 +143,7 @@ def run(args) -> int:
     tables = {}
     for metric in metrics:
         rows = compare.rank_rows(series[metric], metric, tolerance=args.tolerance)
-        print(compare.render(rows, metric, runs.servers, ending.unfinished if ending else None))
-        for line in diagnosis.render(rows, system):
-            print(line)
+        print(ranks_text(rows, metric, points, runs.servers, ending.unfinished if ending else None))
         tables[f"compare/{metric}.json"] = compare.table_data(rows, metric)
     png = str(compare.plot(series, Path(args.plot), f"{job_id}: per rank",
                            compare.run_colours(runs))) if args.plot else None
