@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     # from the start: a SIGTERM while CODE/ is cleaned or the kernel starts ends as Ctrl-C does
     signal.signal(signal.SIGTERM, raise_interrupt)
     reopen_closed_std_fds()  # started with stdout/stderr closed: the kernel inherits them
-    sys.stderr = LiveStream(sys.stderr)  # type: ignore[assignment]  # a reader gone: run on
+    sys.stderr = LiveStream(sys.stderr)  # a reader gone: run on
     options = from_arguments(args, output=_output(args), cleanup=getattr(args, "cleanup", False),
                              only=getattr(args, "only", None), keep=tuple(getattr(args, "keep", ())))
     run_spec = notebook.prepare_run(args.mode, args.notebook, options)
@@ -151,5 +151,6 @@ def _summary(result: NotebookResult) -> str:
     if result.ok:
         return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
                 f"output notebook: {result.output}")
+    assert result.failure is not None  # what a run that did not succeed has
     return (result.failure.render(colors=sys.stderr.isatty(), width=terminal_width(sys.stderr))
             + f"\noutput notebook: {result.output}")
