@@ -55,6 +55,10 @@ FIRST_POLL_S, MAX_POLL_S = 0.01, 0.25  # the launcher's checks for "everything d
 # meanwhile (a scandir of a few files).
 HELPER_DELAY_S = 0.5
 SPOOL_CHECK_S = 0.02
+# While the ranks run, the helper's status (helper.json: the last pass's error, "" once a pass
+# delivered) is read this often; a delivery that failed on two reads in a row is said (one
+# failed pass is often a request cut by a server's restart, and the next pass delivers it).
+WATCH_S = 2.0
 
 
 class JobTracking(Untracked):
@@ -121,14 +125,42 @@ class JobTracking(Untracked):
 
     def check_store(self, say: Callable[[str], None]) -> None:
         """An MLflow server (http, https) is asked at once whether it takes this user's points
-        into the experiment (store_check.py), in a thread: the ranks never wait for it."""
+        into the experiment (store_check.py), in a thread: the ranks never wait for it. Then,
+        for every store, the delivery is watched while the ranks run (`_watch_delivery`)."""
+        said: list[str] = []  # what the start's check said: the watch does not say it again
+
+        def say_once(text: str) -> None:
+            said.append(text)
+            say(text)
+
+        _thread.start_new_thread(self._watch_delivery, (say, said))
         uri = self.config.tracking_uri or ""
         if self.sink != "mlflow" or not uri.startswith(("http://", "https://")):
             return
         from platform_plugin.tracking.job.store_check import check_in_background
-        check_in_background(uri, self.config.experiment_name or "", helper_environment(self.plan), say,
-                            f"its points wait in {self.spool_dir}; `platform-run sync "
-                            f"{self.plan.job_id}` delivers them once that is fixed")
+        check_in_background(uri, self.config.experiment_name or "", helper_environment(self.plan),
+                            say_once, self._waiting_hint())
+
+    def _waiting_hint(self) -> str:
+        return (f"its points wait in {self.spool_dir}; `platform-run sync {self.plan.job_id}` "
+                "delivers them once that is fixed")
+
+    def _watch_delivery(self, say: Callable[[str], None], said: list[str]) -> None:
+        """Until the ranks end: the helper's delivery failing on two reads of helper.json in a
+        row is said once (a store that went away or refused the points mid-job: the user hears
+        of it then, not hours later at the end), and its recovery once after that."""
+        failing, stopped = 0, False
+        while not self._ranks_ended.wait(WATCH_S):
+            status = HelperStatus.load(self.spool_dir)
+            error = status.error if status is not None else ""
+            failing = failing + 1 if error else 0
+            if failing == 2 and not stopped and not said:
+                stopped = True
+                say(f"tracking: the store stopped taking the job's points ({error}). The job "
+                    f"goes on; the helper keeps trying, and {self._waiting_hint()}")
+            elif stopped and not error:
+                stopped = False
+                say("tracking: the store takes the job's points again: delivery goes on")
 
     def _start_after(self, delay: float) -> None:
         deadline = time.monotonic() + delay

@@ -84,7 +84,9 @@ class Untracked:
 
     def check_store(self, say: Callable[[str], None]) -> None:
         """Check the tracking server from a thread; `say(message)` when it will not take the
-        job's points (credentials, unreachable, permission). Nothing to check here."""
+        job's points (credentials, unreachable, permission), and keep watching the delivery
+        while the ranks run: a store that stops taking the points mid-job is said then, not
+        only at the end. Nothing to check here."""
 
     def finish(self, result: ResultView | None, last: bool = True, waiting: Callable[[], object] | None = None,
                gone: Sequence[str] = (), launcher_bytes: dict[str, int] | None = None) -> DeliveryReport:
