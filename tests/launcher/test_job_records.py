@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -126,3 +127,25 @@ def test_the_followed_board_draws_each_ranks_curve_from_its_spool(tmp_path):
     assert rows["0"].curve_name == "loss" and rows["0"].curve[-1][1] < rows["0"].curve[0][1]
     assert rows["1"].curve[-1][1] > rows["1"].curve[0][1]
     assert "<svg" in render_html(view)
+
+
+def test_jobs_json_says_when_a_job_started_in_iso_8601_with_its_offset(tmp_path):
+    """`platform-run jobs --json`: `started` is ISO 8601 with the UTC offset of the machine's
+    zone (TZ here: 8 hours east, POSIX spelling, no zone database needed), the same instant as
+    `started_epoch`; a job whose job.json is not written yet has neither."""
+    import datetime
+    job_json(tmp_path / "train-20261205-032138-abcd", pid=1, ticks=None, state="ended",
+             started=1796440898.5, result={"status": "succeeded", "duration_s": 3.0})
+    (tmp_path / "eval-20261205-032139-abcd").mkdir()  # starting: its lock file only
+    (tmp_path / "eval-20261205-032139-abcd" / ".launcher-vm.lock").touch()
+    done = subprocess.run([sys.executable, "-m", "platform_plugin", "jobs", "--json", "--log-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TZ": "UTC-8"})
+    assert done.returncode == 0, done.stderr
+    jobs = {job["id"]: job for job in json.loads(done.stdout)}
+    ended = jobs["train-20261205-032138-abcd"]
+    assert ended["started"] == "2026-12-05T11:21:38+08:00", ended
+    started = datetime.datetime.fromisoformat(ended["started"])
+    assert started.timestamp() == int(ended["started_epoch"]) and ended["started_epoch"] == 1796440898.5
+    starting = jobs["eval-20261205-032139-abcd"]
+    assert starting["started"] is None and starting["started_epoch"] is None
