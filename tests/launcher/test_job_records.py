@@ -13,7 +13,7 @@ import pytest
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.display.board_render import render_html, render_text
-from platform_plugin.launcher.jobs.follow import FIRST_READ, JobFollower, LogTail
+from platform_plugin.launcher.jobs.follow import COUNT_LIMIT, FIRST_READ, JobFollower, LogTail
 from platform_plugin.launcher.jobs.records import list_jobs, read_record, resolve
 from platform_plugin.util.procfs import start_ticks
 
@@ -88,6 +88,35 @@ def test_a_log_is_read_from_its_end_then_incrementally(tmp_path):
     assert tail.read() == [b"and a partial line"]
     log.write_bytes(b"attempt 2 starts\n")  # a restart: the log replaced by a short one
     assert tail.read() == [b"attempt 2 starts"] and tail.lines == 1
+
+
+def test_a_long_logs_lines_are_counted_within_a_bound_else_its_size_is_said(tmp_path):
+    """A log longer than its first read: its lines before the tail are counted when they are
+    at most COUNT_LIMIT bytes (the board says "N lines, M earlier lines in the log"); a longer
+    one says its size and that its lines were not counted, never a guess."""
+    me = os.getpid()
+    folder = tmp_path / "job-20260101-000000-abcd"
+    job_json(folder, pid=me, ticks=start_ticks(me))
+    line = b"rank step and a few words of a chatty framework\n"  # 49 bytes
+    counted = COUNT_LIMIT // len(line)  # just within the bound
+    (folder / "rank_0.log").write_bytes(line * counted)
+    (folder / "rank_1.log").write_bytes(line * (COUNT_LIMIT // len(line) * 3))
+    follower = JobFollower(str(folder))
+    follower.refresh()
+    rows = {row.name: row for row in follower.view().rows}
+    assert follower.logs["0"].size > FIRST_READ  # read from its end, yet counted
+    assert rows["0"].lines == counted and rows["0"].log_bytes is None
+    shown = len(rows["0"].tail)
+    assert rows["0"].counted == f"{counted} lines, {counted - shown} earlier lines in the log"
+    assert rows["1"].log_bytes == (folder / "rank_1.log").stat().st_size
+    assert rows["1"].counted == f"last {len(rows['1'].tail)} lines of a 6.0 MiB log, too long " \
+        "to count"
+    text = render_text(follower.view())
+    assert f"-- rank 0 ({rows['0'].counted}) --" in text and "too long to count" in text
+    with open(folder / "rank_0.log", "ab") as fh:  # counted on from there
+        fh.write(line * 3)
+    follower.refresh()
+    assert follower.view().rows[0].lines == counted + 3
 
 
 def test_a_half_written_or_removed_folder_is_shown_as_what_it_holds(tmp_path):
