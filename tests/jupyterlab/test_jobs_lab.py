@@ -88,10 +88,19 @@ def test_background_job_reload_attach_and_a_second_notebook(lab, browser, tmp_pa
     second = open_notebook(browser, lab, "second.ipynb", 2)  # its kernel starts meanwhile
     run_cell(second, 0)
 
+    saved = lab.root / "background.ipynb"  # as JupyterLab's autosave would, before the reload
+
+    def save() -> bool:
+        page.keyboard.press("Control+s")
+        return "after a page reload this board stops moving" in saved.read_text()
+    wait_for(save, 60, interval=2, what="the notebook saved with its outputs")
     page.reload(wait_until="load", timeout=120_000)
     cells = page.locator(".jp-Notebook .jp-Cell")
     cells.nth(3).wait_for(timeout=120_000)
     page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=120_000)
+    # the reloaded page shows the saved board, which no longer moves, under the way back
+    assert f"`%dist_attach {job_id}` in a new cell follows the job again" in \
+        output_text(page, 1)
     run_cell(page, 3)
     attached = cells.nth(3).locator(".jp-OutputArea table")
     attached.wait_for(timeout=120_000)
