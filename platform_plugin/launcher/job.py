@@ -44,7 +44,7 @@ from platform_plugin.launcher.servers import identity as identity_mod
 from platform_plugin.launcher.servers.link_choice import open_link
 from platform_plugin.launcher.servers.link_protocol import JobLink
 from platform_plugin.tracking.job.lost_servers import report_lost
-from platform_plugin.tracking.job.output_metrics import OutputMetrics, patterns_for
+from platform_plugin.tracking.job.output_metrics import OutputMetrics, OutputReader, patterns_for
 from platform_plugin.tracking.job.report import DeliveryReport, Untracked, compare_hint
 from platform_plugin.tracking.job.sysmetrics import SystemMetrics
 from platform_plugin.util.jobdirs import job_log_dir
@@ -275,7 +275,7 @@ class Attempt:
         supervisor, each named for the events it hears."""
         plan, options = self.plan, self.options
         output = self._display()
-        output.metrics = self._output_metrics()
+        output.metrics = self._output_metrics(output)
         output.note(f"job {plan.job_id}: {len(plan.workers)} rank(s) of {plan.world_size}"
                     f"{''.join(' + ' + HELPER_WORDS.get(r.name, r.name) for r in plan.ranks if r.role != 'worker')}"
                     f", backend {plan.backend} ({plan.backend_reason}); logs in {plan.job_dir}"
@@ -311,14 +311,28 @@ class Attempt:
             return []
         return [SystemMetrics(self.spool_dir, interval)]
 
-    def _output_metrics(self) -> OutputMetrics | None:
-        """What reads the ranks' lines for metrics into their spools (a tracked job only)."""
+    def _output_metrics(self, output: Output) -> OutputReader | None:
+        """What reads the ranks' lines for metrics into their spools (a tracked job only): the
+        built-ins in this process, a user's pattern in a parser process of its own (a
+        backtracking pattern must never hold up the output)."""
         if not self.spool_dir:
             return None
-        patterns = patterns_for(self.options.metrics_from_output)
+        option = self.options.metrics_from_output
+        patterns = patterns_for(option)
         labels = {rank.name: str(rank.rank_id) for rank in self.plan.workers
                   if rank.rank_id is not None}
-        return OutputMetrics(self.spool_dir, patterns, labels) if patterns and labels else None
+        if not patterns or not labels:
+            return None
+        if option is None:
+            return OutputMetrics(self.spool_dir, patterns, labels)
+        # a launch with a pattern of the user's only: the parser process's launcher side
+        from platform_plugin.tracking.job.parse_process import ParseProcess
+        try:
+            return ParseProcess(self.spool_dir, option, labels)
+        except OSError as exc:
+            output.note(f"--metrics-from-output: no metrics read from the lines: its parser "
+                        f"could not start ({exc.strerror or exc})")
+            return None
 
     def _display(self) -> Output:
         """The live board inside a Jupyter kernel unless --show was given; prefixed lines

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.numbers import Bounds, NumberArgument, shown, whole_number
@@ -58,13 +58,40 @@ def _key(value: str) -> Optional[str]:
     return None if value.strip() not in ("", "@") else "must be a key, or @FILE of one"
 
 
+LOCAL_SHOW = "local:"  # --show local:0,3 = local ranks 0 and 3 of every server; local:^1 = all but 1
+
+
+def local_show(value: str) -> Optional[Tuple[bool, FrozenSet[int]]]:
+    """`--show local:0,3` -> (False, {0, 3}); `local:^1` (every process but local rank 1) ->
+    (True, {1}); None: not the local form, or not a valid one."""
+    text = value.strip().lower()
+    if not text.startswith(LOCAL_SHOW):
+        return None
+    text = text[len(LOCAL_SHOW):].strip()
+    excluded = text.startswith("^")
+    parts = [part.strip() for part in text.lstrip("^").split(",") if part.strip()]
+    numbers = [whole_number(part) for part in parts]
+    if not parts or any(n is None for n in numbers):
+        return None
+    return excluded, frozenset(n for n in numbers if n is not None)
+
+
+def local_show_text(excluded: bool, ranks: Iterable[int]) -> str:
+    """(excluded, local ranks) as a --show value: `all`, `none`, `local:0,3`, `local:^1`."""
+    listed = ",".join(str(r) for r in sorted(set(ranks)))
+    if not listed:
+        return "all" if excluded else "none"
+    return f"{LOCAL_SHOW}{'^' if excluded else ''}{listed}"
+
+
 def _show(value: str) -> Optional[str]:
     names = [part.strip() for part in value.strip().lower().split(",") if part.strip()]
-    if value.strip().lower() in ("all", "none"):
+    if value.strip().lower() in ("all", "none") or local_show(value) is not None:
         return None
     if names and all(whole_number(n) is not None or n == "sched" for n in names):
         return None
-    return "use all, none, sched or comma-separated rank numbers such as 0,3"
+    return ("use all, none, sched, comma-separated rank numbers such as 0,3, or local ranks of "
+            "every server such as local:0 (local:^0: all but local rank 0)")
 
 
 def _name(value: str) -> Optional[str]:
@@ -421,31 +448,70 @@ def _worker_num(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
     return {"nnodes": total // local}
 
 
-def _shown_ranks(spec: str, shown_when: Callable[[str], bool]) -> str:
-    """torchrun's per-rank stream spec, `3` or `0:3,1:0` -> `--show` (the ranks it prints)."""
-    spec = spec.strip()
+def _std_ranks(value: str, flag: str) -> Tuple[bool, FrozenSet[int]]:
+    """torchrun's per-local-rank stream spec (its `Std.from_str`): `3` (every local rank) or
+    `0:3,1:0` (the local ranks named; the others 0) -> (excluded, local ranks) whose streams it
+    takes: `3` -> (True, {}) = all; `0:3,1:0` -> (False, {0})."""
+    spec = value.strip()
     if ":" not in spec:
-        return "all" if shown_when(spec) else "none"
-    picked = [rank for rank, _, value in (part.partition(":") for part in spec.split(","))
-              if shown_when(value.strip())]
-    return ",".join(r.strip() for r in picked) or "none"
+        return (spec != "0"), frozenset()
+    picked = set()
+    for part in spec.split(","):
+        rank, _, std = part.partition(":")
+        number = whole_number(rank.strip())
+        if number is None or std.strip() not in ("0", "1", "2", "3"):
+            raise ConfigError([Problem("LAUNCH_BAD_SHOW", f"{flag} {value!r}: write 0-3 or "
+                                       "LOCAL_RANK:0-3,... e.g. 0:3,1:2", flag)])
+        if std.strip() != "0":
+            picked.add(number)
+    return False, frozenset(picked)
 
 
-STD_VALUES = "0|1|2|3|RANK:V,..."
+def _shown_so_far(values: Dict[str, Any]) -> Tuple[bool, FrozenSet[int]]:
+    """What an earlier stream flag of the same command left in --show: (excluded, local ranks)."""
+    show = values.get("show")
+    if show in (None, "all"):
+        return True, frozenset()
+    if show == "none":
+        return False, frozenset()
+    return local_show(show) or (True, frozenset())
 
 
+STD_VALUES = "0|1|2|3|LOCAL_RANK:V,..."
+
+
+# torchrun keys --redirects, --tee and --local-ranks-filter by LOCAL rank (its LogsSpecs reads
+# them for local ranks 0..nproc-1 on every server): they become `--show local:...`, resolved per
+# server against its plan (display/show.py). A rank's output reaches the console unless it is
+# redirected and not teed; the filter then keeps the local ranks it names. The three are read
+# in that order (PEER_FLAGS), each from what the one before left.
 def _redirects(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
-    """Redirected streams go to the log file only: the ranks with 0 stay on the screen."""
-    return {"show": _shown_ranks(value, lambda v: v == "0")}
+    """Redirected streams go to the log file only: every other local rank stays shown."""
+    excluded, ranks = _std_ranks(value, "--redirects")
+    if excluded:  # every local rank redirected: none shown (unless --tee names some)
+        return {"show": "none"}
+    return {"show": local_show_text(True, ranks)}
 
 
 def _tee(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
-    """Teed streams go to the screen and the log, as every rank's do here."""
-    return {"show": _shown_ranks(value, lambda v: v != "0")} if "show" not in given else {}
+    """Teed streams go to the screen and the log: shown even when redirected."""
+    all_teed, teed = _std_ranks(value, "--tee")
+    excluded, ranks = _shown_so_far(given)
+    if all_teed:
+        return {"show": "all"}
+    if excluded:  # shown: every local rank but `ranks` -> but fewer of them
+        return {"show": local_show_text(True, ranks - teed)}
+    return {"show": local_show_text(False, ranks | teed)}
 
 
 def _ranks_filter(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
-    return {"show": value.strip()}
+    """torchrun's --local-ranks-filter 0,3: only these local ranks on the console."""
+    kept = local_show(LOCAL_SHOW + value)
+    if kept is None or kept[0]:
+        raise ConfigError([Problem("LAUNCH_BAD_SHOW", f"--local-ranks-filter {value!r}: write "
+                                   "local rank numbers such as 0,3", "--local-ranks-filter")])
+    excluded, ranks = _shown_so_far(given)
+    return {"show": local_show_text(False, kept[1] - ranks if excluded else kept[1] & ranks)}
 
 
 def _tail_worker_log(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
@@ -467,12 +533,12 @@ PEER_FLAGS: Tuple[PeerFlag, ...] = (
              "launcher sees a rank's end at once", NOTHING, "S"),
     PeerFlag(("--start-method", "--start_method"), "torchrun", "accepted: every rank is a new "
              "process (spawn)", NOTHING, "spawn|fork|forkserver", ("spawn", "fork", "forkserver")),
-    PeerFlag(("--tee", "-t"), "torchrun", "streams teed = shown, as every rank's are (= --show)",
-             _tee, STD_VALUES),
-    PeerFlag(("--redirects", "-r"), "torchrun", "streams redirected = logs only (= --show: the "
-             "ranks with 0 stay shown)", _redirects, STD_VALUES),
-    PeerFlag(("--local-ranks-filter", "--local_ranks_filter"), "torchrun", "= --show 0,3",
-             _ranks_filter, "0,3"),
+    PeerFlag(("--redirects", "-r"), "torchrun", "local ranks redirected = logs only (= --show "
+             "local:^0,3: the others stay shown, on every server)", _redirects, STD_VALUES),
+    PeerFlag(("--tee", "-t"), "torchrun", "local ranks teed = shown, even when redirected "
+             "(= --show local:...)", _tee, STD_VALUES),
+    PeerFlag(("--local-ranks-filter", "--local_ranks_filter"), "torchrun", "= --show local:0,3 "
+             "(local ranks, on every server)", _ranks_filter, "0,3"),
     PeerFlag(("--module", "-m"), "torchrun", "the command is a module: python -m MODULE",
              lambda value, given: {}, None),
     PeerFlag(("--no-python", "--no_python"), "torchrun", "accepted: a command that is not a .py "
@@ -589,8 +655,29 @@ def from_arguments(args: argparse.Namespace, **overrides: Any) -> LaunchOptions:
                                        peer.flags[0])])
         if peer.to is not None:  # the options written out win over what a peer flag implies
             values.update({k: v for k, v in peer.to(value, values).items() if k not in given})
+    if values.get("node_rank") == AUTO_NODE_RANK and "node_rank" not in overrides:
+        values["node_rank"] = _auto_node_rank(values.get("nnodes", 1))
     values.update(overrides)
     return LaunchOptions(**values)
+
+
+AUTO_NODE_RANK = -1  # msrun's default --node_rank: MindSpore's scheduler numbers the servers
+
+
+def _auto_node_rank(nnodes: int) -> int:
+    """msrun's `--node_rank -1`: with one server it is ignored (every rank is here: node 0); with
+    several, MindSpore's scheduler would number the servers in the order they join, after the
+    cluster is built. Here the plan numbers every server's ranks before anything starts (rank =
+    node rank x ranks per server + local rank: its logs, devices, checkpoints and restarts are
+    planned per server), so each server must say which it is."""
+    if nnodes == 1:
+        return 0
+    raise ConfigError([Problem(
+        "LAUNCH_NODE_RANK", f"--node_rank -1 with {nnodes} servers: msrun lets MindSpore's "
+        "scheduler number the servers as they join; here each server's ranks are planned "
+        "before the start (rank = node rank x ranks per server + local rank), so give each "
+        f"server its own --node_rank 0..{nnodes - 1} (0 on the --master_addr server)",
+        "--node_rank")])
 
 
 def with_environment(options: LaunchOptions, environ: Dict[str, str]) -> LaunchOptions:

@@ -18,6 +18,7 @@ from platform_plugin.launcher.options import (FIELDS, PEER_FLAGS, add_arguments,
 from platform_plugin.launcher.planning.plan import Host, build_plan
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.util.devices import usable_cores
+from tests.launcher.helpers import PY, ASSETS, finish_all, free_port_pair, start_cli
 from tests.launcher.test_plan import NO_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,9 +77,17 @@ def test_torchrun_readme_command_lines_become_options():
     assert (options.master_addr, options.master_port, options.job_id) == ("10.0.0.1", 29603, "job7")
     assert _options("--rdzv-endpoint node0")[0].master_port == 29400  # torchrun's default port
     assert _options("--nnodes 2:2 --rdzv-endpoint h:1")[0].nnodes == 2  # fixed: the same size
+    # torchrun's stream flags are keyed by LOCAL rank (its LogsSpecs): --show local:...
     assert _options("--redirects 3")[0].show == "none"
-    assert _options("--redirects 0:0,1:3")[0].show == "0"
-    assert _options("--local-ranks-filter 0,1")[0].show == "0,1"
+    assert _options("--redirects 0")[0].show == "all"
+    assert _options("--redirects 0:0,1:3")[0].show == "local:^1"  # unnamed local ranks: 0
+    assert _options("--redirects 3 --tee 0:3")[0].show == "local:0"  # teed: shown though redirected
+    assert _options("--redirects 1:3,2:3 --tee 2:1")[0].show == "local:^1"
+    assert _options("--tee 0:3")[0].show == "all"  # teeing alone hides nothing
+    assert _options("--local-ranks-filter 0,1")[0].show == "local:0,1"
+    assert _options("--redirects 0:3 --local-ranks-filter 0,1")[0].show == "local:1"
+    assert _options("--redirects 3 --tee 3 --local-ranks-filter 1")[0].show == "local:1"
+    assert _options("--tee 3 --show 2")[0].show == "2"  # --show written out wins
     assert _options("--shutdown-timeout 9")[0].grace == 9
     assert _options("--nproc-per-node cpu")[0].nproc == usable_cores()
     # `torchrun -m pkg.train ARGS`: the module runs as python -m
@@ -95,12 +104,19 @@ def test_msrun_sample_command_lines_become_options():
     options, _ = _options("--worker_num 8 --local_worker_num 4 --master_port 8118 --node_rank 1")
     assert (options.nproc, options.nnodes, options.node_rank) == (4, 2, 1)
     assert _options("--worker_num 2")[0].nproc == 2  # one server
+    # msrun's default --node_rank -1 on one server: every rank is here, node 0 (msrun ignores it)
+    assert _options("--worker_num 2 --local_worker_num 2 --node_rank -1")[0].node_rank == 0
+    assert _options("--node_rank=-1 --nproc 2")[0].node_rank == 0
     assert _options("--tail_worker_log 1")[0].show == "1"
     assert _options("--rank_table_file t.json")[0].rank_table == "t.json"
 
 
 @pytest.mark.parametrize("line, code, words", [
     ("--nnodes=1:2", "LAUNCH_BAD_VALUE", "fixed sizes only; write --nnodes 2"),
+    # msrun's -1 (its scheduler numbers the servers as they join): several servers need theirs
+    ("--worker_num 4 --local_worker_num 2 --node_rank -1", "LAUNCH_NODE_RANK",
+     "give each server its own --node_rank 0..1 (0 on the --master_addr server)"),
+    ("--node-rank -2", "LAUNCH_NODE_RANK", ">= 0"),
     ("--worker_num 3 --local_worker_num 2", "LAUNCH_NPROC", "not a multiple"),
     ("--standalone --nnodes 2", "LAUNCH_BAD_VALUE", "--standalone is one server"),
     ("--role trainer", "LAUNCH_PEER_FLAG", "one role per job"),
@@ -198,3 +214,25 @@ def test_rank_dir_gives_each_rank_its_folder_and_keeps_the_users_paths(tmp_path)
         assert rank.argv[1:] == (str(tmp_path / "train.py"), f"--data={tmp_path / 'data'}",
                                  str(tmp_path / "data"), "out", "-v")
     assert not (tmp_path / "device_0").exists()  # the plan makes nothing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, local", [("--redirects 3 --tee 0:3", 0),
+                                          ("--local_ranks_filter 1", 1),
+                                          ("--redirects 0:3 --tee 1:0", 1)])
+def test_torchruns_stream_flags_pick_local_ranks_on_every_server(tmp_path, flags, local):
+    """Two servers on loopback, 2 ranks each, both launched with the same torchrun flags (as
+    torchrun is, once per server): each shows its own local rank `local` (global ranks
+    `local` and 2 + `local`), the other only in its log."""
+    port = free_port_pair()
+    procs = [start_cli(["--nproc-per-node", "2", "--nnodes", "2", "--node-rank", str(node),
+                        "--master-port", str(port), "--backend", "plain", *flags.split(), "--",
+                        PY, str(ASSETS / "server_rank.py"), "env"],
+                       tmp_path / f"server{node}", cwd=str(tmp_path)) for node in (0, 1)]
+    for node, (code, said) in enumerate(finish_all(procs)):
+        assert code == 0, said
+        shown = {line.split("]")[0] + "]" for line in said.splitlines() if line.startswith("[rank ")}
+        assert shown == {f"[rank {2 * node + local}]"}, said
+        for rank in (2 * node, 2 * node + 1):  # every rank's output in its log all the same
+            logs = list((tmp_path / f"server{node}").glob(f"*/rank_{rank}.log"))
+            assert len(logs) == 1 and "ENV " in logs[0].read_text()

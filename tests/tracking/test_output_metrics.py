@@ -124,3 +124,32 @@ def test_parsed_points_wait_for_the_ranks_own(tmp_path):
     spool.write_text(_own_line("loss", 0.9, 1))  # the rank's flush, 0.2 s later
     metrics.close()
     assert len(read_complete(spool, 0).records) == 1 and metrics.written() == 0
+
+
+def test_the_parser_process_skips_what_a_gap_cut_and_counts_it(tmp_path):
+    """After chunks the parser was not given (it was behind), the carried start of a line and
+    the rest of the line the gap cut are no line: not read as one, and not counted as parsed."""
+    from platform_plugin.tracking.job.parse_process import Parser
+    parser = Parser({"spool_dir": str(tmp_path), "pattern": r"loss: (?P<loss>\d+)", "labels": ["0"]})
+    parser.frame(b"D", 0, b"loss: 1\nloss: 4", 8, 1000)
+    parser.frame(b"G", 0, b"2\nloss: 3\n", 10, 2000)  # '4' + (gap) + '2' would read 42
+    assert [(n, v, s, ms) for n, v, s, ms, _ in parser.spools[0].lines.pending] == [
+        ("loss", 1.0, 0, 1000), ("loss", 3.0, 1, 2000)]
+    assert parser.parsed == 2  # the line the gap cut is not parsed
+
+
+def test_the_parser_process_writes_the_points_and_says_nothing_when_it_kept_up(tmp_path):
+    from platform_plugin.tracking.job.parse_process import ParseProcess
+    reader = ParseProcess(str(tmp_path), r"it (?P<step>\d+) loss: (?P<loss>[0-9.]+)",
+                          {"0": "0", "1": "1"})
+    for name in ("0", "1"):
+        feed = reader.rank(name)
+        assert feed is not None
+        text = "".join(f"it {step} loss: {int(name) + step}\n" for step in range(3)).encode()
+        feed.scan(text[:10], 0)
+        feed.scan(text[10:], len(text) - 10)
+    assert reader.rank("scheduler") is None
+    assert reader.close() == "" and reader.process.returncode == 0 and reader.lost_lines() == 0
+    for rank in (0, 1):
+        records = read_complete(tmp_path / f"rank_{rank}.jsonl", 0).records
+        assert [(r[1], r[2], r[3]) for r, _ in records] == [("loss", rank + s, s) for s in range(3)]

@@ -5,6 +5,7 @@ into `platform-run compare` without a line of tracking code; a plain script's li
 exists; the rank's own tracker winning for a name it logs itself."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,55 @@ def test_a_plain_scripts_lines_through_the_flag_and_platform_toml(tracking_env, 
     runs = child_runs(c, result.tracking.parent_run_id)
     assert [[v for _, v in _losses(c, run)] for run in runs] == [
         pytest.approx([(rank + 1) / (step + 1) for step in range(5)]) for rank in (0, 1)]
+
+
+LINES = 50_000  # a rank's loss lines after its backtracking one: about 2 MB, more than the
+# parser's pipe and the launcher's backlog for it hold, so chunks are also refused, not only left
+BACKTRACKS = ("import os\nrank = int(os.environ['RANK_ID'])\n"
+              "print('a' * 64 + 'b', flush=True)\n"
+              f"for step in range({LINES}):\n"
+              "    print(f'it {step} loss: {(rank + 1) / (step + 1)}')\n"
+              "print('done', rank, flush=True)\n")
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if text.encode() in cmdline.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_backtracking_pattern_never_holds_up_the_output(tracking_env, tmp_path):
+    """`(a+)+$` on a line of 64 `a`s ending in `b` would match for longer than the universe's
+    age: the parser process sits in it, while every rank's lines still reach the logs and the
+    display, the job ends, the lines not parsed are counted and said once, and the parser is
+    gone (no orphan)."""
+    (tmp_path / "train.py").write_text(BACKTRACKS)
+    shown: list[str] = []
+    result = launch([sys.executable, "train.py"], nproc=2, backend="plain", cwd=str(tmp_path),
+                    metrics_from_output=r"loss[: ]+(?P<loss>[0-9.]+)|(a+)+$",
+                    write=shown.append, no_system_metrics=True)
+    assert result.ok
+    display = "".join(shown).splitlines()
+    for rank in (0, 1):
+        log = Path(result.job_dir, f"rank_{rank}.log").read_text().splitlines()
+        assert len(log) == LINES + 2 and log[-1] == f"done {rank}"
+        assert [line for line in display if line.startswith(f"[rank {rank}] ")] == [
+            f"[rank {rank}] {line}" for line in log]
+    said = [line for line in display if "not parsed for metrics" in line]
+    # every line: the parser never got past the first chunk of either rank
+    assert len(said) == 1 and f" {2 * (LINES + 2)} line(s) were not parsed" in said[0], said
+    assert "could not keep up" in said[0] and "stopped" in said[0]
+    assert _processes_naming(str(tmp_path)) == [] or all(
+        b"parse_process" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        for pid in _processes_naming(str(tmp_path)))
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

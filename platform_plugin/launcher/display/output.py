@@ -18,7 +18,7 @@ from platform_plugin.launcher.display.chatter import Chatter
 from platform_plugin.launcher.display.screen_tail import ScreenTail, last_state
 from platform_plugin.launcher.display.show import parse_show
 from platform_plugin.launcher.processes.result import name_label
-from platform_plugin.tracking.job.output_metrics import OutputMetrics, RankLines
+from platform_plugin.tracking.job.output_metrics import LineScanner, OutputReader
 
 TAIL_LINES = 20
 PARTIAL_FLUSH_S = 1.0
@@ -121,8 +121,9 @@ class _RankStream:
         self.held_total = 0
         self.hide = hide  # lines kept out of the display: `search(chunk)`, `match(line)` (quiet.py)
         self.hidden = 0
-        # metrics read from the lines (tracking/job/output_metrics.RankLines), a tracked rank's
-        self.metrics: RankLines | None = None
+        # metrics read from the lines (tracking/job/output_metrics.RankLines, or the parser
+        # process's feed), a tracked rank's
+        self.metrics: LineScanner | None = None
 
     @property
     def screen(self) -> ScreenTail:
@@ -293,9 +294,10 @@ class Output:
         self._opened_at = time.monotonic()
         self._heard = False  # a rank wrote something
         self._quiet_said = False
-        # tracking/job/output_metrics.OutputMetrics: set (job.Attempt) when a tracked job parses its
-        # ranks' lines for metrics; its points are written at the display's tick
-        self.metrics: OutputMetrics | None = None
+        # tracking/job/output_metrics.OutputMetrics (or parse_process.ParseProcess, a user's
+        # pattern): set (job.Attempt) when a tracked job parses its ranks' lines for metrics;
+        # its points are written at the display's tick
+        self.metrics: OutputReader | None = None
 
     def open(self, name: str, log_path: str) -> None:
         shown = self.show is None or name in self.show
@@ -424,5 +426,7 @@ class Output:
             stream.close(self._pending)
             self._log_failed(stream.log)
         if self.metrics is not None:  # the last points, before tracking's end is written
-            self.metrics.close()
+            said = self.metrics.close()  # lines it could not parse: said once, here
+            if said:
+                self.note(said)
         self.flush()

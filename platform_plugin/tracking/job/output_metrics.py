@@ -27,7 +27,8 @@ later than HOLD_S after printing it keeps the points parsed before.)
 
 Cost on the output path: the chunk the launcher read is searched for each pattern's fixed text
 (`loss is`, `per step time`: bytes.find, a memchr-speed scan) and a regex runs only where that
-text is; a user's pattern is one compiled regex search per chunk. Numbers in
+text is. A user's pattern is one compiled regex search per chunk, in a parser process of its
+own (parse_process.py: a pattern that backtracks must never hold up the output). Numbers in
 docs/benchmarks.md (output throughput, metrics from output).
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ import json
 import os
 import re
 import time
+from typing import Protocol
 
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter
@@ -46,6 +48,24 @@ OWN_READ = 8 << 20  # the rank's spool read per tick to learn the names it logs 
 STEP_GROUPS = ("step", "epoch")  # a pattern's groups that give the step, not a metric
 OFF = "none"  # --metrics-from-output none: no parsing at all, the built-ins neither
 NUMBER = rb"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
+
+
+class LineScanner(Protocol):
+    """What the output path hands one rank's chunks to (`RankLines`, or the parser process's
+    `parse_process.RankFeed`)."""
+
+    def scan(self, data: bytes, cut: int) -> None: ...
+
+
+class OutputReader(Protocol):
+    """What reads the ranks' lines for metrics: `OutputMetrics` in the launcher's process (the
+    built-in patterns), `parse_process.ParseProcess` (a pattern of the user's)."""
+
+    def rank(self, name: str) -> LineScanner | None: ...
+
+    def tick(self) -> None: ...
+
+    def close(self) -> str: ...
 
 
 class LinePattern:
@@ -125,18 +145,19 @@ class RankLines:
         self.top_in_epoch = 0  # the highest step printed in the current epoch
         self.per_epoch = 0  # steps per epoch, once an epoch has ended
 
-    def scan(self, data: bytes, cut: int) -> None:
-        """`data[:cut]` ends the carried line and holds whole lines; the rest is carried."""
+    def scan(self, data: bytes, cut: int, at_ms: int | None = None) -> None:
+        """`data[:cut]` ends the carried line and holds whole lines; the rest is carried.
+        `at_ms`: when the launcher read it (the parser process is told; else now)."""
         if not cut:
             self.carry = self.carry + data if len(self.carry) + len(data) <= CARRY_MAX else b""
             return
         start = 0
         if self.carry:
             first = data.find(b"\n") + 1
-            self._scan(self.carry + data[:first], 0, len(self.carry) + first)
+            self._scan(self.carry + data[:first], 0, len(self.carry) + first, at_ms)
             start = first
         if start < cut:
-            self._scan(data, start, cut)
+            self._scan(data, start, cut, at_ms)
         rest = len(data) - cut
         self.carry = data[cut:] if rest and rest <= CARRY_MAX else b""
 
@@ -146,7 +167,7 @@ class RankLines:
             self._scan(self.carry, 0, len(self.carry))
             self.carry = b""
 
-    def _scan(self, data: bytes, start: int, stop: int) -> None:
+    def _scan(self, data: bytes, start: int, stop: int, at_ms: int | None = None) -> None:
         """The points of the lines in data[start:stop] (whole lines)."""
         matches = []  # (line start, pattern's rank, match): read in the order they were printed
         for order, pattern in enumerate(self.patterns):
@@ -173,7 +194,7 @@ class RankLines:
             return
         matches.sort(key=lambda item: item[:2])
         found: set = set()  # (line start, name): the first pattern to name a metric on a line wins
-        now_ms, now = int(time.time() * 1000), time.monotonic()
+        now_ms, now = int(time.time() * 1000) if at_ms is None else at_ms, time.monotonic()
         for line, order, match in matches:
             self._matched(self.patterns[order], match, line, found, (now_ms, now))
 
@@ -312,9 +333,11 @@ class OutputMetrics:
         for spool in self.ranks.values():
             spool.tick(now)
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """The last points written; nothing to say (the built-ins never fall behind)."""
         for spool in self.ranks.values():
             spool.close()
+        return ""
 
     def written(self) -> int:
         return sum(spool.written for spool in self.ranks.values())
