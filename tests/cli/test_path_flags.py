@@ -13,7 +13,8 @@ from tests.cli.helpers import run_inprocess, run_subprocess
 from tests.cli.test_refusals import refused
 
 BAD = {"empty": "", "blank": "  ", "nul": "a\0b", "over PATH_MAX": "x/" * 2500,
-       "name over 255 bytes": "n" * 300, "300 levels": "/".join(["d"] * 300)}
+       "name over 255 bytes": "n" * 300, "300 levels": "/".join(["d"] * 300),
+       "newline": "logs\nx", "escape": "\x1b[31mred", "DEL": "a\x7fb"}
 CASES = [  # (argv before the value, argv after it, code)
     (["clean", "--dry-run", "--root"], [], "CLEAN_ROOT"),
     (["init"], [], "CLI_PATH"),
