@@ -25,7 +25,7 @@ from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.util.regular_file import read_json
 from tests import hostile
 
-ANSWER_S = 20  # a loaded machine; a reader blocked on a FIFO never answers
+ANSWER_S = 60  # a loaded machine counts a sparse 1 GiB file for long; one blocked on a FIFO never answers
 STEP = "step-0000000001"
 ARTIFACT = "artifacts/rank_0/1-1/model.bin"
 
