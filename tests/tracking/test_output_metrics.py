@@ -153,3 +153,17 @@ def test_the_parser_process_writes_the_points_and_says_nothing_when_it_kept_up(t
     for rank in (0, 1):
         records = read_complete(tmp_path / f"rank_{rank}.jsonl", 0).records
         assert [(r[1], r[2], r[3]) for r, _ in records] == [("loss", rank + s, s) for s in range(3)]
+
+
+def test_one_search_finds_every_monitor_line_and_no_progress_bar():
+    """The monitors' lines are found by one search (MONITOR_LINE), every variant of both; a
+    progress bar's `Epoch 1:` and a plain `loss is` line are no hit."""
+    for line in (b"epoch: 1 step: 1875, loss is 2.3025851", b"epoch: 2, step: 3, loss is [0.5]",
+                 b"epoch time: 80152.183 ms, per step time: 42.748 ms",
+                 b"Epoch time: 80152.183, per step time: 42.748",
+                 b"Train epoch time: 1234.500 ms, per step time: 12.345 ms (data time: 0.1 ms)"):
+        assert om.MONITOR_LINE.search(line), line
+        assert any(p.regex.search(line) for p in BUILT_IN), line
+    for line in (b"\rEpoch 1:  49%|####      | 49/200 [00:01<00:02, 812.34it/s]",
+                 b"step 3 loss is 0.5", b"[INFO] epoch 3 done, loss=0.5"):
+        assert om.MONITOR_LINE.search(line) is None, line

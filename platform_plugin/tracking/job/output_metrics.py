@@ -25,10 +25,10 @@ it is written; by then a rank that logs the same step itself has written its own
 parsed name is dropped for that rank from then on. (A rank that logs a name for the first time
 later than HOLD_S after printing it keeps the points parsed before.)
 
-Cost on the output path: the chunk the launcher read is searched for each pattern's fixed text
-(`loss is`, `per step time`: bytes.find, a memchr-speed scan) and a regex runs only where that
-text is. A user's pattern is one compiled regex search per chunk, in a parser process of its
-own (parse_process.py: a pattern that backtracks must never hold up the output). Numbers in
+Cost on the output path: the chunk the launcher read is searched once for the monitors' lines
+(MONITOR_LINE: re's literal scan) and their regexes run only on the lines it finds. A user's
+pattern is one compiled regex search per chunk, in a parser process of its own
+(parse_process.py: a pattern that backtracks must never hold up the output). Numbers in
 docs/benchmarks.md (output throughput, metrics from output).
 """
 from __future__ import annotations
@@ -69,25 +69,31 @@ class OutputReader(Protocol):
 
 
 class LinePattern:
-    """A regex over one line; `literal`: text every match holds (found first with bytes.find,
-    the regex then runs on that line alone); `per_unit`: metric name -> what its printed value
-    is divided by (ms -> s); `epochs`: a line printed once per epoch, its step the epoch's
-    number (1, 2, ...)."""
+    """A regex over one line; `monitor`: a MindSpore monitor's line, found first by
+    MONITOR_LINE (the regex then runs on that line alone); `per_unit`: metric name -> what its
+    printed value is divided by (ms -> s); `epochs`: a line printed once per epoch, its step the
+    epoch's number (1, 2, ...)."""
 
-    def __init__(self, regex: re.Pattern, literal: bytes = b"", per_unit: tuple = (),
+    def __init__(self, regex: re.Pattern, monitor: bool = False, per_unit: tuple = (),
                  epochs: bool = False):
-        self.regex, self.literal, self.epochs = regex, literal, epochs
+        self.regex, self.monitor, self.epochs = regex, monitor, epochs
         self.per_unit = dict(per_unit)
         self.metrics = tuple(n for n in regex.groupindex if n not in STEP_GROUPS)
 
 
+# Every monitor line holds `epoch:` (LossMonitor) or `epoch time:` (TimeMonitor): one search
+# finds both. re scans for the literal `poch` at the speed of one bytes.find and tries the two
+# short tails only there, so a chunk is read once, not once per monitor (two bytes.find passes
+# before: docs/benchmarks.md); a progress bar's `Epoch 1:` is no hit. Only the lines it finds
+# meet the monitors' regexes.
+MONITOR_LINE = re.compile(rb"poch(?::| time:)")
 LOSS_MONITOR = LinePattern(re.compile(
     rb"epoch:\s*(?P<epoch>\d+),?\s+step:\s*(?P<step>\d+),?\s*loss is\s*"
     rb"(?:Tensor\(shape=\[\], dtype=\w+, value=\s*)?\[?(?P<loss>" + NUMBER + rb")"),
-    literal=b"loss is")
+    monitor=True)
 TIME_MONITOR = LinePattern(re.compile(
     rb"[Ee]poch time:\s*(?P<epoch_time_s>" + NUMBER + rb")\s*(?:ms)?,\s*per step time:\s*"
-    rb"(?P<step_time_s>" + NUMBER + rb")"), literal=b"per step time",
+    rb"(?P<step_time_s>" + NUMBER + rb")"), monitor=True,
     per_unit=(("epoch_time_s", 1000.0), ("step_time_s", 1000.0)), epochs=True)
 BUILT_IN = (LOSS_MONITOR, TIME_MONITOR)
 
@@ -138,6 +144,7 @@ class RankLines:
 
     def __init__(self, patterns: tuple):
         self.patterns = patterns
+        self.monitors = [(order, p) for order, p in enumerate(patterns) if p.monitor]
         self.carry = b""  # the line the last chunk ended in, without its newline yet
         self.pending: list[tuple[str, float, int, int, float]] = []  # (name, value, step, ms, at)
         self.counters: dict[str, int] = {}
@@ -170,17 +177,19 @@ class RankLines:
     def _scan(self, data: bytes, start: int, stop: int, at_ms: int | None = None) -> None:
         """The points of the lines in data[start:stop] (whole lines)."""
         matches = []  # (line start, pattern's rank, match): read in the order they were printed
-        for order, pattern in enumerate(self.patterns):
-            if pattern.literal:  # each line that holds the text, alone (bytes.find: fast)
-                at = data.find(pattern.literal, start, stop)
-                while at >= 0:
-                    line = max(start, data.rfind(b"\n", start, at) + 1)
-                    end = data.find(b"\n", at, stop)
-                    end = stop if end < 0 else end
+        if self.monitors:  # each line MONITOR_LINE finds, alone
+            hit = MONITOR_LINE.search(data, start, stop)
+            while hit is not None:
+                line = max(start, data.rfind(b"\n", start, hit.start()) + 1)
+                end = data.find(b"\n", hit.start(), stop)
+                end = stop if end < 0 else end
+                for order, pattern in self.monitors:
                     match = pattern.regex.search(data, line, end)
                     if match is not None:
                         matches.append((line, order, match))
-                    at = data.find(pattern.literal, end, stop)
+                hit = MONITOR_LINE.search(data, end, stop)
+        for order, pattern in enumerate(self.patterns):
+            if pattern.monitor:
                 continue
             for match in pattern.regex.finditer(data, start, stop):
                 line = max(start, data.rfind(b"\n", start, match.start()) + 1)
