@@ -150,6 +150,79 @@ def in_process(rounds: int) -> dict:
             "mb": megabytes}
 
 
+def _reader_of(revision: str):
+    """output_metrics.py as it was at `revision` (git), loaded as a module of its own."""
+    import importlib.util
+    import subprocess
+    source = subprocess.run(["git", "show", f"{revision}:platform_plugin/tracking/job/output_metrics.py"],
+                            capture_output=True, check=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    folder = tempfile.mkdtemp(prefix="bench_reader_")
+    path = os.path.join(folder, "output_metrics_before.py")
+    Path(path).write_bytes(source)
+    spec = importlib.util.spec_from_file_location("output_metrics_before", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    shutil.rmtree(folder, ignore_errors=True)
+    return module
+
+
+def against(revision: str, rounds: int) -> dict:
+    """The built-ins' reading alone, side by side: `RankLines.scan` of `revision`'s
+    output_metrics.py and of this tree's over the same chunks (one rank's real output, 64 KiB
+    reads), alternating; CPU seconds of this process per pass."""
+    import subprocess
+    import time
+    from platform_plugin.tracking.job import output_metrics as now
+    before = _reader_of(revision)
+    data = {}
+    for name, writer in (("real", realistic(RANKS * LINES)),
+                         ("monitor", with_loss_monitor(RANKS * LINES))):
+        out = subprocess.run([sys.executable, "-c", writer, "0"], capture_output=True,
+                             check=True).stdout
+        data[name] = [out[i:i + (1 << 16)] for i in range(0, len(out), 1 << 16)]
+
+    def reading(module, chunks):
+        def go():
+            lines = module.RankLines(module.BUILT_IN)
+            started = time.process_time()
+            for chunk in chunks:
+                lines.scan(chunk, chunk.rfind(b"\n") + 1)
+                lines.pending.clear()
+            cpu.setdefault(go.name, []).append(time.process_time() - started)
+        return go
+    cpu: dict = {}
+    sides = {}
+    for name, chunks in data.items():
+        for label, module in (("before", before), ("now", now)):
+            side = reading(module, chunks)
+            side.name = f"{name}_{label}"  # type: ignore[attr-defined]
+            sides[side.name] = side  # type: ignore[attr-defined]
+    alternate(sides, rounds)
+    return {"cpu": {k: v[1:] for k, v in cpu.items()},
+            "reads": {name: len(chunks) for name, chunks in data.items()},
+            "mb": {name: sum(map(len, chunks)) / 1e6 for name, chunks in data.items()}}
+
+
+def against_section(result: dict, revision: str, header: str) -> str:
+    cpu, reads, mb = result["cpu"], result["reads"], result["mb"]
+    lines = ["### Metrics read from the ranks' lines: one search per read", "", header, "",
+             f"The built-ins' reading alone (`RankLines.scan`), side by side: output_metrics.py "
+             f"at `{revision}` (two `bytes.find` passes per read: `loss is`, `per step time`) and "
+             f"now (one `MONITOR_LINE` search), over one rank's real output ({RANKS * LINES:,} "
+             f"lines, {mb['real']:.0f} MB, {reads['real']:,} reads of 64 KiB); CPU seconds per "
+             "pass:", "", "| output | before | now | now / before | µs per read, before → now |",
+             "|---|---|---|---|---|"]
+    for name, what in (("real", "realistic lines (nothing matches)"),
+                       ("monitor", "every 100th line a LossMonitor line")):
+        old, new = cpu[f"{name}_before"], cpu[f"{name}_now"]
+        ratio = statistics.median(new) / statistics.median(old)
+        lines.append(f"| {what} | {spread(old)} | {spread(new)} | {ratio:.2f}x | "
+                     f"{statistics.median(old) / reads[name] * 1e6:.0f} → "
+                     f"{statistics.median(new) / reads[name] * 1e6:.0f} |")
+    return "\n".join(lines)
+
+
 def in_process_section(result: dict) -> list[str]:
     cpu, mb = result["cpu"], result["mb"]
     rows = [("off", "realistic lines, no reader (as before)"),
@@ -211,9 +284,23 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--in-process-only", action="store_true",
                         help="only the output path in this process (quick)")
+    parser.add_argument("--against", metavar="REV",
+                        help="only the built-ins' reading, side by side with output_metrics.py "
+                        "at git revision REV")
     args = parser.parse_args()
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     before = load_text()
+    if args.against:
+        result = against(args.against, args.rounds)
+        header = (f"Command: `.venv/bin/python bench/output_metrics.py --against {args.against} "
+                  f"--rounds {args.rounds}` — {started}; {before} at the start, {load_text()} at "
+                  "the end. Sides alternate every round; median (min–max) of "
+                  f"{args.rounds} rounds after one warm-up each.")
+        body = against_section(result, args.against, header)
+        print(body)
+        if not args.no_write:
+            write_section("output-metrics-search", body)
+        return
     if args.in_process_only:
         print("\n".join(in_process_section(in_process(args.rounds))))
         return
