@@ -167,3 +167,16 @@ def test_one_search_finds_every_monitor_line_and_no_progress_bar():
     for line in (b"\rEpoch 1:  49%|####      | 49/200 [00:01<00:02, 812.34it/s]",
                  b"step 3 loss is 0.5", b"[INFO] epoch 3 done, loss=0.5"):
         assert om.MONITOR_LINE.search(line) is None, line
+
+
+def test_a_job_resumed_at_a_later_epoch_keeps_its_job_wide_steps():
+    """A script that resumed from its own snapshot prints epoch 3 first: its steps are placed
+    once the epoch's length is known (epoch 3 ends), not counted from 1 again."""
+    out = b"".join(b"epoch: %d step: %d, loss is 0.%d%d\n" % (epoch, step, epoch, step)
+                   for epoch in (3, 4) for step in range(1, 5))
+    for pieces in (1, 5):
+        losses = [(v, s) for n, v, s in parsed(out, pieces=pieces) if n == "loss"]
+        assert losses == [(float(f"0.{e}{s}"), (e - 1) * 4 + s) for e in (3, 4) for s in range(1, 5)]
+    # the output ends inside the resumed epoch: the steps it printed give its length
+    cut = b"epoch: 3 step: 1, loss is 0.5\nepoch: 3 step: 2, loss is 0.25\n"
+    assert parsed(cut) == [("loss", 0.5, 5), ("loss", 0.25, 6)]

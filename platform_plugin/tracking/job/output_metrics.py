@@ -5,7 +5,8 @@ Built in, MindSpore's callbacks as every version prints them (1.x, 2.x and the m
 shell-loop scripts alike):
 - `LossMonitor`: `epoch: 1 step: 10, loss is 0.027` -> `loss`, at the job-wide step
   (`(epoch - 1) * steps per epoch + step`, the steps per epoch learned from the first epoch's
-  last printed step, as `MetricsCallback` counts it);
+  last printed step, as `MetricsCallback` counts it; a script that resumed at epoch N > 1 has
+  the points of that first epoch placed when it ends, or when the output ends inside it);
 - `TimeMonitor`: `epoch time: 1234.5 ms, per step time: 12.3 ms` (2.x: `Train epoch time: ...`,
   optionally `(data time: ...)`) -> `epoch_time_s` and `step_time_s`, at the epoch's number.
 Any other script's lines: `--metrics-from-output REGEX` (or `metrics_from_output` in the
@@ -151,6 +152,11 @@ class RankLines:
         self.epoch: int | None = None
         self.top_in_epoch = 0  # the highest step printed in the current epoch
         self.per_epoch = 0  # steps per epoch, once an epoch has ended
+        # a resumed job's first epoch (its first line says epoch N > 1): its job-wide steps need
+        # the epoch's length, known when the epoch ends; its points wait here until then
+        # (name, value, epoch, step in epoch, ms, at), `waiting`: the line's (epoch, step)
+        self.unplaced: list[tuple[str, float, int, int, int, float]] = []
+        self.waiting: tuple[int, int] | None = None
 
     def scan(self, data: bytes, cut: int, at_ms: int | None = None) -> None:
         """`data[:cut]` ends the carried line and holds whole lines; the rest is carried.
@@ -173,6 +179,16 @@ class RankLines:
         if self.carry:
             self._scan(self.carry, 0, len(self.carry))
             self.carry = b""
+        if self.unplaced:  # the output ended inside the resumed epoch: its steps printed so far
+            self.per_epoch = self.per_epoch or self.top_in_epoch
+            self._place()
+
+    def _place(self) -> None:
+        """The resumed epoch's points at their job-wide steps, before the later ones (older)."""
+        placed = [(name, value, (epoch - 1) * self.per_epoch + step, ms, at)
+                  for name, value, epoch, step, ms, at in self.unplaced]
+        self.pending[:0] = placed
+        self.unplaced = []
 
     def _scan(self, data: bytes, start: int, stop: int, at_ms: int | None = None) -> None:
         """The points of the lines in data[start:stop] (whole lines)."""
@@ -210,6 +226,7 @@ class RankLines:
     def _matched(self, pattern: LinePattern, match: re.Match, line: int, found: set,
                  when: tuple) -> None:
         groups = match.groupdict()
+        self.waiting = None
         step = self._step(groups.get("epoch"), groups.get("step"))
         for name in pattern.metrics:
             raw = groups.get(name)
@@ -219,6 +236,9 @@ class RankLines:
             found.add((line, name))
             if name in pattern.per_unit:
                 value /= pattern.per_unit[name]
+            if self.waiting is not None:  # a resumed epoch's step: placed when it ends
+                self.unplaced.append((name, value, *self.waiting, *when))
+                continue
             if step is not None:
                 point_step = step
             elif pattern.epochs and self.epoch is not None:
@@ -241,8 +261,13 @@ class RankLines:
         if epoch != self.epoch:
             if self.epoch is not None and epoch == self.epoch + 1:
                 self.per_epoch = max(self.per_epoch, self.top_in_epoch)
+                if self.unplaced:
+                    self._place()
             self.epoch, self.top_in_epoch = epoch, 0
         self.top_in_epoch = max(self.top_in_epoch, step)
+        if not self.per_epoch and (epoch > 1 or self.unplaced):  # resumed: the length unknown
+            self.waiting = (epoch, step)
+            return None
         return (epoch - 1) * self.per_epoch + step if self.per_epoch else step
 
 
