@@ -107,9 +107,10 @@ PLATFORM_TRACKING = Variable(
 
 
 def tracking_off() -> dict[str, str]:
-    """The variables of a rank of an untracked job (its tracker spools nothing): what
-    `JobTracking.prepare()` gives, and the launcher's own for `--tracking none`, which needs
-    nothing else of tracking."""
+    """The variables of a rank of an untracked job (its tracker spools nothing): what the
+    no-op handle's `Untracked.prepare()` gives (tracking/job/report.py: a job whose sink
+    resolves to none), and the launcher's own for `--tracking none`, which needs nothing else
+    of tracking."""
     return {PLATFORM_TRACKING.name: "none"}
 
 

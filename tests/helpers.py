@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 RANKTABLES = REPO / "tests" / "data" / "ranktables"  # copies of the platform's sample tables
 ASSETS = REPO / "tests" / "assets"
 VENV_BIN = Path(sys.executable).parent
+TRACKING_ASSETS = ASSETS / "tracking"
 
 # Variables a developer's shell (or another test) may hold that would change how jobs launch;
 # the platform sets them, never this machine. Tests start from none of them.
@@ -63,6 +67,58 @@ def process_tree(pid: int) -> list[int]:
         tree.append(current)
         todo.extend(children.get(current, []))
     return tree
+
+
+@dataclass(frozen=True)
+class MlflowProcess:
+    """An `mlflow server` process as /proc shows it (the CLI process: uvicorn's worker, started
+    by it, shares its process group but not its command line)."""
+    pid: int
+    port: int | None  # its --port
+    group: int  # its process group
+    nice: int  # its niceness (field 19 of /proc/PID/stat)
+
+    def answers(self) -> bool:
+        """Its /health answers OK."""
+        if self.port is None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+
+def mlflow_servers(store_dir: Path | str) -> list[MlflowProcess]:
+    """The `mlflow server` processes on a store under `store_dir` (its path on their command
+    line: `--backend-store-uri sqlite:///<store_dir>/mlflow.db`), e.g. the UI a kernel started."""
+    marker = str(store_dir).encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                args = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if b"server" in args and b"--backend-store-uri" in args and any(marker in a for a in args):
+            port = int(args[args.index(b"--port") + 1]) if b"--port" in args[:-1] else None
+            found.append(MlflowProcess(int(entry), port, int(fields[2]), int(fields[16])))
+    return found
+
+
+def copy_tracking_asset(script: str, folder: Path) -> Path:
+    """tests/assets/tracking/<script> copied into `folder`, with ms_regression.py when the
+    script imports it (the MindSpore jobs' data and net: run as `python script.py`, a script
+    imports its own folder's modules)."""
+    text = (TRACKING_ASSETS / script).read_text()
+    (folder / script).write_text(text)
+    if "from ms_regression import" in text:
+        shutil.copy(TRACKING_ASSETS / "ms_regression.py", folder / "ms_regression.py")
+    return folder / script
 
 
 def _can_unshare() -> str | None:

@@ -26,7 +26,8 @@ any file others can write (util/regular_file.py: a regular file only, no link fo
 the checkpoint folder, at most MAX_MANIFEST_BYTES, nested at most a few levels), and a data file
 counts only as a regular file of its own (a link, even to a file of the listed size, does not):
 a FIFO, a 200,000-deep manifest, a step folder linked to one outside or a data file linked to
-/etc/passwd is never a complete checkpoint.
+/etc/passwd is never a complete checkpoint, nor is a step folder, manifest or data file another
+user owns (the launcher refuses a checkpoint folder another user owns before the job starts).
 
 Rank side: Python 3.7 code and the stdlib only (docs/compat.md), so the variables are read
 with os.environ (their declarations are in variables.py).
@@ -181,14 +182,40 @@ def complete(folder: str) -> Optional[ResumePoint]:
     if (match is None or attempt is None or not _valid(record)
             or record["step"] != int(match.group(1))):
         return None
+    owners = _owners(folder)
+    if not (_own(folder, stat.S_ISDIR, owners) and _own(os.path.join(folder, MANIFEST), stat.S_ISREG, owners)):
+        return None
     for name, size in record["files"].items():
         try:  # lstat: a link is no data file of this checkpoint, whatever its target's size
             found = os.lstat(os.path.join(folder, name))
         except OSError:
             return None
-        if not stat.S_ISREG(found.st_mode) or found.st_size != size:
+        if not stat.S_ISREG(found.st_mode) or found.st_size != size or found.st_uid not in owners:
             return None
     return ResumePoint(record["step"], record["epoch"], folder, attempt)
+
+
+def _owners(step_folder: str) -> Any:
+    """Who may own a checkpoint's files: this user, and the checkpoint folder's owner (the
+    launcher refuses one of another user's; on a network mount exported with root_squash what
+    root writes belongs to `nobody`, the folder too)."""
+    owners = {os.geteuid()}
+    try:
+        owners.add(os.stat(os.path.dirname(os.path.abspath(step_folder))).st_uid)
+    except OSError:
+        pass
+    return owners
+
+
+def _own(path: str, kind: Any, owners: Any) -> bool:
+    """`path` is of that kind (not a link) and owned by one of `owners`: what another user wrote
+    into a checkpoint folder (a step folder, a manifest, a data file) is no checkpoint of this
+    job's."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return bool(kind(found.st_mode)) and found.st_uid in owners
 
 
 def read_record(folder: str) -> Any:

@@ -22,12 +22,14 @@ from platform_plugin.checkpoint.manifest import STEP_FOLDER
 from platform_plugin.cleanup.tracking_data import store_paths
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
+from platform_plugin.util.regular_file import read_regular_file, reason
 from platform_plugin.util.toml import tomllib
 
 KEEP_FILE = ".platformkeep"
 KEEP_FILE_MAX_BYTES = 1 << 20  # a keep list is a few lines; anything bigger is not one
 # Never deleted, even when a rule matches: the user's work and the run's configuration.
 PROTECTED_SUFFIXES = (".py", ".ipynb", ".sh", ".md")
+MAX_RULES_BYTES = 1 << 20  # a rule file is a few globs: far less
 PROTECTED_NAMES = frozenset({".env", "platform.toml", KEEP_FILE})
 NEVER_ENTER = frozenset({".git"})  # neither walked nor deleted, file or folder
 # MLflow's default stores, wherever a run's cwd put them: the sqlite file (and its -wal,
@@ -64,10 +66,15 @@ def _split(pattern: str) -> tuple[str, ...]:
 
 
 def _load_category(path: Path) -> Category:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:  # as any file others may write (util/regular_file): a FIFO never blocks, a link not followed
+        data = tomllib.loads(read_regular_file(str(path), MAX_RULES_BYTES, within=str(path.parent))
+                             .decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cleanup rule file {path} is unreadable: {exc}", code="CLEAN_RULES")
+        raise ConfigError(f"cleanup rule file {path} is unreadable: {reason(exc)}",
+                          code="CLEAN_RULES") from None
+    except RecursionError:  # tomllib parses nested arrays recursively: `a = [[[...` of 200,000
+        raise ConfigError(f"cleanup rule file {path} nests arrays deeper than Python parses",
+                          code="CLEAN_RULES") from None
     unknown = set(data) - {"category", "description", "directories", "files"}
     lists = [data.get("directories", []), data.get("files", [])]
     if unknown or not isinstance(data.get("category"), str) or not all(

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from platform_plugin.cleanup import run as cleanup
+from platform_plugin.util.paths import checked_path
 
 
 def add_cleanup_options(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `platform-run clean`, also those of `%platform_clean`."""
-    parser.add_argument("--root", metavar="DIR",
+    parser.add_argument("--root", metavar="DIR", type=checked_path("CLEAN_ROOT", "--root"),
                         help=f"folder to clean (default: ${cleanup.ROOT_ENV}, else the nearest "
                              "ancestor named CODE, else the current folder if it holds a "
                              "notebook or Python source)")

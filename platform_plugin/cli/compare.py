@@ -9,7 +9,8 @@ from urllib.parse import urlparse
 
 from platform_plugin.cli.flags import add_job, add_log_dir, add_metric, add_tolerance, metrics_of
 from platform_plugin.errors import ConfigError
-from platform_plugin.comparison import diagnosis, job_end, report_log, spools, table as compare
+from platform_plugin.comparison import job_end, report_log, spools, table as compare
+from platform_plugin.comparison.rendering import ranks_text
 from platform_plugin.comparison.jupyter_proxy import browser_base, jupyter_server
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.shared.uri_check import check_tracking_uri, sqlite_file
@@ -17,7 +18,8 @@ from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.folders import check_writable_folder
 from platform_plugin.variables import PLATFORM_MLFLOW_UI
 
-DEFAULT_UI = "http://127.0.0.1:5000"
+DEFAULT_UI_PORT = 5000  # `mlflow ui`'s
+DEFAULT_UI = f"http://127.0.0.1:{DEFAULT_UI_PORT}"
 
 
 def register(subparsers) -> None:
@@ -37,10 +39,10 @@ def register(subparsers) -> None:
 def ui_base(explicit: str | None, tracking_uri: str | None) -> str:
     if explicit or PLATFORM_MLFLOW_UI.is_set():
         return explicit or PLATFORM_MLFLOW_UI.get()
-    if urlparse(tracking_uri or "").scheme in ("http", "https"):
+    if tracking_uri and urlparse(tracking_uri).scheme in ("http", "https"):
         return tracking_uri
     server = jupyter_server()  # in a JupyterLab terminal: the UI through the Jupyter server
-    return browser_base(int(urlparse(DEFAULT_UI).port), server) if server else DEFAULT_UI
+    return browser_base(DEFAULT_UI_PORT, server) if server else DEFAULT_UI
 
 
 def find_job(job: str | None, log_dir: str | None):
@@ -62,13 +64,14 @@ def find_job(job: str | None, log_dir: str | None):
         raise ConfigError(f"job {spool_dir.parent.name}'s store {runs.config.tracking_uri} does "
                           "not exist (the project moved, or the file was removed): compare reads "
                           "the ranks' runs from it", code="TRACKING_JOB")
-    check_tracking_uri(runs.config.tracking_uri or "", f"job {spool_dir.parent.name}'s store")
+    uri = runs.config.tracking_uri or ""
+    check_tracking_uri(uri, f"job {spool_dir.parent.name}'s store")  # (refuses "")
     if spools.all_here(spool_dir, runs.config):
         labels = spools.rank_labels(spool_dir, runs.config)
         return Found(spools.read_attempts(attempts, labels), runs, job_id, None, spool_dir)
     from platform_plugin.comparison import store  # MLflow: ranks that are not here
 
-    client = store.client(runs.config.tracking_uri)
+    client = store.client(uri)
     runs = store.with_store_ranks(runs, client)
     return Found(store.StorePoints(runs, client), runs, job_id, client, spool_dir)
 
@@ -130,7 +133,6 @@ def run(args) -> int:
     missing = [m for m in metrics if not any(series[m].values())]
     if missing:
         raise compare.no_such_metric(job_id, missing, points.metrics())
-    system = diagnosis.system_summary(points.values, sorted({lb for m in series.values() for lb in m}))
     print(f"job {job_id}  ({runs.config.tracking_uri})")
     ending = _ending(found)
     for line in ending.lines() if ending else []:
@@ -141,9 +143,7 @@ def run(args) -> int:
     tables = {}
     for metric in metrics:
         rows = compare.rank_rows(series[metric], metric, tolerance=args.tolerance)
-        print(compare.render(rows, metric, runs.servers, ending.unfinished if ending else None))
-        for line in diagnosis.render(rows, system):
-            print(line)
+        print(ranks_text(rows, metric, points, runs.servers, ending.unfinished if ending else None))
         tables[f"compare/{metric}.json"] = compare.table_data(rows, metric)
     png = str(compare.plot(series, Path(args.plot), f"{job_id}: per rank",
                            compare.run_colours(runs))) if args.plot else None

@@ -10,6 +10,7 @@ import shlex
 from platform_plugin import settings
 from platform_plugin.tracking.shared import conventions
 from platform_plugin.util.envfile import env_file_paths
+from platform_plugin.util.paths import checked_path
 from platform_plugin.util.texttable import render_rows
 
 
@@ -17,9 +18,9 @@ def add_settings_options(parser: argparse.ArgumentParser) -> None:
     """Options that feed `settings.resolve` (shared by commands that resolve settings)."""
     parser.add_argument("--mode", choices=settings.MODES,
                         help="debug or full (default: PLATFORM_RUN_MODE, else the auto rule)")
-    parser.add_argument("--env-file", metavar="FILE", help="user settings (default: the .env files "
+    parser.add_argument("--env-file", metavar="FILE", type=checked_path("CLI_PATH", "--env-file"), help="user settings (default: the .env files "
                         "from here up to the folder holding CODE/)")
-    parser.add_argument("--rank-table", metavar="FILE",
+    parser.add_argument("--rank-table", metavar="FILE", type=checked_path("CLI_PATH", "--rank-table"),
                         help="rank table, when the platform set no RANK_TABLE_FILE")
     parser.add_argument("--rank-start", metavar="N", help="first rank of this server")
     parser.add_argument("--rank-id", metavar="N", help="debug: the in-kernel rank")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.paths import checked_path
 
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
                     "variables the platform owns), notebook.ipynb (parameters cell + %%dist_run) "
                     "and run.sh (the platform's shell loop as one platform-run launch line). "
                     "Existing files are kept unless --force.")
-    parser.add_argument("dir", nargs="?", metavar="DIR",
+    parser.add_argument("dir", nargs="?", metavar="DIR", type=checked_path("CLI_PATH", "DIR"),
                         help=f"project folder (default: ${ROOT_ENV}, else the nearest ancestor "
                              "named CODE, else the current folder)")
     parser.add_argument("--force", action="store_true", help="overwrite files that exist")

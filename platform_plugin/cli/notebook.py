@@ -18,6 +18,7 @@ from platform_plugin.notebook.live import LiveStream, reopen_closed_std_fds
 from platform_plugin.notebook.options import NotebookOptions, add_arguments, from_arguments
 from platform_plugin.notebook.run import NotebookResult, NotebookRun
 from platform_plugin.notebook.save import outputs_folder
+from platform_plugin.util.paths import checked_path
 from platform_plugin.util.stops import is_interruption, raise_interrupt
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
@@ -29,6 +30,7 @@ def register(subparsers) -> None:
         parser = subparsers.add_parser(mode, help=HELP[mode], description=HELP[mode])
         parser.add_argument("notebook", metavar="NOTEBOOK", help="the .ipynb file to run")
         parser.add_argument("output_path", nargs="?", metavar="OUT.ipynb",
+                            type=checked_path("NB_OUTPUT", "OUT.ipynb"),
                             help="where the executed notebook goes (as papermill's second "
                                  "argument; same as --output)")
         add_arguments(parser, mode)
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     # from the start: a SIGTERM while CODE/ is cleaned or the kernel starts ends as Ctrl-C does
     signal.signal(signal.SIGTERM, raise_interrupt)
     reopen_closed_std_fds()  # started with stdout/stderr closed: the kernel inherits them
-    sys.stderr = LiveStream(sys.stderr)  # type: ignore[assignment]  # a reader gone: run on
+    sys.stderr = LiveStream(sys.stderr)  # a reader gone: run on
     options = from_arguments(args, output=_output(args), cleanup=getattr(args, "cleanup", False),
                              only=getattr(args, "only", None), keep=tuple(getattr(args, "keep", ())))
     run_spec = notebook.prepare_run(args.mode, args.notebook, options)
@@ -149,5 +151,6 @@ def _summary(result: NotebookResult) -> str:
     if result.ok:
         return (f"[platform-run] notebook succeeded in {result.duration_s:.1f}s\n"
                 f"output notebook: {result.output}")
+    assert result.failure is not None  # what a run that did not succeed has
     return (result.failure.render(colors=sys.stderr.isatty(), width=terminal_width(sys.stderr))
             + f"\noutput notebook: {result.output}")

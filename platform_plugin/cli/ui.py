@@ -80,6 +80,8 @@ def _latest_runs(log_dir: str | None):
         runs = compare.job_runs(find_spool_dirs(None, log_dir)[-1])  # the latest attempt's
     except ConfigError:
         return None
+    if not runs.config.tracking_uri:
+        return runs
     try:  # every server's ranks, from the store
         return store.with_store_ranks(runs, MlflowSink().client(runs.config.tracking_uri))
     except Exception:  # noqa: BLE001 - the local view is still a useful link
@@ -112,8 +114,9 @@ def run(args) -> int:
         if experiment:
             print(f"latest job's experiment (training runs): {experiment}", flush=True)
         features = detect()
-        for text in features.missing() if features else ():
-            print(f"MLflow {features.version}: {text}", flush=True)
+        if features is not None:
+            for text in features.missing():
+                print(f"MLflow {features.version}: {text}", flush=True)
         owned.proc.wait()
     except BaseException as exc:  # Ctrl-C, SIGTERM: the server stops below and that is a success
         if not is_interruption(exc):

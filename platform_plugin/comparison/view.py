@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from platform_plugin.comparison import job_end, jupyter_proxy, jupyter_ui, spools
 from platform_plugin.comparison import table as comparing
+from platform_plugin.comparison.rendering import ranks_text
 from platform_plugin.errors import PlatformPluginError
 from platform_plugin.launcher.display.quiet import libraries_to_log
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
@@ -28,7 +29,7 @@ class Comparison:
     metric: str
     rows: list
     series: dict
-    table: str  # the text table (as `platform-run compare` prints it)
+    table: str  # the table and its flagged ranks' lines, as `platform-run compare` prints them
     url: str | None = None  # the MLflow page overlaying the ranks, as the browser can open it
     embedded: bool = False  # the page was shown in an IFrame
     notes: list = field(default_factory=list)  # said above the table (the metric picked)
@@ -62,7 +63,8 @@ def compare(job: str | None = None, metric: str | None = None, *, log_dir: str |
         with libraries_to_log(str(spool_dir.parent), verbose=False):
             raise comparing.no_such_metric(job_id, [metric], points.metrics())
     result = Comparison(job_id, metric, rows, series,
-                        comparing.render(rows, metric, unfinished=ending.unfinished if ending else None),
+                        ranks_text(rows, metric, points, runs.servers,
+                                   ending.unfinished if ending else None),
                         notes=notes,
                         colours=comparing.run_colours(runs),
                         experiment=runs.config.experiment_name)
@@ -139,9 +141,11 @@ def _display_table_and_chart(result: Comparison) -> None:
     title = f"job {result.job_id}" + (f", MLflow experiment {result.experiment!r}"
                                       if result.experiment else "")
     # a <pre>, not a table of lines: JupyterLab right-aligns table cells and collapses their
-    # spaces (td: white-space nowrap), which scrambled the columns
+    # spaces (td: white-space nowrap), which scrambled the columns. pre-wrap: the lines under
+    # the table (a straggler's reasons) wrap at the cell's width as in a terminal, instead of
+    # scrolling the whole block sideways
     display({"text/plain": f"{title}\n{notes}{result.table}",
-             "text/html": f"<b>{html.escape(title)}</b><pre style='margin:2px 0 8px'>"
+             "text/html": f"<b>{html.escape(title)}</b><pre style='margin:2px 0 8px;white-space:pre-wrap'>"
                           f"{html.escape(notes + result.table)}</pre>"}, raw=True)
     fig = comparing.figure({result.metric: result.series}, f"{result.job_id}: per rank",
                            result.colours)

@@ -22,13 +22,13 @@ import os
 import sys
 import threading
 
-from IPython.core.magic import Magics, line_cell_magic, magics_class, no_var_expand
+from IPython.core.magic import line_cell_magic, magics_class, no_var_expand
 from IPython.display import publish_display_data
 from IPython.utils.text import DollarFormatter
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.magics import tools as magic_tools
-from platform_plugin.magics.tools import MagicParser, split_line
+from platform_plugin.magics.tools import MagicParser, ShellMagics, split_line
 from platform_plugin.util.jobdirs import job_log_dir
 from platform_plugin.launcher.api import start as start_job
 from platform_plugin.launcher.jobs.handle import BackgroundJob
@@ -100,21 +100,21 @@ def _cell_script(body: str, log_dir: str | None) -> str:
 
 
 @magics_class
-class DistRunMagics(Magics):
+class DistRunMagics(ShellMagics):
     @no_var_expand
     @line_cell_magic
     def dist_run(self, line: str, cell: str | None = None):
         """Run a command (line) or the cell (cell magic) once per rank (see below)."""
         __tracebackhide__ = True
         if line.lstrip().startswith("--expand"):  # opt-in, and only as the first option
-            line = _expanded(line, self.shell.user_ns)
+            line = _expanded(line, self.user_ns)
         args = _parser().parse_args(split_line(line, "%dist_run", "LAUNCH_BAD_OPTION"))
         if args.help:
             print(magic_help())
             return None
         # as launch() refuses: the cell's script is written (relative log folder) before it
         check_cwd("LAUNCH_CWD_GONE")
-        defaults = {"max_lines_per_s": NOTEBOOK_MAX_LINES_PER_S}
+        defaults: dict[str, object] = {"max_lines_per_s": NOTEBOOK_MAX_LINES_PER_S}
         if cell is not None:
             defaults["job_name"] = "cell"
         options = from_arguments(args, **{k: v for k, v in defaults.items()
@@ -132,7 +132,7 @@ class DistRunMagics(Magics):
             if isinstance(started, BackgroundJob):
                 if started.result is None:  # running: its board is live above, the cell is done
                     job_magics.remember(started)
-                    self.shell.user_ns["_dist_job"] = started
+                    self.user_ns["_dist_job"] = started
                     return None
                 result = started.result  # (a notebook run: it ran in the foreground)
             else:
@@ -146,7 +146,7 @@ class DistRunMagics(Magics):
             raise exc.with_traceback(None) from None
         finally:
             job_ended.set()
-            self.shell.user_ns["_dist_result"] = result
+            self.user_ns["_dist_result"] = result
             if result is not None:
                 _publish(result)
         return None

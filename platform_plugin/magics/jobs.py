@@ -10,7 +10,7 @@ project from any kernel, any notebook - after a page reload, from a second noteb
 """
 from __future__ import annotations
 
-from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic import line_magic, magics_class
 
 from platform_plugin.cli.flags import add_log_dir
 from platform_plugin.cli.jobs import RECENT, jobs_table
@@ -20,7 +20,7 @@ from platform_plugin.launcher.jobs.live import LiveBoard, result_text
 from platform_plugin.launcher.jobs.records import JobRecord, list_jobs, resolve
 from platform_plugin.launcher.jobs.stopping import request_stop, wait_ended
 from platform_plugin.launcher.processes.result import JobFailed
-from platform_plugin.magics.tools import MagicParser, parsed
+from platform_plugin.magics.tools import MagicParser, ShellMagics, parsed
 
 STARTED: dict[str, BackgroundJob] = {}  # this kernel's background jobs, by id (their handles)
 
@@ -38,7 +38,7 @@ def _parser(prog: str, description: str, job: str | None = None) -> MagicParser:
 
 
 @magics_class
-class JobMagics(Magics):
+class JobMagics(ShellMagics):
     @line_magic
     def dist_jobs(self, line: str):
         """This project's jobs, newest first (`--all`: every one). `%dist_jobs --help`."""
@@ -54,7 +54,7 @@ class JobMagics(Magics):
             ended = [r for r in records if not r.running][:RECENT]
             records = [r for r in records if r.running or r in ended]
         print(jobs_table(records) if records else "no jobs in this log folder")
-        self.shell.user_ns["_dist_jobs"] = [r.to_dict() for r in records]
+        self.user_ns["_dist_jobs"] = [r.to_dict() for r in records]
         return None
 
     @line_magic
@@ -76,7 +76,7 @@ class JobMagics(Magics):
             print(f"[launcher] detached from job {record.job_id}: it goes on (%dist_attach "
                   f"{record.job_id} follows it again, %dist_stop {record.job_id} stops it)")
             return None
-        self.shell.user_ns["_dist_result"] = ended.result()
+        self.user_ns["_dist_result"] = ended.result()
         return None
 
     @line_magic
@@ -95,9 +95,9 @@ class JobMagics(Magics):
             print(f"[launcher] stopped waiting for job {job.job_id}: it goes on")
             return None
         except JobFailed as exc:
-            self.shell.user_ns["_dist_result"] = exc.result
+            self.user_ns["_dist_result"] = exc.result
             raise exc.with_traceback(None) from None
-        self.shell.user_ns["_dist_result"] = result
+        self.user_ns["_dist_result"] = result
         return None
 
     @line_magic
@@ -122,7 +122,7 @@ class JobMagics(Magics):
         text = result_text(record)
         if text:
             print(text)
-        self.shell.user_ns["_dist_result"] = record.result()
+        self.user_ns["_dist_result"] = record.result()
         return None
 
     def _handle(self, job: str | None, log_dir: str | None) -> BackgroundJob:

@@ -110,8 +110,17 @@ def parsed(parser, line: str, magic: str):
     return args
 
 
+class ShellMagics(Magics):
+    """The magics' base: `user_ns`, the notebook's namespace their results are left in."""
+
+    @property
+    def user_ns(self) -> dict:
+        assert self.shell is not None  # magics run only once registered with a shell
+        return self.shell.user_ns
+
+
 @magics_class
-class PlatformMagics(Magics):
+class PlatformMagics(ShellMagics):
     @line_magic
     def dist_compare(self, line: str):
         """Compare the ranks of a job (default: the latest). `%dist_compare --help` for options."""
@@ -121,10 +130,11 @@ class PlatformMagics(Magics):
             args = parsed(_compare_parser(), line, "%dist_compare")
             if args is None:
                 return None
+            metrics: list[str | None] = [*metrics_of(args.metric)] or [None]  # None: the default
             compared = [compare(args.job, metric, log_dir=args.log_dir, tolerance=args.tolerance,
-                                ui=args.ui) for metric in metrics_of(args.metric) or [None]]
+                                ui=args.ui) for metric in metrics]
             # one metric: its Comparison; several: the list, in the order given
-            self.shell.user_ns["_dist_compare"] = compared[0] if len(compared) == 1 else compared
+            self.user_ns["_dist_compare"] = compared[0] if len(compared) == 1 else compared
         return None
 
     @line_magic
@@ -150,7 +160,7 @@ class PlatformMagics(Magics):
             if args.dry_run else folder_size(root)
         print(f"size of {root}: {human_bytes(before)} before, {human_bytes(after)} "
               f"{'after a real run' if args.dry_run else 'after'}")
-        self.shell.user_ns["_platform_clean"] = report
+        self.user_ns["_platform_clean"] = report
         return None
 
 

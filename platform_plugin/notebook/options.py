@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from platform_plugin.notebook.params import parse_yaml_parameters
 from platform_plugin.util.numbers import number_argument
+from platform_plugin.util.paths import checked_path
 
 
 def flag(default: Any, *flags: str, **argparse_options: Any) -> Any:
@@ -39,10 +40,10 @@ class NotebookOptions:
         None, "--profile", metavar="platform.toml",
         help="profile with [{mode}.parameters] (default: platform.toml in --cwd, if present)")
     output: Optional[str] = flag(
-        None, "--output", metavar="OUT.ipynb",
+        None, "--output", metavar="OUT.ipynb", type=checked_path("NB_OUTPUT", "--output"),
         help="executed notebook (default: runs/<timestamp>-<mode>-<name>.ipynb under --cwd)")
     cwd: Optional[str] = flag(
-        None, "--cwd", metavar="DIR",
+        None, "--cwd", metavar="DIR", type=checked_path("NB_CWD", "--cwd"),
         help="project folder: the kernel's working directory, where platform.toml and .env "
              "are found (default: the notebook's folder, as JupyterLab does)")
     kernel: Optional[str] = flag(
@@ -52,7 +53,7 @@ class NotebookOptions:
         None, "--timeout", type=number_argument("NB_TIMEOUT", "--timeout"), metavar="S",
         help="fail a cell that runs longer than S seconds")
     env_file: Optional[str] = flag(
-        None, "--env-file", metavar=".env", help="user settings file (default: the .env files "
+        None, "--env-file", metavar=".env", type=checked_path("CLI_PATH", "--env-file"), help="user settings file (default: the .env files "
         "from --cwd up to the folder holding CODE/)")
     verbose: bool = flag(
         False, "--verbose", action="store_true",

@@ -39,6 +39,54 @@ def own_folder(path: str) -> None:
         os.close(fd)
 
 
+def check_own_folder(folder: str, what: str, code: str, flag: str, *, link_allowed: bool) -> None:
+    """An existing `folder` the launcher writes into and reads back (a job folder, a checkpoint
+    folder) must be this user's: one another user owns (planted in a shared log folder, or
+    under a job id someone can guess) could be filled with what the job then trusts - a
+    checkpoint it resumes from, a spool it ships. `link_allowed`: a folder the user names may be
+    a link (to a bigger disk; its target is checked), one the launcher names is refused as a
+    link. A missing folder passes (the launcher makes it). Raises ConfigError `code`."""
+    try:
+        found = os.stat(folder) if link_allowed else os.lstat(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError([Problem(code, f"the {what} folder {folder} cannot be checked: "
+                                   f"{exc.strerror or exc}", flag)]) from None
+    if stat.S_ISLNK(found.st_mode):
+        why = "is a link (planted there?), not a folder of this user's"
+    elif not stat.S_ISDIR(found.st_mode):
+        return  # a file: check_writable_folder's `_NOT_DIR` says so
+    elif found.st_uid != os.geteuid() and found.st_uid != _new_entries_owner(os.path.dirname(os.path.abspath(folder))):
+        why = f"belongs to another user (uid {found.st_uid}), not to this one (uid {os.geteuid()})"
+    else:
+        return
+    raise ConfigError([Problem(code, f"the {what} folder {folder} {why}: the job would write "
+                               "into it and trust what it finds there. Remove it, or give "
+                               "another folder", flag)])
+
+
+def _new_entries_owner(folder: str) -> int | None:
+    """The owner an entry this process makes in `folder` gets (None: none could be made). Not
+    always this user: root's files on a network mount exported with root_squash belong to
+    `nobody`, and a folder such a launcher made there is its own. Asked only when an owner
+    differs (a probe folder made and removed)."""
+    path = os.path.join(folder, f".platform-probe-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        os.mkdir(path, 0o700)
+    except OSError:
+        return None
+    try:
+        return os.lstat(path).st_uid
+    except OSError:
+        return None
+    finally:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
 def check_writable_folder(folder: str, what: str, code: str, flag: str) -> None:
     """`folder` is, or can be made, a writable directory: every existing part of the path is a
     directory and the deepest existing one takes new entries (a read-only mount does not, for

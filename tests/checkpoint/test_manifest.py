@@ -222,3 +222,34 @@ def test_a_link_planted_under_a_temporary_name_is_not_written_through(checkpoint
     write_checkpoint(10, {"a": b"1"})
     assert victim.read_text() == "keep me"
     assert complete(str(folder)) is not None
+
+
+NOBODY = 65534  # another user's uid: the tests run as root, which may chown (else skipped)
+
+
+@pytest.mark.parametrize("owned", ["step folder", "manifest", "data file"])
+def test_what_another_user_owns_in_the_checkpoint_folder_is_no_checkpoint(checkpoints, owned):
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user (chown)")
+    older = write_checkpoint(10, {"a": b"1"})
+    newer = write_checkpoint(20, {"a": b"22"})
+    assert newest_complete(str(checkpoints)) == newer
+    folder = checkpoints / "step-0000000020"
+    target = {"step folder": folder, "manifest": folder / "manifest.json", "data file": folder / "a"}[owned]
+    os.chown(target, NOBODY, NOBODY)
+    assert complete(str(folder)) is None
+    assert newest_complete(str(checkpoints)) == older
+
+
+def test_a_checkpoint_folder_whose_files_all_have_its_owner_is_read_as_on_a_root_squashed_mount(checkpoints):
+    """On a network mount exported with root_squash, what a root rank writes belongs to
+    `nobody`, the checkpoint folder too: its checkpoints stay complete (a chown of everything
+    to 65534 stands in for the mount, which needs an NFS server)."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user (chown)")
+    point = write_checkpoint(20, {"a": b"22"})
+    for folder, _, names in os.walk(checkpoints):
+        os.chown(folder, NOBODY, NOBODY)
+        for name in names:
+            os.chown(os.path.join(folder, name), NOBODY, NOBODY)
+    assert newest_complete(str(checkpoints)) == point

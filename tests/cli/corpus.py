@@ -160,7 +160,7 @@ BAD_NUMBERS = ["1_000", "\uff12", "\u0661\u0662", "+1", " 2", "2 ", "0x10", "nan
                "-inf", "1e999", "", "\u00b2", "1,5", "9" * 41, BIG]
 BAD_WHOLE_NUMBERS = BAD_NUMBERS + ["1e3", "2.0", "9" * 19, "- 1", "--1"]
 # paths no folder can be made at: empty, a NUL, a name over 255 bytes, over PATH_MAX, too deep
-BAD_PATHS = ["", "a\u0000b", "n" * 300, "a/" * 2500, "a/" * 300]
+BAD_PATHS = ["", "a\u0000b", "n" * 300, "a/" * 2500, "a/" * 300, "a\nb", "\x1b[2Jclear"]
 
 
 def parser_flags(accepts) -> list[tuple[list[str], str, object, list[str]]]:

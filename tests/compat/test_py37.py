@@ -20,7 +20,7 @@ from platform_plugin.launcher import launch
 from platform_plugin.launcher.planning.rank_path import rank_side_files, write_rank_side
 from tests.compat.test_pythons import interpreter
 from tests import helpers
-from tests.helpers import REPO, clean_env, wait_for
+from tests.helpers import REPO, clean_env, copy_tracking_asset, wait_for
 
 pytestmark = pytest.mark.py37
 
@@ -217,8 +217,8 @@ def test_a_mindspore_20_job_on_37_tracks_with_the_callback(python37, tmp_path, c
     has_mindspore = subprocess.run([python37, "-c", "import mindspore"], capture_output=True)
     if has_mindspore.returncode != 0:
         pytest.skip(f"no MindSpore in {python37}: `make test-compat37` installs 2.0.0")
-    from tests.tracking.helpers import ASSETS, child_runs, client
-    (tmp_path / "ms_train.py").write_text((ASSETS / "ms_train.py").read_text())
+    from tests.tracking.helpers import child_runs, client
+    copy_tracking_asset("ms_train.py", tmp_path)
     clean_environ.delenv("PYTHONPATH", raising=False)
     clean_environ.setenv("PLATFORM_TRACKING_DRAIN_TIMEOUT", "120")
     result = launch([python37, "ms_train.py"], nproc=2, backend="plain", cwd=str(tmp_path),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers import clean_env, wait_for
+from tests.helpers import clean_env, mlflow_servers, wait_for
 from tests.launcher.helpers import kill_job
 from platform_plugin.util.ports import free_port
 
@@ -84,19 +84,13 @@ def browser():
 
 
 def _stop_ui_servers(store_dir: Path) -> None:
-    """The MLflow UI a kernel started (its own session) if the kernel could not stop it."""
-    from platform_plugin.util.procfs import alive
-    marker = str(store_dir).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    """The MLflow UI a kernel started (its own session, uvicorn's worker in it) if the kernel
+    could not stop it."""
+    for server in mlflow_servers(store_dir):
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
+            if server.group == server.pid:  # the session of its own: the worker too
+                os.killpg(server.group, signal.SIGKILL)
+            else:
+                os.kill(server.pid, signal.SIGKILL)
         except OSError:
-            continue
-        if b"mlflow" in cmdline and marker in cmdline and alive(int(entry)):
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-            except OSError:
-                pass
+            pass

@@ -6,7 +6,6 @@ scroll); a failed cell says each fact once: the board turns into the result, one
 block, no second process table. Screenshots in the test's tmp folder."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 
@@ -14,8 +13,8 @@ import nbformat
 import pytest
 from playwright.sync_api import expect
 
-from tests.helpers import wait_for
-from tests.jupyterlab.test_lab import mlflow_ui_running, output_text, run_cell
+from tests.helpers import mlflow_servers, wait_for
+from tests.jupyterlab.test_lab import output_text, run_cell
 from tests.launcher.helpers import ASSETS
 
 pytestmark = pytest.mark.slow
@@ -37,43 +36,6 @@ SIDEWAYS = """() => Array.from(document.querySelectorAll('*')).filter(e => {
           : [])"""
 
 
-def _ui_answers(lab) -> bool:
-    """The kernel's MLflow UI answers /health (its port from its command line)."""
-    import requests
-    marker = str(lab.root.parent).encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    args = fh.read().split(b"\0")
-            except OSError:
-                continue
-            if b"server" in args and b"--port" in args and any(marker in a for a in args):
-                port = int(args[args.index(b"--port") + 1])
-                try:
-                    return requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok
-                except requests.RequestException:
-                    return False
-    return False
-
-
-def _ui_nice(lab) -> int | None:
-    """The niceness of the kernel's MLflow UI server (field 19 of /proc/PID/stat)."""
-    marker = str(lab.root.parent).encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    cmdline = fh.read()
-                with open(f"/proc/{entry}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if b"mlflow" in cmdline and b"server" in cmdline and marker in cmdline:
-                return int(stat.rsplit(")", 1)[1].split()[16])
-    return None
-
-
 def test_early_ui_a_page_that_fits_and_a_failure_said_once(lab, browser, tmp_path):
     shutil.copy2(ASSETS / "board_rank.py", lab.root / "board_rank.py")
     nb = nbformat.v4.new_notebook()
@@ -91,14 +53,15 @@ def test_early_ui_a_page_that_fits_and_a_failure_said_once(lab, browser, tmp_pat
     # a tracked job of 20 s: its store's UI starts while it runs, at low priority
     run_cell(page, 0)
     run_cell(page, 1)
-    wait_for(lambda: mlflow_ui_running(lab) or "succeeded" in output_text(page, 1), timeout=120,
+    wait_for(lambda: mlflow_servers(lab.root.parent) or "succeeded" in output_text(page, 1), timeout=120,
              what="the MLflow UI started while the job runs")
-    assert mlflow_ui_running(lab) and "succeeded" not in output_text(page, 1)
-    assert _ui_nice(lab) == 10
+    [ui] = mlflow_servers(lab.root.parent)  # the kernel's UI, started while the job runs ...
+    assert "succeeded" not in output_text(page, 1)
+    assert ui.nice == 10  # ... at low priority
     wait_for(lambda: "succeeded" in output_text(page, 1), timeout=240, what="the job's end")
     # it answers by the job's end on a machine that is not overloaded; on this shared test
     # machine (load 10 on 2 cores) a niced start may take longer: the wait is the machine's
-    wait_for(lambda: _ui_answers(lab), timeout=120, what="the early UI answering")
+    wait_for(ui.answers, timeout=120, what="the early UI answering")
 
     # %dist_compare: the page is there when the cell ends (no line waiting for the UI)
     run_cell(page, 2)

@@ -17,7 +17,7 @@ import pytest
 import requests
 from playwright.sync_api import expect
 
-from tests.helpers import REPO, wait_for
+from tests.helpers import REPO, copy_tracking_asset, mlflow_servers, wait_for
 from tests.launcher.helpers import ASSETS, wait_no_processes
 
 pytestmark = pytest.mark.slow
@@ -172,7 +172,7 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
                                timeout=30).json():
         requests.delete(f"{lab.url}/api/kernels/{kernel['id']}", params={"token": lab.token},
                         timeout=60).raise_for_status()
-    wait_for(lambda: not mlflow_ui_running(lab), timeout=60, what="the kernel's MLflow UI gone")
+    wait_for(lambda: not mlflow_servers(lab.root.parent), timeout=60, what="the kernel's MLflow UI gone")
     page.close()
     reopened = browser.new_page(viewport={"width": 1280, "height": 1000})
     reopened.goto(lab.notebook_url("board.ipynb"), wait_until="load", timeout=120_000)
@@ -203,21 +203,6 @@ def test_board_failure_interrupt_compare_and_proxied_ui(lab, browser, tmp_path):
     reopened.close()
 
 
-def mlflow_ui_running(lab) -> bool:
-    """An `mlflow server` on the lab's store (the kernel's UI) still runs."""
-    marker = str(lab.root.parent).encode()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    cmdline = fh.read()
-            except OSError:
-                continue
-            if b"mlflow" in cmdline and b"server" in cmdline and marker in cmdline:
-                return True
-    return False
-
-
 CURVE_CELLS = [
     "%load_ext platform_plugin",
     "import os; os.environ['MS_DIVERGE'] = '1'; os.environ['MS_EPOCHS'] = '3'",
@@ -229,7 +214,7 @@ def test_a_diverging_rank_stands_out_on_the_board(lab, browser, tmp_path):
     """A real 2-rank MindSpore job printing LossMonitor's lines (no tracking code), rank 1's
     learning rate too large: the board draws each rank's loss as a curve in its row, live and
     in the end, and rank 1's rises in red beside rank 0's falling one."""
-    shutil.copy2(ASSETS.parent / "tracking" / "ms_monitors.py", lab.root / "ms_monitors.py")
+    copy_tracking_asset("ms_monitors.py", lab.root)
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source) for source in CURVE_CELLS]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",

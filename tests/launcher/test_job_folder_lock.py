@@ -67,3 +67,45 @@ def test_a_planted_lock_file_in_the_job_folder_is_refused_and_never_followed(tmp
         lock.unlink()
     assert precious.read_text() == "keep me"
     assert _launch(tmp_path).wait(timeout=60) == 0  # removed: the job runs
+
+
+NOBODY = 65534  # another user's uid (root may chown: the suite runs as root, else skipped)
+
+
+def test_a_job_or_checkpoint_folder_another_user_owns_is_refused_as_a_planted_link_is(tmp_path):
+    """A job folder made under a known --job-id by another user (or a link planted there), or a
+    --checkpoint-dir another user owns, would be written into and trusted (its spool shipped,
+    its checkpoints resumed from): refused with exit 2 before any rank starts, nothing written
+    into it, and the job runs once the folder is this user's."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("only root can give a folder to another user (chown)")
+    (tmp_path / "rank.py").write_text("print('ran')\n")
+    folder = tmp_path / "logs" / "same"
+    folder.mkdir(parents=True)
+    os.chown(folder, NOBODY, NOBODY)
+    done = _launch(tmp_path)
+    out, _ = done.communicate(timeout=60)
+    assert done.returncode == 2, out
+    assert "[LAUNCH_JOB_DIR_NOT_OWN]" in out and "uid 65534" in out and "Traceback" not in out, out
+    assert os.listdir(folder) == [] and "ran" not in out
+    folder.rmdir()
+    folder.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir()
+    done = _launch(tmp_path)
+    out, _ = done.communicate(timeout=60)
+    assert done.returncode == 2 and "[LAUNCH_JOB_DIR_NOT_OWN]" in out and "is a link" in out, out
+    assert os.listdir(tmp_path / "elsewhere") == []
+    folder.unlink()
+    checkpoints = tmp_path / "shared-checkpoints"
+    checkpoints.mkdir()
+    os.chown(checkpoints, NOBODY, NOBODY)
+    done = _launch(tmp_path, "--checkpoint-dir", str(checkpoints))
+    out, _ = done.communicate(timeout=60)
+    assert done.returncode == 2, out
+    assert "[LAUNCH_CHECKPOINT_DIR_NOT_OWN]" in out and "Traceback" not in out, out
+    assert not folder.exists() and os.listdir(checkpoints) == []
+    os.chown(checkpoints, os.geteuid(), os.getegid())
+    done = _launch(tmp_path, "--checkpoint-dir", str(checkpoints))
+    out, _ = done.communicate(timeout=60)
+    assert done.returncode == 0, out

@@ -4,10 +4,9 @@ that off. A real kernel, real ranks, a real `mlflow server` (the page itself, in
 tests/jupyterlab/test_compare_lab.py)."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from tests.helpers import mlflow_servers
 from tests.launcher.helpers import ASSETS
 from tests.magic.helpers import run_cell
 
@@ -17,22 +16,8 @@ RANK = ASSETS / "board_rank.py"
 
 def ui_servers(store_dir) -> set[tuple[int, int]]:
     """(process group, niceness) of the `mlflow server` processes on the kernel's store: one
-    group per UI (uvicorn's worker shares its server's)."""
-    marker = str(store_dir).encode()
-    found: list[tuple[int, int]] = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    args = fh.read().split(b"\0")
-                with open(f"/proc/{entry}/stat") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if b"server" in args and b"--backend-store-uri" in args and any(marker in a for a in args):
-                fields = stat.rsplit(")", 1)[1].split()
-                found.append((int(fields[2]), int(fields[16])))
-    return set(found)
+    group per UI."""
+    return {(server.group, server.nice) for server in mlflow_servers(store_dir)}
 
 
 def test_a_tracked_job_starts_the_ui_early_unless_told_not_to(kernel):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from platform_plugin.launcher import launch
-from tests.tracking.helpers import ASSETS, MlflowServer, child_runs, client, wait_for
+from tests.helpers import copy_tracking_asset
+from tests.tracking.helpers import MlflowServer, child_runs, client, wait_for
 
 pytestmark = pytest.mark.slow
 QUIET = {"write": lambda text: None,  # the launcher's display; rank logs stay in the job folder
@@ -22,7 +22,7 @@ QUIET = {"write": lambda text: None,  # the launcher's display; rank logs stay i
 
 
 def run_job(script: str, tmp_path: Path, **kwargs):
-    shutil.copy(ASSETS / script, tmp_path / script)
+    copy_tracking_asset(script, tmp_path)
     return launch([sys.executable, script], nproc=2, cwd=str(tmp_path), **QUIET, **kwargs)
 
 

@@ -6,7 +6,6 @@ exists; the rank's own tracker winning for a name it logs itself."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,8 @@ import pytest
 from platform_plugin.cli import main
 from platform_plugin.launcher import launch
 from platform_plugin.tracking.rank.spool import read_complete
-from tests.tracking.helpers import ASSETS, child_runs, client
+from tests.helpers import copy_tracking_asset
+from tests.tracking.helpers import child_runs, client
 
 QUIET = {"write": lambda text: None, "no_system_metrics": True}
 PRINTS_LOSS = ("import os\nrank = int(os.environ['RANK_ID'])\n"
@@ -29,7 +29,7 @@ def _losses(c, run) -> list[tuple[int, float]]:
 
 @pytest.mark.slow
 def test_a_loss_monitor_scripts_loss_per_rank_in_mlflow_and_compare(tracking_env, tmp_path, capsys):
-    shutil.copy(ASSETS / "ms_monitors.py", tmp_path)
+    copy_tracking_asset("ms_monitors.py", tmp_path)
     result = launch([sys.executable, "ms_monitors.py"], nproc=2, backend="plain",
                     cwd=str(tmp_path), **QUIET)
     assert result.ok and result.tracking.pending == 0
@@ -59,7 +59,7 @@ def test_the_ranks_own_metrics_callback_wins_over_the_lines(tracking_env, tmp_pa
     """The rank logs `loss` and `epoch_time_s` itself (MetricsCallback) and prints
     LossMonitor's and TimeMonitor's lines: one point per step, not two; `step_time_s`, which
     only the lines give, is still read."""
-    shutil.copy(ASSETS / "ms_monitors.py", tmp_path)
+    copy_tracking_asset("ms_monitors.py", tmp_path)
     result = launch([sys.executable, "ms_monitors.py"], nproc=2, backend="plain",
                     cwd=str(tmp_path), env={"MS_WITH_CALLBACK": "1"}, **QUIET)
     assert result.ok and result.tracking.wait_ended()

@@ -147,13 +147,15 @@ def test_tracker_writes_every_call_with_per_key_steps(tmp_path):
     t.log_metrics({"loss": 1.0, "acc": 0.5})
     t.log_metric("loss", 0.5, step=10)
     t.set_tag("phase", "warmup")
+    (tmp_path / "model.ckpt").write_bytes(b"weights")
     t.log_artifact(tmp_path / "model.ckpt", "ckpt")
     t.close()
     lines = [json.loads(x) for x in (tmp_path / "rank_3.jsonl").read_text().splitlines()]
     assert [x[:3] if x[0] != "m" else x[:4] for x in lines] == [
         ["p", "lr", "0.1"], ["p", "bs", "32"], ["m", "loss", 1.5, 0], ["m", "loss", 1.0, 1],
         ["m", "acc", 0.5, 0], ["m", "loss", 0.5, 10], ["t", "phase", "warmup"],
-        ["a", str(tmp_path / "model.ckpt"), "ckpt"]]
+        ["a", f"artifacts/rank_3/{os.getpid()}-1/model.ckpt", "ckpt"]]
+    assert (tmp_path / lines[-1][1]).read_bytes() == b"weights"  # a copy in the spool folder
 
 
 def test_an_overlong_metric_name_is_refused_every_time_and_warned_once(tmp_path):

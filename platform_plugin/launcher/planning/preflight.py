@@ -12,9 +12,9 @@ from typing import Callable
 
 from platform_plugin.errors import ConfigError, Problem
 from platform_plugin.launcher.options import LaunchOptions
-from platform_plugin.launcher.planning.plan import JobPlace, LaunchPlan
+from platform_plugin.launcher.planning.plan import CHECKPOINTS, JobPlace, LaunchPlan
 from platform_plugin.launcher.planning.stale import refuse_or_kill
-from platform_plugin.util.folders import check_writable_folder
+from platform_plugin.util.folders import check_own_folder, check_writable_folder
 from platform_plugin.util.hosts import is_host
 from platform_plugin.util.ports import check_free
 from platform_plugin.variables import refused_values
@@ -39,6 +39,8 @@ def check_place(place: JobPlace, env: dict) -> None:
     if place.checkpoint_dir:
         check_writable_folder(place.checkpoint_dir, "checkpoint", "LAUNCH_CHECKPOINT_DIR",
                               "--checkpoint-dir")
+        check_own_folder(place.checkpoint_dir, "checkpoint", "LAUNCH_CHECKPOINT_DIR_NOT_OWN",
+                         "--checkpoint-dir", link_allowed=True)
 
 
 def check_plan(plan: LaunchPlan) -> None:
@@ -48,6 +50,12 @@ def check_plan(plan: LaunchPlan) -> None:
     _check_job(plan.job_name, plan.master_addr, os.path.dirname(plan.job_dir),
                os.path.dirname(plan.cache_dir), list(first.argv) if first else None,
                first.env if first else {}, first.cwd if first else "")
+    # an existing job or checkpoint folder (a --job-id given again, a folder planted under it)
+    check_own_folder(plan.job_dir, "job", "LAUNCH_JOB_DIR_NOT_OWN", "--job-id", link_allowed=False)
+    if plan.checkpoint_dir:
+        check_own_folder(plan.checkpoint_dir, "checkpoint", "LAUNCH_CHECKPOINT_DIR_NOT_OWN",
+                         "--checkpoint-dir",
+                         link_allowed=plan.checkpoint_dir != os.path.join(plan.job_dir, CHECKPOINTS))
     sizes: dict = {}  # shared by the ranks: most of their variables are the same
     for spec in plan.ranks:
         check_exec_size(list(spec.argv), spec.env, sizes)

@@ -19,7 +19,9 @@ and passed; a failure that may pass (a server down, a locked database, a timeout
 batch for the next pass. A server that turns the requests away for their credentials
 (`refuses_access`: HTTP 401/403) stops the forwarder: `refused_access` says what to fix, every
 record waits in the spool for a `sync` with the right credentials, and no pass asks again.
-`["r", ...]` lines (refused by the tracker in the rank) are counted only.
+`["r", ...]` lines (refused by the tracker in the rank) are counted only. An artifact record
+ships only the copy the tracker made under the spool folder (artifacts.py): any other is set
+aside with the reason, as a refused record is.
 A round's turns run in parallel (`workers` threads, one stream per thread at a time, so each
 stream keeps its order). Observers (`delivered(label, records)`) see every accepted batch.
 """
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from platform_plugin.tracking.delivery import offsets
+from platform_plugin.tracking.delivery.artifacts import StagedArtifacts
 from platform_plugin.tracking.delivery.offsets import Counts, drain_timeout, spool_labels  # noqa: F401
 from platform_plugin.tracking.delivery.reading import (Passed, Reading, advance, batches,  # noqa: F401
                                                        next_batch, set_records_aside)
@@ -224,8 +227,8 @@ class Forwarder:
     def _deliver_jointly(self, items: list) -> bool:
         sendable = [(label, state, [r for r, _ in batch if r[0] != "r"]) for label, state, batch in items]
         sendable = [item for item in sendable if item[2]]
-        if len(sendable) < 2:
-            return False
+        if len(sendable) < 2 or any(r[0] == "a" for _, _, records in sendable for r in records):
+            return False  # an artifact's file is checked in a stream's own turn (_send)
         try:
             self.sink.deliver_round(self.config, sendable)
             return True
@@ -247,10 +250,13 @@ class Forwarder:
             # counted (and set aside) once the whole batch is through: after a transient failure
             # midway it is resent whole, and its delivered part must not count (or be
             # aggregated) twice, nor its refused part be set aside twice
-            accepted: list = []
-            set_aside: list = []
-            if not self._send_records(label, state, records, accepted, set_aside):
-                return False
+            with StagedArtifacts(self.spool_dir) as staged:  # an artifact's file: the rank's copy only
+                sendable, set_aside = staged.stage(records)
+                accepted: list = []
+                if sendable and not self._send_records(label, state, sendable, accepted, set_aside):
+                    return False
+                accepted = [staged.original(record) for record in accepted]
+                set_aside = [(staged.original(record), why) for record, why in set_aside]
             if set_aside:
                 set_records_aside(self.spool_dir, stream_name(label), set_aside)
                 state.rejected += len(set_aside)

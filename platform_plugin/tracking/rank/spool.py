@@ -6,7 +6,9 @@ One line is one record, a JSON array whose first item says what it is:
     ["m", key, value, step, timestamp_ms]     metric
     ["p", key, value]                          param
     ["t", key, value]                          tag
-    ["a", local_path, artifact_path|null]      artifact
+    ["a", copy, artifact_path|null]            artifact: `copy` is the file's copy the tracker
+                                               made under the spool folder's `artifacts/`, named
+                                               relative to the spool folder
     ["r", kind, name, reason]                  refused in the rank (over the sink's size limits):
                                                never sent, counted in the delivery report
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -47,6 +50,11 @@ MAX_LINE_BYTES = 1 << 20
 RECORD_DEPTH = 1  # a record is an array of scalars
 MIN_INT64, MAX_INT64 = -(1 << 63), (1 << 63) - 1  # MLflow's steps and times
 MAX_FLOAT = 1.7976931348623157e308  # an integer value beyond it has no float
+# Where a rank's artifacts are copied when logged, beside the spools: an artifact record names a
+# file under it, relative to the spool folder, and delivery ships no other file (a line naming
+# ~/.ssh/id_rsa, planted in a spool, must not make the launcher's user upload it)
+ARTIFACTS_FOLDER = "artifacts"
+MAX_ARTIFACT_PATH = 4096  # PATH_MAX: no copy the tracker makes is named longer
 
 
 def encode_metric(key_json: str, value: float, step: int, timestamp_ms: int) -> str:
@@ -274,9 +282,33 @@ def _refusal(record: Any) -> str:
                 _shown(record[1]), _shown(record[2]))
         return ""
     if kind == "a":
-        return "" if record[2] is None or _text(record[2]) else "an artifact's path is not text"
+        return artifact_refusal(record[1], record[2])
     return "" if _text(record[2]) else "the value of %r record %s is not text: %s" % (
         kind, _shown(record[1]), _shown(record[2]))
+
+
+def artifact_refusal(copy: str, artifact_path: Any) -> str:
+    """Why an artifact record is none a sink may take ("" when it is one): `copy` must name a
+    file under the spool folder's ARTIFACTS_FOLDER, as a plain relative path (nothing absolute,
+    no `..`: a record naming a file elsewhere is never shipped), and the artifact path, when
+    given, a plain relative path in the run's artifacts (no `..` out of them)."""
+    if not _plain(copy) or not copy.startswith(ARTIFACTS_FOLDER + "/") or len(copy) > MAX_ARTIFACT_PATH:
+        return ("an artifact record names %s, not a copy under the spool folder's %s/ (only "
+                "the copies the tracker makes are shipped)" % (_shown(copy), ARTIFACTS_FOLDER))
+    return artifact_path_refusal(artifact_path)
+
+
+def artifact_path_refusal(artifact_path: Any) -> str:
+    """Why an artifact's folder in the run is refused ("" for None or a plain relative path)."""
+    if artifact_path is not None and not (_text(artifact_path) and _plain(artifact_path)):
+        return "an artifact's path in the run is not a plain relative path: %s" % _shown(artifact_path)
+    return ""
+
+
+def _plain(path: str) -> bool:
+    """A relative path that names itself: no leading `/`, no `.` or `..` part, no empty part."""
+    return (bool(path) and "\0" not in path and posixpath.normpath(path) == path
+            and not path.startswith("/") and path != "." and ".." not in path.split("/"))
 
 
 def _text(value: Any) -> bool:

@@ -18,12 +18,14 @@ by the store or stall a server's request.
 from __future__ import annotations
 
 import atexit
+import errno
 import importlib
 import json
 import os
 import posixpath
 import re
 import signal
+import stat
 import threading
 import time
 import warnings
@@ -31,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from platform_plugin.tracking.rank.identity import RankIdentity
-from platform_plugin.tracking.rank.spool import (MAX_INT64, MIN_INT64, SPOOL_SUFFIX, SpoolWriter, encode,
-                                                 encode_metric)
+from platform_plugin.tracking.rank.spool import (ARTIFACTS_FOLDER, MAX_INT64, MIN_INT64, SPOOL_SUFFIX,
+                                                 SpoolWriter, artifact_path_refusal, encode, encode_metric)
 
 FLUSH_INTERVAL_S = 0.2  # the most a SIGKILLed rank can lose
 # MLflow's limits (mlflow.utils.validation: MAX_ENTITY_KEY_LENGTH, MAX_PARAM_VAL_LENGTH,
@@ -77,6 +79,7 @@ class Tracker:
         self._keys: dict[str, str] = {}  # name -> its JSON spelling, encoded once
         self._refused_names: dict[str, str] = {}  # metric name -> why MLflow refuses it
         self._steps: dict[str, int] = {}
+        self._artifacts = 0  # artifact folders made (their names' counter)
         self._on_close = on_close
         self._warned: set[tuple[str, str]] = set()
         self._closed = False
@@ -125,8 +128,52 @@ class Tracker:
             self._writer.append(encode("t", name, value))
 
     def log_artifact(self, local_path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        """The file is read when the forwarder ships it: don't change it afterwards."""
-        self._writer.append(encode("a", str(Path(local_path).resolve()), artifact_path))
+        """The file is copied now into the spool folder's `artifacts/` (what is shipped is what
+        it held at this call) and the spool names that copy: delivery ships nothing else. A
+        file that cannot be copied (none, a folder, a FIFO) is refused here, as an oversized
+        value is: a warning, and counted in the job's delivery report."""
+        name = os.path.basename(os.fspath(local_path)) or os.fspath(local_path)
+        why = artifact_path_refusal(artifact_path)
+        if why:
+            self._refuse("a", name, why)
+            return
+        try:
+            copy = self._copy_artifact(local_path)
+        except OSError as exc:
+            self._refuse("a", name, f"cannot copy {os.fspath(local_path)!r}: {exc.strerror or exc}")
+            return
+        self._writer.append(encode("a", copy, artifact_path))
+
+    def _copy_artifact(self, local_path: str | os.PathLike) -> str:
+        """Copy a regular file to `artifacts/<stream>/<unique>/<its name>` under the spool
+        folder (a folder of its own per call: two files of one name never meet); the copy's
+        path relative to the spool folder."""
+        source = os.fspath(local_path)
+        name = os.path.basename(source)
+        # the rank's own file (its links followed), opened non-blocking: a FIFO must not block
+        with open(os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb", buffering=0) as src:
+            if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file (log a folder's files one by one)")
+            folder = self._artifact_folder()
+            fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with open(fd, "wb") as dst:
+                for block in iter(lambda: src.read(1 << 20), b""):
+                    dst.write(block)
+        return posixpath.join(ARTIFACTS_FOLDER, self.identity.stream, os.path.basename(folder), name)
+
+    def _artifact_folder(self) -> str:
+        """A new folder under `artifacts/<stream>/`, named by this process and a counter (a
+        forked child's counter goes on from its parent's: its pid differs)."""
+        parent = self.spool_dir / ARTIFACTS_FOLDER / self.identity.stream
+        parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            self._artifacts += 1
+            folder = os.path.join(str(parent), "%d-%d" % (os.getpid(), self._artifacts))
+            try:
+                os.mkdir(folder, 0o755)
+                return folder
+            except FileExistsError:  # left by an earlier process of the same pid
+                continue
 
     def flush(self) -> None:
         self._writer.flush()

@@ -15,8 +15,10 @@ import sys
 from typing import Any, Mapping
 
 from platform_plugin.util.procfs import ancestors
+from platform_plugin.util.regular_file import read_json
 
 TIMEOUT_S = 2.0  # the server is on this machine: a bound, not a wait
+MAX_RUNTIME_FILE_BYTES = 64 << 10  # a jpserver-<pid>.json is a few hundred bytes
 
 
 def current_notebook(environ: Mapping[str, str]) -> str | None:
@@ -25,7 +27,7 @@ def current_notebook(environ: Mapping[str, str]) -> str | None:
     kernel = kernel_id()
     if kernel is None:
         return None
-    for server in _servers(environ):
+    for server in jupyter_servers(environ):
         try:
             sessions = _get(server, "api/sessions")
         except (OSError, ValueError):
@@ -47,7 +49,7 @@ def kernel_id() -> str | None:
     return name[len("kernel-"):-len(".json")]
 
 
-def _servers(environ: Mapping[str, str]) -> list[dict]:
+def jupyter_servers(environ: Mapping[str, str]) -> list[dict]:
     """The Jupyter servers this process descends from (their `jpserver-<pid>.json`)."""
     folder = environ.get("JUPYTER_RUNTIME_DIR")
     if not folder:
@@ -57,10 +59,9 @@ def _servers(environ: Mapping[str, str]) -> list[dict]:
     mine = ancestors()
     found = []
     for path in glob.glob(os.path.join(folder, "jpserver-*.json")):
-        try:
-            with open(path, encoding="utf-8") as fh:
-                info = json.load(fh)
-        except (OSError, ValueError):
+        try:  # a runtime folder's file, read as util/regular_file reads what others may write
+            info = read_json(path, MAX_RUNTIME_FILE_BYTES, within=folder)
+        except (OSError, ValueError):  # a FIFO, a link, too large or deep, no JSON: no server
             continue
         if isinstance(info, dict) and info.get("pid") in mine and info.get("url"):
             found.append(info)
