@@ -51,3 +51,16 @@ def test_the_platform_run_command_refuses_them_too(cwd, before, after, code):
     outcome = run_subprocess([*before, "n" * 300, *after], cwd)
     refused(outcome, code)
     assert "name of 300 bytes" in outcome.text, outcome.text
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["launch", "--tracking", "none", "--nproc", "1", "--", "true"], "LAUNCH_PROJECT_FILE"),
+    (["debug", "nb.ipynb", "--dry-run"], "NB_PROFILE"),
+])
+def test_a_platform_toml_nested_deeper_than_tomllib_parses_is_refused_not_a_recursion_error(cwd, argv, code):
+    """tomllib parses `x = [[[...` recursively: 200,000 levels in platform.toml (well under its
+    1 MiB bound) were a RecursionError traceback."""
+    (cwd / "platform.toml").write_text("x = " + "[" * 200_000)
+    outcome = run_inprocess(argv, cwd)
+    refused(outcome, code)
+    assert "deeper than Python parses" in outcome.text
