@@ -142,7 +142,7 @@ LAUNCH_BAD_NUMBERS = [
     ("--silence-timeout", "-1"), ("--max-lines-per-sec", "nan"), ("--max-lines-per-sec", "-3"),
     ("--master-port", "70000"), ("--master-port", "-1"), ("--nproc", "99999999999"),
     ("--nproc", "10000"), ("--nproc", "0"), ("--nproc", "-2"), ("--show", "999"),
-    ("--show", "0,999"), ("--show", "x"), ("--nnodes", "0"), ("--node-rank", "-1"),
+    ("--show", "0,999"), ("--show", "x"), ("--nnodes", "0"), ("--node-rank", "-2"),
     ("--node-rank", "7"), ("--rank-start", BIG), ("--nproc", BIG), ("--master-port", BIG),
     ("--timeout", "1e999"), ("--grace", "1e999"), ("--backend", "mpi"), ("--tracking", "x"),
     ("--mode", "prod"), ("--job-name", "a/b"), ("--job-name", "j" * 300), ("--job-name", ""),
