@@ -72,6 +72,9 @@ def _load_category(path: Path) -> Category:
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cleanup rule file {path} is unreadable: {reason(exc)}",
                           code="CLEAN_RULES") from None
+    except RecursionError:  # tomllib parses nested arrays recursively: `a = [[[...` of 200,000
+        raise ConfigError(f"cleanup rule file {path} nests arrays deeper than Python parses",
+                          code="CLEAN_RULES") from None
     unknown = set(data) - {"category", "description", "directories", "files"}
     lists = [data.get("directories", []), data.get("files", [])]
     if unknown or not isinstance(data.get("category"), str) or not all(

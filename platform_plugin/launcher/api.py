@@ -55,11 +55,22 @@ def start(cmd: list[str] | str, options: LaunchOptions) -> JobResult | Backgroun
                            say=lambda text: write_line(options.write, text.rstrip("\n")))
     lifetime = ("it survives this kernel or terminal" if options.detach else
                 "it survives a page reload and other cells; a kernel restart or shutdown stops it")
+    in_cell = options.write is None and in_kernel()
     write_line(options.write, f"[launcher] job {job.job_id} runs in the background ({flag}): "
-               f"{lifetime}; logs in {job.job_dir}")
-    if options.write is None and in_kernel():  # the live board, from the job's folder
+               f"{lifetime}; logs in {job.job_dir}" + (reload_hint(job.job_id, options.log_dir)
+                                                      if in_cell else ""))
+    if in_cell:  # the live board, from the job's folder
         job.show_board(ipython_publisher())
     return job
+
+
+def reload_hint(job_id: str, log_dir: str | None) -> str:
+    """What the starting cell says of a page reload: Jupyter delivers none of a running
+    thread's updates to the reloaded page, so the saved board stands still; attach follows the
+    job again (the line is in the saved output, above that board)."""
+    where = f" --log-dir {log_dir}" if log_dir else ""
+    return (f"\n[launcher] after a page reload this board stops moving: `%dist_attach {job_id}"
+            f"{where}` in a new cell follows the job again")
 
 
 def run(cmd: list[str] | str, options: LaunchOptions,

@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from platform_plugin.errors import ConfigError, Problem
+from platform_plugin.launcher.peer_streams import (STD_VALUES, local_show, ranks_filter_to_show,
+                                                   redirects_to_show, tee_to_show)
 from platform_plugin.util.numbers import Bounds, NumberArgument, shown, whole_number
 from platform_plugin.util.paths import path_problem
 from platform_plugin.variables import (PLATFORM_CACHE_DIR, PLATFORM_CHECKPOINT_DIR,
@@ -56,32 +58,6 @@ def _within_float(low: float, high: float) -> Check:
 
 def _key(value: str) -> Optional[str]:
     return None if value.strip() not in ("", "@") else "must be a key, or @FILE of one"
-
-
-LOCAL_SHOW = "local:"  # --show local:0,3 = local ranks 0 and 3 of every server; local:^1 = all but 1
-
-
-def local_show(value: str) -> Optional[Tuple[bool, FrozenSet[int]]]:
-    """`--show local:0,3` -> (False, {0, 3}); `local:^1` (every process but local rank 1) ->
-    (True, {1}); None: not the local form, or not a valid one."""
-    text = value.strip().lower()
-    if not text.startswith(LOCAL_SHOW):
-        return None
-    text = text[len(LOCAL_SHOW):].strip()
-    excluded = text.startswith("^")
-    parts = [part.strip() for part in text.lstrip("^").split(",") if part.strip()]
-    numbers = [whole_number(part) for part in parts]
-    if not parts or any(n is None for n in numbers):
-        return None
-    return excluded, frozenset(n for n in numbers if n is not None)
-
-
-def local_show_text(excluded: bool, ranks: Iterable[int]) -> str:
-    """(excluded, local ranks) as a --show value: `all`, `none`, `local:0,3`, `local:^1`."""
-    listed = ",".join(str(r) for r in sorted(set(ranks)))
-    if not listed:
-        return "all" if excluded else "none"
-    return f"{LOCAL_SHOW}{'^' if excluded else ''}{listed}"
 
 
 def _show(value: str) -> Optional[str]:
@@ -448,72 +424,6 @@ def _worker_num(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
     return {"nnodes": total // local}
 
 
-def _std_ranks(value: str, flag: str) -> Tuple[bool, FrozenSet[int]]:
-    """torchrun's per-local-rank stream spec (its `Std.from_str`): `3` (every local rank) or
-    `0:3,1:0` (the local ranks named; the others 0) -> (excluded, local ranks) whose streams it
-    takes: `3` -> (True, {}) = all; `0:3,1:0` -> (False, {0})."""
-    spec = value.strip()
-    if ":" not in spec:
-        return (spec != "0"), frozenset()
-    picked = set()
-    for part in spec.split(","):
-        rank, _, std = part.partition(":")
-        number = whole_number(rank.strip())
-        if number is None or std.strip() not in ("0", "1", "2", "3"):
-            raise ConfigError([Problem("LAUNCH_BAD_SHOW", f"{flag} {value!r}: write 0-3 or "
-                                       "LOCAL_RANK:0-3,... e.g. 0:3,1:2", flag)])
-        if std.strip() != "0":
-            picked.add(number)
-    return False, frozenset(picked)
-
-
-def _shown_so_far(values: Dict[str, Any]) -> Tuple[bool, FrozenSet[int]]:
-    """What an earlier stream flag of the same command left in --show: (excluded, local ranks)."""
-    show = values.get("show")
-    if show in (None, "all"):
-        return True, frozenset()
-    if show == "none":
-        return False, frozenset()
-    return local_show(show) or (True, frozenset())
-
-
-STD_VALUES = "0|1|2|3|LOCAL_RANK:V,..."
-
-
-# torchrun keys --redirects, --tee and --local-ranks-filter by LOCAL rank (its LogsSpecs reads
-# them for local ranks 0..nproc-1 on every server): they become `--show local:...`, resolved per
-# server against its plan (display/show.py). A rank's output reaches the console unless it is
-# redirected and not teed; the filter then keeps the local ranks it names. The three are read
-# in that order (PEER_FLAGS), each from what the one before left.
-def _redirects(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
-    """Redirected streams go to the log file only: every other local rank stays shown."""
-    excluded, ranks = _std_ranks(value, "--redirects")
-    if excluded:  # every local rank redirected: none shown (unless --tee names some)
-        return {"show": "none"}
-    return {"show": local_show_text(True, ranks)}
-
-
-def _tee(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
-    """Teed streams go to the screen and the log: shown even when redirected."""
-    all_teed, teed = _std_ranks(value, "--tee")
-    excluded, ranks = _shown_so_far(given)
-    if all_teed:
-        return {"show": "all"}
-    if excluded:  # shown: every local rank but `ranks` -> but fewer of them
-        return {"show": local_show_text(True, ranks - teed)}
-    return {"show": local_show_text(False, ranks | teed)}
-
-
-def _ranks_filter(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
-    """torchrun's --local-ranks-filter 0,3: only these local ranks on the console."""
-    kept = local_show(LOCAL_SHOW + value)
-    if kept is None or kept[0]:
-        raise ConfigError([Problem("LAUNCH_BAD_SHOW", f"--local-ranks-filter {value!r}: write "
-                                   "local rank numbers such as 0,3", "--local-ranks-filter")])
-    excluded, ranks = _shown_so_far(given)
-    return {"show": local_show_text(False, kept[1] - ranks if excluded else kept[1] & ranks)}
-
-
 def _tail_worker_log(value: str, given: Dict[str, Any]) -> Dict[str, Any]:
     return {"show": "all" if value.strip() in ("-1", "") else value.strip()}
 
@@ -534,11 +444,11 @@ PEER_FLAGS: Tuple[PeerFlag, ...] = (
     PeerFlag(("--start-method", "--start_method"), "torchrun", "accepted: every rank is a new "
              "process (spawn)", NOTHING, "spawn|fork|forkserver", ("spawn", "fork", "forkserver")),
     PeerFlag(("--redirects", "-r"), "torchrun", "local ranks redirected = logs only (= --show "
-             "local:^0,3: the others stay shown, on every server)", _redirects, STD_VALUES),
+             "local:^0,3: the others stay shown, on every server)", redirects_to_show, STD_VALUES),
     PeerFlag(("--tee", "-t"), "torchrun", "local ranks teed = shown, even when redirected "
-             "(= --show local:...)", _tee, STD_VALUES),
+             "(= --show local:...)", tee_to_show, STD_VALUES),
     PeerFlag(("--local-ranks-filter", "--local_ranks_filter"), "torchrun", "= --show local:0,3 "
-             "(local ranks, on every server)", _ranks_filter, "0,3"),
+             "(local ranks, on every server)", ranks_filter_to_show, "0,3"),
     PeerFlag(("--module", "-m"), "torchrun", "the command is a module: python -m MODULE",
              lambda value, given: {}, None),
     PeerFlag(("--no-python", "--no_python"), "torchrun", "accepted: a command that is not a .py "

@@ -49,6 +49,9 @@ def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"profile {path} is not valid TOML: {exc}", code="NB_PROFILE")
+    except RecursionError:  # tomllib parses nested arrays recursively
+        raise ConfigError(f"profile {path} nests arrays deeper than Python parses",
+                          code="NB_PROFILE") from None
     section = data.get(mode, {})
     parameters = section.get("parameters", {}) if isinstance(section, dict) else None
     if not isinstance(parameters, dict):

@@ -47,12 +47,17 @@ MAX_LEVELS = 256  # os.makedirs recurses once per missing level: 1,000 levels we
 
 def path_problem(text: str) -> str | None:
     """What makes `text` no path a folder or file can be made at (empty, a NUL byte, longer than
-    the system takes, a name over 255 bytes, deeper than MAX_LEVELS), or None: checked on the
-    text alone, before anything is created. `~` is expanded first, as the callers do."""
+    the system takes, a name over 255 bytes, deeper than MAX_LEVELS) or one this package will not
+    make (a control character: a newline or an escape in a path garbles the lines and the
+    terminal that show it), or None: checked on the text alone, before anything is created. `~`
+    is expanded first, as the callers do."""
     if not isinstance(text, str) or not text.strip():
         return "is empty: give a path"
     if "\0" in text:
         return "holds a NUL byte"
+    control = next((c for c in text if c < " " or c == "\x7f"), None)
+    if control is not None:  # a folder can have one, but every line naming it breaks or recolours
+        return f"holds a control character (U+{ord(control):04X}): give a path without one"
     path = os.path.expanduser(text)
     size = len(path.encode("utf-8", "surrogateescape"))
     if size >= PATH_MAX:

@@ -73,6 +73,9 @@ def launch_settings(cwd: str | os.PathLike | None, environ) -> tuple[dict, str |
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} is not valid TOML: {exc}",
                                        path)]) from None
+        except RecursionError:  # tomllib parses nested arrays recursively
+            raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} nests arrays deeper than "
+                                       "Python parses", path)]) from None
         if not isinstance(table, dict):
             raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path}: [{LAUNCH_TABLE}] must be "
                                        "a table, e.g. [launch] metrics_from_output = '...'",

@@ -142,7 +142,7 @@ LAUNCH_BAD_NUMBERS = [
     ("--silence-timeout", "-1"), ("--max-lines-per-sec", "nan"), ("--max-lines-per-sec", "-3"),
     ("--master-port", "70000"), ("--master-port", "-1"), ("--nproc", "99999999999"),
     ("--nproc", "10000"), ("--nproc", "0"), ("--nproc", "-2"), ("--show", "999"),
-    ("--show", "0,999"), ("--show", "x"), ("--nnodes", "0"), ("--node-rank", "-1"),
+    ("--show", "0,999"), ("--show", "x"), ("--nnodes", "0"), ("--node-rank", "-2"),
     ("--node-rank", "7"), ("--rank-start", BIG), ("--nproc", BIG), ("--master-port", BIG),
     ("--timeout", "1e999"), ("--grace", "1e999"), ("--backend", "mpi"), ("--tracking", "x"),
     ("--mode", "prod"), ("--job-name", "a/b"), ("--job-name", "j" * 300), ("--job-name", ""),
@@ -160,7 +160,7 @@ BAD_NUMBERS = ["1_000", "\uff12", "\u0661\u0662", "+1", " 2", "2 ", "0x10", "nan
                "-inf", "1e999", "", "\u00b2", "1,5", "9" * 41, BIG]
 BAD_WHOLE_NUMBERS = BAD_NUMBERS + ["1e3", "2.0", "9" * 19, "- 1", "--1"]
 # paths no folder can be made at: empty, a NUL, a name over 255 bytes, over PATH_MAX, too deep
-BAD_PATHS = ["", "a\u0000b", "n" * 300, "a/" * 2500, "a/" * 300]
+BAD_PATHS = ["", "a\u0000b", "n" * 300, "a/" * 2500, "a/" * 300, "a\nb", "\x1b[2Jclear"]
 
 
 def parser_flags(accepts) -> list[tuple[list[str], str, object, list[str]]]:

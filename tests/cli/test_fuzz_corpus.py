@@ -17,7 +17,8 @@ from tests.cli.helpers import CODE, Outcome, run_inprocess, run_subprocess
 from tests.helpers import clean_env
 
 CASES = corpus.build()
-SUBPROCESS_SAMPLE = CASES[::110]
+# (a NUL byte cannot be passed to a process: exec refuses it before the command runs)
+SUBPROCESS_SAMPLE = [case for case in CASES if not any("\0" in arg for arg in case.argv)][::110]
 
 
 def _prepare(folder: Path, case: corpus.Case) -> None:

@@ -13,7 +13,8 @@ from tests.cli.helpers import run_inprocess, run_subprocess
 from tests.cli.test_refusals import refused
 
 BAD = {"empty": "", "blank": "  ", "nul": "a\0b", "over PATH_MAX": "x/" * 2500,
-       "name over 255 bytes": "n" * 300, "300 levels": "/".join(["d"] * 300)}
+       "name over 255 bytes": "n" * 300, "300 levels": "/".join(["d"] * 300),
+       "newline": "logs\nx", "escape": "\x1b[31mred", "DEL": "a\x7fb"}
 CASES = [  # (argv before the value, argv after it, code)
     (["clean", "--dry-run", "--root"], [], "CLEAN_ROOT"),
     (["init"], [], "CLI_PATH"),
@@ -50,3 +51,16 @@ def test_the_platform_run_command_refuses_them_too(cwd, before, after, code):
     outcome = run_subprocess([*before, "n" * 300, *after], cwd)
     refused(outcome, code)
     assert "name of 300 bytes" in outcome.text, outcome.text
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["launch", "--tracking", "none", "--nproc", "1", "--", "true"], "LAUNCH_PROJECT_FILE"),
+    (["debug", "nb.ipynb", "--dry-run"], "NB_PROFILE"),
+])
+def test_a_platform_toml_nested_deeper_than_tomllib_parses_is_refused_not_a_recursion_error(cwd, argv, code):
+    """tomllib parses `x = [[[...` recursively: 200,000 levels in platform.toml (well under its
+    1 MiB bound) were a RecursionError traceback."""
+    (cwd / "platform.toml").write_text("x = " + "[" * 200_000)
+    outcome = run_inprocess(argv, cwd)
+    refused(outcome, code)
+    assert "deeper than Python parses" in outcome.text

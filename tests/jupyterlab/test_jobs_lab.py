@@ -6,20 +6,31 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import time
 
 import nbformat
 import pytest
 
 from tests.helpers import REPO, wait_for
 from tests.jupyterlab.test_lab import output_text, run_cell
-from tests.launcher.helpers import ASSETS, wait_no_processes
+from tests.launcher.helpers import wait_no_processes
 
 pytestmark = pytest.mark.slow
 SHOTS = {"background": "notebook-background.png", "attached": "notebook-attach.png",
          "ended": "notebook-attach-ended.png", "jobs": "notebook-jobs.png"}
 JOB = re.compile(r"job (bgjob-\d{8}-\d{6}-[0-9a-f]{4}) runs in the background")
+# The job runs until the test releases it (not for a fixed time: under load the reload, a second
+# kernel's start and the attach took longer than a 60 s job ran, and the job had ended before
+# the test looked for it running), then it finishes.
+HELD_RANK = """
+import os, sys, time
+rank, release = os.environ["RANK_ID"], sys.argv[1]
+for step in range(4000):  # about 17 minutes at most: a test that died releases nothing
+    if os.path.exists(release):
+        break
+    print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.25)
+print(f"rank {rank} finished", flush=True)
+"""
 
 
 def shot_path(tmp_path, name: str):
@@ -52,11 +63,12 @@ def changes(read, seconds: float = 60) -> tuple[str, str]:
 
 
 def test_background_job_reload_attach_and_a_second_notebook(lab, browser, tmp_path):
-    shutil.copy2(ASSETS / "board_rank.py", lab.root / "board_rank.py")
+    (lab.root / "held_rank.py").write_text(HELD_RANK)
+    release = lab.root / "release"
     notebook(lab.root, "background.ipynb", [
         "%load_ext platform_plugin",
         "%dist_run --background --nproc 2 --backend plain --tracking none --grace 1 "
-        "--job-name bgjob python board_rank.py 240 0.25",
+        f"--job-name bgjob python held_rank.py {release}",
         "print('the kernel is free')",
         "%dist_attach",
     ])
@@ -76,10 +88,19 @@ def test_background_job_reload_attach_and_a_second_notebook(lab, browser, tmp_pa
     second = open_notebook(browser, lab, "second.ipynb", 2)  # its kernel starts meanwhile
     run_cell(second, 0)
 
+    saved = lab.root / "background.ipynb"  # as JupyterLab's autosave would, before the reload
+
+    def save() -> bool:
+        page.keyboard.press("Control+s")
+        return "after a page reload this board stops moving" in saved.read_text()
+    wait_for(save, 60, interval=2, what="the notebook saved with its outputs")
     page.reload(wait_until="load", timeout=120_000)
     cells = page.locator(".jp-Notebook .jp-Cell")
     cells.nth(3).wait_for(timeout=120_000)
     page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=120_000)
+    # the reloaded page shows the saved board, which no longer moves, under the way back
+    assert f"`%dist_attach {job_id}` in a new cell follows the job again" in \
+        output_text(page, 1)
     run_cell(page, 3)
     attached = cells.nth(3).locator(".jp-OutputArea table")
     attached.wait_for(timeout=120_000)
@@ -96,6 +117,8 @@ def test_background_job_reload_attach_and_a_second_notebook(lab, browser, tmp_pa
     second.screenshot(path=str(shot_path(tmp_path, "jobs")))
     second.close()
 
+    assert "succeeded" not in output_text(page, 3)  # held until now
+    release.touch()
     wait_for(lambda: "succeeded" in output_text(page, 3), 240, what="the job's end")
     ended = output_text(page, 3)
     assert f"job {job_id} succeeded" in ended and "rank 1 finished" in ended, ended

@@ -18,7 +18,7 @@ import pytest
 import platform_plugin
 from platform_plugin.launcher.jobs.records import list_jobs, read_record
 from platform_plugin.launcher.processes.result import JobFailed
-from tests.helpers import clean_env, wait_for
+from tests.helpers import clean_env, terminal_sigint, wait_for
 from tests.launcher.helpers import (ASSETS, BEHAVE, PY, job_processes, log_text, private_table,
                                     wait_no_processes)
 
@@ -164,7 +164,7 @@ def test_detach_survives_its_terminal_and_stop_ends_it(log_dir, launchers):
     assert [(j["id"], j["state"]) for j in listed] == [(job_id, "running")]
     attach = subprocess.Popen([PY, "-m", "platform_plugin", "attach", "--log-dir", str(log_dir)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env)
+                              env=env, preexec_fn=terminal_sigint)  # Ctrl-C as a terminal's
     wait_for(lambda: attach.stdout.readline().startswith(f"job {job_id}"), 60)
     attach.send_signal(signal.SIGINT)  # Ctrl-C detaches
     out, _ = attach.communicate(timeout=60)

@@ -7,12 +7,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.display.board_render import render_html, render_text
-from platform_plugin.launcher.jobs.follow import FIRST_READ, JobFollower, LogTail
+from platform_plugin.launcher.jobs.follow import COUNT_LIMIT, FIRST_READ, JobFollower, LogTail
 from platform_plugin.launcher.jobs.records import list_jobs, read_record, resolve
 from platform_plugin.util.procfs import start_ticks
 
@@ -89,6 +90,35 @@ def test_a_log_is_read_from_its_end_then_incrementally(tmp_path):
     assert tail.read() == [b"attempt 2 starts"] and tail.lines == 1
 
 
+def test_a_long_logs_lines_are_counted_within_a_bound_else_its_size_is_said(tmp_path):
+    """A log longer than its first read: its lines before the tail are counted when they are
+    at most COUNT_LIMIT bytes (the board says "N lines, M earlier lines in the log"); a longer
+    one says its size and that its lines were not counted, never a guess."""
+    me = os.getpid()
+    folder = tmp_path / "job-20260101-000000-abcd"
+    job_json(folder, pid=me, ticks=start_ticks(me))
+    line = b"rank step and a few words of a chatty framework\n"  # 49 bytes
+    counted = COUNT_LIMIT // len(line)  # just within the bound
+    (folder / "rank_0.log").write_bytes(line * counted)
+    (folder / "rank_1.log").write_bytes(line * (COUNT_LIMIT // len(line) * 3))
+    follower = JobFollower(str(folder))
+    follower.refresh()
+    rows = {row.name: row for row in follower.view().rows}
+    assert follower.logs["0"].size > FIRST_READ  # read from its end, yet counted
+    assert rows["0"].lines == counted and rows["0"].log_bytes is None
+    shown = len(rows["0"].tail)
+    assert rows["0"].counted == f"{counted} lines, {counted - shown} earlier lines in the log"
+    assert rows["1"].log_bytes == (folder / "rank_1.log").stat().st_size
+    assert rows["1"].counted == f"last {len(rows['1'].tail)} lines of a 6.0 MiB log, too long " \
+        "to count"
+    text = render_text(follower.view())
+    assert f"-- rank 0 ({rows['0'].counted}) --" in text and "too long to count" in text
+    with open(folder / "rank_0.log", "ab") as fh:  # counted on from there
+        fh.write(line * 3)
+    follower.refresh()
+    assert follower.view().rows[0].lines == counted + 3
+
+
 def test_a_half_written_or_removed_folder_is_shown_as_what_it_holds(tmp_path):
     folder = tmp_path / "job-20260101-000000-abcd"
     folder.mkdir()
@@ -126,3 +156,25 @@ def test_the_followed_board_draws_each_ranks_curve_from_its_spool(tmp_path):
     assert rows["0"].curve_name == "loss" and rows["0"].curve[-1][1] < rows["0"].curve[0][1]
     assert rows["1"].curve[-1][1] > rows["1"].curve[0][1]
     assert "<svg" in render_html(view)
+
+
+def test_jobs_json_says_when_a_job_started_in_iso_8601_with_its_offset(tmp_path):
+    """`platform-run jobs --json`: `started` is ISO 8601 with the UTC offset of the machine's
+    zone (TZ here: 8 hours east, POSIX spelling, no zone database needed), the same instant as
+    `started_epoch`; a job whose job.json is not written yet has neither."""
+    import datetime
+    job_json(tmp_path / "train-20261205-032138-abcd", pid=1, ticks=None, state="ended",
+             started=1796440898.5, result={"status": "succeeded", "duration_s": 3.0})
+    (tmp_path / "eval-20261205-032139-abcd").mkdir()  # starting: its lock file only
+    (tmp_path / "eval-20261205-032139-abcd" / ".launcher-vm.lock").touch()
+    done = subprocess.run([sys.executable, "-m", "platform_plugin", "jobs", "--json", "--log-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TZ": "UTC-8"})
+    assert done.returncode == 0, done.stderr
+    jobs = {job["id"]: job for job in json.loads(done.stdout)}
+    ended = jobs["train-20261205-032138-abcd"]
+    assert ended["started"] == "2026-12-05T11:21:38+08:00", ended
+    started = datetime.datetime.fromisoformat(ended["started"])
+    assert started.timestamp() == int(ended["started_epoch"]) and ended["started_epoch"] == 1796440898.5
+    starting = jobs["eval-20261205-032139-abcd"]
+    assert starting["started"] is None and starting["started_epoch"] is None

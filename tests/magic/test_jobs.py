@@ -46,6 +46,9 @@ def test_a_background_job_leaves_the_kernel_free_and_its_board_moves(kernel):
     job = run_cell(kc, "print(_dist_job.job_id, _dist_job.state)")
     job_id, state = job.stream.split()
     assert state == "running"
+    # what the saved output says once a page reload stopped the board: the way back
+    assert (f"after a page reload this board stops moving: `%dist_attach {job_id} --log-dir "
+            f"{kc.log_dir}` in a new cell follows the job again") in started.stream
     other = run_cell(kc, "print(6 * 7)")  # the kernel runs other cells meanwhile
     assert other.ok and other.stream.strip() == "42"
     updates = later_updates(kc, 3)

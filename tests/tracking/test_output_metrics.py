@@ -153,3 +153,30 @@ def test_the_parser_process_writes_the_points_and_says_nothing_when_it_kept_up(t
     for rank in (0, 1):
         records = read_complete(tmp_path / f"rank_{rank}.jsonl", 0).records
         assert [(r[1], r[2], r[3]) for r, _ in records] == [("loss", rank + s, s) for s in range(3)]
+
+
+def test_one_search_finds_every_monitor_line_and_no_progress_bar():
+    """The monitors' lines are found by one search (MONITOR_LINE), every variant of both; a
+    progress bar's `Epoch 1:` and a plain `loss is` line are no hit."""
+    for line in (b"epoch: 1 step: 1875, loss is 2.3025851", b"epoch: 2, step: 3, loss is [0.5]",
+                 b"epoch time: 80152.183 ms, per step time: 42.748 ms",
+                 b"Epoch time: 80152.183, per step time: 42.748",
+                 b"Train epoch time: 1234.500 ms, per step time: 12.345 ms (data time: 0.1 ms)"):
+        assert om.MONITOR_LINE.search(line), line
+        assert any(p.regex.search(line) for p in BUILT_IN), line
+    for line in (b"\rEpoch 1:  49%|####      | 49/200 [00:01<00:02, 812.34it/s]",
+                 b"step 3 loss is 0.5", b"[INFO] epoch 3 done, loss=0.5"):
+        assert om.MONITOR_LINE.search(line) is None, line
+
+
+def test_a_job_resumed_at_a_later_epoch_keeps_its_job_wide_steps():
+    """A script that resumed from its own snapshot prints epoch 3 first: its steps are placed
+    once the epoch's length is known (epoch 3 ends), not counted from 1 again."""
+    out = b"".join(b"epoch: %d step: %d, loss is 0.%d%d\n" % (epoch, step, epoch, step)
+                   for epoch in (3, 4) for step in range(1, 5))
+    for pieces in (1, 5):
+        losses = [(v, s) for n, v, s in parsed(out, pieces=pieces) if n == "loss"]
+        assert losses == [(float(f"0.{e}{s}"), (e - 1) * 4 + s) for e in (3, 4) for s in range(1, 5)]
+    # the output ends inside the resumed epoch: the steps it printed give its length
+    cut = b"epoch: 3 step: 1, loss is 0.5\nepoch: 3 step: 2, loss is 0.25\n"
+    assert parsed(cut) == [("loss", 0.5, 5), ("loss", 0.25, 6)]

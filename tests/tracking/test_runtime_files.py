@@ -72,3 +72,8 @@ def test_a_fifo_or_a_link_in_place_of_a_cleanup_rule_file_is_refused_without_blo
     with pytest.raises(ConfigError) as refused:
         load_categories(rules)
     assert refused.value.problems[0].code == "CLEAN_RULES" and "is a link" in str(refused.value)
+    (rules / "planted.toml").unlink()
+    (rules / "planted.toml").write_text("files = " + "[" * 200_000)  # tomllib: a RecursionError
+    with pytest.raises(ConfigError) as refused:
+        load_categories(rules)
+    assert refused.value.problems[0].code == "CLEAN_RULES" and "deeper" in str(refused.value)

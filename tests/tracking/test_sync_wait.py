@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from platform_plugin.launcher import launch
+from tests.helpers import terminal_sigint
 from tests.tracking.helpers import hold_port
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,8 @@ def test_sync_wait_inf_retries_a_dead_sink_until_stopped_then_ends_quietly(track
                         cwd=str(tmp_path), no_system_metrics=True, write=lambda text: None)
         assert result.ok and result.tracking.pending == 1
         sync = subprocess.Popen([CLI, "sync", result.job_id, "--wait", "inf"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=terminal_sigint)  # Ctrl-C as a terminal's
         try:
             time.sleep(3)  # several attempts (0.5 s, 1 s, 2 s pauses): it is still retrying
             assert sync.poll() is None

@@ -11,19 +11,23 @@ from pathlib import Path
 import pytest
 
 from platform_plugin.checkpoint.manifest import complete
+from platform_plugin.cleanup.run import load_categories
 from platform_plugin.doctor.processes import last_job_rows
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.processes.jobfile import read as read_job_file
 from platform_plugin.launcher.resume import highest_checkpoint_step
+from platform_plugin.tracking.delivery.artifacts import StagedArtifacts
 from platform_plugin.tracking.delivery.offsets import count_pending
 from platform_plugin.tracking.delivery.reading import set_aside_records
 from platform_plugin.tracking.rank.spool import read_complete
+from platform_plugin.tracking.shared.jupyter_session import jupyter_servers
 from platform_plugin.tracking.shared.state import SinkConfig
 from platform_plugin.util.regular_file import read_json
 from tests import hostile
 
-ANSWER_S = 20  # a loaded machine; a reader blocked on a FIFO never answers
+ANSWER_S = 60  # a loaded machine counts a sparse 1 GiB file for long; one blocked on a FIFO never answers
 STEP = "step-0000000001"
+ARTIFACT = "artifacts/rank_0/1-1/model.bin"
 
 # name -> (where the trap goes, relative to the folder; how the reader reads the folder)
 READERS = {
@@ -36,7 +40,19 @@ READERS = {
     "spool": ("rank_0.jsonl", lambda d: read_complete(d / "rank_0.jsonl", 0)),
     "pending lines": ("rank_0.jsonl", lambda d: count_pending(d / "rank_0.jsonl", 0)),
     "set aside records": ("rank_0.jsonl.rejected", lambda d: set_aside_records(d, "rank_0")),
+    "an artifact record's file": (f"{ARTIFACT}", lambda d: _staged(d)),
+    "cleanup rule file": ("rules/planted.toml", lambda d: load_categories(d / "rules")),
+    "Jupyter runtime file": ("runtime/jpserver-1.json",
+                             lambda d: jupyter_servers({"JUPYTER_RUNTIME_DIR": str(d / "runtime")})),
 }
+
+
+def _staged(folder: Path) -> list:
+    """What delivery makes of an artifact record naming the trap: refused, or (a regular file,
+    the 1 GiB one) a link to its checked descriptor, never read here."""
+    with StagedArtifacts(folder) as staged:
+        sendable, refused = staged.stage([["a", ARTIFACT, None]])
+        return refused or [Path(record[1]).name for record in sendable]
 
 
 def answer(read, folder: Path):

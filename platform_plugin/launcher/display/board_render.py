@@ -39,8 +39,8 @@ class RankRow:
     tail_html: list | None = None  # the tail as escaped HTML with its colours (board_colours)
     curve_name: str | None = None  # the metric drawn in its row: loss, else the first logged
     curve: list = field(default_factory=list)  # its (step, value) points (sparkline.Curve)
-    # a log followed from its end (attach: launcher/jobs/follow.py): its lines were not all
-    # counted, its size is what the board says of it
+    # a log followed from its end (attach: launcher/jobs/follow.py) too long to count its
+    # lines at once: its size is what the board says of it
     log_bytes: int | None = None
 
     @property
@@ -54,8 +54,9 @@ class RankRow:
     @property
     def counted(self) -> str:
         """"12 lines, 8 earlier lines in the log", "1 line" (not "1 lines")."""
-        if self.log_bytes is not None:
-            return f"last lines of {_size(self.log_bytes)} in the log"
+        if self.log_bytes is not None:  # too long to count at once: its size, not a guess
+            return (f"last {_lines(len(self.tail))} of a {_size(self.log_bytes)} log, "
+                    "too long to count")
         text = _lines(self.lines)
         held = self.held_back
         return text + (f", {held} earlier {'line' if held == 1 else 'lines'} in the log"

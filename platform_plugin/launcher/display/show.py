@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from platform_plugin.errors import ConfigError, Problem
-from platform_plugin.launcher.options import local_show
+from platform_plugin.launcher.peer_streams import local_show
 from platform_plugin.launcher.planning.plan import LaunchPlan
 
 

@@ -29,6 +29,10 @@ from platform_plugin.util.jobdirs import JOB_FILE, log_name
 from platform_plugin.util.procfs import alive
 
 FIRST_READ = 64 * 1024  # a log's first read, from its end: the last lines of any log
+# a log's lines before its first read are counted when they are at most this long (a bounded
+# read, in COUNT_CHUNK pieces: 8 ranks cost at most 16 MiB); a longer log's size is said instead
+COUNT_LIMIT = 2 << 20
+COUNT_CHUNK = 1 << 20
 READ_LIMIT = 4 << 20  # per refresh; a log that grew more is read from its end again
 BOARD_LINES = 4
 OUTPUT_NAME = "launcher.out"  # a background job's launcher output (child.py)
@@ -37,7 +41,7 @@ LAUNCHER = ""  # refresh()'s key of the launcher's own new lines (launcher.out)
 
 class LogTail:
     """One rank log followed from its end: its last lines as a terminal shows them, its lines
-    counted from where reading began (`lines` is None when the log's start was never read:
+    (the ones before its first read counted up to COUNT_LIMIT bytes; `lines` is None past that:
     then `size` says how much it holds), and the complete lines added since the last read."""
 
     def __init__(self, path: str) -> None:
@@ -65,19 +69,22 @@ class LogTail:
                 return []
             start = self.offset
             if st.st_size - start > (FIRST_READ if start == 0 else READ_LIMIT):
-                start = st.st_size - FIRST_READ  # from the end: the lines before are not counted
-                self.lines, self._partial = None, b""
+                start = st.st_size - FIRST_READ  # from the end; the lines skipped are counted
+                skipped = None if self.lines is None else count_lines(fd, self.offset, start)
+                self.lines = None if self.lines is None or skipped is None else \
+                    self.lines + skipped
+                self._partial = b""
             data = os.pread(fd, st.st_size - start, start)
         except OSError:
             return []
         finally:
             os.close(fd)
+        if self.lines is not None:
+            self.lines += data.count(b"\n")
         if start != self.offset and b"\n" in data:
             data = data[data.index(b"\n") + 1:]  # the first line read was cut: leave it out
         self.offset = start + len(data) if start == self.offset else self.size
         self.screen.feed(data)
-        if self.lines is not None:
-            self.lines += data.count(b"\n")
         data, self._partial = self._partial + data, b""
         cut = data.rfind(b"\n")
         if cut < 0:
@@ -85,6 +92,21 @@ class LogTail:
             return []
         self._partial = data[cut + 1:]
         return data[:cut].split(b"\n")
+
+
+def count_lines(fd: int, start: int, end: int) -> int | None:
+    """The line ends between `start` and `end` of an open log, read in COUNT_CHUNK pieces; None
+    when that is more than COUNT_LIMIT bytes (or the log was cut meanwhile)."""
+    if end - start > COUNT_LIMIT:
+        return None
+    count = 0
+    while start < end:
+        chunk = os.pread(fd, min(COUNT_CHUNK, end - start), start)
+        if not chunk:
+            return None
+        count += chunk.count(b"\n")
+        start += len(chunk)
+    return count
 
 
 class JobFollower:

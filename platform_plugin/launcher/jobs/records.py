@@ -13,6 +13,7 @@ that is silent for hours is still running.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import errno
 import fcntl
 import glob
@@ -132,13 +133,22 @@ class JobRecord:
             return None
 
     def to_dict(self) -> dict[str, Any]:
-        """What `platform-run jobs --json` prints for it."""
+        """What `platform-run jobs --json` prints for it: `started` in ISO 8601 with this
+        machine's UTC offset (as a person and most JSON tools read a time), `started_epoch` in
+        seconds for arithmetic (jq's `fromdateiso8601` reads no offset but `Z`)."""
         launcher = self.launcher
+        started = self.started
         return {"id": self.job_id, "name": self.name, "state": self.state,
                 "status": self._status() or None, "ranks": self.ranks, "attempt": self.attempt,
-                "started": self.started, "duration_s": self.duration_s,
+                "started": iso_time(started) if started is not None else None,
+                "started_epoch": started, "duration_s": self.duration_s,
                 "servers": self.servers, "tracked": self.tracked, "job_dir": self.job_dir,
                 "launcher_pid": launcher.get("pid"), "how": launcher.get("how", "foreground")}
+
+
+def iso_time(epoch_s: float) -> str:
+    """`2026-12-05T03:21:38+00:00`: the local time, to the second, with its UTC offset."""
+    return datetime.datetime.fromtimestamp(epoch_s).astimezone().isoformat(timespec="seconds")
 
 
 def read_record(job_dir: str, known: dict | None = None) -> JobRecord:

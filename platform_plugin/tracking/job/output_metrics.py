@@ -5,7 +5,8 @@ Built in, MindSpore's callbacks as every version prints them (1.x, 2.x and the m
 shell-loop scripts alike):
 - `LossMonitor`: `epoch: 1 step: 10, loss is 0.027` -> `loss`, at the job-wide step
   (`(epoch - 1) * steps per epoch + step`, the steps per epoch learned from the first epoch's
-  last printed step, as `MetricsCallback` counts it);
+  last printed step, as `MetricsCallback` counts it; a script that resumed at epoch N > 1 has
+  the points of that first epoch placed when it ends, or when the output ends inside it);
 - `TimeMonitor`: `epoch time: 1234.5 ms, per step time: 12.3 ms` (2.x: `Train epoch time: ...`,
   optionally `(data time: ...)`) -> `epoch_time_s` and `step_time_s`, at the epoch's number.
 Any other script's lines: `--metrics-from-output REGEX` (or `metrics_from_output` in the
@@ -25,10 +26,10 @@ it is written; by then a rank that logs the same step itself has written its own
 parsed name is dropped for that rank from then on. (A rank that logs a name for the first time
 later than HOLD_S after printing it keeps the points parsed before.)
 
-Cost on the output path: the chunk the launcher read is searched for each pattern's fixed text
-(`loss is`, `per step time`: bytes.find, a memchr-speed scan) and a regex runs only where that
-text is. A user's pattern is one compiled regex search per chunk, in a parser process of its
-own (parse_process.py: a pattern that backtracks must never hold up the output). Numbers in
+Cost on the output path: the chunk the launcher read is searched once for the monitors' lines
+(MONITOR_LINE: re's literal scan) and their regexes run only on the lines it finds. A user's
+pattern is one compiled regex search per chunk, in a parser process of its own
+(parse_process.py: a pattern that backtracks must never hold up the output). Numbers in
 docs/benchmarks.md (output throughput, metrics from output).
 """
 from __future__ import annotations
@@ -69,25 +70,31 @@ class OutputReader(Protocol):
 
 
 class LinePattern:
-    """A regex over one line; `literal`: text every match holds (found first with bytes.find,
-    the regex then runs on that line alone); `per_unit`: metric name -> what its printed value
-    is divided by (ms -> s); `epochs`: a line printed once per epoch, its step the epoch's
-    number (1, 2, ...)."""
+    """A regex over one line; `monitor`: a MindSpore monitor's line, found first by
+    MONITOR_LINE (the regex then runs on that line alone); `per_unit`: metric name -> what its
+    printed value is divided by (ms -> s); `epochs`: a line printed once per epoch, its step the
+    epoch's number (1, 2, ...)."""
 
-    def __init__(self, regex: re.Pattern, literal: bytes = b"", per_unit: tuple = (),
+    def __init__(self, regex: re.Pattern, monitor: bool = False, per_unit: tuple = (),
                  epochs: bool = False):
-        self.regex, self.literal, self.epochs = regex, literal, epochs
+        self.regex, self.monitor, self.epochs = regex, monitor, epochs
         self.per_unit = dict(per_unit)
         self.metrics = tuple(n for n in regex.groupindex if n not in STEP_GROUPS)
 
 
+# Every monitor line holds `epoch:` (LossMonitor) or `epoch time:` (TimeMonitor): one search
+# finds both. re scans for the literal `poch` at the speed of one bytes.find and tries the two
+# short tails only there, so a chunk is read once, not once per monitor (two bytes.find passes
+# before: docs/benchmarks.md); a progress bar's `Epoch 1:` is no hit. Only the lines it finds
+# meet the monitors' regexes.
+MONITOR_LINE = re.compile(rb"poch(?::| time:)")
 LOSS_MONITOR = LinePattern(re.compile(
     rb"epoch:\s*(?P<epoch>\d+),?\s+step:\s*(?P<step>\d+),?\s*loss is\s*"
     rb"(?:Tensor\(shape=\[\], dtype=\w+, value=\s*)?\[?(?P<loss>" + NUMBER + rb")"),
-    literal=b"loss is")
+    monitor=True)
 TIME_MONITOR = LinePattern(re.compile(
     rb"[Ee]poch time:\s*(?P<epoch_time_s>" + NUMBER + rb")\s*(?:ms)?,\s*per step time:\s*"
-    rb"(?P<step_time_s>" + NUMBER + rb")"), literal=b"per step time",
+    rb"(?P<step_time_s>" + NUMBER + rb")"), monitor=True,
     per_unit=(("epoch_time_s", 1000.0), ("step_time_s", 1000.0)), epochs=True)
 BUILT_IN = (LOSS_MONITOR, TIME_MONITOR)
 
@@ -138,12 +145,18 @@ class RankLines:
 
     def __init__(self, patterns: tuple):
         self.patterns = patterns
+        self.monitors = [(order, p) for order, p in enumerate(patterns) if p.monitor]
         self.carry = b""  # the line the last chunk ended in, without its newline yet
         self.pending: list[tuple[str, float, int, int, float]] = []  # (name, value, step, ms, at)
         self.counters: dict[str, int] = {}
         self.epoch: int | None = None
         self.top_in_epoch = 0  # the highest step printed in the current epoch
         self.per_epoch = 0  # steps per epoch, once an epoch has ended
+        # a resumed job's first epoch (its first line says epoch N > 1): its job-wide steps need
+        # the epoch's length, known when the epoch ends; its points wait here until then
+        # (name, value, epoch, step in epoch, ms, at), `waiting`: the line's (epoch, step)
+        self.unplaced: list[tuple[str, float, int, int, int, float]] = []
+        self.waiting: tuple[int, int] | None = None
 
     def scan(self, data: bytes, cut: int, at_ms: int | None = None) -> None:
         """`data[:cut]` ends the carried line and holds whole lines; the rest is carried.
@@ -166,21 +179,33 @@ class RankLines:
         if self.carry:
             self._scan(self.carry, 0, len(self.carry))
             self.carry = b""
+        if self.unplaced:  # the output ended inside the resumed epoch: its steps printed so far
+            self.per_epoch = self.per_epoch or self.top_in_epoch
+            self._place()
+
+    def _place(self) -> None:
+        """The resumed epoch's points at their job-wide steps, before the later ones (older)."""
+        placed = [(name, value, (epoch - 1) * self.per_epoch + step, ms, at)
+                  for name, value, epoch, step, ms, at in self.unplaced]
+        self.pending[:0] = placed
+        self.unplaced = []
 
     def _scan(self, data: bytes, start: int, stop: int, at_ms: int | None = None) -> None:
         """The points of the lines in data[start:stop] (whole lines)."""
         matches = []  # (line start, pattern's rank, match): read in the order they were printed
-        for order, pattern in enumerate(self.patterns):
-            if pattern.literal:  # each line that holds the text, alone (bytes.find: fast)
-                at = data.find(pattern.literal, start, stop)
-                while at >= 0:
-                    line = max(start, data.rfind(b"\n", start, at) + 1)
-                    end = data.find(b"\n", at, stop)
-                    end = stop if end < 0 else end
+        if self.monitors:  # each line MONITOR_LINE finds, alone
+            hit = MONITOR_LINE.search(data, start, stop)
+            while hit is not None:
+                line = max(start, data.rfind(b"\n", start, hit.start()) + 1)
+                end = data.find(b"\n", hit.start(), stop)
+                end = stop if end < 0 else end
+                for order, pattern in self.monitors:
                     match = pattern.regex.search(data, line, end)
                     if match is not None:
                         matches.append((line, order, match))
-                    at = data.find(pattern.literal, end, stop)
+                hit = MONITOR_LINE.search(data, end, stop)
+        for order, pattern in enumerate(self.patterns):
+            if pattern.monitor:
                 continue
             for match in pattern.regex.finditer(data, start, stop):
                 line = max(start, data.rfind(b"\n", start, match.start()) + 1)
@@ -201,6 +226,7 @@ class RankLines:
     def _matched(self, pattern: LinePattern, match: re.Match, line: int, found: set,
                  when: tuple) -> None:
         groups = match.groupdict()
+        self.waiting = None
         step = self._step(groups.get("epoch"), groups.get("step"))
         for name in pattern.metrics:
             raw = groups.get(name)
@@ -210,6 +236,9 @@ class RankLines:
             found.add((line, name))
             if name in pattern.per_unit:
                 value /= pattern.per_unit[name]
+            if self.waiting is not None:  # a resumed epoch's step: placed when it ends
+                self.unplaced.append((name, value, *self.waiting, *when))
+                continue
             if step is not None:
                 point_step = step
             elif pattern.epochs and self.epoch is not None:
@@ -232,8 +261,13 @@ class RankLines:
         if epoch != self.epoch:
             if self.epoch is not None and epoch == self.epoch + 1:
                 self.per_epoch = max(self.per_epoch, self.top_in_epoch)
+                if self.unplaced:
+                    self._place()
             self.epoch, self.top_in_epoch = epoch, 0
         self.top_in_epoch = max(self.top_in_epoch, step)
+        if not self.per_epoch and (epoch > 1 or self.unplaced):  # resumed: the length unknown
+            self.waiting = (epoch, step)
+            return None
         return (epoch - 1) * self.per_epoch + step if self.per_epoch else step
 
 
