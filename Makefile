@@ -108,6 +108,7 @@ bench: $(STAMP)
 	$(PY) bench/jobs.py
 	$(PY) bench/multiserver.py
 	$(PY) bench/threads.py
+	$(PY) bench/early_ui.py
 	$(PY) bench/summary.py
 
 # 100 failure cycles of real jobs (crash, SIGSEGV, TERM-ignoring and setsid grandchildren, double
