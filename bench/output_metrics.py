@@ -121,19 +121,26 @@ def _output_path(chunks: list[bytes], tmp: str, patterns: tuple) -> None:
         os.unlink(os.path.join(tmp, name))
 
 
-def in_process(rounds: int) -> dict:
-    """The output path alone, in this process: a rank's real output (the realistic writer and
-    the LossMonitor one, 1,000,000 lines each) cut into the launcher's 64 KiB reads, fed to
-    `Output` with the reader off and on; CPU seconds of this process per run."""
+def launcher_reads() -> dict[str, list[bytes]]:
+    """One rank's real output ("real": the realistic writer, "monitor": the LossMonitor one,
+    RANKS * LINES lines each) cut into the launcher's 64 KiB reads."""
     import subprocess
-    from platform_plugin.tracking.job.output_metrics import BUILT_IN, patterns_for
-    tmp = tempfile.mkdtemp(prefix="bench_output_path_")
     data = {}
     for name, writer in (("real", realistic(RANKS * LINES)),
                          ("monitor", with_loss_monitor(RANKS * LINES))):
         out = subprocess.run([sys.executable, "-c", writer, "0"], capture_output=True,
                              check=True).stdout
         data[name] = [out[i:i + (1 << 16)] for i in range(0, len(out), 1 << 16)]
+    return data
+
+
+def in_process(rounds: int) -> dict:
+    """The output path alone, in this process: a rank's real output (the realistic writer and
+    the LossMonitor one, 1,000,000 lines each) cut into the launcher's 64 KiB reads, fed to
+    `Output` with the reader off and on; CPU seconds of this process per run."""
+    from platform_plugin.tracking.job.output_metrics import BUILT_IN, patterns_for
+    tmp = tempfile.mkdtemp(prefix="bench_output_path_")
+    data = launcher_reads()
     regex = NO_MATCH_REGEX  # (patterns_for checks it the way the option does)
     assert patterns_for(regex)
     sides = {"off": (data["real"], ()), "builtin": (data["real"], BUILT_IN),
@@ -171,16 +178,10 @@ def against(revision: str, rounds: int) -> dict:
     """The built-ins' reading alone, side by side: `RankLines.scan` of `revision`'s
     output_metrics.py and of this tree's over the same chunks (one rank's real output, 64 KiB
     reads), alternating; CPU seconds of this process per pass."""
-    import subprocess
     import time
     from platform_plugin.tracking.job import output_metrics as now
     before = _reader_of(revision)
-    data = {}
-    for name, writer in (("real", realistic(RANKS * LINES)),
-                         ("monitor", with_loss_monitor(RANKS * LINES))):
-        out = subprocess.run([sys.executable, "-c", writer, "0"], capture_output=True,
-                             check=True).stdout
-        data[name] = [out[i:i + (1 << 16)] for i in range(0, len(out), 1 << 16)]
+    data = launcher_reads()
 
     def reading(module, chunks):
         def go():
