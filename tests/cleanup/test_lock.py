@@ -36,10 +36,21 @@ def test_the_last_holder_removes_the_lock_file_and_busy_names_the_holder(tmp_pat
     RootLock(tmp_path, "a cleanup").acquire(exclusive=True).release()
 
 
-def _clean(root, **env: str) -> subprocess.CompletedProcess:
-    """A real `platform-run clean --root ROOT`."""
-    return subprocess.run([sys.executable, "-m", "platform_plugin", "clean", "--root", str(root)],
-                          cwd=root, env=clean_env(**env), capture_output=True, text=True,
+# `platform-run clean --root ROOT` with its lock files in LOCKS (not the machine's folder)
+CLEAN_WITH_LOCKS_IN = """import sys
+from platform_plugin.folder_locks import protocol
+protocol.LOCKS_IN = sys.argv[1]
+from platform_plugin.cli import main
+sys.exit(main(["clean", "--root", sys.argv[2]]))
+"""
+
+
+def _clean(root, locks_in: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    """A real `platform-run clean --root ROOT`; `locks_in`: the lock files' folder (default
+    the machine's, /tmp)."""
+    argv = ([sys.executable, "-m", "platform_plugin", "clean", "--root", str(root)]
+            if locks_in is None else [sys.executable, "-c", CLEAN_WITH_LOCKS_IN, locks_in, str(root)])
+    return subprocess.run(argv, cwd=root, env=clean_env(**env), capture_output=True, text=True,
                           timeout=120)
 
 
@@ -58,7 +69,12 @@ def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monk
     kernel happens to do both under one spinlock, so the instant is made to happen here: the
     conversion is split at its documented seam and a real `platform-run clean` runs in it).
     Before: that cleanup got the lock and removed the files the run's notebook was about to
-    use. Now it sees the run's hand-over gate held and refuses."""
+    use. Now it sees the run's hand-over gate held and refuses. The lock files are this
+    test's own: the seam lasts a whole command here, and another test's cleanup sweeping the
+    machine's lock folder meanwhile would remove the lock file nobody holds in it."""
+    locks = str(tmp_path)  # (the lock folder is made in it)
+    monkeypatch.setattr(protocol, "LOCKS_IN", locks)
+    monkeypatch.setattr(protocol, "_checked_dir", [])
     code = _project(tmp_path / "CODE")
     full = GatedLock(code, "a full run of nb.ipynb").acquire(exclusive=True)
     seen: list[subprocess.CompletedProcess] = []
@@ -66,14 +82,14 @@ def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monk
     def flock(fd: int, operation: int) -> None:
         if fd == full.fd and operation == fcntl.LOCK_SH:  # the conversion, at its seam
             fcntl.flock(fd, fcntl.LOCK_UN)
-            seen.append(_clean(code))
+            seen.append(_clean(code, locks))
         fcntl.flock(fd, operation)
-    monkeypatch.setattr(cleanup_lock, "fcntl", SimpleNamespace(
-        flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH, LOCK_NB=fcntl.LOCK_NB,
-        LOCK_UN=fcntl.LOCK_UN))
     try:
-        full.share()
-        monkeypatch.undo()
+        with monkeypatch.context() as seam:
+            seam.setattr(cleanup_lock, "fcntl", SimpleNamespace(
+                flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH,
+                LOCK_NB=fcntl.LOCK_NB, LOCK_UN=fcntl.LOCK_UN))
+            full.share()
         assert len(seen) == 1
         assert seen[0].returncode == 2, seen[0].stdout + seen[0].stderr
         assert "[CLEAN_ROOT_BUSY]" in seen[0].stderr and "a full run of nb.ipynb" in seen[0].stderr
@@ -84,7 +100,7 @@ def test_no_cleanup_slips_into_a_full_run_turning_its_lock_shared(tmp_path, monk
     finally:
         full.release()
     assert not os.path.exists(lock_path(code)) and not os.path.exists(lock_path(code) + ".gate")
-    assert _clean(code).returncode == 0 and not (code / "kernel_meta").exists()
+    assert _clean(code, locks).returncode == 0 and not (code / "kernel_meta").exists()
 
 
 def test_cleanups_of_nested_folders_refuse_each_other_and_cleanups_apart_do_not(tmp_path):
