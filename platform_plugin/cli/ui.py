@@ -100,12 +100,12 @@ def run(args) -> int:
     port = args.port or free_port()
     ui = f"http://{HOST}:{port}"
     log = tempfile.NamedTemporaryFile(prefix="mlflow-ui-", suffix=".log", delete=False).name
-    # said before the wait: the server's start takes seconds (a minute on a loaded machine),
-    # and a command that prints nothing meanwhile looks hung
-    print(f"starting the MLflow UI on {ui} (store {uri}): the link follows once it answers",
-          flush=True)
     owned = OwnedUI(uri, port, log)  # stops with this command, even a SIGKILLed one
     try:
+        # said before the wait: the server's start takes seconds (a minute on a loaded
+        # machine), and a command that prints nothing meanwhile looks hung
+        print(f"starting the MLflow UI on {ui} (store {uri}): the link follows once it "
+              "answers", flush=True)
         owned.wait_healthy()
         print(f"MLflow UI: {ui}  (store {uri}; server log {log}; Ctrl-C stops it)", flush=True)
         server = jupyter_server()

@@ -94,14 +94,20 @@ def test_sigterm_on_platform_run_ui_stops_the_server_gracefully_and_exits_0(tmp_
 
 
 def _platform_run_ui(tmp_path) -> tuple[subprocess.Popen, str]:
-    """`platform-run ui` on a fresh store, once it printed its first line (the server is up)."""
+    """`platform-run ui` on a fresh store, once it printed the UI's link (the server is up).
+    It says it is starting first, naming the address and the store: the server's start takes
+    seconds (a minute on a loaded machine), and the command printed nothing meanwhile."""
     cli = Path(sys.executable).with_name("platform-run")
-    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", f"sqlite:///{tmp_path / 'mlflow.db'}",
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = subprocess.Popen([str(cli), "ui", "--port", "0", "--store", store,
                              "--log-dir", str(tmp_path / "logs")], cwd=tmp_path, env=clean_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    first = proc.stdout.readline()
-    if not first.startswith("MLflow UI: http://127.0.0.1:"):
+    starting, up = proc.stdout.readline(), proc.stdout.readline()
+    address = (starting.split(" on ", 1) + [""])[1].split(" ")[0]
+    if not (starting.startswith("starting the MLflow UI on http://127.0.0.1:")
+            and f"(store {store})" in starting
+            and up.startswith(f"MLflow UI: {address}  (store {store}")):
         proc.kill()
         proc.wait()
-        raise AssertionError(first)
-    return proc, first
+        raise AssertionError(starting + up)
+    return proc, up
