@@ -15,10 +15,9 @@ import sys
 
 from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.util.folders import check_cwd
-from platform_plugin.util.stops import is_interruption
+from platform_plugin.util.stops import INTERRUPTED_EXIT, is_interruption
 
 
-INTERRUPTED_EXIT = 130  # 128 + SIGINT: what a shell reports for a command Ctrl-C ended
 
 
 _exit_fast = False  # gc.freeze registered at exit (once per process)

@@ -7,10 +7,10 @@ import gc
 import signal
 import sys
 
-from platform_plugin.cli import INTERRUPTED_EXIT, skip_the_last_collection
+from platform_plugin.cli import skip_the_last_collection
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.options import add_arguments, command_of, from_arguments
-from platform_plugin.util.stops import is_interruption, raise_interrupt
+from platform_plugin.util.stops import INTERRUPTED_EXIT, is_interruption, raise_interrupt
 
 
 def register(subparsers) -> None:

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from platform_plugin.cli import HELP, INTERRUPTED_EXIT
+from platform_plugin.cli import HELP
 from platform_plugin.cli.clean import add_cleanup_options
 from platform_plugin.errors import ConfigError
 from platform_plugin.launcher.display.result_table import terminal_width
@@ -19,7 +19,7 @@ from platform_plugin.notebook.options import NotebookOptions, add_arguments, fro
 from platform_plugin.notebook.run import NotebookResult, NotebookRun
 from platform_plugin.notebook.save import outputs_folder
 from platform_plugin.util.paths import checked_path
-from platform_plugin.util.stops import is_interruption, raise_interrupt
+from platform_plugin.util.stops import INTERRUPTED_EXIT, is_interruption, raise_interrupt
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 URL_USERINFO = re.compile(r"(://)[^/@\s]+@")  # https://user:password@host -> https://***@host

@@ -5,14 +5,13 @@ import os
 import signal
 import sys
 
-from platform_plugin.cli import INTERRUPTED_EXIT
 from platform_plugin.cli.flags import add_job, add_log_dir
 from platform_plugin.errors import ConfigError
 from platform_plugin.tracking.shared.job_folders import find_spool_dirs
 from platform_plugin.tracking.delivery.replay import DEFAULT_WAIT_S, sync_spool_dir
 from platform_plugin.util.envfile import export_mlflow_settings
 from platform_plugin.util.numbers import NOT_NEGATIVE, number_argument
-from platform_plugin.util.stops import is_interruption, raise_interrupt
+from platform_plugin.util.stops import INTERRUPTED_EXIT, is_interruption, raise_interrupt
 
 END_STATUSES = ("FINISHED", "FAILED", "KILLED")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import FrameType
 
+INTERRUPTED_EXIT = 130  # 128 + SIGINT: what a shell reports for a command Ctrl-C ended
+
 
 def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     """A signal handler: the signal ends the command as Ctrl-C does."""

@@ -26,10 +26,9 @@ from platform_plugin.launcher.jobs.background import READY_MARK, REFUSED_MARK
 from platform_plugin.launcher.options import LaunchOptions
 from platform_plugin.launcher.planning.plan import LaunchPlan
 from platform_plugin.launcher.processes import jobfile
-from platform_plugin.util.stops import is_interruption, raise_interrupt
+from platform_plugin.util.stops import INTERRUPTED_EXIT, is_interruption, raise_interrupt
 
 OUTPUT_NAME = "launcher.out"  # (not *.log: a restart moves the logs into attempt-N/)
-INTERRUPTED_EXIT = 130
 
 
 def main() -> int:

@@ -22,9 +22,10 @@ from platform_plugin.launcher.jobs.follow import LAUNCHER, JobFollower
 from platform_plugin.launcher.jobs.records import JobRecord
 from platform_plugin.launcher.processes.result import name_label
 from platform_plugin.launcher.job import job_summary
+from platform_plugin.util.stops import INTERRUPTED_EXIT
 
 REFRESH_S = 0.5  # as the foreground board: at most two redraws a second
-EXIT_CODES = {"succeeded": 0, "interrupted": 130}  # else 1 (failed, lost)
+EXIT_CODES = {"succeeded": 0, "interrupted": INTERRUPTED_EXIT}  # else 1 (failed, lost)
 DETACHED = " — detached: the job goes on"
 
 
