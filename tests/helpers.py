@@ -8,6 +8,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -89,24 +90,32 @@ class MlflowProcess:
             return False
 
 
+def processes(listing: str) -> Iterator[tuple[int, list[bytes], list[str]]]:
+    """(pid, /proc/<pid>/<listing> split at NUL bytes, the fields of /proc/<pid>/stat after the
+    command's name) of every process; `listing` is "cmdline" or "environ". Processes gone
+    meanwhile are left out."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/{listing}", "rb") as fh:
+                values = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].decode().split()
+        except (OSError, IndexError):
+            continue
+        yield int(entry), values, fields
+
+
 def mlflow_servers(store_dir: Path | str) -> list[MlflowProcess]:
     """The `mlflow server` processes on a store under `store_dir` (its path on their command
     line: `--backend-store-uri sqlite:///<store_dir>/mlflow.db`), e.g. the UI a kernel started."""
     marker = str(store_dir).encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                args = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
+    for pid, args, fields in processes("cmdline"):
         if b"server" in args and b"--backend-store-uri" in args and any(marker in a for a in args):
             port = int(args[args.index(b"--port") + 1]) if b"--port" in args[:-1] else None
-            found.append(MlflowProcess(int(entry), port, int(fields[2]), int(fields[16])))
+            found.append(MlflowProcess(pid, port, int(fields[2]), int(fields[16])))
     return found
 
 

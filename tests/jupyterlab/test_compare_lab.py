@@ -9,13 +9,13 @@ from __future__ import annotations
 import re
 import shutil
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
 from tests.helpers import mlflow_servers, wait_for
 from tests.jupyterlab.test_lab import output_text, run_cell
 from tests.launcher.helpers import ASSETS
+from tests.notebook.helpers import IPYKERNEL, make_notebook
 
 pytestmark = pytest.mark.slow
 CELLS = [
@@ -38,11 +38,7 @@ SIDEWAYS = """() => Array.from(document.querySelectorAll('*')).filter(e => {
 
 def test_early_ui_a_page_that_fits_and_a_failure_said_once(lab, browser, tmp_path):
     shutil.copy2(ASSETS / "board_rank.py", lab.root / "board_rank.py")
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nbformat.write(nb, lab.root / "compare.ipynb")
+    make_notebook(lab.root / "compare.ipynb", CELLS, display_name=IPYKERNEL)
     page = browser.new_page(viewport={"width": 1500, "height": 1000})
     page.goto(f"{lab.url}/lab/tree/compare.ipynb?token={lab.token}", wait_until="load",
               timeout=120_000)  # the full JupyterLab: its file browser beside the notebook

@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import re
 
-import nbformat
 import pytest
 
 from tests.helpers import REPO, wait_for
 from tests.jupyterlab.test_lab import output_text, run_cell
 from tests.launcher.helpers import wait_no_processes
+from tests.notebook.helpers import IPYKERNEL, make_notebook
 
 pytestmark = pytest.mark.slow
 SHOTS = {"background": "notebook-background.png", "attached": "notebook-attach.png",
@@ -38,14 +38,6 @@ def shot_path(tmp_path, name: str):
     return folder / SHOTS[name]
 
 
-def notebook(root, name: str, cells: list[str]) -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nbformat.write(nb, root / name)
-
-
 def open_notebook(browser, lab, name: str, cells: int):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(lab.notebook_url(name), wait_until="load", timeout=120_000)
@@ -65,14 +57,15 @@ def changes(read, seconds: float = 60) -> tuple[str, str]:
 def test_background_job_reload_attach_and_a_second_notebook(lab, browser, tmp_path):
     (lab.root / "held_rank.py").write_text(HELD_RANK)
     release = lab.root / "release"
-    notebook(lab.root, "background.ipynb", [
+    make_notebook(lab.root / "background.ipynb", display_name=IPYKERNEL, cells=[
         "%load_ext platform_plugin",
         "%dist_run --background --nproc 2 --backend plain --tracking none --grace 1 "
         f"--job-name bgjob python held_rank.py {release}",
         "print('the kernel is free')",
         "%dist_attach",
     ])
-    notebook(lab.root, "second.ipynb", ["%load_ext platform_plugin", "%dist_jobs"])
+    make_notebook(lab.root / "second.ipynb", ["%load_ext platform_plugin", "%dist_jobs"],
+                  display_name=IPYKERNEL)
     page = open_notebook(browser, lab, "background.ipynb", 4)
     cells = page.locator(".jp-Notebook .jp-Cell")
     run_cell(page, 0)

@@ -12,13 +12,13 @@ import os
 import re
 import shutil
 
-import nbformat
 import pytest
 import requests
 from playwright.sync_api import expect
 
 from tests.helpers import REPO, copy_tracking_asset, mlflow_servers, wait_for
 from tests.launcher.helpers import ASSETS, wait_no_processes
+from tests.notebook.helpers import IPYKERNEL, make_notebook
 
 pytestmark = pytest.mark.slow
 QUEUED_OR_RUN = re.compile(r"\[[*0-9]+\]")  # a cell's prompt once it is queued, running or run
@@ -56,11 +56,7 @@ def shot_path(tmp_path, name: str):
 def write_notebook(root):
     shutil.copy2(ASSETS / "board_rank.py", root / "board_rank.py")
     (root / "long_names_rank.py").write_text(LONG_NAMES_RANK)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nbformat.write(nb, root / "board.ipynb")
+    make_notebook(root / "board.ipynb", CELLS, display_name=IPYKERNEL)
 
 
 def run_cell(page, index: int) -> None:
@@ -215,11 +211,7 @@ def test_a_diverging_rank_stands_out_on_the_board(lab, browser, tmp_path):
     learning rate too large: the board draws each rank's loss as a curve in its row, live and
     in the end, and rank 1's rises in red beside rank 0's falling one."""
     copy_tracking_asset("ms_monitors.py", lab.root)
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(source) for source in CURVE_CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nbformat.write(nb, lab.root / "curves.ipynb")
+    make_notebook(lab.root / "curves.ipynb", CURVE_CELLS, display_name=IPYKERNEL)
     page = browser.new_page(viewport={"width": 1280, "height": 700})
     page.goto(lab.notebook_url("curves.ipynb"), wait_until="load", timeout=120_000)
     page.locator(".jp-Notebook .jp-Cell").nth(2).wait_for(timeout=120_000)

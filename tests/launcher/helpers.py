@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from tests.helpers import ASSETS as ASSETS_ROOT
-from tests.helpers import terminal_sigint
+from tests.helpers import processes, terminal_sigint
 from tests.helpers import wait_for  # noqa: F401  (the tests' one wait_for, re-exported)
 
 ASSETS = ASSETS_ROOT / "launch"
@@ -21,20 +21,8 @@ PY = sys.executable
 def job_processes(job_dir: str) -> list[int]:
     """Live processes (any depth: grandchildren inherit the env) of the job in `job_dir`."""
     marker = f"PLATFORM_JOB_DIR={job_dir}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if marker in env and stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X"):
-            found.append(int(entry))
-    return found
+    return [pid for pid, env, stat in processes("environ")
+            if marker in env and stat[0] not in ("Z", "X")]
 
 
 NO_PROCESSES_POLL_S = 0.05  # between two scans of /proc: a scan reads every process's environ

@@ -13,11 +13,16 @@ from tests.helpers import REPO, clean_env  # noqa: F401  (re-exported for the no
 
 
 
+IPYKERNEL = "Python 3 (ipykernel)"  # the display name of ipykernel's python3 kernel
+
+
 def make_notebook(path: Path, cells: list[str], *, parameters: str | None = None,
-                  kernel: str = "python3") -> Path:
-    """A notebook with an optional `parameters`-tagged first cell."""
+                  kernel: str = "python3", display_name: str | None = None) -> Path:
+    """A notebook with an optional `parameters`-tagged first cell; `display_name`: the
+    kernel's as JupyterLab shows it (default: its name)."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": kernel, "display_name": kernel, "language": "python"}
+    nb.metadata["kernelspec"] = {"name": kernel, "display_name": display_name or kernel,
+                                 "language": "python"}
     if parameters is not None:
         cell = nbformat.v4.new_code_cell(parameters)
         cell.metadata["tags"] = ["parameters"]
