@@ -31,6 +31,7 @@ import sys
 import time
 
 from platform_plugin.tracking.job.output_metrics import RankSpool, patterns_for
+from platform_plugin.util.regular_file import read_regular_file
 
 FRAME = struct.Struct("<cHIIQ")  # kind (D: data, G: data after a gap), rank, length, cut, ms
 PIPE_SIZE = 1 << 20  # the pipe to the parser (the ranks' own pipes are this size too)
@@ -38,6 +39,7 @@ BACKLOG_MAX = 1 << 20  # bytes the launcher holds for the parser once the pipe i
 CLOSE_WAIT_S = 3.0  # the job ended: what the parser still has to parse gets this long
 TICK_S = 0.25  # the parser writes its held points at least this often
 PROGRESS_FILE = "parser.progress"  # lines the parser has parsed so far (in the spool folder)
+PROGRESS_BYTES = 21  # what it holds: the count, right-aligned in 20 digits, and a newline
 LOG_FILE = "parser.log"
 
 
@@ -158,9 +160,12 @@ class ParseProcess:
         return self.note()
 
     def parsed_lines(self) -> int:
+        """As the parser last wrote it; 0 when it cannot be read (read as every spool file is:
+        regular, bounded, no link followed)."""
         try:
-            with open(self.progress_path, "rb") as progress:
-                return int(progress.read().split()[0])
+            written = read_regular_file(self.progress_path, PROGRESS_BYTES,
+                                        within=os.path.dirname(self.progress_path))
+            return int(written.split()[0])
         except (OSError, ValueError, IndexError):
             return 0
 
@@ -236,7 +241,7 @@ class Parser:
                     data = bytes(pending[FRAME.size:end])
                     del pending[:end]
                     self.frame(kind, index, data, cut, at_ms)
-                    os.pwrite(self.progress, b"%20d\n" % self.parsed, 0)
+                    os.pwrite(self.progress, b"%*d\n" % (PROGRESS_BYTES - 1, self.parsed), 0)
             now = time.monotonic()
             for spool in self.spools:
                 spool.tick(now)
