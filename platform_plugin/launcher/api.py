@@ -7,6 +7,7 @@ summary line -> the result (raise JobFailed when it failed).
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from typing import TYPE_CHECKING, Callable
 
 from platform_plugin.launcher.display.notebook_display import in_kernel, ipython_publisher
@@ -56,9 +57,9 @@ def start(cmd: list[str] | str, options: LaunchOptions) -> JobResult | Backgroun
     lifetime = ("it survives this kernel or terminal" if options.detach else
                 "it survives a page reload and other cells; a kernel restart or shutdown stops it")
     in_cell = options.write is None and in_kernel()
+    hint = reload_hint if in_cell else terminal_hint
     write_line(options.write, f"[launcher] job {job.job_id} runs in the background ({flag}): "
-               f"{lifetime}; logs in {job.job_dir}" + (reload_hint(job.job_id, options.log_dir)
-                                                      if in_cell else ""))
+               f"{lifetime}; logs in {job.job_dir}" + hint(job.job_id, options.log_dir))
     if in_cell:  # the live board, from the job's folder
         job.show_board(ipython_publisher())
     return job
@@ -71,6 +72,13 @@ def reload_hint(job_id: str, log_dir: str | None) -> str:
     where = f" --log-dir {log_dir}" if log_dir else ""
     return (f"\n[launcher] after a page reload this board stops moving: `%dist_attach {job_id}"
             f"{where}` in a new cell follows the job again")
+
+
+def terminal_hint(job_id: str, log_dir: str | None) -> str:
+    """What a terminal or script is told: the commands that follow and stop the job."""
+    where = f" --log-dir {shlex.quote(log_dir)}" if log_dir else ""
+    return (f"\n[launcher] `platform-run attach {job_id}{where}` follows it, "
+            f"`platform-run stop {job_id}{where}` stops it")
 
 
 def run(cmd: list[str] | str, options: LaunchOptions,

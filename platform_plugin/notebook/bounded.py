@@ -19,6 +19,7 @@ from nbclient.util import run_sync
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine, papermill_engines
 
+from platform_plugin.notebook.interrupt import abandon_cell_tasks
 from platform_plugin.notebook.save import OutputNotSaved, outputs_folder
 
 ENGINE = "platform-run-bounded"
@@ -217,7 +218,13 @@ class BoundedClient(PapermillNotebookClient):
         finally:  # also when the cell failed, timed out or its kernel died
             self._finish(cell_index, cell.get("outputs", []))
 
-    execute_cell = run_sync(async_execute_cell)  # nbclient's is bound to its own method
+    def execute_cell(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
+        # nbclient's execute_cell is bound to its own async_execute_cell, not to this one
+        try:
+            return run_sync(self.async_execute_cell)(cell, cell_index, *args, **kwargs)
+        except KeyboardInterrupt:  # the run stops here; the cell's tasks must not outlive it
+            abandon_cell_tasks()
+            raise
 
 
 PIECE = 1 << 20  # characters encoded at a time (file, terminal)

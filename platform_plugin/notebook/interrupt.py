@@ -23,6 +23,7 @@ The interrupt stays for a kernel whose cell never replied (a --timeout that expi
 from __future__ import annotations
 
 import _thread
+import asyncio
 import contextlib
 import os
 import signal
@@ -136,6 +137,25 @@ class Interrupts:
             process.wait(timeout=10)
         except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
+
+
+def abandon_cell_tasks() -> None:
+    """After the runner's KeyboardInterrupt left a cell: its tasks (nbclient's wait for the
+    reply, its kernel-alive and output polls) still wait on this thread's loop, which papermill's
+    cleanup runs again to shut the kernel down. The kernel killed there would end them with
+    DeadKernelError: nbclient's "Kernel died while waiting for execute reply." and, once the task
+    is collected, asyncio's "Task exception was never retrieved" traceback on the terminal. The
+    run has already stopped: they are cancelled, and how they end is not reported."""
+    from jupyter_core.utils import ensure_event_loop
+
+    for task in asyncio.all_tasks(ensure_event_loop()):
+        task.cancel()
+        task.add_done_callback(_ignore_outcome)
+
+
+def _ignore_outcome(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # marks it retrieved
 
 
 @contextlib.contextmanager

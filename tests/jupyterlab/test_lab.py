@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 import requests
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from tests.helpers import REPO, copy_tracking_asset, mlflow_servers, wait_for
@@ -66,7 +67,11 @@ def run_cell(page, index: int) -> None:
     repeated only if it does not - a queued cell is never run twice."""
     prompt = page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-InputArea-prompt")
     for _ in range(3):
-        prompt.click()
+        try:
+            prompt.click()
+        except PlaywrightTimeout:  # e.g. a dialog over the cells: the failure says which
+            raise AssertionError(f"cell {index} could not be clicked; dialogs on the page: "
+                                 f"{dialog_texts(page)}") from None
         page.keyboard.press("Shift+Enter")
         try:
             expect(prompt).to_have_text(QUEUED_OR_RUN, timeout=15_000)
@@ -74,6 +79,10 @@ def run_cell(page, index: int) -> None:
         except AssertionError:
             continue
     raise AssertionError(f"cell {index} did not start after 3 tries: prompt {prompt.inner_text()!r}")
+
+
+def dialog_texts(page) -> list[str]:
+    return [dialog.inner_text() for dialog in page.locator(".jp-Dialog").all()]
 
 
 def output_text(page, index: int) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,7 +39,11 @@ def detach(log_dir: Path, *args: str, env: dict | None = None) -> str:
                            str(log_dir), *args], capture_output=True, text=True, timeout=120,
                           env=env or clean_env())
     assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
+    job_id = done.stdout.strip().splitlines()[-1]
+    where = f"{job_id} --log-dir {shlex.quote(str(log_dir))}"  # the terminal is told what next
+    assert f"`platform-run attach {where}` follows it, `platform-run stop {where}` stops it" in \
+        done.stderr, done.stderr
+    return job_id
 
 
 def gone(pid: int) -> bool:
