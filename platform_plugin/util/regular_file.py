@@ -62,13 +62,23 @@ def open_regular(path: str, within: Optional[str] = None) -> int:
     `within`: a folder `path` must be in, no link followed beneath it. Raises Refused (its
     subclasses), FileNotFoundError, other OSError, ValueError (a NUL in the path)."""
     fd = _open_beneath(path, within) if within is not None else os.open(path, _OPEN_FILE)
+    return _regular(fd, path)
+
+
+def open_regular_for_writing(path: str, flags: int, mode: int = 0o644) -> int:
+    """A descriptor to write the regular file `path` (`flags`: os.O_WRONLY or os.O_RDWR with
+    O_CREAT, O_APPEND, O_TRUNC as wanted; the caller closes it) in a folder others can write
+    too: a link planted at `path` is not written through (it would append to, or truncate, the
+    file it names), a FIFO does not block the open. Raises LinkRefused, NotRegularFile, OSError."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotRegularFile("%s is not a regular file (a folder, FIFO, socket or device)" % path)
-    except BaseException:
-        os.close(fd)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused("%s is a link: it is not written through" % path) from None
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise NotRegularFile("%s is not a regular file (a FIFO)" % path) from None
         raise
-    return fd
+    return _regular(fd, path)
 
 
 def open_regular_file(path: str, within: Optional[str] = None):
@@ -137,6 +147,17 @@ def reason(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return "%s%s" % (exc.strerror or type(exc).__name__, ": %s" % exc.filename if exc.filename else "")
     return ("%s: %s" % (type(exc).__name__, exc)).splitlines()[0][:300]
+
+
+def _regular(fd: int, path: str) -> int:
+    """`fd` if it is a regular file's, else closed and NotRegularFile."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile("%s is not a regular file (a folder, FIFO, socket or device)" % path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _open_beneath(path: str, within: str) -> int:

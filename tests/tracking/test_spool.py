@@ -92,10 +92,15 @@ def test_writer_reopening_after_a_killed_writer_terminates_the_fragment(tmp_path
 
 
 def test_a_full_disk_never_raises_into_the_rank_and_loses_nothing_that_fits(tmp_path, monkeypatch):
-    """/dev/full answers every write with ENOSPC (a full disk, no mount needed); once the
-    descriptor points at a real file again (dup2) the kept records are written, in order."""
+    """/dev/full answers every write with ENOSPC (a full disk, no mount needed): the writer's
+    descriptor is pointed at it (dup2; the writer itself opens regular files only); once it
+    points at the real file again the kept records are written, in order."""
     from platform_plugin.tracking.rank import spool
-    writer = SpoolWriter("/dev/full")
+    real = tmp_path / "rank_0.jsonl"
+    writer = SpoolWriter(real)
+    full = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(full, writer._fd)  # the disk is full
+    os.close(full)
     with pytest.warns(UserWarning, match="No space left on device"):
         for step in range(3 * spool.FLUSH_LINES):  # full buffers: writes from append itself
             writer.append(encode_metric('"loss"', 1.0, step, 1))
@@ -104,8 +109,7 @@ def test_a_full_disk_never_raises_into_the_rank_and_loses_nothing_that_fits(tmp_
     monkeypatch.setattr(spool, "MAX_UNWRITTEN_BYTES", len(writer._unwritten))
     writer.append(encode_metric('"loss"', 1.0, -1, 1))  # over the bound: dropped, counted
     assert writer.dropped == 1
-    real = tmp_path / "rank_0.jsonl"
-    fd = os.open(real, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    fd = os.open(real, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, writer._fd)  # the disk has space again
     os.close(fd)
     writer.flush()  # the timer's next tick

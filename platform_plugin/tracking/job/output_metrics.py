@@ -42,6 +42,7 @@ from typing import Protocol
 
 from platform_plugin.tracking.rank.identity import stream_name
 from platform_plugin.tracking.rank.spool import SPOOL_SUFFIX, SpoolWriter
+from platform_plugin.util.regular_file import open_regular_file
 
 HOLD_S = 1.0  # a parsed point waits this long for the rank's own point of the same name
 CARRY_MAX = 64 * 1024  # a line longer than this without its newline is not parsed
@@ -322,10 +323,10 @@ class RankSpool:
         unknown = [name for name in self.names if name not in self.own]
         while unknown:
             try:
-                with open(self.path, "rb") as spool:
+                with open_regular_file(self.path, within=os.path.dirname(self.path)) as spool:
                     spool.seek(self.offset)
                     block = spool.read(OWN_READ)
-            except OSError:  # nothing spooled yet
+            except OSError:  # nothing spooled yet (or no file: nothing to learn from it)
                 return
             whole = block.rfind(b"\n") + 1  # complete lines only: the rest is still written
             if not whole:

@@ -31,7 +31,7 @@ import sys
 import time
 
 from platform_plugin.tracking.job.output_metrics import RankSpool, patterns_for
-from platform_plugin.util.regular_file import read_regular_file
+from platform_plugin.util.regular_file import open_regular_for_writing, read_regular_file
 
 FRAME = struct.Struct("<cHIIQ")  # kind (D: data, G: data after a gap), rank, length, cut, ms
 PIPE_SIZE = 1 << 20  # the pipe to the parser (the ranks' own pipes are this size too)
@@ -209,8 +209,8 @@ class Parser:
         self.spools = [RankSpool(config["spool_dir"], label, patterns) for label in config["labels"]]
         self.skipping = [False] * len(self.spools)  # after a gap: up to the next line's start
         self.parsed = 0
-        self.progress = os.open(os.path.join(config["spool_dir"], PROGRESS_FILE),
-                                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.progress = open_regular_for_writing(os.path.join(config["spool_dir"], PROGRESS_FILE),
+                                                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 
     def frame(self, kind: bytes, index: int, data: bytes, cut: int, at_ms: int) -> None:
         lines = self.spools[index].lines

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from platform_plugin.tracking.rank.identity import SPOOL_SUFFIX  # noqa: F401 - the spool's name
-from platform_plugin.util.regular_file import json_depth, loads_json, open_regular_file
+from platform_plugin.util.regular_file import (json_depth, loads_json, open_regular_file,
+                                                open_regular_for_writing)
 
 FLUSH_LINES = 1000  # a full buffer is written at once; the timer writes the rest
 # What a writer keeps in memory while its file cannot be written (a full disk): retried at every
@@ -80,7 +81,8 @@ class SpoolWriter:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: its last byte
+        # read too: its last byte (a line cut by a kill is ended before the next one)
+        self._fd = open_regular_for_writing(str(self.path), os.O_RDWR | os.O_APPEND | os.O_CREAT)
         # re-entrant: the SIGTERM handler flushes from the main thread, maybe inside append()
         self._lock = threading.RLock()
         self._lines: list[str] = []
