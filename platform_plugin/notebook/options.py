@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from typing import Any, Dict, Optional, Tuple
 
 from platform_plugin.notebook.params import parse_yaml_parameters
@@ -62,6 +63,14 @@ class NotebookOptions:
     cleanup: Optional[bool] = flag(None)
     only: Optional[Tuple[str, ...]] = flag(None)  # the categories to clean (`--only`)
     keep: Tuple[str, ...] = flag(())  # globs never removed (`--keep`)
+
+    def __post_init__(self) -> None:
+        """A path given to run_notebook() is checked as its flag is on the command line (the
+        text alone, before anything is created): the API has no argparse to do it."""
+        for f in dataclasses.fields(self):
+            check, value = f.metadata["cli"].get("type"), getattr(self, f.name)
+            if isinstance(check, checked_path) and value is not None:
+                check(os.fspath(value))
 
     def cleans(self, mode: str) -> bool:
         return self.cleanup if self.cleanup is not None else mode == "full"

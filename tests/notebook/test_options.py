@@ -48,3 +48,17 @@ def test_run_notebook_keywords_are_the_record_fields():
     with pytest.raises(TypeError):
         NotebookOptions(verbos=True)
     assert {f.name for f in dataclasses.fields(NotebookOptions)} >= {"verbose", "cleanup"}
+
+
+@pytest.mark.parametrize("field, code", [("output", "NB_OUTPUT"), ("cwd", "NB_CWD"),
+                                         ("env_file", "CLI_PATH")])
+def test_run_notebook_refuses_a_path_its_flag_refuses_before_anything_is_made(tmp_path, field,
+                                                                              code):
+    from platform_plugin.errors import ConfigError
+    from platform_plugin.notebook.run import run_notebook
+    (tmp_path / "nb.ipynb").write_text("{}")  # never read: the options are refused first
+    with pytest.raises(ConfigError) as refused:
+        run_notebook(tmp_path / "nb.ipynb", **{field: str(tmp_path / "a\nb")})
+    assert refused.value.problems[0].code == code
+    assert "control character" in str(refused.value) and "\n" not in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nb.ipynb"]
