@@ -5,12 +5,14 @@ user's browser opens.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import tempfile
 import threading
 
 from platform_plugin.launcher.processes.spawn import Lifeline
 from platform_plugin.tracking.server.local import HOST, start_server, stop_server, wait_healthy
+from platform_plugin.tracking.sinks.mlflow_sink import store_lock
 from platform_plugin.util.ports import free_port
 
 UI_STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL, for a UI whose owner died
@@ -28,11 +30,18 @@ class OwnedUI:
     def __init__(self, store_uri: str, port: int, log_path: str, nice: int = 0) -> None:
         self.port, self.log_path = port, log_path
         self._stopped = False
+        # `mlflow server` creates and migrates a fresh sqlite store as it starts: never while a
+        # job's writer does (their race corrupts it), so the store's lock is held until the
+        # server answers (tracking/sinks/mlflow_sink.store_lock, which the writers take)
+        self._opening = contextlib.ExitStack()
+        with contextlib.suppress(OSError):  # no lock file there (a read-only folder): none held
+            self._opening.enter_context(store_lock(store_uri))
         self._lifeline = Lifeline.for_groups(UI_STOP_GRACE_S)  # first: no moment without it
         try:
             self.proc = start_server(store_uri, port, log_path=log_path, nice=nice)
         except BaseException:
             self._lifeline.release()
+            self._opening.close()
             raise
         self._lifeline.add(self.proc.pid)  # pid == pgid: start_new_session
 
@@ -42,6 +51,8 @@ class OwnedUI:
         except BaseException:
             self.stop()
             raise
+        finally:
+            self._opening.close()
 
     def stop(self) -> None:
         """Idempotent (atexit, an error path and a `finally` may each call it)."""
@@ -50,6 +61,7 @@ class OwnedUI:
         self._stopped = True
         stop_server(self.proc)
         self._lifeline.release()
+        self._opening.close()
 
 
 def ensure_ui(store_uri: str, nice: int = 0) -> int:

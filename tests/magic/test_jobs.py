@@ -155,8 +155,13 @@ def test_a_kernel_restart_stops_a_background_job_not_a_detached_one(tmp_path):
 
 
 def _run_statuses(store: str, job_id: str) -> set[str]:
+    """Opened as the project's own readers open a store: under its lock (a job's writer may be
+    creating the fresh store at that moment; opened together, its migration fails)."""
     import mlflow
-    client = mlflow.MlflowClient(store)
+
+    from platform_plugin.tracking.sinks.mlflow_sink import store_lock
+    with store_lock(store):
+        client = mlflow.MlflowClient(store)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
                               f"tags.job_id = '{job_id}'")
     return {r.info.status for r in runs}

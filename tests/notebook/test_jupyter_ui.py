@@ -112,3 +112,38 @@ def _platform_run_ui(tmp_path) -> tuple[subprocess.Popen, str]:
         proc.wait()
         raise AssertionError(starting + up)
     return proc, up
+
+
+def test_the_ui_server_opens_its_store_only_under_the_writers_lock(tmp_path):
+    """`mlflow server` creates and migrates a fresh sqlite store as it starts; a job's writer
+    opening the same fresh store then corrupts it ("table ... already exists"). The UI's server
+    starts only once it holds the store's lock (the writers' lock), and holds it until it
+    answers."""
+    import fcntl
+    import threading
+
+    from platform_plugin.comparison.jupyter_ui import OwnedUI
+    from platform_plugin.tracking.sinks.mlflow_sink import store_lock
+    from platform_plugin.util.ports import free_port
+
+    store, db = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "mlflow.db"
+    made: list[OwnedUI] = []
+    with store_lock(store):  # a writer opening the fresh store
+        opening = threading.Thread(target=lambda: made.append(
+            OwnedUI(store, free_port(), str(tmp_path / "ui.log"))))
+        opening.start()
+        opening.join(3)
+        waited = opening.is_alive() and not db.exists()  # no server yet: nothing opened the store
+    opening.join(60)
+    ui = made[0]
+    try:
+        assert waited
+        ui.wait_healthy()
+        assert db.exists()
+        lock = os.open(f"{db}.lock", os.O_RDWR)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released once the server answers
+        finally:
+            os.close(lock)
+    finally:
+        ui.stop()
