@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.helpers import mlflow_servers, wait_for
-from tests.jupyterlab.test_lab import output_text, run_cell
+from tests.jupyterlab.test_lab import kernel_ready, output_text, run_cell
 from tests.launcher.helpers import ASSETS
 from tests.notebook.helpers import IPYKERNEL, make_notebook
 
@@ -44,7 +44,7 @@ def test_early_ui_a_page_that_fits_and_a_failure_said_once(lab, browser, tmp_pat
               timeout=120_000)  # the full JupyterLab: its file browser beside the notebook
     cells = page.locator(".jp-Notebook .jp-Cell")
     cells.nth(3).wait_for(timeout=120_000)
-    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=120_000)
+    kernel_ready(page)
 
     # a tracked job of 20 s: its store's UI starts while it runs, at low priority
     run_cell(page, 0)

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.helpers import REPO, wait_for
-from tests.jupyterlab.test_lab import output_text, run_cell
+from tests.jupyterlab.test_lab import kernel_ready, output_text, run_cell
 from tests.launcher.helpers import wait_no_processes
 from tests.notebook.helpers import IPYKERNEL, make_notebook
 
@@ -42,7 +42,7 @@ def open_notebook(browser, lab, name: str, cells: int):
     page = browser.new_page(viewport={"width": 1280, "height": 1000})
     page.goto(lab.notebook_url(name), wait_until="load", timeout=120_000)
     page.locator(".jp-Notebook .jp-Cell").nth(cells - 1).wait_for(timeout=120_000)
-    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=120_000)
+    kernel_ready(page)
     return page
 
 
@@ -90,7 +90,7 @@ def test_background_job_reload_attach_and_a_second_notebook(lab, browser, tmp_pa
     page.reload(wait_until="load", timeout=120_000)
     cells = page.locator(".jp-Notebook .jp-Cell")
     cells.nth(3).wait_for(timeout=120_000)
-    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=120_000)
+    kernel_ready(page)
     # the reloaded page shows the saved board, which no longer moves, under the way back
     assert f"`%dist_attach {job_id}` in a new cell follows the job again" in \
         output_text(page, 1)
