@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import clean_env, wait_for
 
 RANK = ("import os, time\nprint('first job rank', flush=True)\nopen('started', 'w')\n"
@@ -78,7 +80,6 @@ def test_a_job_or_checkpoint_folder_another_user_owns_is_refused_as_a_planted_li
     its checkpoints resumed from): refused with exit 2 before any rank starts, nothing written
     into it, and the job runs once the folder is this user's."""
     if os.geteuid() != 0:
-        import pytest
         pytest.skip("only root can give a folder to another user (chown)")
     (tmp_path / "rank.py").write_text("print('ran')\n")
     folder = tmp_path / "logs" / "same"
@@ -109,3 +110,24 @@ def test_a_job_or_checkpoint_folder_another_user_owns_is_refused_as_a_planted_li
     done = _launch(tmp_path, "--checkpoint-dir", str(checkpoints))
     out, _ = done.communicate(timeout=60)
     assert done.returncode == 0, out
+
+
+def test_a_job_folder_another_user_makes_after_preflight_is_refused_when_the_lock_is_taken(
+        tmp_path):
+    """Preflight found no job folder; another user made one under the job id before the
+    launcher's makedirs, which accepts an existing folder. The folder lock checks the owner
+    again: refused before the lock file (or anything else) is written into it."""
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a folder to another user (chown)")
+    from platform_plugin.errors import ConfigError
+    from platform_plugin.launcher.processes.spawn import JobDirLock
+    from tests.launcher.test_rank_path import plan_for
+    plan = plan_for(["python", "train.py"], tmp_path)
+    folder = tmp_path / "logs" / "job-1"
+    assert plan.job_dir == str(folder) and not folder.exists()  # preflight saw nothing there
+    folder.mkdir(parents=True)
+    os.chown(folder, NOBODY, NOBODY)
+    with pytest.raises(ConfigError) as refused:
+        JobDirLock(plan).__enter__()
+    assert "[LAUNCH_JOB_DIR_NOT_OWN]" in str(refused.value) and "uid 65534" in str(refused.value)
+    assert os.listdir(folder) == []

@@ -39,6 +39,7 @@ from platform_plugin.errors import ConfigError, PlatformPluginError
 from platform_plugin.launcher.planning.plan import LaunchPlan, RankSpec
 from platform_plugin.launcher.processes.reaper import JobProcesses
 from platform_plugin.folder_locks.protocol import read_holder, write_holder
+from platform_plugin.util.folders import check_own_folder
 from platform_plugin.variables import PLATFORM_JOB_DIR
 
 # Reads "<pgid>" lines; "done" = clean end. On EOF (supervisor gone) runs the reaper command
@@ -127,6 +128,10 @@ class JobDirLock:
     def __enter__(self) -> JobDirLock:
         plan = self.plan
         make_job_dir(plan.job_dir)
+        # again, now that it exists: preflight checked it before, and a folder another user
+        # made under this job id in between would be adopted (makedirs accepts an existing one)
+        check_own_folder(plan.job_dir, "job", "LAUNCH_JOB_DIR_NOT_OWN", "--job-id",
+                         link_allowed=False)
         path = os.path.join(plan.job_dir, f".launcher-{plan.server_id}.lock")
         try:  # never through a symlink (its target would be cut to our pid), never blocking
             self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW |
