@@ -33,3 +33,23 @@ def test_a_tracked_job_starts_the_ui_early_unless_told_not_to(kernel):
     assert nice == 10  # ... at low priority
     assert run_cell(kc, job).ok
     assert ui_servers(kc.cwd) == {(group, 10)}  # once per kernel
+
+
+
+def test_the_early_start_leaves_a_store_not_made_yet_to_the_jobs_writer(tmp_path):
+    """The UI's server would create a fresh sqlite store itself, holding the store's lock while
+    it starts (niced: seconds), and the job's writer would wait for it: the early start waits
+    for the store to be made, and a job that ends first made no UI (and no store)."""
+    import threading
+    import time
+
+    from platform_plugin.comparison import jupyter_ui
+    store, ended = f"sqlite:///{tmp_path / 'mlflow.db'}", threading.Event()
+    jupyter_ui.start_early(store, ended)
+    [early] = [t for t in threading.enumerate() if t.name == "platform-mlflow-ui-early"]
+    time.sleep(jupyter_ui.EARLY_AFTER_S + 2)
+    assert early.is_alive() and mlflow_servers(tmp_path) == []  # waiting for the writer
+    ended.set()  # the job ended without making its store
+    early.join(30)
+    assert not early.is_alive() and not jupyter_ui.running(store)
+    assert not (tmp_path / "mlflow.db").exists() and mlflow_servers(tmp_path) == []
