@@ -23,7 +23,7 @@ from platform_plugin.cleanup.tracking_data import store_paths
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
 from platform_plugin.util.regular_file import read_regular_file, reason
-from platform_plugin.util.toml import tomllib
+from platform_plugin.util.toml import loads, tomllib
 
 KEEP_FILE = ".platformkeep"
 KEEP_FILE_MAX_BYTES = 1 << 20  # a keep list is a few lines; anything bigger is not one
@@ -67,13 +67,10 @@ def _split(pattern: str) -> tuple[str, ...]:
 
 def _load_category(path: Path) -> Category:
     try:  # as any file others may write (util/regular_file): a FIFO never blocks, a link not followed
-        data = tomllib.loads(read_regular_file(str(path), MAX_RULES_BYTES, within=str(path.parent))
-                             .decode("utf-8"))
+        data = loads(read_regular_file(str(path), MAX_RULES_BYTES, within=str(path.parent))
+                     .decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cleanup rule file {path} is unreadable: {reason(exc)}",
-                          code="CLEAN_RULES") from None
-    except RecursionError:  # tomllib parses nested arrays recursively: `a = [[[...` of 200,000
-        raise ConfigError(f"cleanup rule file {path} nests arrays deeper than Python parses",
                           code="CLEAN_RULES") from None
     unknown = set(data) - {"category", "description", "directories", "files"}
     lists = [data.get("directories", []), data.get("files", [])]

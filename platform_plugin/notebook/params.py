@@ -14,7 +14,7 @@ import yaml
 from platform_plugin.errors import ConfigError
 from platform_plugin.util.envfile import MAX_VARIABLE_BYTES, variable_bytes
 from platform_plugin.util.regular_file import FileTooLarge, NotRegularFile, read_regular_file
-from platform_plugin.util.toml import tomllib
+from platform_plugin.util.toml import loads, tomllib
 
 PROFILE_NAME = "platform.toml"
 
@@ -46,12 +46,9 @@ def load_profile(mode: str, profile: str | Path | None, project: Path) -> tuple[
                               code="NB_PROFILE")
         return {}, None
     try:
-        data = tomllib.loads(text)
+        data = loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"profile {path} is not valid TOML: {exc}", code="NB_PROFILE")
-    except RecursionError:  # tomllib parses nested arrays recursively
-        raise ConfigError(f"profile {path} nests arrays deeper than Python parses",
-                          code="NB_PROFILE") from None
     section = data.get(mode, {})
     parameters = section.get("parameters", {}) if isinstance(section, dict) else None
     if not isinstance(parameters, dict):

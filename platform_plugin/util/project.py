@@ -59,7 +59,7 @@ def launch_settings(cwd: str | os.PathLike | None, environ) -> tuple[dict, str |
     skipping it would run the job without the project's settings."""
     from platform_plugin.errors import ConfigError, Problem
     from platform_plugin.util.regular_file import read_regular_file
-    from platform_plugin.util.toml import tomllib
+    from platform_plugin.util.toml import loads, tomllib
     for path in nearby_paths(cwd, environ, PROJECT_FILE):
         try:
             text = read_regular_file(path, MAX_PROJECT_FILE_BYTES).decode("utf-8")
@@ -69,13 +69,10 @@ def launch_settings(cwd: str | os.PathLike | None, environ) -> tuple[dict, str |
             raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} cannot be read: {exc}",
                                        path)]) from None
         try:
-            table = tomllib.loads(text).get(LAUNCH_TABLE, {})
+            table = loads(text).get(LAUNCH_TABLE, {})
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} is not valid TOML: {exc}",
                                        path)]) from None
-        except RecursionError:  # tomllib parses nested arrays recursively
-            raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path} nests arrays deeper than "
-                                       "Python parses", path)]) from None
         if not isinstance(table, dict):
             raise ConfigError([Problem("LAUNCH_PROJECT_FILE", f"{path}: [{LAUNCH_TABLE}] must be "
                                        "a table, e.g. [launch] metrics_from_output = '...'",
