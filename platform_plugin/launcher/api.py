@@ -69,16 +69,21 @@ def reload_hint(job_id: str, log_dir: str | None) -> str:
     """What the starting cell says of a page reload: Jupyter delivers none of a running
     thread's updates to the reloaded page, so the saved board stands still; attach follows the
     job again (the line is in the saved output, above that board)."""
-    where = f" --log-dir {log_dir}" if log_dir else ""
+    where = _log_dir_option(log_dir)
     return (f"\n[launcher] after a page reload this board stops moving: `%dist_attach {job_id}"
             f"{where}` in a new cell follows the job again")
 
 
 def terminal_hint(job_id: str, log_dir: str | None) -> str:
     """What a terminal or script is told: the commands that follow and stop the job."""
-    where = f" --log-dir {shlex.quote(log_dir)}" if log_dir else ""
+    where = _log_dir_option(log_dir)
     return (f"\n[launcher] `platform-run attach {job_id}{where}` follows it, "
             f"`platform-run stop {job_id}{where}` stops it")
+
+
+def _log_dir_option(log_dir: str | None) -> str:
+    """` --log-dir DIR` as a shell (and a magic's line, split as a shell would) reads it back."""
+    return f" --log-dir {shlex.quote(log_dir)}" if log_dir else ""
 
 
 def run(cmd: list[str] | str, options: LaunchOptions,
